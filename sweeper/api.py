@@ -1,0 +1,107 @@
+"""``sweep(fn, grid)`` and ``load(folder)``: the library's front door."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import runner, table
+from .errors import SweepError
+from .ledger import FILE as LEDGER_FILE
+from .ledger import Ledger
+from .options import Options
+from .target import FunctionTarget, check_signature
+
+if TYPE_CHECKING:
+    import pandas
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """The sweep was stopped by Ctrl-C or SIGTERM; finished rows are saved.
+
+    ``results`` holds the table as it stood (also in ``csv_path``); running the same
+    sweep again resumes it.
+    """
+
+    def __init__(self, signum: int, results: "pandas.DataFrame", csv_path: str) -> None:
+        super().__init__(f"sweep interrupted; results so far in {csv_path}; run it again to resume")
+        self.signum = signum
+        self.results = results
+        self.csv_path = csv_path
+
+
+def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pandas.DataFrame":
+    """Run ``fn(params)`` once per point of ``grid``, each in a fresh spawned process.
+
+    Args:
+        fn: a module-level function taking the parameter dict and returning a dict of
+            metric names to numbers (or a Keras ``History``).
+        grid: a dict of lists (their cartesian product), a list of such dicts (their
+            union), or the points from :func:`sweeper.sample`.
+        **options: any field of :class:`sweeper.Options`: ``workers``, ``seed``,
+            ``timeout``, ``retries``, ``gpus``, ``per_gpu``, ``name``, ``out``, ``fresh``,
+            ``skip_failed``, ``dry_run``, ``progress``...
+
+    Returns:
+        One row per trial in grid order (see the README for the columns); the same
+        table is in ``<out>/<name>/results.csv``. A re-run skips trials already ``ok``.
+
+    Raises:
+        SweepError: bad input, before any trial runs.
+        SweepInterrupted: Ctrl-C or SIGTERM; what finished is saved.
+    """
+    opts = Options.build(options)
+    label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+    check_signature(fn, label)
+    target = FunctionTarget.of(fn)
+    source = _source_file(fn)
+    default_name = os.path.splitext(os.path.basename(source))[0] if source else getattr(fn, "__name__", "sweep")
+    listener = None
+    if opts.progress and not opts.dry_run:
+        listener = runner.PlainLines(0)
+    outcome = runner.run(target, grid, opts, default_name=default_name, source_file=source, listener=listener)
+    if listener is not None:
+        listener.total = len(outcome.specs)
+    if opts.dry_run:
+        return plan_frame(outcome)
+    frame = table.dataframe(outcome.results)
+    if opts.progress:
+        for line in runner.summary(outcome, opts.metric, opts.mode):
+            print(line, flush=True)
+    if outcome.interrupted is not None:
+        raise SweepInterrupted(outcome.interrupted, frame, outcome.csv_path)
+    return frame
+
+
+def plan_frame(outcome: runner.Outcome) -> "pandas.DataFrame":
+    """The trials a sweep would run, with the slot each would start on first."""
+    import pandas
+
+    rows = []
+    for i, spec in enumerate(outcome.specs):
+        slot = outcome.slots[i % len(outcome.slots)] if i < len(outcome.slots) else None
+        rows.append({"trial_id": spec.trial_id, "trial": spec.name,
+                     **{f"param_{k}": v for k, v in spec.params.items()},
+                     "seed": spec.seed, "first_slot": slot.device if slot else "queued"})
+    return pandas.DataFrame(rows)
+
+
+def _source_file(fn: Any) -> str | None:
+    try:
+        return inspect.getsourcefile(fn)
+    except TypeError:
+        return None
+
+
+def load(path: str) -> "pandas.DataFrame":
+    """The results table of a sweep folder (or its ``results.csv``), read from the ledger."""
+    folder = os.path.dirname(path) if path.endswith(".csv") else path
+    if not os.path.exists(os.path.join(folder, LEDGER_FILE)):
+        raise SweepError(f"{folder} holds no sweep ledger; give the folder <out>/<name> of a sweep")
+    ledger = Ledger(folder)
+    try:
+        results = list(ledger.results().values())
+    finally:
+        ledger.close()
+    return table.dataframe(results)

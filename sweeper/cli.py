@@ -1,0 +1,115 @@
+"""``python -m sweeper grid.py [options]``: run the sweep a grid file describes."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+from typing import Any, NoReturn, Sequence
+
+from . import gridfile, runner
+from .errors import SweepError
+from .grid import Points
+from .options import Options
+from .slots import Slot
+from .target import FileTarget
+from .trial import Status, TrialSpec
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise SweepError(f"{message}; see python -m sweeper --help")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m sweeper",
+        description="Run every trial of a grid file in its own fresh process; "
+        "results go to <out>/<name>/results.csv. Re-running resumes.",
+        allow_abbrev=False,
+    )
+    p.add_argument("grid_file", help="a .py file defining train(params) and grid (or space and samples)")
+    p.add_argument("--name", help="sweep folder name (default: the grid file's stem)")
+    p.add_argument("--out", help="folder for sweep folders (default: results)")
+    p.add_argument("--workers", type=int, help="trials at once (default: GPU slots, else CPU count)")
+    p.add_argument("--seed", type=int, help="sweep seed (default 0); trial seeds derive from it")
+    p.add_argument("--timeout", type=float, help="seconds a trial may run before it is killed")
+    p.add_argument("--retries", type=int, help="extra attempts for crashed, oom or timed-out trials")
+    p.add_argument("--gpus", help="all (default), none, or ids such as 0,2")
+    p.add_argument("--per-gpu", type=int, dest="per_gpu", help="trials sharing one GPU")
+    p.add_argument("--fresh", action="store_true", default=None, help="start a new ledger (the old one is kept)")
+    p.add_argument("--skip-failed", action="store_true", default=None, dest="skip_failed",
+                   help="keep failed trials' rows instead of running them again")
+    p.add_argument("--dry-run", action="store_true", default=None, dest="dry_run",
+                   help="print the trials and where they would start, run nothing")
+    p.add_argument("--metric", help="metric to rank trials by (default: the first)")
+    p.add_argument("--mode", choices=["max", "min"], help="max or min (default: max for names with acc)")
+    p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    return p
+
+
+def _check_unknown(p: argparse.ArgumentParser, unknown: list[str]) -> None:
+    if not unknown:
+        return
+    flags = [s for a in p._actions for s in a.option_strings]
+    word = unknown[0].split("=")[0]
+    near = difflib.get_close_matches(word, flags, n=1)
+    hint = f"; did you mean {near[0]}?" if near else "; see python -m sweeper --help"
+    raise SweepError(f"unknown option {word}{hint}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except SweepError as exc:
+        print(f"sweeper: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _main(argv: list[str]) -> int:
+    p = parser()
+    args, unknown = p.parse_known_args(argv)
+    _check_unknown(p, unknown)
+    grid = gridfile.read(args.grid_file, args.seed)
+    flags = {k: getattr(args, k) for k in ("name", "out", "workers", "seed", "timeout", "retries",
+                                           "gpus", "per_gpu", "fresh", "skip_failed", "dry_run",
+                                           "metric", "mode")}
+    opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
+    stem = os.path.splitext(os.path.basename(grid.path))[0]
+    listener = None if args.quiet else runner.PlainLines(len(grid.points))
+    outcome = runner.run(FileTarget(grid.path), Points(grid.points), opts, default_name=stem,
+                         source_file=grid.path, listener=listener)
+    if opts.dry_run:
+        print_plan(outcome.specs, outcome.slots, outcome.folder)
+        return EXIT_OK
+    for line in runner.summary(outcome, opts.metric, opts.mode):
+        print(line)
+    if outcome.interrupted is not None:
+        print(f"sweeper: interrupted; finished trials are saved in {outcome.csv_path}; "
+              f"run the same command again to resume")
+        return 128 + outcome.interrupted
+    failed = any(r.status is not Status.OK for r in outcome.results)
+    return EXIT_FAILED if failed or len(outcome.results) < len(outcome.specs) else EXIT_OK
+
+
+def print_plan(specs: list[TrialSpec], slots: list[Slot], folder: str) -> None:
+    """The dry run's table: every trial, its seed, and the slot it would start on."""
+    devices = sorted({s.device for s in slots})
+    print(f"sweeper: {len(specs)} trials, {len(slots)} slots on {', '.join(devices)}; folder {folder}")
+    keys = sorted({k for s in specs for k in s.params})
+    head = ["#", "trial_id", *keys, "seed", "starts on"]
+    lines = [head]
+    for i, s in enumerate(specs):
+        where = slots[i].device if i < len(slots) else "queued"
+        lines.append([str(i), s.trial_id, *(_cell(s.params.get(k)) for k in keys), str(s.seed), where])
+    widths = [max(len(row[c]) for row in lines[:200]) for c in range(len(head))]
+    out = sys.stdout
+    for row in lines:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else str(value)

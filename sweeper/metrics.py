@@ -1,0 +1,95 @@
+"""Turning what ``fn`` returned into a row's metrics, and judging how a trial failed."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+#: Columns every results table has; a metric may not take one of these names.
+FRONT_COLUMNS = ("trial_id", "trial", "status")
+BACK_COLUMNS = ("seed", "device", "started_at", "duration_s", "error", "attempts")
+RESERVED = frozenset(FRONT_COLUMNS + BACK_COLUMNS)
+
+_OOM_TEXTS = (
+    "resource_exhausted",
+    "resourceexhausted",
+    "out of memory",
+    "cuda_error_out_of_memory",
+    "oom when allocating",
+    "failed to allocate",
+)
+
+
+class BadResult(ValueError):
+    """``fn`` returned something that is not a mapping of metric names to numbers."""
+
+
+def _number(name: str, value: Any) -> int | float:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value
+    if isinstance(value, (str, bytes)) or value is None:
+        raise BadResult(
+            f"metric {name!r} is {type(value).__name__} {value!r}, not a number; "
+            "return numbers only (put text in the trial's log or folder)"
+        )
+    try:  # numpy scalars, 0-d arrays, scalar tensors
+        number = float(value)
+    except (TypeError, ValueError):
+        raise BadResult(
+            f"metric {name!r} is a {type(value).__name__}, not a number; "
+            "return plain numbers, e.g. float(history.history['val_accuracy'][-1])"
+        ) from None
+    return number
+
+
+def normalise(value: Any) -> dict[str, int | float]:
+    """Metrics as plain Python numbers, from a mapping or a Keras ``History``.
+
+    Raises:
+        BadResult: with a message saying what was returned and what is expected.
+    """
+    history = getattr(value, "history", None)
+    if isinstance(history, Mapping) and not isinstance(value, Mapping):
+        value = {k: v[-1] for k, v in history.items() if len(v)}
+    if not isinstance(value, Mapping):
+        what = "None (no return statement?)" if value is None else type(value).__name__
+        raise BadResult(
+            f"train returned {what}; return a dict of metric names to numbers, "
+            "e.g. {'val_accuracy': 0.93}, or the History from model.fit"
+        )
+    metrics: dict[str, int | float] = {}
+    for name, number in value.items():
+        if not isinstance(name, str) or not name:
+            raise BadResult(f"metric name {name!r} is not a non-empty string; name each metric")
+        if name in RESERVED or name.startswith("param_"):
+            raise BadResult(
+                f"metric {name!r} clashes with the table's own column of that name; rename it"
+            )
+        metrics[name] = _number(name, number)
+    return metrics
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether an exception means out of memory (GPU or host), for any framework."""
+    if isinstance(exc, MemoryError):
+        return True
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & {"ResourceExhaustedError", "OutOfMemoryError"}:
+        return True
+    return text_says_oom(str(exc))
+
+
+def text_says_oom(text: str) -> bool:
+    """Whether a log or message says that memory ran out."""
+    low = text.lower()
+    return any(t in low for t in _OOM_TEXTS)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not (
+        isinstance(value, float) and math.isnan(value)
+    )

@@ -1,0 +1,67 @@
+"""The knobs of a sweep, checked once, whether they come from code, a grid file or flags."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
+
+from .errors import SweepError
+from .slots import parse_gpus
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every ``sweep()`` keyword. The CLI's flags and a grid file's ``options`` map onto these."""
+
+    name: str | None = None  #: sweep folder name under ``out`` (default: the module's stem)
+    out: str = "results"  #: where sweep folders go
+    workers: int | None = None  #: trials at once (default: GPU slots, else the CPU count)
+    seed: int = 0  #: the sweep's seed; each trial's seed derives from it and the trial id
+    timeout: float | None = None  #: seconds a trial may run before it is killed
+    retries: int = 0  #: extra attempts for trials that crash, run out of memory or time out
+    gpus: Any = None  #: "all" (default), "none", or ids such as [0, 2] or "0,2"
+    per_gpu: int | None = None  #: trials sharing one GPU
+    fresh: bool = False  #: start a new ledger (the old one is kept, renamed)
+    skip_failed: bool = False  #: keep failed trials' rows instead of running them again
+    dry_run: bool = False  #: build the plan and run nothing
+    metric: str | None = None  #: metric that ranks trials (default: the first one)
+    mode: str | None = None  #: "max" or "min" (default: max for names with "acc", else min)
+    progress: bool = True  #: print a line per finished trial
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def build(cls, values: Mapping[str, Any], where: str = "sweep()") -> "Options":
+        """Options from keywords, refusing unknown names with the nearest valid one."""
+        known = cls.names()
+        for key in values:
+            if key not in known:
+                near = difflib.get_close_matches(str(key), known, n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else f"; valid: {', '.join(known)}"
+                raise SweepError(f"unknown option {key!r} in {where}{hint}")
+        return cls(**values).checked()
+
+    def merged(self, **overrides: Any) -> "Options":
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None}).checked()
+
+    def checked(self) -> "Options":
+        def whole(name: str, value: Any, low: int) -> None:
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
+                raise SweepError(f"{name} must be a whole number >= {low}, got {value!r}")
+
+        whole("workers", self.workers, 1)
+        whole("retries", self.retries, 0)
+        whole("per_gpu", self.per_gpu, 1)
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise SweepError(f"seed must be a whole number, got {self.seed!r}")
+        if self.timeout is not None and (not isinstance(self.timeout, (int, float)) or self.timeout <= 0):
+            raise SweepError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        if self.mode not in (None, "max", "min"):
+            raise SweepError(f"mode must be 'max' or 'min', got {self.mode!r}")
+        if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
+            raise SweepError(f"name {self.name!r} cannot be a folder name; use letters, digits, - and _")
+        parse_gpus(self.gpus)
+        return self

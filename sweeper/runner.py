@@ -1,0 +1,286 @@
+"""One sweep from start to end: plan the trials, resume from the ledger, run, tabulate.
+
+Shared by :func:`sweeper.sweep` and the command line, so both behave the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+from . import table
+from .errors import SweepError
+from .grid import expand
+from .ledger import FILE as LEDGER_FILE
+from .ledger import Ledger
+from .options import Options
+from .scheduler import Interrupted, Scheduler, log_tail
+from .slots import Slot, make_slots, parse_gpus
+from .target import Target
+from .trial import Status, TrialResult, TrialSpec, trial_id, trial_name, trial_seed
+
+
+@dataclass
+class Outcome:
+    """What a sweep left behind: its results (grid order), where they are, and notes."""
+
+    folder: str
+    results: list[TrialResult]
+    specs: list[TrialSpec]
+    slots: list[Slot]
+    notes: list[str] = field(default_factory=list)
+    ran: int = 0
+    elapsed_s: float = 0.0
+    interrupted: int | None = None  #: the signal that stopped the sweep, if one did
+
+    @property
+    def csv_path(self) -> str:
+        return os.path.join(self.folder, table.FILE)
+
+    def counts(self) -> Counter[str]:
+        return Counter(r.status.value for r in self.results)
+
+
+def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int) -> list[TrialSpec]:
+    """A spec per point, in grid order, with unique folder names."""
+    ids = [trial_id(p) for p in points]
+    names = [trial_name(p) for p in points]
+    clashes = {n for n, c in Counter(names).items() if c > 1}
+    specs = []
+    for i, (p, tid, name) in enumerate(zip(points, ids, names)):
+        if name in clashes:
+            name = f"{name}~{tid[:8]}"
+        specs.append(
+            TrialSpec(
+                trial_id=tid, name=name, index=i, params=dict(p), seed=trial_seed(seed, tid),
+                dir=os.path.join(folder, "trials", name),
+            )
+        )
+    return specs
+
+
+def fingerprint(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()[:16]
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def locked(folder: str) -> Iterator[None]:
+    """One sweep at a time per folder: a second one would run the same trials twice."""
+    path = os.path.join(folder, ".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise SweepError(
+                f"another sweep (pid {other}) is running in {folder}; wait for it, "
+                "or give this one another --name"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def prepare_folder(folder: str, fresh: bool) -> None:
+    try:
+        os.makedirs(os.path.join(folder, "trials"), exist_ok=True)
+        probe = os.path.join(folder, f".probe{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as exc:
+        raise SweepError(f"cannot write to {folder} ({exc.strerror}); choose another --out") from None
+    if fresh:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for name in (LEDGER_FILE, table.FILE):
+            path = os.path.join(folder, name)
+            if os.path.exists(path):
+                stem, ext = os.path.splitext(name)
+                os.replace(path, os.path.join(folder, f"{stem}.{stamp}{ext}"))
+                for extra in ("-wal", "-shm"):
+                    if os.path.exists(path + extra):
+                        os.replace(path + extra, os.path.join(folder, f"{stem}.{stamp}{ext}{extra}"))
+
+
+def run(
+    target: Target,
+    grid: Any,
+    options: Options,
+    *,
+    default_name: str,
+    source_file: str | None = None,
+    listener: Any = None,
+) -> Outcome:
+    """Plan, resume and run a sweep. Raises SweepError for bad input, before any trial."""
+    start = time.monotonic()
+    points = expand(grid)
+    name = options.name or default_name
+    folder = os.path.abspath(os.path.join(options.out, name))
+    specs = plan(points, folder, options.seed)
+    slots = make_slots(parse_gpus(options.gpus), options.per_gpu, options.workers)
+    if options.dry_run:
+        return Outcome(folder, [], specs, slots)
+    prepare_folder(folder, options.fresh)
+    with locked(folder):
+        ledger = Ledger(folder)
+        try:
+            return _run(target, options, specs, slots, ledger, folder, source_file, listener, start)
+        finally:
+            ledger.close()
+
+
+def _run(
+    target: Target,
+    options: Options,
+    specs: list[TrialSpec],
+    slots: list[Slot],
+    ledger: Ledger,
+    folder: str,
+    source_file: str | None,
+    listener: Any,
+    start: float,
+) -> Outcome:
+    notes: list[str] = []
+    ledger.clear_running()
+    previous = ledger.results()
+    print_ = fingerprint(source_file)
+    old_print = ledger.get("grid_fingerprint")
+    if print_ and old_print and print_ != old_print and previous:
+        notes.append(f"the grid file changed since the last run ({len(previous)} trials on record)")
+    ledger.put_many([("grid_fingerprint", print_ or ""), ("total", str(len(specs))),
+                     ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))])
+
+    wanted = {s.trial_id for s in specs}
+    results: dict[str, TrialResult] = {}
+    todo: list[TrialSpec] = []
+    for spec in specs:
+        old = previous.get(spec.trial_id)
+        keep = old is not None and (old.status is Status.OK or options.skip_failed)
+        if keep:
+            results[spec.trial_id] = _reindexed(old, spec)
+        else:
+            todo.append(spec)
+    if results:
+        notes.append(f"resumed: {len(results)} trials already on record were kept; {len(todo)} to run")
+
+    writer = table.CsvWriter(os.path.join(folder, table.FILE))
+
+    def on_record(result: TrialResult) -> None:
+        results[result.trial_id] = result
+        writer.update(list(results.values()))
+
+    def tick() -> float | None:
+        due = writer.due_in()
+        if due == 0.0:
+            writer.flush(list(results.values()))
+            return None
+        return due
+
+    scheduler = Scheduler(
+        target, slots, ledger, workers=options.workers, timeout=options.timeout,
+        retries=options.retries, listener=listener, on_record=on_record, tick=tick,
+    )
+    interrupted = None
+    try:
+        scheduler.run(todo)
+    except Interrupted as exc:
+        interrupted = exc.signum
+    finally:
+        final = [r for tid, r in results.items() if tid in wanted]
+        writer.flush(final)
+    return Outcome(folder, table.ordered(final), specs, slots, notes, len(todo),
+                   time.monotonic() - start, interrupted)
+
+
+def _reindexed(old: TrialResult, spec: TrialSpec) -> TrialResult:
+    """A kept row takes its place in today's grid order."""
+    from dataclasses import replace
+
+    return replace(old, index=spec.index, name=spec.name)
+
+
+# -- what the console shows ----------------------------------------------------------------
+
+
+def choose_metric(results: Sequence[TrialResult], metric: str | None, mode: str | None) -> tuple[str | None, str]:
+    """The metric that ranks trials and its direction (max for accuracies, else min)."""
+    if metric is None:
+        for r in results:
+            if r.metrics:
+                metric = next(iter(r.metrics))
+                break
+    if metric is None:
+        return None, mode or "max"
+    return metric, mode or ("max" if "acc" in metric.lower() else "min")
+
+
+def best(results: Sequence[TrialResult], metric: str | None, mode: str) -> TrialResult | None:
+    scored = [r for r in results if r.ok and metric in r.metrics and r.metrics[metric] == r.metrics[metric]]
+    if not scored:
+        return None
+    pick = max if mode == "max" else min
+    return pick(scored, key=lambda r: r.metrics[metric])
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+class PlainLines:
+    """One plain line per finished trial on a stream: no control characters, pipe-friendly."""
+
+    def __init__(self, total: int, stream: Any = None) -> None:
+        self.total = total
+        self.done = 0
+        self.stream = stream or sys.stdout
+
+    def started(self, spec: TrialSpec) -> None:
+        pass
+
+    def finished(self, result: TrialResult, retrying: bool) -> None:
+        if not retrying:
+            self.done += 1
+        shown = ", ".join(f"{k}={_fmt(v)}" for k, v in list(result.metrics.items())[:4])
+        head = f"[{self.done}/{self.total}] {result.status.value:<11} {result.name}"
+        tail = f"  {shown}" if shown else f"  {result.error}"
+        again = f"  (attempt {result.attempts}, retrying)" if retrying else ""
+        print(f"{head}{tail}  ({result.duration_s:.1f}s, {result.device}){again}", file=self.stream, flush=True)
+        if not result.ok and not retrying:
+            print(f"    log: {result.log}", file=self.stream)
+            if result.status in (Status.CRASHED, Status.OOM, Status.ERROR):
+                for line in log_tail(result.log, 4):
+                    print(f"    | {line}", file=self.stream)
+            self.stream.flush()
+
+
+def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]:
+    """The closing lines: counts by status, the best trial, where the CSV is."""
+    counts = outcome.counts()
+    order = [s.value for s in Status]
+    parts = ", ".join(f"{counts[s]} {s}" for s in order if counts[s])
+    lines = [f"sweeper: {len(outcome.results)} of {len(outcome.specs)} trials on record: {parts or 'none'}"
+             f" ({outcome.ran} run this time, {outcome.elapsed_s:.1f}s)"]
+    lines += [f"sweeper: note: {n}" for n in outcome.notes]
+    metric, mode = choose_metric(outcome.results, metric, mode)
+    top = best(outcome.results, metric, mode)
+    if top is not None:
+        params = ", ".join(f"{k}={v}" for k, v in top.params.items())
+        lines.append(f"sweeper: best {metric} ({mode}) = {_fmt(top.metrics[metric])}: {top.name} ({params})")
+    lines.append(f"sweeper: results: {outcome.csv_path}")
+    return lines

@@ -1,0 +1,372 @@
+"""The parent's loop: one fresh ``spawn`` process per trial, watched until it is gone.
+
+Data flow of one sweep::
+
+     sweep() / CLI                      Scheduler (parent, one thread)              trial process (spawn)
+    ┌──────────────┐  TrialSpecs   ┌────────────────────────────────┐            ┌──────────────────────┐
+    │ grid → specs │─────────────▶ │ queue ──▶ pick free slot       │  start()   │ worker.main          │
+    │ minus rows   │               │ (least-loaded device first)    │──(slot env)▶│  own process group   │
+    │ already ok   │               │                                │──spec─────▶│  die with parent     │
+    └──────────────┘               │ wait([pipes, sentinels,        │            │  fds 1,2 → log.txt   │
+                                   │       signal pipe], deadline)  │◀─result────│  seed, train(params) │
+                                   │  pipe: result message          │◀─sentinel──│  result.json, exit   │
+                                   │  sentinel: process gone        │            └──────────────────────┘
+                                   │  deadline: SIGTERM, then       │
+                                   │   SIGKILL to the process group │
+                                   │  signal pipe: Ctrl-C, SIGTERM  │
+                                   └───────────────┬────────────────┘
+                                                   │ TrialResult, before the slot is reused
+                                                   ▼
+                            Ledger (SQLite WAL, fsync) ──▶ results.csv (tmp + rename) ──▶ listener
+
+Why not a pool: the stdlib ``Pool`` hangs for ever when a worker is killed, and
+``ProcessPoolExecutor`` fails every running task when one process dies. Here each trial
+has its own ``Process``; its death is seen through its sentinel and judged alone, so one
+trial's segfault is that trial's ``crashed`` row and nothing else. Processes are not
+daemonic (a trial may start its own workers), so the loop kills whatever is left of
+each trial's process group itself, on every way out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+from . import worker
+from .ledger import Ledger
+from .metrics import text_says_oom
+from .slots import Slot, pick
+from .target import Target
+from .trial import Status, TrialResult, TrialSpec
+
+#: Seconds between SIGTERM and SIGKILL when a trial's process group is stopped.
+TERM_GRACE = 5.0
+#: Seconds a process may take to exit after it sent its result.
+EXIT_GRACE = 10.0
+LOG_TAIL_LINES = 8
+
+
+class Listener(Protocol):
+    def started(self, spec: TrialSpec) -> None: ...
+    def finished(self, result: TrialResult, retrying: bool) -> None: ...
+
+
+class Interrupted(Exception):
+    """The sweep was stopped by a signal; running trials were recorded ``interrupted``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass
+class _Running:
+    spec: TrialSpec
+    slot: Slot
+    process: Any  # multiprocessing.context.SpawnProcess
+    conn: multiprocessing.connection.Connection | None
+    t0: float
+    started_at: str
+    deadline: float | None
+    message: dict[str, Any] | None = None
+    verdict: Status | None = None  # decided by the parent: timeout or interrupted
+    why: str = ""
+    kill_stage: int = 0  # 0: none, 1: SIGTERM sent, 2: SIGKILL sent
+    ended: float | None = None
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def killpg(pid: int, sig: int) -> None:
+    """Signal a trial's process group (it leads its own), or the process if it does not yet."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    except PermissionError:
+        pass
+
+
+@contextlib.contextmanager
+def environ(extra: dict[str, str]) -> Iterator[None]:
+    """Set variables for a child about to be spawned (it copies them when it starts)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Scheduler:
+    """Runs specs on slots; every trial ends as one :class:`TrialResult` in the ledger."""
+
+    def __init__(
+        self,
+        target: Target,
+        slots: Sequence[Slot],
+        ledger: Ledger,
+        *,
+        workers: int | None = None,
+        timeout: float | None = None,
+        retries: int = 0,
+        listener: Listener | None = None,
+        on_record: Callable[[TrialResult], None] | None = None,
+        tick: Callable[[], float | None] | None = None,
+    ) -> None:
+        self.ctx = multiprocessing.get_context("spawn")
+        self.target = target
+        self.slots = list(slots)
+        self.limit = min(workers or len(self.slots), len(self.slots))
+        self.ledger = ledger
+        self.timeout = timeout
+        self.retries = retries
+        self.listener = listener
+        self.on_record = on_record
+        self.tick = tick
+        self.running: dict[int, _Running] = {}
+        self.queue: deque[TrialSpec] = deque()
+        self.signals: list[int] = []
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self, specs: Sequence[TrialSpec]) -> None:
+        """Run every spec (and its retries) to a recorded result; raise Interrupted on a signal."""
+        self.queue.extend(specs)
+        try:
+            with self._catch_signals():
+                while self.running or (self.queue and not self.signals):
+                    if not self.signals:
+                        self._fill()
+                    self._wait()
+        finally:
+            self._kill_all()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+        if self.signals:
+            raise Interrupted(self.signals[0])
+
+    def _fill(self) -> None:
+        while self.queue and len(self.running) < self.limit:
+            free = [s for s in self.slots if s.index not in self.running]
+            slot = pick(free, (r.slot for r in self.running.values()))
+            self._start(self.queue.popleft(), slot)
+
+    def _start(self, spec: TrialSpec, slot: Slot) -> None:
+        spec = replace(spec, device=slot.device, env={**spec.env, **_trial_env(spec)})
+        parent_conn, child_conn = self.ctx.Pipe()
+        boot = worker.Boot(os.getpid(), self.target, slot.env)
+        process = self.ctx.Process(
+            target=worker.main, args=(child_conn, boot), name=f"sweeper:{spec.name}", daemon=False
+        )
+        with environ(slot.env):
+            process.start()
+        child_conn.close()
+        parent_conn.send(spec)
+        t0 = time.monotonic()
+        deadline = t0 + self.timeout if self.timeout else None
+        run = _Running(spec, slot, process, parent_conn, t0, now_iso(), deadline)
+        self.running[slot.index] = run
+        self.ledger.mark_running(spec, process.pid, run.started_at)
+        if self.listener:
+            self.listener.started(spec)
+
+    def _wait(self) -> None:
+        waits: list[Any] = [self._wake_r]
+        for r in self.running.values():
+            waits.append(r.process.sentinel)
+            if r.conn is not None:
+                waits.append(r.conn)
+        ready = set(multiprocessing.connection.wait(waits, self._next_timeout()))
+        if self._wake_r in ready:
+            self._on_signal()
+        for r in list(self.running.values()):
+            if r.conn is not None and r.conn in ready:
+                self._receive(r)
+            if r.process.sentinel in ready:
+                self._finish(r)
+        now = time.monotonic()
+        for r in list(self.running.values()):
+            if r.deadline is not None and now >= r.deadline:
+                self._escalate(r, now)
+
+    def _next_timeout(self) -> float | None:
+        times = [r.deadline for r in self.running.values() if r.deadline is not None]
+        soonest = min(times) - time.monotonic() if times else None
+        if self.tick:
+            due = self.tick()
+            if due is not None:
+                soonest = due if soonest is None else min(soonest, due)
+        return None if soonest is None else max(0.0, soonest)
+
+    # -- messages and endings ---------------------------------------------------------
+
+    def _receive(self, r: _Running) -> None:
+        assert r.conn is not None
+        try:
+            while r.conn.poll():
+                kind, payload = r.conn.recv()
+                if kind == "result" and r.message is None:
+                    r.message = payload
+                    r.ended = time.monotonic()
+                    if r.kill_stage == 0:
+                        r.deadline = r.ended + EXIT_GRACE  # it should exit now
+        except (EOFError, OSError):
+            r.conn.close()
+            r.conn = None
+
+    def _escalate(self, r: _Running, now: float) -> None:
+        """A deadline passed: time the trial out, or push a lingering process harder."""
+        if r.message is None and r.verdict is None:
+            r.verdict, r.why = Status.TIMEOUT, f"ran past the timeout of {self.timeout:g}s and was killed"
+            r.ended = now
+        if r.kill_stage == 0:
+            killpg(r.process.pid, signal.SIGTERM)
+            r.kill_stage, r.deadline = 1, now + TERM_GRACE
+        elif r.kill_stage == 1:
+            killpg(r.process.pid, signal.SIGKILL)
+            r.kill_stage, r.deadline = 2, None
+
+    def _finish(self, r: _Running) -> None:
+        """The process is gone: judge the trial, record it, free the slot."""
+        r.process.join()
+        if r.conn is not None:
+            self._receive(r)
+            if r.conn is not None:
+                r.conn.close()
+        killpg(r.process.pid, signal.SIGKILL)  # anything it left in its group
+        result = self._judge(r)
+        retrying = result.status.retryable and r.spec.attempt <= self.retries and not self.signals
+        self.ledger.record(result)
+        del self.running[r.slot.index]
+        r.process.close()
+        if retrying:
+            self.queue.append(replace(r.spec, attempt=r.spec.attempt + 1))
+        if self.on_record:
+            self.on_record(result)
+        if self.listener:
+            self.listener.finished(result, retrying)
+
+    def _judge(self, r: _Running) -> TrialResult:
+        spec, end = r.spec, r.ended or time.monotonic()
+        exitcode = r.process.exitcode
+        if r.message is not None:
+            status, error = Status(r.message["status"]), r.message.get("error", "")
+            metrics = r.message.get("metrics", {})
+        elif r.verdict is not None:
+            status, error, metrics = r.verdict, r.why, {}
+        else:
+            status, error, metrics = _crash_verdict(exitcode, spec.log_path)
+        return TrialResult(
+            trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
+            status=status, metrics=metrics, seed=spec.seed, device=spec.device,
+            started_at=r.started_at, duration_s=end - r.t0, error=error, attempts=spec.attempt,
+            pid=r.process.pid, exitcode=exitcode, log=spec.log_path,
+        )
+
+    # -- signals and cleanup ----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _catch_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            self.signals.append(signum)
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"!")
+
+        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _on_signal(self) -> None:
+        with contextlib.suppress(OSError):
+            os.read(self._wake_r, 1024)
+        hard = len(self.signals) > 1
+        now = time.monotonic()
+        for r in self.running.values():
+            if r.message is None and r.verdict is None:
+                r.verdict, r.why = Status.INTERRUPTED, f"stopped by {signal.Signals(self.signals[0]).name}"
+                r.ended = now
+            if hard:
+                killpg(r.process.pid, signal.SIGKILL)
+                r.kill_stage, r.deadline = 2, None
+            elif r.kill_stage == 0:
+                killpg(r.process.pid, signal.SIGTERM)
+                r.kill_stage, r.deadline = 1, now + TERM_GRACE
+
+    def _kill_all(self) -> None:
+        """Last resort on any way out: nothing of a trial outlives the sweep."""
+        for r in list(self.running.values()):
+            killpg(r.process.pid, signal.SIGKILL)
+        for r in list(self.running.values()):
+            r.process.join(timeout=TERM_GRACE)
+            if r.verdict is None and r.message is None:
+                r.verdict, r.why = Status.INTERRUPTED, "the sweep stopped while it ran"
+            if r.process.exitcode is not None:
+                self._finish(r)
+
+
+def _trial_env(spec: TrialSpec) -> dict[str, str]:
+    import json
+
+    return {
+        "SWEEPER_TRIAL_ID": spec.trial_id,
+        "SWEEPER_TRIAL_NAME": spec.name,
+        "SWEEPER_TRIAL_DIR": spec.dir,
+        "SWEEPER_SEED": str(spec.seed),
+        "SWEEPER_PARAMS": json.dumps(spec.params, sort_keys=True),
+    }
+
+
+def _crash_verdict(exitcode: int | None, log_path: str) -> tuple[Status, str, dict[str, Any]]:
+    """A process that died without a result: name how, and look for out-of-memory in its log."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = signal.Signals(-exitcode).name
+        except ValueError:
+            how = f"signal {-exitcode}"
+    else:
+        how = f"exit code {exitcode}"
+    tail = log_tail(log_path)
+    last = next((line.strip() for line in reversed(tail) if line.strip()), "")
+    if text_says_oom("\n".join(tail)):
+        return Status.OOM, f"ran out of memory and died ({how}): {last}"[:300], {}
+    detail = f"; last log line: {last}" if last else ""
+    return Status.CRASHED, f"died with {how} before returning a result{detail}"[:300], {}
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last lines of a trial's log (cheap for big logs: reads the end only)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16384))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]

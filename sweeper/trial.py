@@ -1,0 +1,143 @@
+"""What a trial is: its identity, its spec (what to run) and its result (what came back).
+
+A trial is identified by its parameters alone, so the same grid gives the same ids
+tomorrow, on another machine, in any order:
+
+* ``trial_id``: the first 12 hex digits of the SHA-256 of the point's canonical JSON
+  (sorted keys, shortest round-trip floats). Lossless: 0.001 and 0.0010000001 differ.
+* ``name``: a readable folder name built like the seed document's
+  ``build_string_from_dict`` (sorted keys, ``key=value`` joined by ``,``, floats in
+  ``%g`` form with ``.`` replaced by ``_``). Where that would be lossy, too long or
+  unsafe for a file name, a short hash of the id is appended so names stay unique.
+* ``seed``: derived from the sweep's seed and the trial id only, never from the order
+  or the worker that ran it.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+#: Longest readable part of a trial name before it is cut and hashed.
+MAX_NAME_LEN = 80
+_SAFE = re.compile(r"^[A-Za-z0-9_.+\-]+$")
+
+
+class Status(str, enum.Enum):
+    """The final state of a trial, as written in the ``status`` column."""
+
+    OK = "ok"  #: ``fn`` returned metrics.
+    ERROR = "error"  #: ``fn`` raised, or returned something that is not metrics.
+    OOM = "oom"  #: out of memory (GPU or host); retried with ``retries``.
+    CRASHED = "crashed"  #: the process died without a result; retried.
+    TIMEOUT = "timeout"  #: ran past ``timeout``; its process group was killed; retried.
+    INTERRUPTED = "interrupted"  #: the sweep was stopped (Ctrl-C, SIGTERM) while it ran.
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def retryable(self) -> bool:
+        """Whether running the trial again may give another outcome."""
+        return self in (Status.OOM, Status.CRASHED, Status.TIMEOUT)
+
+
+def canonical_json(params: Mapping[str, Any]) -> str:
+    """The one string a point is known by: sorted keys, no spaces, round-trip floats."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def trial_id(params: Mapping[str, Any]) -> str:
+    """Stable id of a point: depends on its parameters and nothing else."""
+    return hashlib.sha256(canonical_json(params).encode()).hexdigest()[:12]
+
+
+def _fmt(value: Any) -> tuple[str, bool]:
+    """Format one value for a name; the flag says whether the text is exact."""
+    if isinstance(value, bool) or value is None:
+        return str(value), True
+    if isinstance(value, int):
+        return str(value), True
+    if isinstance(value, float):
+        text = "%g" % value
+        exact = math.isfinite(value) and float(text) == value
+        if exact and not any(c in text for c in ".en"):
+            text += ".0"  # keep 32.0 apart from the int 32
+        return text.replace(".", "_"), exact
+    if isinstance(value, str):
+        return value, bool(_SAFE.match(value))
+    if isinstance(value, (list, tuple)):
+        parts = [_fmt(v) for v in value]
+        return "-".join(p for p, _ in parts) or "empty", all(e for _, e in parts) and bool(parts)
+    return str(value), False
+
+
+def trial_name(params: Mapping[str, Any]) -> str:
+    """Readable, file-name-safe and unique name of a point, e.g. ``batch_size=32,lr=0_001``."""
+    if not params:
+        return "default"
+    parts, exact = [], True
+    for key in sorted(params):
+        text, ok = _fmt(params[key])
+        exact = exact and ok and bool(_SAFE.match(key))
+        parts.append(f"{key}={text}")
+    name = ",".join(parts)
+    safe = re.sub(r"[^A-Za-z0-9_.+\-=,]", "_", name)
+    if exact and safe == name and len(name) <= MAX_NAME_LEN:
+        return name
+    return f"{safe[:MAX_NAME_LEN].rstrip(',')}~{trial_id(params)[:8]}"
+
+
+def trial_seed(sweep_seed: int, tid: str) -> int:
+    """A 31-bit seed from the sweep's seed and the trial id only."""
+    digest = hashlib.sha256(f"{int(sweep_seed)}:{tid}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything a worker needs to run one trial. Built by the parent, sent to the child."""
+
+    trial_id: str
+    name: str
+    index: int  #: position in the grid's order
+    params: dict[str, Any] = field(hash=False)
+    seed: int
+    dir: str  #: the trial's own folder, ``<out>/<name>/trials/<trial>/``
+    attempt: int = 1
+    device: str = "cpu"  #: ``cpu`` or ``gpu:<index>``
+    env: dict[str, str] = field(default_factory=dict, hash=False)  #: set in the child
+
+    @property
+    def log_path(self) -> str:
+        return f"{self.dir}/log.txt"
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What became of one trial: one row of the results table."""
+
+    trial_id: str
+    name: str
+    index: int
+    params: dict[str, Any] = field(hash=False)
+    status: Status
+    metrics: dict[str, float] = field(default_factory=dict, hash=False)
+    seed: int = 0
+    device: str = ""
+    started_at: str = ""  #: ISO 8601, UTC
+    duration_s: float = 0.0
+    error: str = ""  #: one line; empty when ok
+    attempts: int = 1
+    pid: int = 0
+    exitcode: int | None = None
+    log: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK

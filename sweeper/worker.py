@@ -1,0 +1,229 @@
+"""The trial process, from spawn to exit. Small on purpose (as submitit's worker is).
+
+The parent starts ``main`` in a fresh ``spawn`` process and sends it one
+:class:`~sweeper.trial.TrialSpec` over a pipe. The child then, in this order:
+
+1. becomes the leader of its own process group (so a timeout or Ctrl-C can kill the
+   trial with everything it started) and arranges to die with its parent
+   (``PR_SET_PDEATHSIG`` plus a thread watching the parent's sentinel);
+2. points file descriptors 1 and 2 at the trial's ``log.txt`` (TensorFlow logs from C++);
+3. sets the trial's environment, then loads ``train`` (importing the user's module);
+4. seeds ``random``, NumPy, TensorFlow, Keras and PyTorch, now if they are imported and
+   otherwise the moment they are;
+5. runs ``train(params)``, turns its return value into metrics, writes ``result.json``
+   atomically in the trial folder and sends the same message to the parent;
+6. exits, releasing all of its memory, GPU memory included.
+
+Nothing heavy is imported here: the framework arrives with the user's module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.abc
+import importlib.util
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import context
+from .metrics import BadResult, is_oom, normalise
+from .target import Target
+from .trial import Status, TrialSpec
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Boot:
+    """What a worker process is started with, before it knows its trial."""
+
+    parent_pid: int
+    target: Target
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
+    """Entry point of a trial process (the ``target`` of its ``Process``)."""
+    _guard(boot.parent_pid)
+    os.environ.update(boot.env)
+    spec: TrialSpec = conn.recv()
+    _redirect_output(spec)
+    os.environ.update(spec.env)
+    message = run_trial(spec, boot.target.load)
+    _write_json(os.path.join(spec.dir, "result.json"), {"trial_id": spec.trial_id, **message})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        conn.send(("result", message))
+    except OSError:  # the parent is gone; the watcher will end us
+        pass
+    conn.close()
+
+
+def run_trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]]) -> dict[str, Any]:
+    """Load ``train``, seed, run it, and describe the outcome as a plain message."""
+    context._set(spec)
+    _SeedOnImport.install(spec.seed)
+    try:
+        fn = load()
+        value = fn(dict(spec.params))
+        return {"status": Status.OK.value, "metrics": normalise(value), "error": ""}
+    except BadResult as exc:
+        print(f"sweeper: {exc}", file=sys.stderr)
+        return {"status": Status.ERROR.value, "metrics": {}, "error": str(exc)}
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
+        traceback.print_exc()
+        line = traceback.format_exception_only(type(exc), exc)[-1].strip().splitlines()[-1]
+        status = Status.OOM if is_oom(exc) else Status.ERROR
+        return {"status": status.value, "metrics": {}, "error": line}
+    finally:
+        context._set(None)
+
+
+# -- staying with the parent -------------------------------------------------------------
+
+
+def _kill_own_group(*_: Any) -> None:
+    """End this trial and everything it started, at once."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os._exit(1)
+
+
+def _guard(parent_pid: int) -> None:
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    signal.signal(signal.SIGHUP, _kill_own_group)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the watcher thread still works
+        pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        _kill_own_group()
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.sentinel is not None:
+        sentinel = parent.sentinel
+
+        def watch() -> None:
+            multiprocessing.connection.wait([sentinel])
+            _kill_own_group()
+
+        threading.Thread(target=watch, name="sweeper-parent-watch", daemon=True).start()
+
+
+# -- logs ----------------------------------------------------------------------------------
+
+
+def _redirect_output(spec: TrialSpec) -> None:
+    """Send fds 1 and 2 (Python's and native code's output) to the trial's log."""
+    os.makedirs(spec.dir, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            pass
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    print(
+        f"=== sweeper: trial {spec.name} (id {spec.trial_id}) attempt {spec.attempt}, "
+        f"pid {os.getpid()}, device {spec.device}, seed {spec.seed}, {stamp}Z ===",
+        flush=True,
+    )
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    """Write a file that readers see whole or not at all."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# -- seeds -----------------------------------------------------------------------------------
+
+
+def _seed_numpy(mod: Any, seed: int) -> None:
+    mod.random.seed(seed)
+
+
+def _seed_tensorflow(mod: Any, seed: int) -> None:
+    mod.random.set_seed(seed)
+
+
+def _seed_keras(mod: Any, seed: int) -> None:
+    mod.utils.set_random_seed(seed)
+
+
+def _seed_torch(mod: Any, seed: int) -> None:
+    mod.manual_seed(seed)
+
+
+_SEEDERS: dict[str, Callable[[Any, int], None]] = {
+    "numpy": _seed_numpy,
+    "tensorflow": _seed_tensorflow,
+    "keras": _seed_keras,
+    "torch": _seed_torch,
+}
+
+
+class _SeedOnImport(importlib.abc.MetaPathFinder):
+    """Seeds each framework right away if imported, else right after its import."""
+
+    def __init__(self, seed: int, pending: set[str]) -> None:
+        self.seed = seed
+        self.pending = pending
+
+    @classmethod
+    def install(cls, seed: int) -> None:
+        random.seed(seed)
+        pending = set()
+        for name, seeder in _SEEDERS.items():
+            if name in sys.modules:
+                seeder(sys.modules[name], seed)
+            else:
+                pending.add(name)
+        if pending:
+            sys.meta_path.insert(0, cls(seed, pending))
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in self.pending:
+            return None
+        self.pending.discard(fullname)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        inner, seed, seeder = spec.loader, self.seed, _SEEDERS[fullname]
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return inner.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                inner.exec_module(module)
+                seeder(module, seed)
+
+            def __getattr__(self, name: str) -> Any:  # resources, is_package, get_code...
+                return getattr(inner, name)
+
+        spec.loader = Loader()
+        return spec
