@@ -59,10 +59,8 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     default_name = os.path.splitext(os.path.basename(source))[0] if source else getattr(fn, "__name__", "sweep")
     listener = None
     if opts.progress and not opts.dry_run:
-        listener = runner.PlainLines(0)
+        listener = runner.PlainLines()
     outcome = runner.run(target, grid, opts, default_name=default_name, source_file=source, listener=listener)
-    if listener is not None:
-        listener.total = len(outcome.specs)
     if opts.dry_run:
         return plan_frame(outcome)
     frame = table.dataframe(outcome.results)

@@ -79,7 +79,7 @@ def _main(argv: list[str]) -> int:
                                            "metric", "mode")}
     opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
     stem = os.path.splitext(os.path.basename(grid.path))[0]
-    listener = None if args.quiet else runner.PlainLines(len(grid.points))
+    listener = None if args.quiet else runner.PlainLines()
     outcome = runner.run(FileTarget(grid.path), Points(grid.points), opts, default_name=stem,
                          source_file=grid.path, listener=listener)
     if opts.dry_run:

@@ -192,6 +192,8 @@ def _run(
             return None
         return due
 
+    if listener is not None:
+        listener.begin(len(todo), len(specs))
     scheduler = Scheduler(
         target, slots, ledger, workers=options.workers, timeout=options.timeout,
         retries=options.retries, listener=listener, on_record=on_record, tick=tick,
@@ -245,10 +247,13 @@ def _fmt(value: Any) -> str:
 class PlainLines:
     """One plain line per finished trial on a stream: no control characters, pipe-friendly."""
 
-    def __init__(self, total: int, stream: Any = None) -> None:
-        self.total = total
+    def __init__(self, stream: Any = None) -> None:
+        self.total = 0
         self.done = 0
         self.stream = stream or sys.stdout
+
+    def begin(self, to_run: int, total: int) -> None:
+        self.total = to_run
 
     def started(self, spec: TrialSpec) -> None:
         pass
@@ -264,7 +269,7 @@ class PlainLines:
         if not result.ok and not retrying:
             print(f"    log: {result.log}", file=self.stream)
             if result.status in (Status.CRASHED, Status.OOM, Status.ERROR):
-                for line in log_tail(result.log, 4):
+                for line in log_tail(result.log, 4)[-4:]:
                     print(f"    | {line}", file=self.stream)
             self.stream.flush()
 

@@ -47,6 +47,7 @@ from .metrics import text_says_oom
 from .slots import Slot, pick
 from .target import Target
 from .trial import Status, TrialResult, TrialSpec
+from .worker import LOG_HEADER
 
 #: Seconds between SIGTERM and SIGKILL when a trial's process group is stopped.
 TERM_GRACE = 5.0
@@ -56,6 +57,7 @@ LOG_TAIL_LINES = 8
 
 
 class Listener(Protocol):
+    def begin(self, to_run: int, total: int) -> None: ...
     def started(self, spec: TrialSpec) -> None: ...
     def finished(self, result: TrialResult, retrying: bool) -> None: ...
 
@@ -352,7 +354,7 @@ def _crash_verdict(exitcode: int | None, log_path: str) -> tuple[Status, str, di
     else:
         how = f"exit code {exitcode}"
     tail = log_tail(log_path)
-    last = next((line.strip() for line in reversed(tail) if line.strip()), "")
+    last = next((t.strip() for t in reversed(tail) if t.strip() and not t.startswith(LOG_HEADER)), "")
     if text_says_oom("\n".join(tail)):
         return Status.OOM, f"ran out of memory and died ({how}): {last}"[:300], {}
     detail = f"; last log line: {last}" if last else ""

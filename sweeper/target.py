@@ -76,6 +76,7 @@ class FunctionTarget:
 
     @classmethod
     def of(cls, fn: Callable[..., Any]) -> "FunctionTarget":
+        check_main_importable()
         label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
         if getattr(fn, "__module__", None) == "__main__":
             main = sys.modules.get("__main__")
@@ -101,6 +102,16 @@ class FunctionTarget:
 
 
 Target = FileTarget | FunctionTarget
+
+
+def check_main_importable() -> None:
+    """Spawned children re-import the parent's ``__main__`` file; it must exist."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file and not os.path.isfile(main_file):
+        raise SweepError(
+            f"the calling program ({main_file}) is not a file that spawned workers can import; "
+            "save the script to a .py file and run that"
+        )
 
 
 def check_signature(fn: Any, label: str) -> None:

@@ -41,6 +41,7 @@ from .target import Target
 from .trial import Status, TrialSpec
 
 _PR_SET_PDEATHSIG = 1
+LOG_HEADER = "=== sweeper:"  #: starts the line the worker writes at the top of each attempt
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ def _redirect_output(spec: TrialSpec) -> None:
             pass
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     print(
-        f"=== sweeper: trial {spec.name} (id {spec.trial_id}) attempt {spec.attempt}, "
+        f"{LOG_HEADER} trial {spec.name} (id {spec.trial_id}) attempt {spec.attempt}, "
         f"pid {os.getpid()}, device {spec.device}, seed {spec.seed}, {stamp}Z ===",
         flush=True,
     )

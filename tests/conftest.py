@@ -1,0 +1,77 @@
+"""Shared fixtures: every test must leave no process behind."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import psutil
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if HERE not in sys.path:  # spawned children inherit sys.path, so they can import sweep_fns
+    sys.path.insert(0, HERE)
+
+
+@pytest.fixture(autouse=True)
+def no_stray_processes():
+    """Fail a test that leaves any child process of the test runner alive."""
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    left = [p for p in me.children(recursive=True) if p.pid not in before and not _helper(p)]
+    gone, alive = psutil.wait_procs(left, timeout=10)
+    alive = [p for p in alive if _running(p)]
+    for p in alive:
+        p.kill()
+    assert not alive, f"processes left behind: {[(p.pid, _cmd(p)) for p in alive]}"
+
+
+def _helper(p: psutil.Process) -> bool:
+    """multiprocessing's resource tracker: one per parent, lives as long as the parent."""
+    return "multiprocessing.resource_tracker" in _cmd(p)
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _cmd(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())[:120]
+    except psutil.Error:
+        return "?"
+
+
+def assert_dead(pid: int, timeout: float = 10) -> None:
+    """The process is gone (or a zombie nobody reaped, which holds no memory)."""
+    try:
+        p = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    gone, alive = psutil.wait_procs([p], timeout=timeout)
+    alive = [q for q in alive if _running(q)]
+    for q in alive:
+        q.kill()
+    assert not alive, f"process {pid} outlived its trial"
+
+
+def write_grid(tmp_path, body: str, name: str = "grid.py") -> str:
+    """A grid file in tmp_path whose train functions come from tests/sweep_fns.py."""
+    path = tmp_path / name
+    path.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\n{body}")
+    return str(path)
+
+
+def run_cli(*args: str, cwd=None, timeout: float = 240):
+    """``python -m sweeper ...`` as a user runs it; returns the CompletedProcess."""
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-m", "sweeper", *args],
+        cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
+    )

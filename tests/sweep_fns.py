@@ -1,0 +1,98 @@
+"""Trial functions for the tests. Importable by spawned children (tests/ is on sys.path).
+
+Nothing heavy at module level: most tests here are about processes, not models.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import sweeper
+
+
+def echo(params):
+    """Reports what the child saw: its pid, its GPU pinning, its seed and params."""
+    trial = sweeper.current_trial()
+    return {
+        "value": float(params.get("x", 0)) * 2,
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "cuda": float(os.environ.get("CUDA_VISIBLE_DEVICES", "nan").replace("-1", "-1") or "nan"),
+        "seed_seen": trial.seed if trial else -1,
+    }
+
+
+def crash(params):
+    """One function, many ways to die, chosen by params['how']; 'ok' returns normally."""
+    how = params["how"]
+    if how == "ok":
+        return {"value": 1.0}
+    if how == "raise":
+        raise ValueError("boom from the trial")
+    if how == "exit3":
+        os._exit(3)
+    if how == "segv":
+        print("about to segfault", flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if how == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "sleep":
+        time.sleep(600)
+    if how == "none":
+        return None
+    if how == "unpicklable":
+        return lambda: 1
+    if how == "bad_value":
+        return {"acc": object()}
+    if how == "reserved":
+        return {"seed": 1.0}
+    if how == "memory":
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = size + 512 * 1024**2
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        hoard = []
+        while True:
+            hoard.append(bytearray(64 * 1024**2))
+    if how == "orphan":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        trial = sweeper.current_trial()
+        with open(os.path.join(trial.dir, "orphan.pid"), "w") as f:
+            f.write(str(child.pid))
+        return {"value": 2.0}
+    if how == "oom_text":
+        print("2026-01-01 W allocator: Allocator (GPU_0_bfc) ran out of memory trying to allocate", flush=True)
+        raise RuntimeError("CUDA_ERROR_OUT_OF_MEMORY: out of memory")
+    if how == "sleep_grandchild":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        with open(os.path.join(sweeper.current_trial().dir, "orphan.pid"), "w") as f:
+            f.write(str(child.pid))
+        time.sleep(600)
+    raise AssertionError(f"unknown case {how}")
+
+
+def flaky(params):
+    """Dies on its first attempt, succeeds on the second (uses a marker file in its folder)."""
+    marker = os.path.join(sweeper.current_trial().dir, "attempted")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(7)
+    return {"value": 1.0}
+
+
+def wait_for_file(params):
+    """Signals that it started (a file), then waits for a release file or sleeps long."""
+    trial = sweeper.current_trial()
+    open(os.path.join(trial.dir, "started"), "w").close()
+    release = params.get("release")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if release and os.path.exists(release):
+            return {"value": float(params["x"])}
+        time.sleep(0.05)
+    return {"value": -1.0}

@@ -1,0 +1,184 @@
+"""Nothing lost, nothing hung: every way a trial dies is a recorded status.
+
+A table of crash cases in the style of loky's tests. Each case runs in a sweep next to
+a trial that succeeds, which must finish ``ok`` whatever its neighbour does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import psutil
+import pytest
+
+import sweeper
+import sweep_fns
+from conftest import ROOT, assert_dead, write_grid
+
+CASES = [
+    # how, status, words the error must contain
+    ("raise", "error", "ValueError: boom from the trial"),
+    ("exit3", "crashed", "exit code 3"),
+    ("segv", "crashed", "SIGSEGV"),
+    ("sigkill", "crashed", "SIGKILL"),
+    ("sleep", "timeout", "timeout of 2s"),
+    ("none", "error", "returned None"),
+    ("unpicklable", "error", "returned function"),
+    ("bad_value", "error", "metric 'acc'"),
+    ("reserved", "error", "clashes"),
+    ("memory", "oom", "MemoryError"),
+    ("oom_text", "oom", "out of memory"),
+    ("orphan", "ok", ""),
+]
+
+
+@pytest.mark.parametrize("how,status,words", CASES, ids=[c[0] for c in CASES])
+def test_each_death_is_a_status_and_others_finish(tmp_path, how, status, words):
+    df = sweeper.sweep(sweep_fns.crash, {"how": [how, "ok"]}, out=str(tmp_path), workers=2,
+                       timeout=2, progress=False)
+    rows = df.set_index("param_how")
+    assert rows.loc["ok", "status"] == "ok"
+    assert rows.loc[how, "status"] == status
+    assert words in str(rows.loc[how, "error"]) if words else rows.loc[how, "error"] == ""
+    assert "\n" not in str(rows.loc[how, "error"])
+    log = tmp_path / "sweep_fns" / "trials" / f"how={how}" / "log.txt"
+    assert log.exists()
+    if status == "error" and how == "raise":
+        assert "Traceback" in log.read_text()  # the full traceback is in the log
+    if how == "orphan":  # a child process that outlived fn is killed with its trial
+        assert_dead(int((log.parent / "orphan.pid").read_text()))
+
+
+def test_timeout_kills_grandchildren(tmp_path):
+    df = sweeper.sweep(sweep_fns.crash, {"how": ["sleep_grandchild"]}, out=str(tmp_path),
+                       workers=1, timeout=2, progress=False)
+    assert df.status.tolist() == ["timeout"]
+    pid_file = tmp_path / "sweep_fns" / "trials" / "how=sleep_grandchild" / "orphan.pid"
+    assert_dead(int(pid_file.read_text()))
+
+
+def test_retries_rerun_crashes_but_not_errors(tmp_path):
+    df = sweeper.sweep(sweep_fns.flaky, {"x": [1, 2]}, out=str(tmp_path), workers=2, retries=1,
+                       progress=False)
+    assert df.status.tolist() == ["ok", "ok"]
+    assert df.attempts.tolist() == [2, 2]
+    df = sweeper.sweep(sweep_fns.crash, {"how": ["raise", "exit3"]}, out=str(tmp_path), workers=2,
+                       retries=2, progress=False)
+    assert df.set_index("param_how").attempts.to_dict() == {"raise": 1, "exit3": 3}
+
+
+def test_resume_skips_ok_and_reruns_the_rest(tmp_path):
+    out = str(tmp_path)
+    first = sweeper.sweep(sweep_fns.crash, {"how": ["ok", "raise"]}, out=out, progress=False)
+    # same sweep, one point more: "ok" is kept as it was, "raise" runs again, "none" is new
+    second = sweeper.sweep(sweep_fns.crash, {"how": ["ok", "raise", "none"]}, out=out, progress=False)
+    assert second.trial_id.is_unique and len(second) == 3
+    kept = second.set_index("param_how").loc["ok"]
+    assert kept.started_at == first.set_index("param_how").loc["ok"].started_at
+    assert second.set_index("param_how").loc["raise"].started_at != first.set_index("param_how").loc["raise"].started_at
+    third = sweeper.sweep(sweep_fns.crash, {"how": ["ok", "raise", "none"]}, out=out, skip_failed=True,
+                          progress=False)
+    pd.testing.assert_frame_equal(third, second)  # nothing ran
+    fresh = sweeper.sweep(sweep_fns.crash, {"how": ["ok"]}, out=out, fresh=True, progress=False)
+    assert fresh.started_at[0] != kept.started_at
+    folder = tmp_path / "sweep_fns"
+    assert len(list(folder.glob("ledger.*.sqlite"))) == 1  # the old ledger, kept beside
+
+
+def test_csv_is_written_whole_and_matches_the_ledger(tmp_path):
+    df = sweeper.sweep(sweep_fns.echo, {"x": [1, 2, 3]}, out=str(tmp_path), progress=False)
+    folder = tmp_path / "sweep_fns"
+    assert not list(folder.glob("*.tmp*"))
+    pd.testing.assert_frame_equal(pd.read_csv(folder / "results.csv").drop(columns="error"),
+                                  df.drop(columns="error"), check_dtype=False)
+    pd.testing.assert_frame_equal(sweeper.load(str(folder)), df)
+
+
+# -- the whole sweep stopped from outside ---------------------------------------------
+
+WAITING_GRID = """
+from sweep_fns import wait_for_file as train
+grid = [{{"x": [1], "release": [{go!r}]}}, {{"x": [2, 3, 4], "release": [{hold!r}]}}]
+options = {{"workers": 2}}
+"""
+
+
+def _start_waiting_sweep(tmp_path):
+    go, hold = tmp_path / "go", tmp_path / "hold"
+    go.touch()
+    grid = write_grid(tmp_path, WAITING_GRID.format(go=str(go), hold=str(hold)))
+    proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out")],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    trials = tmp_path / "out" / "grid" / "trials"
+    deadline = time.monotonic() + 120
+    started = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        started = sorted(p.parent.name for p in trials.glob("*/started"))
+        if len(started) == 3 and _ok_rows(tmp_path) == 1:
+            break
+        time.sleep(0.05)  # polling the trials' own sentinel files
+    assert len(started) == 3, (started, proc.poll())
+    return proc, hold
+
+
+def _ok_rows(tmp_path) -> int:
+    path = tmp_path / "out" / "grid" / "ledger.sqlite"
+    if not path.exists():
+        return 0
+    with sqlite3.connect(path) as db:
+        try:
+            return db.execute("SELECT count(*) FROM trials WHERE status='ok'").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+
+def _rerun(tmp_path, hold):
+    hold.touch()
+    grid = str(tmp_path / "grid.py")
+    return subprocess.run([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_records_interrupted_and_resume_finishes(tmp_path, presses):
+    proc, hold = _start_waiting_sweep(tmp_path)
+    trial_procs = psutil.Process(proc.pid).children(recursive=True)
+    for _ in range(presses):
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert "run the same command again to resume" in out
+    psutil.wait_procs(trial_procs, timeout=10)
+    assert not [p for p in trial_procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    table = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
+    assert sorted(table.status) == ["interrupted", "interrupted", "ok"]
+    ok_row = table[table.status == "ok"].iloc[0]
+
+    done = _rerun(tmp_path, hold)
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
+    assert sorted(table.param_x) == [1, 2, 3, 4] and (table.status == "ok").all()
+    again = table[table.param_x == ok_row.param_x].iloc[0]
+    assert (again.started_at, again.value) == (ok_row.started_at, ok_row.value)  # not re-run
+
+
+def test_parent_killed_children_die_and_rerun_loses_nothing(tmp_path):
+    proc, hold = _start_waiting_sweep(tmp_path)
+    trial_procs = psutil.Process(proc.pid).children(recursive=True)
+    assert trial_procs
+    proc.kill()
+    proc.communicate(timeout=30)
+    gone, alive = psutil.wait_procs(trial_procs, timeout=15)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], "trial outlived its parent"
+
+    done = _rerun(tmp_path, hold)
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
+    assert sorted(table.param_x) == [1, 2, 3, 4] and (table.status == "ok").all()
+    assert "resumed: 1 trials" in done.stdout
