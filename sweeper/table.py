@@ -11,6 +11,7 @@ the old one, so a reader never sees half a file.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import time
@@ -58,17 +59,20 @@ def ordered(results: Iterable[TrialResult]) -> list[TrialResult]:
 
 def write_csv(results: Sequence[TrialResult], path: str) -> None:
     """Write the table atomically: a temporary file, fsynced, renamed over ``path``."""
-    results = ordered(results)
-    names = columns(results)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=names, restval="")
-        writer.writeheader()
-        for r in results:
-            writer.writerow({k: _cell(v) for k, v in row(r).items()})
+        _write(results, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _write(results: Sequence[TrialResult], f: Any) -> None:
+    results = ordered(results)
+    writer = csv.DictWriter(f, fieldnames=columns(results), restval="")
+    writer.writeheader()
+    for r in results:
+        writer.writerow({k: _cell(v) for k, v in row(r).items()})
 
 
 def _cell(value: Any) -> Any:
@@ -80,11 +84,17 @@ def _cell(value: Any) -> Any:
 
 
 def dataframe(results: Sequence[TrialResult]) -> "pandas.DataFrame":
-    """The table as a DataFrame (pandas is imported here, not before)."""
+    """The table as a DataFrame, exactly as ``pandas.read_csv`` reads the CSV.
+
+    Built through the same CSV text, so the values and dtypes a script gets from
+    ``sweep()`` are the ones an analyst gets from ``results.csv`` (empty errors are NaN).
+    """
     import pandas
 
-    results = ordered(results)
-    return pandas.DataFrame([row(r) for r in results], columns=columns(results))
+    text = io.StringIO()
+    _write(results, text)
+    text.seek(0)
+    return pandas.read_csv(text)
 
 
 class CsvWriter:

@@ -96,3 +96,12 @@ def wait_for_file(params):
             return {"value": float(params["x"])}
         time.sleep(0.05)
     return {"value": -1.0}
+
+
+def draws(params):
+    """Random numbers from Python and from NumPy imported only now (seeded on import)."""
+    import random
+
+    import numpy as np
+
+    return {"py": random.random(), "np": float(np.random.rand())}
