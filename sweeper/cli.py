@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import logging
 import os
 import sys
 from typing import Any, NoReturn, Sequence
@@ -12,7 +13,7 @@ from . import gridfile, runner
 from .errors import SweepError
 from .grid import Points
 from .options import Options
-from .slots import Slot
+from .slots import Placement
 from .target import FileTarget
 from .trial import Status, TrialSpec
 
@@ -39,7 +40,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="seconds a trial may run before it is killed")
     p.add_argument("--retries", type=int, help="extra attempts for crashed, oom or timed-out trials")
     p.add_argument("--gpus", help="all (default), none, or ids such as 0,2")
-    p.add_argument("--per-gpu", type=int, dest="per_gpu", help="trials sharing one GPU")
+    p.add_argument("--per-gpu", type=int, dest="per_gpu", help="trials sharing one GPU (default 1)")
+    p.add_argument("--memory-fraction", type=float, dest="memory_fraction",
+                   help="cap each trial at this share of its GPU's memory (default 0.95 / per-gpu)")
+    p.add_argument("--memory-growth", action="store_true", default=None, dest="memory_growth",
+                   help="let each trial's GPU memory grow instead of capping it")
     p.add_argument("--fresh", action="store_true", default=None, help="start a new ledger (the old one is kept)")
     p.add_argument("--skip-failed", action="store_true", default=None, dest="skip_failed",
                    help="keep failed trials' rows instead of running them again")
@@ -67,23 +72,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SweepError as exc:
         print(f"sweeper: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # `python -m sweeper grid.py --dry-run | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _main(argv: list[str]) -> int:
     p = parser()
     args, unknown = p.parse_known_args(argv)
     _check_unknown(p, unknown)
-    grid = gridfile.read(args.grid_file, args.seed)
     flags = {k: getattr(args, k) for k in ("name", "out", "workers", "seed", "timeout", "retries",
-                                           "gpus", "per_gpu", "fresh", "skip_failed", "dry_run",
-                                           "metric", "mode")}
+                                           "gpus", "per_gpu", "memory_fraction", "memory_growth",
+                                           "fresh", "skip_failed", "dry_run", "metric", "mode")}
+    Options.build({k: v for k, v in flags.items() if v is not None}, where="the command line")
+    _show_info()
+    grid = gridfile.read(args.grid_file, args.seed)
     opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
     stem = os.path.splitext(os.path.basename(grid.path))[0]
     listener = None if args.quiet else runner.PlainLines()
     outcome = runner.run(FileTarget(grid.path), Points(grid.points), opts, default_name=stem,
                          source_file=grid.path, listener=listener)
     if opts.dry_run:
-        print_plan(outcome.specs, outcome.slots, outcome.folder)
+        print_plan(outcome.specs, outcome.placement, outcome.folder)
         return EXIT_OK
     for line in runner.summary(outcome, opts.metric, opts.mode):
         print(line)
@@ -95,10 +105,24 @@ def _main(argv: list[str]) -> int:
     return EXIT_FAILED if failed or len(outcome.results) < len(outcome.specs) else EXIT_OK
 
 
-def print_plan(specs: list[TrialSpec], slots: list[Slot], folder: str) -> None:
-    """The dry run's table: every trial, its seed, and the slot it would start on."""
-    devices = sorted({s.device for s in slots})
-    print(f"sweeper: {len(specs)} trials, {len(slots)} slots on {', '.join(devices)}; folder {folder}")
+def _show_info() -> None:
+    """sweeper's info lines (no GPU found, ...) on stdout; errors alone go to stderr."""
+    log = logging.getLogger("sweeper")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
+def print_plan(specs: list[TrialSpec], placement: Placement, folder: str) -> None:
+    """The dry run: the GPUs found, the slots and caps, every trial and where it would start."""
+    out = sys.stdout
+    for line in plan_lines(placement):
+        out.write(f"sweeper: {line}\n")
+    slots = placement.slots
+    out.write(f"sweeper: {len(specs)} trials; folder {folder}\n")
     keys = sorted({k for s in specs for k in s.params})
     head = ["#", "trial_id", *keys, "seed", "starts on"]
     lines = [head]
@@ -106,9 +130,32 @@ def print_plan(specs: list[TrialSpec], slots: list[Slot], folder: str) -> None:
         where = slots[i].device if i < len(slots) else "queued"
         lines.append([str(i), s.trial_id, *(_cell(s.params.get(k)) for k in keys), str(s.seed), where])
     widths = [max(len(row[c]) for row in lines[:200]) for c in range(len(head))]
-    out = sys.stdout
     for row in lines:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+
+
+def plan_lines(placement: Placement) -> list[str]:
+    """Where trials would run: GPUs (memory, other users' processes), slots, the cap."""
+    lines = []
+    for g in placement.gpus:
+        others = ", ".join(f"pid {pid} {mb} MB" for pid, mb in g.processes) or "none"
+        lines.append(f"gpu:{g.index} {g.name} {g.uuid}: {g.free_mb} MB free of {g.total_mb} MB; "
+                     f"other processes: {others}")
+    for g in placement.skipped:
+        lines.append(f"gpu:{g.index} skipped: other processes hold {g.others_mb} MB")
+    slots, policy = placement.slots, placement.policy
+    devices = list(dict.fromkeys(s.device for s in slots))
+    if policy is None:
+        lines.append(f"{len(slots)} slots on the CPU (no GPU visible to children: CUDA_VISIBLE_DEVICES=-1)")
+        return lines
+    if policy.growth:
+        cap = "memory growth, no cap"
+    else:
+        mbs = sorted({s.cap_mb for s in slots if s.cap_mb})
+        cap = f"{policy.fraction:.3g} of the card" + (f" = {', '.join(map(str, mbs))} MB" if mbs else
+                                                        " (MB unknown: NVML could not tell the card's size)")
+    lines.append(f"{len(slots)} slots: {policy.per_gpu} per GPU on {', '.join(devices)}; cap per trial: {cap}")
+    return lines
 
 
 def _cell(value: Any) -> str:

@@ -2,52 +2,97 @@
 
 The parent must not initialise CUDA (that would hold GPU memory for the whole sweep),
 so it asks the driver's management library instead. No NVML library, no driver or no
-GPU all mean the same: an empty list, and the sweep runs on the CPU.
+GPU all mean the same: an empty list, one info line, and the sweep runs on the CPU.
+
+Indices are those ``nvidia-smi`` shows. CUDA numbers GPUs by speed unless told
+otherwise, so children get ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and a GPU that NVML found
+is pinned by its UUID, which means the same card to every library.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger("sweeper")
+
+#: A GPU counts as free when other processes hold less than this much of its memory.
+FREE_THRESHOLD_MB = 1024
 
 
 @dataclass(frozen=True)
 class Gpu:
-    """One GPU as NVML sees it. ``index`` is its place in PCI bus order (as nvidia-smi)."""
+    """One GPU as NVML sees it."""
 
-    index: int
-    uuid: str
+    index: int  #: as nvidia-smi shows it
+    uuid: str  #: GPU-... (or MIG-...)
     name: str
     total_mb: int
     used_mb: int
+    pci_bus_id: str = ""
+    processes: tuple[tuple[int, int], ...] = field(default=())  #: (pid, MB) of compute processes
+
+    @property
+    def free_mb(self) -> int:
+        return self.total_mb - self.used_mb
+
+    @property
+    def others_mb(self) -> int:
+        """Memory held by other processes (ours are not running yet when this is read)."""
+        return sum(mb for _, mb in self.processes)
 
 
-def inventory() -> list[Gpu]:
-    """The GPUs NVML reports, or ``[]`` (with one info line) when it cannot tell."""
+def _nvml() -> Any | None:
     try:
         import pynvml
     except ImportError:
-        log.info("sweeper: nvidia-ml-py is not installed; running on the CPU")
-        return []
+        log.info("sweeper: nvidia-ml-py is not installed; no GPUs, running on the CPU")
+        return None
     try:
         pynvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        log.info("sweeper: no NVIDIA driver found (%s); running on the CPU", exc)
+        log.info("sweeper: no NVIDIA driver or NVML library (%s); no GPUs, running on the CPU", exc)
+        return None
+    return pynvml
+
+
+def inventory() -> list[Gpu]:
+    """The GPUs NVML reports, or ``[]`` when it cannot tell."""
+    nvml = _nvml()
+    if nvml is None:
         return []
     try:
         gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            uuid = pynvml.nvmlDeviceGetUUID(handle)
-            name = pynvml.nvmlDeviceGetName(handle)
-            gpus.append(Gpu(i, _text(uuid), _text(name), mem.total >> 20, mem.used >> 20))
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append(
+                Gpu(
+                    index=i,
+                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                    name=_text(nvml.nvmlDeviceGetName(handle)),
+                    total_mb=mem.total >> 20,
+                    used_mb=mem.used >> 20,
+                    pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
+                    processes=_processes(nvml, handle),
+                )
+            )
         return gpus
+    except Exception as exc:  # a driver that answers some calls and not others
+        log.info("sweeper: NVML failed while listing GPUs (%s); running on the CPU", exc)
+        return []
     finally:
-        pynvml.nvmlShutdown()
+        nvml.nvmlShutdown()
+
+
+def _processes(nvml: Any, handle: Any) -> tuple[tuple[int, int], ...]:
+    try:
+        procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:
+        return ()
+    return tuple((p.pid, (p.usedGpuMemory or 0) >> 20) for p in procs)
 
 
 def _text(value: object) -> str:
@@ -60,6 +105,43 @@ def allowed_by_environment() -> list[str] | None:
     if value is None:
         return None
     ids = [part.strip() for part in value.split(",") if part.strip()]
-    if any(i.startswith("-") for i in ids):  # "-1": no GPU at all
-        return []
-    return ids
+    allowed = []
+    for i in ids:
+        if i.startswith("-"):  # CUDA stops at the first invalid id: "-1" hides all after it
+            break
+        allowed.append(i)
+    return allowed
+
+
+class MemorySampler:
+    """Peak GPU memory per process, sampled from NVML by the parent while trials run."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[int, int] = {}
+        self._nvml = None
+        self._handles: list[Any] = []
+
+    def start(self) -> bool:
+        nvml = _nvml()
+        if nvml is None:
+            return False
+        try:
+            self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        except Exception:
+            nvml.nvmlShutdown()
+            return False
+        self._nvml = nvml
+        return True
+
+    def sample(self, pids: set[int]) -> None:
+        if self._nvml is None or not pids:
+            return
+        for handle in self._handles:
+            for pid, mb in _processes(self._nvml, handle):
+                if pid in pids and mb > self.peaks.get(pid, -1):
+                    self.peaks[pid] = mb
+
+    def stop(self) -> None:
+        if self._nvml is not None:
+            self._nvml.nvmlShutdown()
+            self._nvml = None

@@ -43,6 +43,9 @@ CREATE TABLE IF NOT EXISTS trials (
     pid INTEGER,
     exitcode INTEGER,
     log TEXT,
+    gpu_uuid TEXT,
+    gpu_mem_cap_mb INTEGER,
+    gpu_mem_peak_mb INTEGER,
     recorded_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS running (
@@ -58,7 +61,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 
 _COLUMNS = (
     "trial_id, idx, name, params, status, metrics, seed, device, started_at, "
-    "duration_s, error, attempts, pid, exitcode, log"
+    "duration_s, error, attempts, pid, exitcode, log, gpu_uuid, gpu_mem_cap_mb, gpu_mem_peak_mb"
 )
 
 
@@ -95,11 +98,14 @@ class Ledger:
             result.pid,
             result.exitcode,
             result.log,
+            result.gpu_uuid,
+            result.gpu_mem_cap_mb,
+            result.gpu_mem_peak_mb,
         )
         with self._db:  # one transaction: the row and the end of its running mark
             self._db.execute("BEGIN IMMEDIATE")
             self._db.execute(
-                f"INSERT OR REPLACE INTO trials ({_COLUMNS}, recorded_at) VALUES ({','.join('?' * 16)})",
+                f"INSERT OR REPLACE INTO trials ({_COLUMNS}, recorded_at) VALUES ({','.join('?' * (len(row) + 1))})",
                 (*row, time.time()),
             )
             self._db.execute("DELETE FROM running WHERE trial_id = ?", (result.trial_id,))
@@ -148,10 +154,11 @@ class Ledger:
 
 def _result(row: tuple[Any, ...]) -> TrialResult:
     (tid, idx, name, params, status, metrics, seed, device, started_at,
-     duration_s, error, attempts, pid, exitcode, log) = row
+     duration_s, error, attempts, pid, exitcode, log, uuid, cap, peak) = row
     return TrialResult(
         trial_id=tid, name=name, index=idx, params=json.loads(params), status=Status(status),
         metrics=json.loads(metrics), seed=seed or 0, device=device or "",
         started_at=started_at or "", duration_s=duration_s or 0.0, error=error or "",
         attempts=attempts or 1, pid=pid or 0, exitcode=exitcode, log=log or "",
+        gpu_uuid=uuid or "", gpu_mem_cap_mb=cap, gpu_mem_peak_mb=peak,
     )

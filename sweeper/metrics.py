@@ -8,7 +8,9 @@ from typing import Any, Mapping
 #: Columns every results table has; a metric may not take one of these names.
 FRONT_COLUMNS = ("trial_id", "trial", "status")
 BACK_COLUMNS = ("seed", "device", "started_at", "duration_s", "error", "attempts")
-RESERVED = frozenset(FRONT_COLUMNS + BACK_COLUMNS)
+#: Present when any trial ran on a GPU.
+GPU_COLUMNS = ("gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb")
+RESERVED = frozenset(FRONT_COLUMNS + BACK_COLUMNS + GPU_COLUMNS)
 
 _OOM_TEXTS = (
     "resource_exhausted",

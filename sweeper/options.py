@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 from .errors import SweepError
+from .capping import MemoryPolicy, resolve
 from .slots import parse_gpus
 
 
@@ -21,7 +22,9 @@ class Options:
     timeout: float | None = None  #: seconds a trial may run before it is killed
     retries: int = 0  #: extra attempts for trials that crash, run out of memory or time out
     gpus: Any = None  #: "all" (default), "none", or ids such as [0, 2] or "0,2"
-    per_gpu: int | None = None  #: trials sharing one GPU
+    per_gpu: int | None = None  #: trials sharing one GPU (default: 1, or int(1 / memory_fraction))
+    memory_fraction: float | None = None  #: cap per trial, share of the card (default: 0.95 / per_gpu)
+    memory_growth: bool = False  #: let each trial's memory grow instead of capping it
     fresh: bool = False  #: start a new ledger (the old one is kept, renamed)
     skip_failed: bool = False  #: keep failed trials' rows instead of running them again
     dry_run: bool = False  #: build the plan and run nothing
@@ -64,4 +67,8 @@ class Options:
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise SweepError(f"name {self.name!r} cannot be a folder name; use letters, digits, - and _")
         parse_gpus(self.gpus)
+        self.memory_policy()
         return self
+
+    def memory_policy(self) -> MemoryPolicy:
+        return resolve(self.per_gpu, self.memory_fraction, bool(self.memory_growth))

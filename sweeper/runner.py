@@ -22,7 +22,7 @@ from .ledger import FILE as LEDGER_FILE
 from .ledger import Ledger
 from .options import Options
 from .scheduler import Interrupted, Scheduler, log_tail
-from .slots import Slot, make_slots, parse_gpus
+from .slots import Placement, Slot, parse_gpus, place
 from .target import Target
 from .trial import Status, TrialResult, TrialSpec, trial_id, trial_name, trial_seed
 
@@ -34,11 +34,15 @@ class Outcome:
     folder: str
     results: list[TrialResult]
     specs: list[TrialSpec]
-    slots: list[Slot]
+    placement: Placement
     notes: list[str] = field(default_factory=list)
     ran: int = 0
     elapsed_s: float = 0.0
     interrupted: int | None = None  #: the signal that stopped the sweep, if one did
+
+    @property
+    def slots(self) -> list[Slot]:
+        return self.placement.slots
 
     @property
     def csv_path(self) -> str:
@@ -133,14 +137,14 @@ def run(
     name = options.name or default_name
     folder = os.path.abspath(os.path.join(options.out, name))
     specs = plan(points, folder, options.seed)
-    slots = make_slots(parse_gpus(options.gpus), options.per_gpu, options.workers)
+    placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
     if options.dry_run:
-        return Outcome(folder, [], specs, slots)
+        return Outcome(folder, [], specs, placement)
     prepare_folder(folder, options.fresh)
     with locked(folder):
         ledger = Ledger(folder)
         try:
-            return _run(target, options, specs, slots, ledger, folder, source_file, listener, start)
+            return _run(target, options, specs, placement, ledger, folder, source_file, listener, start)
         finally:
             ledger.close()
 
@@ -149,7 +153,7 @@ def _run(
     target: Target,
     options: Options,
     specs: list[TrialSpec],
-    slots: list[Slot],
+    placement: Placement,
     ledger: Ledger,
     folder: str,
     source_file: str | None,
@@ -195,7 +199,7 @@ def _run(
     if listener is not None:
         listener.begin(len(todo), len(specs))
     scheduler = Scheduler(
-        target, slots, ledger, workers=options.workers, timeout=options.timeout,
+        target, placement.slots, ledger, workers=options.workers, timeout=options.timeout,
         retries=options.retries, listener=listener, on_record=on_record, tick=tick,
     )
     interrupted = None
@@ -206,7 +210,7 @@ def _run(
     finally:
         final = [r for tid, r in results.items() if tid in wanted]
         writer.flush(final)
-    return Outcome(folder, table.ordered(final), specs, slots, notes, len(todo),
+    return Outcome(folder, table.ordered(final), specs, placement, notes, len(todo),
                    time.monotonic() - start, interrupted)
 
 

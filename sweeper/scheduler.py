@@ -42,6 +42,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from . import worker
+from .gpus import MemorySampler
 from .ledger import Ledger
 from .metrics import text_says_oom
 from .slots import Slot, pick
@@ -54,6 +55,8 @@ TERM_GRACE = 5.0
 #: Seconds a process may take to exit after it sent its result.
 EXIT_GRACE = 10.0
 LOG_TAIL_LINES = 8
+#: Seconds between NVML reads of the trials' GPU memory, while trials run on GPUs.
+SAMPLE_EVERY = 0.5
 
 
 class Listener(Protocol):
@@ -145,6 +148,11 @@ class Scheduler:
         self.running: dict[int, _Running] = {}
         self.queue: deque[TrialSpec] = deque()
         self.signals: list[int] = []
+        self.sampler: MemorySampler | None = None
+        if any(s.gpu is not None for s in self.slots):
+            sampler = MemorySampler()
+            self.sampler = sampler if sampler.start() else None
+        self._next_sample = 0.0
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
 
@@ -163,6 +171,8 @@ class Scheduler:
             self._kill_all()
             os.close(self._wake_r)
             os.close(self._wake_w)
+            if self.sampler:
+                self.sampler.stop()
         if self.signals:
             raise Interrupted(self.signals[0])
 
@@ -209,9 +219,14 @@ class Scheduler:
         for r in list(self.running.values()):
             if r.deadline is not None and now >= r.deadline:
                 self._escalate(r, now)
+        if self.sampler and now >= self._next_sample:
+            self.sampler.sample({r.process.pid for r in self.running.values()})
+            self._next_sample = now + SAMPLE_EVERY
 
     def _next_timeout(self) -> float | None:
         times = [r.deadline for r in self.running.values() if r.deadline is not None]
+        if self.sampler and self.running:
+            times.append(self._next_sample)
         soonest = min(times) - time.monotonic() if times else None
         if self.tick:
             due = self.tick()
@@ -277,11 +292,15 @@ class Scheduler:
             status, error, metrics = r.verdict, r.why, {}
         else:
             status, error, metrics = _crash_verdict(exitcode, spec.log_path)
+        if status is Status.OOM:
+            error = f"{error} (hint: {oom_hint(r.slot)})"
+        peak = self.sampler.peaks.pop(r.process.pid, None) if self.sampler else None
         return TrialResult(
             trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
             status=status, metrics=metrics, seed=spec.seed, device=spec.device,
             started_at=r.started_at, duration_s=end - r.t0, error=error, attempts=spec.attempt,
             pid=r.process.pid, exitcode=exitcode, log=spec.log_path,
+            gpu_uuid=r.slot.uuid, gpu_mem_cap_mb=r.slot.cap_mb, gpu_mem_peak_mb=peak,
         )
 
     # -- signals and cleanup ----------------------------------------------------------
@@ -330,6 +349,21 @@ class Scheduler:
                 r.verdict, r.why = Status.INTERRUPTED, "the sweep stopped while it ran"
             if r.process.exitcode is not None:
                 self._finish(r)
+
+
+def oom_hint(slot: Slot) -> str:
+    """What to change after an out-of-memory, given where the trial ran."""
+    if slot.gpu is None:
+        return "host memory ran out; run fewer trials at once (--workers) or use a smaller batch size"
+    fraction = slot.env.get("SWEEPER_MEMORY_FRACTION")
+    if slot.cap_mb:
+        cap = f"a cap of {slot.cap_mb} MB"
+    elif fraction:
+        cap = f"a cap of {fraction} of the card"
+    else:
+        cap = "memory growth"
+    return (f"it ran under {cap} on {slot.device}; give each trial more with a lower --per-gpu "
+            "or a higher --memory-fraction, or use a smaller batch size")
 
 
 def _trial_env(spec: TrialSpec) -> dict[str, str]:

@@ -1,8 +1,10 @@
 """Slots: the places a trial can run, and which free one to use next.
 
-A slot is one trial's worth of a device: ``per_gpu`` slots per GPU, or one per worker on
-the CPU. Each slot carries the environment its process starts with, so a GPU is pinned
-(``CUDA_VISIBLE_DEVICES``) before any framework in the child can look at it.
+A slot is one trial's worth of a device: ``per_gpu`` slots per GPU, or one per worker
+on the CPU. Each slot carries the environment its process starts with, so the GPU is
+pinned (``CUDA_VISIBLE_DEVICES``) and its memory cap set before any framework in the
+child can look at it. Picking the free slot on the least-busy GPU spreads trials over
+cards first; never more than ``per_gpu`` run on one card, since it has only that many slots.
 """
 
 from __future__ import annotations
@@ -12,23 +14,36 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from .capping import MemoryPolicy
 from .errors import SweepError
-from .gpus import allowed_by_environment, inventory
+from .gpus import FREE_THRESHOLD_MB, Gpu, allowed_by_environment, inventory
 
 
 @dataclass(frozen=True)
 class Slot:
     index: int
-    gpu: str | None  #: the id given to CUDA_VISIBLE_DEVICES, or None for the CPU
+    gpu: str | None  #: the GPU's index as nvidia-smi shows it (or the id given), None for the CPU
     env: dict[str, str] = field(default_factory=dict, hash=False)
+    uuid: str = ""
+    cap_mb: int | None = None
 
     @property
     def device(self) -> str:
         return "cpu" if self.gpu is None else f"gpu:{self.gpu}"
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a sweep's trials run: the GPUs chosen (if any), the slots, the memory policy."""
+
+    slots: list[Slot]
+    gpus: list[Gpu]  #: what NVML told about the chosen GPUs ([] when unknown or CPU)
+    policy: MemoryPolicy | None  #: None on the CPU
+    skipped: list[Gpu] = field(default_factory=list)  #: busy GPUs left out by gpus="free"
+
+
 def parse_gpus(gpus: str | int | Iterable[int | str] | None) -> str | list[str]:
-    """Normalise the ``gpus`` option to ``"all"``, ``"none"`` or a list of ids."""
+    """Normalise the ``gpus`` option to ``"all"``, ``"none"``, ``"free"`` or a list of ids."""
     if gpus is None:
         return "all"
     if isinstance(gpus, int) and not isinstance(gpus, bool):
@@ -39,49 +54,80 @@ def parse_gpus(gpus: str | int | Iterable[int | str] | None) -> str | list[str]:
             return word
         ids = [p.strip() for p in gpus.split(",") if p.strip()]
     else:
-        ids = [str(g).strip() for g in gpus]
+        try:
+            ids = [str(g).strip() for g in gpus]
+        except TypeError:
+            raise SweepError(f"gpus is {gpus!r}; give 'all', 'none', 'free', or ids such as 0,2") from None
     if not ids:
-        raise SweepError("gpus is empty; give 'all', 'none', or ids such as 0,2")
+        raise SweepError("gpus is empty; give 'all', 'none', 'free', or ids such as 0,2")
     for gid in ids:
         if not (gid.isdigit() or gid.startswith(("GPU-", "MIG-"))):
             raise SweepError(f"gpus has {gid!r}, not a GPU index or UUID; give e.g. --gpus 0,2 or --gpus none")
+    if len(set(ids)) != len(ids):
+        raise SweepError(f"gpus lists a GPU twice ({','.join(ids)}); use --per-gpu to run several trials on one")
     return ids
 
 
-def gpu_ids(gpus: str | list[str]) -> list[str]:
-    """The GPU ids to use; ``[]`` means the CPU."""
-    allowed = allowed_by_environment()
+def _matches(gpu: Gpu, gid: str) -> bool:
+    return gid == str(gpu.index) or gid == gpu.uuid
+
+
+def choose_gpus(gpus: str | list[str]) -> tuple[list[str], list[Gpu], list[Gpu]]:
+    """The GPU ids to use ([] means the CPU), what NVML knows of them, and busy ones skipped."""
     if gpus == "none":
-        return []
+        return [], [], []
+    allowed = allowed_by_environment()
+    found = inventory()
+    if allowed is not None and found:
+        found = [g for g in found if any(_matches(g, a) for a in allowed)]
     if isinstance(gpus, list):
         if allowed is not None:
-            outside = [g for g in gpus if g not in allowed]
+            outside = [g for g in gpus if g not in allowed and not any(_matches(f, g) for f in found)]
             if outside:
                 raise SweepError(
-                    f"gpus {','.join(outside)} are outside CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}; "
-                    "choose among those or unset CUDA_VISIBLE_DEVICES"
+                    f"gpus {','.join(outside)} are outside CUDA_VISIBLE_DEVICES="
+                    f"{os.environ.get('CUDA_VISIBLE_DEVICES')}; choose among those or unset it"
                 )
-        return list(gpus)
-    found = inventory()
-    ids = [str(g.index) for g in found]
-    if allowed is not None:
-        uuids = {str(g.index): g.uuid for g in found}
-        ids = [i for i in ids if i in allowed or uuids[i] in allowed] if found else list(allowed)
-    return ids
+        known = [next((f for f in found if _matches(f, g)), None) for g in gpus]
+        if found and None in known:
+            missing = [g for g, k in zip(gpus, known) if k is None]
+            raise SweepError(f"no GPU {','.join(missing)} on this machine (NVML lists "
+                             f"{', '.join(str(f.index) for f in found)}); check --gpus")
+        ids = [str(k.index) if k else g for g, k in zip(gpus, known)]
+        return ids, [k for k in known if k], []
+    if not found and allowed:  # NVML cannot tell, but the user named GPUs: trust them
+        return ([] if gpus == "free" else list(allowed)), [], []
+    if gpus == "free":
+        free = [g for g in found if g.others_mb < FREE_THRESHOLD_MB]
+        busy = [g for g in found if g not in free]
+        if found and not free:
+            raise SweepError(
+                f"no free GPU: every one has over {FREE_THRESHOLD_MB} MB held by other processes; "
+                "wait, or name GPUs with --gpus 0,1"
+            )
+        return [str(g.index) for g in free], free, busy
+    return [str(g.index) for g in found], found, []
 
 
-def make_slots(gpus: str | list[str], per_gpu: int | None, workers: int | None) -> list[Slot]:
-    """One slot per concurrent trial: ``per_gpu`` on each GPU, or ``workers`` on the CPU."""
-    ids = gpu_ids(gpus)
+def place(gpus: str | list[str], policy: MemoryPolicy, workers: int | None) -> Placement:
+    """Slots for a sweep: ``policy.per_gpu`` on each chosen GPU, or ``workers`` on the CPU."""
+    ids, known, skipped = choose_gpus(gpus)
     if not ids:
         count = workers or os.cpu_count() or 1
-        return [Slot(i, None, {"CUDA_VISIBLE_DEVICES": "-1"}) for i in range(count)]
-    k = per_gpu or 1
-    slots = [
-        Slot(n, gid, {"CUDA_VISIBLE_DEVICES": gid, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
-        for n, (_, gid) in enumerate((j, gid) for j in range(k) for gid in ids)
-    ]
-    return slots
+        return Placement([Slot(i, None, {"CUDA_VISIBLE_DEVICES": "-1"}) for i in range(count)], [], None)
+    info = {str(g.index): g for g in known}
+    slots = []
+    for j in range(policy.per_gpu):
+        for gid in ids:
+            gpu = info.get(gid)
+            total = gpu.total_mb if gpu else None
+            env = {
+                "CUDA_VISIBLE_DEVICES": gpu.uuid if gpu else gid,
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                **policy.env(total),
+            }
+            slots.append(Slot(len(slots), gid, env, gpu.uuid if gpu else "", policy.limit_mb(total)))
+    return Placement(slots, known, policy, skipped)
 
 
 def pick(free: Sequence[Slot], busy: Iterable[Slot]) -> Slot:

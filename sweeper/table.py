@@ -2,7 +2,8 @@
 
 Columns, in order: ``trial_id``, ``trial``, ``status``, one ``param_<name>`` per
 hyperparameter (scikit-learn's ``cv_results_`` convention), one column per metric,
-then ``seed``, ``device``, ``started_at``, ``duration_s``, ``error``, ``attempts``.
+then ``seed``, ``device``, ``started_at``, ``duration_s``, ``error``, ``attempts``, and,
+when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``, ``gpu_mem_peak_mb``.
 Rows follow the grid's order. The CSV is written with the standard ``csv`` module (so
 the parent need not import pandas while trials run), to a temporary file renamed over
 the old one, so a reader never sees half a file.
@@ -17,7 +18,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from .metrics import BACK_COLUMNS, FRONT_COLUMNS
+from .metrics import BACK_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS
 from .trial import TrialResult
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ def columns(results: Sequence[TrialResult]) -> list[str]:
     for r in results:
         for k in r.metrics:
             metrics.setdefault(k, None)
-    return [*FRONT_COLUMNS, *(f"param_{p}" for p in params), *metrics, *BACK_COLUMNS]
+    gpu = GPU_COLUMNS if any(r.device.startswith("gpu") for r in results) else ()
+    return [*FRONT_COLUMNS, *(f"param_{p}" for p in params), *metrics, *BACK_COLUMNS, *gpu]
 
 
 def row(result: TrialResult) -> dict[str, Any]:
@@ -50,6 +52,9 @@ def row(result: TrialResult) -> dict[str, Any]:
         error=result.error,
         attempts=result.attempts,
     )
+    if result.device.startswith("gpu"):
+        out.update(gpu_uuid=result.gpu_uuid, gpu_mem_cap_mb=result.gpu_mem_cap_mb,
+                   gpu_mem_peak_mb=result.gpu_mem_peak_mb)
     return out
 
 

@@ -137,6 +137,9 @@ class TrialResult:
     pid: int = 0
     exitcode: int | None = None
     log: str = ""
+    gpu_uuid: str = ""  #: the GPU's UUID, when NVML told it
+    gpu_mem_cap_mb: int | None = None  #: the memory cap the trial ran under
+    gpu_mem_peak_mb: int | None = None  #: its peak GPU memory, where NVML could see it
 
     @property
     def ok(self) -> bool:

@@ -7,12 +7,12 @@ The parent starts ``main`` in a fresh ``spawn`` process and sends it one
    trial with everything it started) and arranges to die with its parent
    (``PR_SET_PDEATHSIG`` plus a thread watching the parent's sentinel);
 2. points file descriptors 1 and 2 at the trial's ``log.txt`` (TensorFlow logs from C++);
-3. sets the trial's environment, then loads ``train`` (importing the user's module);
-4. seeds ``random``, NumPy, TensorFlow, Keras and PyTorch, now if they are imported and
-   otherwise the moment they are;
-5. runs ``train(params)``, turns its return value into metrics, writes ``result.json``
+3. sets the trial's environment; caps GPU memory and seeds ``random``, NumPy,
+   TensorFlow, Keras and PyTorch, now if they are imported and otherwise the moment they
+   are (see :mod:`sweeper.capping`); then loads ``train`` (importing the user's module);
+4. runs ``train(params)``, turns its return value into metrics, writes ``result.json``
    atomically in the trial folder and sends the same message to the parent;
-6. exits, releasing all of its memory, GPU memory included.
+5. exits, releasing all of its memory, GPU memory included.
 
 Nothing heavy is imported here: the framework arrives with the user's module.
 """
@@ -35,7 +35,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import context
+from . import capping, context
 from .metrics import BadResult, is_oom, normalise
 from .target import Target
 from .trial import Status, TrialSpec
@@ -74,8 +74,8 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
 def run_trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]]) -> dict[str, Any]:
     """Load ``train``, seed, run it, and describe the outcome as a plain message."""
     context._set(spec)
-    _SeedOnImport.install(spec.seed)
     try:
+        _OnImport.install(spec.seed)
         fn = load()
         value = fn(dict(spec.params))
         return {"status": Status.OK.value, "metrics": normalise(value), "error": ""}
@@ -160,35 +160,37 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-# -- seeds -----------------------------------------------------------------------------------
+# -- seeds and caps, the moment a framework is imported -----------------------------------
 
 
-def _seed_numpy(mod: Any, seed: int) -> None:
+def _numpy_ready(mod: Any, seed: int) -> None:
     mod.random.seed(seed)
 
 
-def _seed_tensorflow(mod: Any, seed: int) -> None:
+def _tensorflow_ready(mod: Any, seed: int) -> None:
+    capping.apply_tensorflow(mod)  # first: it must come before anything touches the GPU
     mod.random.set_seed(seed)
 
 
-def _seed_keras(mod: Any, seed: int) -> None:
+def _keras_ready(mod: Any, seed: int) -> None:
     mod.utils.set_random_seed(seed)
 
 
-def _seed_torch(mod: Any, seed: int) -> None:
+def _torch_ready(mod: Any, seed: int) -> None:
+    capping.apply_torch(mod)
     mod.manual_seed(seed)
 
 
-_SEEDERS: dict[str, Callable[[Any, int], None]] = {
-    "numpy": _seed_numpy,
-    "tensorflow": _seed_tensorflow,
-    "keras": _seed_keras,
-    "torch": _seed_torch,
+_ON_IMPORT: dict[str, Callable[[Any, int], None]] = {
+    "numpy": _numpy_ready,
+    "tensorflow": _tensorflow_ready,
+    "keras": _keras_ready,
+    "torch": _torch_ready,
 }
 
 
-class _SeedOnImport(importlib.abc.MetaPathFinder):
-    """Seeds each framework right away if imported, else right after its import."""
+class _OnImport(importlib.abc.MetaPathFinder):
+    """Seeds (and caps) each framework now if imported, else right after its import."""
 
     def __init__(self, seed: int, pending: set[str]) -> None:
         self.seed = seed
@@ -198,9 +200,9 @@ class _SeedOnImport(importlib.abc.MetaPathFinder):
     def install(cls, seed: int) -> None:
         random.seed(seed)
         pending = set()
-        for name, seeder in _SEEDERS.items():
+        for name, ready in _ON_IMPORT.items():
             if name in sys.modules:
-                seeder(sys.modules[name], seed)
+                ready(sys.modules[name], seed)
             else:
                 pending.add(name)
         if pending:
@@ -213,7 +215,7 @@ class _SeedOnImport(importlib.abc.MetaPathFinder):
         spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None:
             return spec
-        inner, seed, seeder = spec.loader, self.seed, _SEEDERS[fullname]
+        inner, seed, ready = spec.loader, self.seed, _ON_IMPORT[fullname]
 
         class Loader(importlib.abc.Loader):
             def create_module(self, spec: Any) -> Any:
@@ -221,7 +223,7 @@ class _SeedOnImport(importlib.abc.MetaPathFinder):
 
             def exec_module(self, module: Any) -> None:
                 inner.exec_module(module)
-                seeder(module, seed)
+                ready(module, seed)
 
             def __getattr__(self, name: str) -> Any:  # resources, is_package, get_code...
                 return getattr(inner, name)

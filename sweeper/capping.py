@@ -1,0 +1,129 @@
+"""GPU memory caps: decided by the parent, applied by each framework in the child.
+
+The parent turns ``per_gpu`` / ``memory_fraction`` / ``memory_growth`` into a
+:class:`MemoryPolicy` and then into environment variables of each slot. The child
+applies them with the framework's own API *before the framework touches the GPU*:
+
+* TensorFlow: ``tf.config.set_logical_device_configuration(gpu,
+  [LogicalDeviceConfiguration(memory_limit=MB)])`` (TF2 has no fraction option, and it
+  raises once the GPU is initialised), or ``set_memory_growth`` for growth;
+* JAX: ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` for
+  growth), read when JAX starts its GPU backend;
+* PyTorch: ``torch.cuda.set_per_process_memory_fraction``.
+
+The child applies a framework's cap the moment that framework is imported (see
+:mod:`sweeper.worker`), so it holds whichever Keras backend or framework the trial
+uses, including one imported inside ``train``. Command trials call :func:`apply_from_env`
+through ``sweeper.worker.setup()``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import SweepError
+
+#: Share of a card left unclaimed when the fraction follows from ``per_gpu``.
+MARGIN = 0.95
+
+
+class CapError(RuntimeError):
+    """The memory cap could not be applied in the child."""
+
+
+@dataclass(frozen=True)
+class MemoryPolicy:
+    per_gpu: int
+    fraction: float | None  #: of the card's total memory; None with growth
+    growth: bool = False
+
+    def limit_mb(self, total_mb: int | None) -> int | None:
+        if self.fraction is None or not total_mb:
+            return None
+        return int(self.fraction * total_mb)
+
+    def env(self, total_mb: int | None) -> dict[str, str]:
+        """Variables a slot's process starts with; frameworks and :func:`apply_from_env` read them."""
+        env: dict[str, str] = {}
+        if self.growth:
+            env.update(SWEEPER_MEMORY_GROWTH="1", TF_FORCE_GPU_ALLOW_GROWTH="true",
+                       XLA_PYTHON_CLIENT_PREALLOCATE="false")
+        if self.fraction is not None:
+            env.update(SWEEPER_MEMORY_FRACTION=f"{self.fraction:.6g}",
+                       XLA_PYTHON_CLIENT_MEM_FRACTION=f"{self.fraction:.6g}")
+            limit = self.limit_mb(total_mb)
+            if limit is not None:
+                env["SWEEPER_MEMORY_LIMIT_MB"] = str(limit)
+        return env
+
+
+def resolve(per_gpu: int | None, fraction: float | None, growth: bool) -> MemoryPolicy:
+    """Fill in whichever of ``per_gpu`` and ``memory_fraction`` was not given.
+
+    ``k = int(1 / f)`` as in the seed document; ``f = 0.95 / k`` leaving a margin.
+    """
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+            raise SweepError(f"memory_fraction must be in (0, 1], got {fraction!r}; e.g. --memory-fraction 0.3")
+        if growth:
+            raise SweepError("memory_growth and memory_fraction both given; choose one "
+                             "(growth lets each trial take what it needs, a fraction caps it)")
+    if fraction is not None and per_gpu is not None and fraction * per_gpu > 1 + 1e-9:
+        raise SweepError(
+            f"--memory-fraction {fraction:g} with --per-gpu {per_gpu} asks for {fraction * per_gpu:g} "
+            f"of each GPU; lower one of them (e.g. --per-gpu {max(1, int(1 / fraction))})"
+        )
+    if fraction is not None:
+        return MemoryPolicy(per_gpu or max(1, int(1 / fraction + 1e-9)), float(fraction))
+    k = per_gpu or 1
+    return MemoryPolicy(k, None if growth else MARGIN / k, growth)
+
+
+# -- in the child -----------------------------------------------------------------------
+
+
+def apply_tensorflow(tf: Any) -> str:
+    """Cap (or set growth on) the GPU TensorFlow sees; a no-op on the CPU."""
+    limit = os.environ.get("SWEEPER_MEMORY_LIMIT_MB")
+    growth = os.environ.get("SWEEPER_MEMORY_GROWTH") == "1"
+    if not limit and not growth and not os.environ.get("SWEEPER_MEMORY_FRACTION"):
+        return "no cap asked"
+    gpus = tf.config.list_physical_devices("GPU")  # cuInit, but no context, no memory yet
+    if not gpus:
+        return "no GPU visible to TensorFlow"
+    try:
+        for gpu in gpus:
+            if limit:
+                tf.config.set_logical_device_configuration(
+                    gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(limit))]
+                )
+            else:  # growth, or a fraction whose MB NVML could not tell
+                tf.config.experimental.set_memory_growth(gpu, True)
+    except RuntimeError as exc:
+        raise CapError(
+            f"could not cap GPU memory: TensorFlow had already initialised the GPU ({exc}); "
+            "do not run TensorFlow ops at import time of the grid file, do it inside train"
+        ) from None
+    return f"TensorFlow capped at {limit} MB" if limit else "TensorFlow memory growth on"
+
+
+def apply_torch(torch: Any) -> str:
+    fraction = os.environ.get("SWEEPER_MEMORY_FRACTION")
+    if not fraction or not torch.cuda.is_available():
+        return "no cap for PyTorch"
+    torch.cuda.set_per_process_memory_fraction(float(fraction), 0)
+    return f"PyTorch capped at {fraction} of the GPU"
+
+
+def apply_from_env() -> list[str]:
+    """Apply the caps for whichever frameworks are imported (for scripts run as commands)."""
+    import sys
+
+    done = []
+    if "tensorflow" in sys.modules:
+        done.append(apply_tensorflow(sys.modules["tensorflow"]))
+    if "torch" in sys.modules:
+        done.append(apply_torch(sys.modules["torch"]))
+    return done
