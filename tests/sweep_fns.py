@@ -105,3 +105,27 @@ def draws(params):
     import numpy as np
 
     return {"py": random.random(), "np": float(np.random.rand())}
+
+
+def gpu_env(params):
+    """What GPU pinning and memory settings the child was started with; holds its slot briefly."""
+    time.sleep(params.get("hold", 0.3))
+    env = os.environ
+    return {
+        "cuda": float(env["CUDA_VISIBLE_DEVICES"]),
+        "n_ids": float(len(env["CUDA_VISIBLE_DEVICES"].split(","))),
+        "pci_order": float(env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"),
+        "xla_fraction": float(env.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "nan")),
+        "tf_growth": float(env.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true"),
+    }
+
+
+def tf_matmul(params):
+    """A TensorFlow trial, capped through the real code path; runs wherever TF puts it."""
+    import tensorflow as tf
+
+    from sweeper import capping
+
+    product = tf.matmul(tf.ones((4, 4)), tf.ones((4, 4)))
+    return {"sum": float(tf.reduce_sum(product)), "gpus_seen": float(len(tf.config.list_physical_devices("GPU"))),
+            "cap_said": float("no GPU visible" in capping.apply_tensorflow(tf))}
