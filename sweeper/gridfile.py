@@ -20,6 +20,10 @@ from typing import Any
 from .errors import SweepError
 
 
+#: Seconds a grid file may take to import (TensorFlow alone takes a few).
+IMPORT_TIMEOUT = 300.0
+
+
 @dataclass(frozen=True)
 class GridFile:
     path: str
@@ -47,6 +51,10 @@ def read(path: str, seed: int | None) -> GridFile:
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     there.close()
     try:
+        if not here.poll(IMPORT_TIMEOUT):
+            proc.kill()
+            raise SweepError(f"importing {path} took over {IMPORT_TIMEOUT:.0f} s; "
+                             "does it wait for input or train at import time? Move that into train")
         kind, payload = here.recv()
     except EOFError:
         proc.join()

@@ -101,7 +101,7 @@ def locked(folder: str) -> Iterator[None]:
         os.close(fd)
 
 
-def prepare_folder(folder: str, fresh: bool) -> None:
+def prepare_folder(folder: str) -> None:
     try:
         os.makedirs(os.path.join(folder, "trials"), exist_ok=True)
         probe = os.path.join(folder, f".probe{os.getpid()}")
@@ -110,16 +110,19 @@ def prepare_folder(folder: str, fresh: bool) -> None:
         os.remove(probe)
     except OSError as exc:
         raise SweepError(f"cannot write to {folder} ({exc.strerror}); choose another --out") from None
-    if fresh:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        for name in (LEDGER_FILE, table.FILE):
-            path = os.path.join(folder, name)
-            if os.path.exists(path):
-                stem, ext = os.path.splitext(name)
-                os.replace(path, os.path.join(folder, f"{stem}.{stamp}{ext}"))
-                for extra in ("-wal", "-shm"):
-                    if os.path.exists(path + extra):
-                        os.replace(path + extra, os.path.join(folder, f"{stem}.{stamp}{ext}{extra}"))
+
+
+def set_aside(folder: str) -> None:
+    """``--fresh``: keep the old ledger and CSV beside the new ones, renamed with a time stamp."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for name in (LEDGER_FILE, table.FILE):
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            stem, ext = os.path.splitext(name)
+            os.replace(path, os.path.join(folder, f"{stem}.{stamp}{ext}"))
+            for extra in ("-wal", "-shm"):
+                if os.path.exists(path + extra):
+                    os.replace(path + extra, os.path.join(folder, f"{stem}.{stamp}{ext}{extra}"))
 
 
 def run(
@@ -140,8 +143,10 @@ def run(
     placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
     if options.dry_run:
         return Outcome(folder, [], specs, placement)
-    prepare_folder(folder, options.fresh)
+    prepare_folder(folder)
     with locked(folder):
+        if options.fresh:
+            set_aside(folder)
         ledger = Ledger(folder)
         try:
             return _run(target, options, specs, placement, ledger, folder, source_file, listener, start)
@@ -175,7 +180,9 @@ def _run(
     todo: list[TrialSpec] = []
     for spec in specs:
         old = previous.get(spec.trial_id)
-        keep = old is not None and (old.status is Status.OK or options.skip_failed)
+        keep = old is not None and (
+            old.status is Status.OK or (options.skip_failed and old.status is not Status.INTERRUPTED)
+        )
         if keep:
             results[spec.trial_id] = _reindexed(old, spec)
         else:
@@ -210,7 +217,7 @@ def _run(
     finally:
         final = [r for tid, r in results.items() if tid in wanted]
         writer.flush(final)
-    return Outcome(folder, table.ordered(final), specs, placement, notes, len(todo),
+    return Outcome(folder, table.ordered(final), specs, placement, notes, len(scheduler.started),
                    time.monotonic() - start, interrupted)
 
 
@@ -273,7 +280,7 @@ class PlainLines:
         if not result.ok and not retrying:
             print(f"    log: {result.log}", file=self.stream)
             if result.status in (Status.CRASHED, Status.OOM, Status.ERROR):
-                for line in log_tail(result.log, 4)[-4:]:
+                for line in log_tail(result.log, 4, pid=result.pid):
                     print(f"    | {line}", file=self.stream)
             self.stream.flush()
 

@@ -7,10 +7,10 @@ Data flow of one sweep::
     │ grid → specs │─────────────▶ │ queue ──▶ pick free slot       │  start()   │ worker.main          │
     │ minus rows   │               │ (least-loaded device first)    │──(slot env)▶│  own process group   │
     │ already ok   │               │                                │──spec─────▶│  die with parent     │
-    └──────────────┘               │ wait([pipes, sentinels,        │            │  fds 1,2 → log.txt   │
+    └──────────────┘               │ wait([pipes, pidfds,            │            │  fds 1,2 → log.txt   │
                                    │       signal pipe], deadline)  │◀─result────│  seed, train(params) │
-                                   │  pipe: result message          │◀─sentinel──│  result.json, exit   │
-                                   │  sentinel: process gone        │            └──────────────────────┘
+                                   │  pipe: result message          │◀─pidfd─────│  result.json, exit   │
+                                   │  pidfd: process exited         │            └──────────────────────┘
                                    │  deadline: SIGTERM, then       │
                                    │   SIGKILL to the process group │
                                    │  signal pipe: Ctrl-C, SIGTERM  │
@@ -21,7 +21,7 @@ Data flow of one sweep::
 
 Why not a pool: the stdlib ``Pool`` hangs for ever when a worker is killed, and
 ``ProcessPoolExecutor`` fails every running task when one process dies. Here each trial
-has its own ``Process``; its death is seen through its sentinel and judged alone, so one
+has its own ``Process``; its death is seen through a pidfd and judged alone, so one
 trial's segfault is that trial's ``crashed`` row and nothing else. Processes are not
 daemonic (a trial may start its own workers), so the loop kills whatever is left of
 each trial's process group itself, on every way out.
@@ -87,6 +87,7 @@ class _Running:
     why: str = ""
     kill_stage: int = 0  # 0: none, 1: SIGTERM sent, 2: SIGKILL sent
     ended: float | None = None
+    exit_fd: int = -1  # readable once the process has exited (a pidfd)
 
 
 def now_iso() -> str:
@@ -146,6 +147,7 @@ class Scheduler:
         self.on_record = on_record
         self.tick = tick
         self.running: dict[int, _Running] = {}
+        self.started: set[str] = set()  #: ids of the trials started (retries count once)
         self.queue: deque[TrialSpec] = deque()
         self.signals: list[int] = []
         self.sampler: MemorySampler | None = None
@@ -177,7 +179,7 @@ class Scheduler:
             raise Interrupted(self.signals[0])
 
     def _fill(self) -> None:
-        while self.queue and len(self.running) < self.limit:
+        while self.queue and len(self.running) < self.limit and not self.signals:
             free = [s for s in self.slots if s.index not in self.running]
             slot = pick(free, (r.slot for r in self.running.values()))
             self._start(self.queue.popleft(), slot)
@@ -189,22 +191,26 @@ class Scheduler:
         process = self.ctx.Process(
             target=worker.main, args=(child_conn, boot), name=f"sweeper:{spec.name}", daemon=False
         )
-        with environ(slot.env):
+        with environ(slot.env), _sigint_ignored():  # Ctrl-C is the parent's to handle
             process.start()
         child_conn.close()
-        parent_conn.send(spec)
         t0 = time.monotonic()
         deadline = t0 + self.timeout if self.timeout else None
-        run = _Running(spec, slot, process, parent_conn, t0, now_iso(), deadline)
+        run = _Running(spec, slot, process, parent_conn, t0, now_iso(), deadline, exit_fd=_exit_fd(process))
         self.running[slot.index] = run
+        self.started.add(spec.trial_id)
         self.ledger.mark_running(spec, process.pid, run.started_at)
         if self.listener:
             self.listener.started(spec)
+        try:
+            parent_conn.send(spec)
+        except OSError:  # it died in its bootstrap; its exit is judged like any other
+            pass
 
     def _wait(self) -> None:
         waits: list[Any] = [self._wake_r]
         for r in self.running.values():
-            waits.append(r.process.sentinel)
+            waits.append(r.exit_fd)
             if r.conn is not None:
                 waits.append(r.conn)
         ready = set(multiprocessing.connection.wait(waits, self._next_timeout()))
@@ -213,7 +219,7 @@ class Scheduler:
         for r in list(self.running.values()):
             if r.conn is not None and r.conn in ready:
                 self._receive(r)
-            if r.process.sentinel in ready:
+            if r.exit_fd in ready:
                 self._finish(r)
         now = time.monotonic()
         for r in list(self.running.values()):
@@ -244,6 +250,7 @@ class Scheduler:
                 if kind == "result" and r.message is None:
                     r.message = payload
                     r.ended = time.monotonic()
+                    self.ledger.record(self._judge(r))  # durable now, not when it has exited
                     if r.kill_stage == 0:
                         r.deadline = r.ended + EXIT_GRACE  # it should exit now
         except (EOFError, OSError):
@@ -263,14 +270,19 @@ class Scheduler:
             r.kill_stage, r.deadline = 2, None
 
     def _finish(self, r: _Running) -> None:
-        """The process is gone: judge the trial, record it, free the slot."""
-        r.process.join()
+        """The process has exited: end its group, judge the trial, record it, free the slot."""
+        # Unreaped, the process keeps its pid and group id, so neither can name a stranger yet.
+        killpg(r.process.pid, signal.SIGKILL)  # anything it left in its group
+        r.process.join(timeout=TERM_GRACE)
+        if r.exit_fd != r.process.sentinel:
+            os.close(r.exit_fd)
         if r.conn is not None:
             self._receive(r)
             if r.conn is not None:
                 r.conn.close()
-        killpg(r.process.pid, signal.SIGKILL)  # anything it left in its group
         result = self._judge(r)
+        if self.sampler:
+            self.sampler.peaks.pop(r.process.pid, None)
         retrying = result.status.retryable and r.spec.attempt <= self.retries and not self.signals
         self.ledger.record(result)
         del self.running[r.slot.index]
@@ -291,10 +303,10 @@ class Scheduler:
         elif r.verdict is not None:
             status, error, metrics = r.verdict, r.why, {}
         else:
-            status, error, metrics = _crash_verdict(exitcode, spec.log_path)
+            status, error, metrics = _crash_verdict(exitcode, spec.log_path, r.process.pid)
         if status is Status.OOM:
             error = f"{error} (hint: {oom_hint(r.slot)})"
-        peak = self.sampler.peaks.pop(r.process.pid, None) if self.sampler else None
+        peak = self.sampler.peaks.get(r.process.pid) if self.sampler else None
         return TrialResult(
             trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
             status=status, metrics=metrics, seed=spec.seed, device=spec.device,
@@ -343,8 +355,9 @@ class Scheduler:
         """Last resort on any way out: nothing of a trial outlives the sweep."""
         for r in list(self.running.values()):
             killpg(r.process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + TERM_GRACE
         for r in list(self.running.values()):
-            r.process.join(timeout=TERM_GRACE)
+            r.process.join(timeout=max(0.0, deadline - time.monotonic()))
             if r.verdict is None and r.message is None:
                 r.verdict, r.why = Status.INTERRUPTED, "the sweep stopped while it ran"
             if r.process.exitcode is not None:
@@ -366,6 +379,32 @@ def oom_hint(slot: Slot) -> str:
             "or a higher --memory-fraction, or use a smaller batch size")
 
 
+def _exit_fd(process: Any) -> int:
+    """A descriptor readable once the process has exited.
+
+    A pidfd, not the process's sentinel: the sentinel stays open in any grandchild
+    that inherited it (``os.fork``), so it would say nothing while one of those lives.
+    """
+    try:
+        return os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3
+        return process.sentinel
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Start a child with SIGINT ignored, so a Ctrl-C during its bootstrap (before it leads
+    its own process group) reaches only the parent, which then stops it properly."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def _trial_env(spec: TrialSpec) -> dict[str, str]:
     import json
 
@@ -378,25 +417,32 @@ def _trial_env(spec: TrialSpec) -> dict[str, str]:
     }
 
 
-def _crash_verdict(exitcode: int | None, log_path: str) -> tuple[Status, str, dict[str, Any]]:
+def _crash_verdict(exitcode: int | None, log_path: str, pid: int) -> tuple[Status, str, dict[str, Any]]:
     """A process that died without a result: name how, and look for out-of-memory in its log."""
     if exitcode is not None and exitcode < 0:
         try:
             how = signal.Signals(-exitcode).name
         except ValueError:
             how = f"signal {-exitcode}"
+        if -exitcode == signal.SIGKILL:
+            how += " (killed from outside: often the kernel's out-of-memory killer, see dmesg)"
     else:
         how = f"exit code {exitcode}"
-    tail = log_tail(log_path)
-    last = next((t.strip() for t in reversed(tail) if t.strip() and not t.startswith(LOG_HEADER)), "")
+    tail = log_tail(log_path, pid=pid)
+    last = next((t.strip() for t in reversed(tail) if t.strip()), "")
     if text_says_oom("\n".join(tail)):
         return Status.OOM, f"ran out of memory and died ({how}): {last}"[:300], {}
     detail = f"; last log line: {last}" if last else ""
     return Status.CRASHED, f"died with {how} before returning a result{detail}"[:300], {}
 
 
-def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
-    """The last lines of a trial's log (cheap for big logs: reads the end only)."""
+def log_tail(path: str, lines: int = LOG_TAIL_LINES, pid: int | None = None) -> list[str]:
+    """The last lines a trial's log got from one attempt (the last, or process ``pid``'s).
+
+    The log gathers every attempt, each after a header line; only lines after the
+    attempt's own header count, so an earlier attempt's words are never this one's.
+    Cheap for big logs: reads the end only.
+    """
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -405,4 +451,11 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return []
-    return text.splitlines()[-lines:]
+    all_lines = text.splitlines()
+    heads = [i for i, t in enumerate(all_lines) if t.startswith(LOG_HEADER)]
+    if pid is not None:
+        heads = [i for i in heads if f" pid {pid}," in all_lines[i]]
+        if not heads:  # died before its log was opened
+            return []
+    start = heads[-1] + 1 if heads else 0
+    return all_lines[start:][-lines:]

@@ -77,6 +77,8 @@ def run_trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]]) -> dict[s
     try:
         _OnImport.install(spec.seed)
         fn = load()
+        if _OnImport.current is not None:
+            _OnImport.current.catch_up()
         value = fn(dict(spec.params))
         return {"status": Status.OK.value, "metrics": normalise(value), "error": ""}
     except BadResult as exc:
@@ -106,6 +108,9 @@ def _guard(parent_pid: int) -> None:
         os.setpgid(0, 0)
     except OSError:
         pass
+    # The parent started us with SIGINT ignored (Ctrl-C is its to handle); now that no
+    # terminal's Ctrl-C reaches our group, give the trial Python's usual behaviour back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGHUP, _kill_own_group)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -192,9 +197,12 @@ _ON_IMPORT: dict[str, Callable[[Any, int], None]] = {
 class _OnImport(importlib.abc.MetaPathFinder):
     """Seeds (and caps) each framework now if imported, else right after its import."""
 
+    current: "_OnImport | None" = None
+
     def __init__(self, seed: int, pending: set[str]) -> None:
         self.seed = seed
         self.pending = pending
+        self._busy = False
 
     @classmethod
     def install(cls, seed: int) -> None:
@@ -206,16 +214,27 @@ class _OnImport(importlib.abc.MetaPathFinder):
             else:
                 pending.add(name)
         if pending:
-            sys.meta_path.insert(0, cls(seed, pending))
+            cls.current = cls(seed, pending)
+            sys.meta_path.insert(0, cls.current)
+
+    def catch_up(self) -> None:
+        """Seed and cap what got imported past the hook (e.g. by a custom loader)."""
+        for name in sorted(self.pending):
+            if name in sys.modules:
+                self.pending.discard(name)
+                _ON_IMPORT[name](sys.modules[name], self.seed)
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in self.pending:
+        if fullname not in self.pending or self._busy:
             return None
-        self.pending.discard(fullname)
-        spec = importlib.util.find_spec(fullname)
+        self._busy = True  # find the real spec without finding ourselves
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
         if spec is None or spec.loader is None:
             return spec
-        inner, seed, ready = spec.loader, self.seed, _ON_IMPORT[fullname]
+        inner, seed, ready, pending = spec.loader, self.seed, _ON_IMPORT[fullname], self.pending
 
         class Loader(importlib.abc.Loader):
             def create_module(self, spec: Any) -> Any:
@@ -223,7 +242,9 @@ class _OnImport(importlib.abc.MetaPathFinder):
 
             def exec_module(self, module: Any) -> None:
                 inner.exec_module(module)
-                ready(module, seed)
+                if fullname in pending:  # a probe (find_spec alone) does not count
+                    pending.discard(fullname)
+                    ready(module, seed)
 
             def __getattr__(self, name: str) -> Any:  # resources, is_package, get_code...
                 return getattr(inner, name)

@@ -73,6 +73,14 @@ def crash(params):
         with open(os.path.join(sweeper.current_trial().dir, "orphan.pid"), "w") as f:
             f.write(str(child.pid))
         time.sleep(600)
+    if how == "fork_then_die":  # the forked child holds every fd, the sentinel included
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(600)
+            os._exit(0)
+        with open(os.path.join(sweeper.current_trial().dir, "orphan.pid"), "w") as f:
+            f.write(str(pid))
+        os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError(f"unknown case {how}")
 
 
@@ -129,3 +137,22 @@ def tf_matmul(params):
     product = tf.matmul(tf.ones((4, 4)), tf.ones((4, 4)))
     return {"sum": float(tf.reduce_sum(product)), "gpus_seen": float(len(tf.config.list_physical_devices("GPU"))),
             "cap_said": float("no GPU visible" in capping.apply_tensorflow(tf))}
+
+
+def oom_then_exit(params):
+    """Attempt 1 runs out of memory; attempt 2 dies with exit code 3 (and says nothing)."""
+    marker = os.path.join(sweeper.current_trial().dir, "attempted")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        raise MemoryError("out of memory")
+    os._exit(3)
+
+
+def probe_then_import(params):
+    """Probe numpy's spec before importing it: the probe must not cost numpy its seed."""
+    import importlib.util
+
+    assert importlib.util.find_spec("numpy") is not None
+    import numpy as np
+
+    return {"np": float(np.random.rand())}

@@ -68,6 +68,12 @@ def test_seeds_reach_python_and_numpy_imported_late(tmp_path):
     assert not (c.np == a.np).any()
 
 
+def test_a_probe_does_not_cost_numpy_its_seed(tmp_path):
+    probed = sweeper.sweep(sweep_fns.probe_then_import, {"x": [1]}, out=str(tmp_path / "a"), progress=False)
+    plain = sweeper.sweep(sweep_fns.draws, {"x": [1]}, out=str(tmp_path / "b"), progress=False)
+    assert probed.np.tolist() == plain.np.tolist()
+
+
 def test_sampled_points_run_as_drawn(tmp_path):
     space = {"layers": [[8, 8], [16]], "x": sweeper.uniform(0, 1)}
     points = sweeper.sample(space, 4, seed=0)

@@ -35,6 +35,7 @@ CASES = [
     ("memory", "oom", "MemoryError"),
     ("oom_text", "oom", "out of memory"),
     ("orphan", "ok", ""),
+    ("fork_then_die", "crashed", "SIGKILL"),
 ]
 
 
@@ -51,7 +52,7 @@ def test_each_death_is_a_status_and_others_finish(tmp_path, how, status, words):
     assert log.exists()
     if status == "error" and how == "raise":
         assert "Traceback" in log.read_text()  # the full traceback is in the log
-    if how == "orphan":  # a child process that outlived fn is killed with its trial
+    if how in ("orphan", "fork_then_die"):  # what the trial started dies with it
         assert_dead(int((log.parent / "orphan.pid").read_text()))
 
 
@@ -71,6 +72,14 @@ def test_retries_rerun_crashes_but_not_errors(tmp_path):
     df = sweeper.sweep(sweep_fns.crash, {"how": ["raise", "exit3"]}, out=str(tmp_path), workers=2,
                        retries=2, progress=False)
     assert df.set_index("param_how").attempts.to_dict() == {"raise": 1, "exit3": 3}
+
+
+def test_each_attempt_is_judged_on_its_own_log(tmp_path):
+    df = sweeper.sweep(sweep_fns.oom_then_exit, {"x": [1]}, out=str(tmp_path), retries=1, progress=False)
+    assert df.status.tolist() == ["crashed"] and df.attempts.tolist() == [2]
+    assert "out of memory" not in df.error[0] and "exit code 3" in df.error[0]
+    log = (tmp_path / "sweep_fns" / "trials" / "x=1" / "log.txt").read_text()
+    assert log.count("=== sweeper: trial x=1") == 2 and "MemoryError" in log  # both attempts kept
 
 
 def test_resume_skips_ok_and_reruns_the_rest(tmp_path):
@@ -138,10 +147,10 @@ def _ok_rows(tmp_path) -> int:
             return 0
 
 
-def _rerun(tmp_path, hold):
+def _rerun(tmp_path, hold, *flags):
     hold.touch()
     grid = str(tmp_path / "grid.py")
-    return subprocess.run([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out")],
+    return subprocess.run([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out"), *flags],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
@@ -160,7 +169,8 @@ def test_ctrl_c_records_interrupted_and_resume_finishes(tmp_path, presses):
     assert sorted(table.status) == ["interrupted", "interrupted", "ok"]
     ok_row = table[table.status == "ok"].iloc[0]
 
-    done = _rerun(tmp_path, hold)
+    # interrupted trials are not failures: --skip-failed still runs them
+    done = _rerun(tmp_path, hold, "--skip-failed")
     assert done.returncode == 0, done.stdout + done.stderr
     table = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
     assert sorted(table.param_x) == [1, 2, 3, 4] and (table.status == "ok").all()
