@@ -52,6 +52,11 @@ def parser() -> argparse.ArgumentParser:
                    help="print the trials and where they would start, run nothing")
     p.add_argument("--metric", help="metric to rank trials by (default: the first)")
     p.add_argument("--mode", choices=["max", "min"], help="max or min (default: max for names with acc)")
+    p.add_argument("--no-prefetch", action="store_false", default=None, dest="prefetch",
+                   help="do not start each slot's next trial process ahead of time")
+    p.add_argument("--start-method", choices=["spawn", "forkserver"], dest="start_method",
+                   help="spawn (default): a fresh interpreter per trial; forkserver: trials fork "
+                        "from one process that imported the grid file once")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     return p
 
@@ -83,7 +88,8 @@ def _main(argv: list[str]) -> int:
     _check_unknown(p, unknown)
     flags = {k: getattr(args, k) for k in ("name", "out", "workers", "seed", "timeout", "retries",
                                            "gpus", "per_gpu", "memory_fraction", "memory_growth",
-                                           "fresh", "skip_failed", "dry_run", "metric", "mode")}
+                                           "fresh", "skip_failed", "dry_run", "metric", "mode",
+                                           "prefetch", "start_method")}
     Options.build({k: v for k, v in flags.items() if v is not None}, where="the command line")
     _show_info()
     grid = gridfile.read(args.grid_file, args.seed)

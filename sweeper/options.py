@@ -31,6 +31,8 @@ class Options:
     metric: str | None = None  #: metric that ranks trials (default: the first one)
     mode: str | None = None  #: "max" or "min" (default: max for names with "acc", else min)
     progress: bool = True  #: print a line per finished trial
+    prefetch: bool = True  #: start each slot's next process ahead, importing train while a trial runs
+    start_method: str = "spawn"  #: "spawn", or "forkserver" (trials fork from one process that imported train)
 
     @classmethod
     def names(cls) -> list[str]:
@@ -62,6 +64,8 @@ class Options:
             raise SweepError(f"seed must be a whole number, got {self.seed!r}")
         if self.timeout is not None and (not isinstance(self.timeout, (int, float)) or self.timeout <= 0):
             raise SweepError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        if self.start_method not in ("spawn", "forkserver"):
+            raise SweepError(f"start_method must be 'spawn' or 'forkserver', got {self.start_method!r}")
         if self.mode not in (None, "max", "min"):
             raise SweepError(f"mode must be 'max' or 'min', got {self.mode!r}")
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):

@@ -208,6 +208,7 @@ def _run(
     scheduler = Scheduler(
         target, placement.slots, ledger, workers=options.workers, timeout=options.timeout,
         retries=options.retries, listener=listener, on_record=on_record, tick=tick,
+        prefetch=options.prefetch, start_method=options.start_method, folder=folder,
     )
     interrupted = None
     try:

@@ -46,7 +46,8 @@ from .gpus import MemorySampler
 from .ledger import Ledger
 from .metrics import text_says_oom
 from .slots import Slot, pick
-from .target import Target
+from .errors import SweepError
+from .target import FileTarget, Target
 from .trial import Status, TrialResult, TrialSpec
 from .worker import LOG_HEADER
 
@@ -88,6 +89,18 @@ class _Running:
     kill_stage: int = 0  # 0: none, 1: SIGTERM sent, 2: SIGKILL sent
     ended: float | None = None
     exit_fd: int = -1  # readable once the process has exited (a pidfd)
+
+
+@dataclass
+class _Standby:
+    """A process started ahead for a busy slot, importing ``train`` until the slot frees."""
+
+    slot: Slot
+    process: Any
+    conn: multiprocessing.connection.Connection
+    exit_fd: int
+    prelog: str
+    ready: bool = False
 
 
 def now_iso() -> str:
@@ -135,8 +148,19 @@ class Scheduler:
         listener: Listener | None = None,
         on_record: Callable[[TrialResult], None] | None = None,
         tick: Callable[[], float | None] | None = None,
+        prefetch: bool = True,
+        start_method: str = "spawn",
+        folder: str = ".",
     ) -> None:
-        self.ctx = multiprocessing.get_context("spawn")
+        self.start_method = start_method
+        self.ctx = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":
+            _start_forkserver(self.ctx, target)
+        self.prefetch = prefetch
+        self.standbys: dict[int, _Standby] = {}
+        self._standby_deaths = 0
+        self._standby_count = 0
+        self.prelog_dir = os.path.join(folder, ".standby")
         self.target = target
         self.slots = list(slots)
         self.limit = min(workers or len(self.slots), len(self.slots))
@@ -163,14 +187,16 @@ class Scheduler:
     def run(self, specs: Sequence[TrialSpec]) -> None:
         """Run every spec (and its retries) to a recorded result; raise Interrupted on a signal."""
         self.queue.extend(specs)
+        failed = True
         try:
             with self._catch_signals():
                 while self.running or (self.queue and not self.signals):
                     if not self.signals:
                         self._fill()
                     self._wait()
+            failed = False
         finally:
-            self._kill_all()
+            self._kill_all(record_unfinished=not failed)
             os.close(self._wake_r)
             os.close(self._wake_w)
             if self.sampler:
@@ -181,22 +207,33 @@ class Scheduler:
     def _fill(self) -> None:
         while self.queue and len(self.running) < self.limit and not self.signals:
             free = [s for s in self.slots if s.index not in self.running]
-            slot = pick(free, (r.slot for r in self.running.values()))
-            self._start(self.queue.popleft(), slot)
+            slot = pick(free, (r.slot for r in self.running.values()), prefer=set(self.standbys))
+            spec = self.queue.popleft()
+            standby = self.standbys.pop(slot.index, None)
+            if standby is not None:
+                self._launch(spec, slot, standby.process, standby.conn, standby.exit_fd)
+            else:
+                self._launch(spec, slot, *self._spawn(slot))
+        self._prefetch()
 
-    def _start(self, spec: TrialSpec, slot: Slot) -> None:
-        spec = replace(spec, device=slot.device, env={**spec.env, **_trial_env(spec)})
+    def _spawn(self, slot: Slot, prelog: str | None = None) -> tuple[Any, Any, int]:
+        """Start a worker process for a slot, with the slot's GPU and cap in its environment."""
         parent_conn, child_conn = self.ctx.Pipe()
-        boot = worker.Boot(os.getpid(), self.target, slot.env)
+        boot = worker.Boot(os.getpid(), self.target, slot.env, prelog, self.start_method != "forkserver")
         process = self.ctx.Process(
-            target=worker.main, args=(child_conn, boot), name=f"sweeper:{spec.name}", daemon=False
+            target=worker.main, args=(child_conn, boot), name=f"sweeper-slot{slot.index}", daemon=False
         )
         with environ(slot.env), _sigint_ignored():  # Ctrl-C is the parent's to handle
             process.start()
         child_conn.close()
+        return process, parent_conn, _exit_fd(process)
+
+    def _launch(self, spec: TrialSpec, slot: Slot, process: Any, parent_conn: Any, exit_fd: int) -> None:
+        """Give a worker process its trial."""
+        spec = replace(spec, device=slot.device, env={**spec.env, **_trial_env(spec)})
         t0 = time.monotonic()
         deadline = t0 + self.timeout if self.timeout else None
-        run = _Running(spec, slot, process, parent_conn, t0, now_iso(), deadline, exit_fd=_exit_fd(process))
+        run = _Running(spec, slot, process, parent_conn, t0, now_iso(), deadline, exit_fd=exit_fd)
         self.running[slot.index] = run
         self.started.add(spec.trial_id)
         self.ledger.mark_running(spec, process.pid, run.started_at)
@@ -207,8 +244,56 @@ class Scheduler:
         except OSError:  # it died in its bootstrap; its exit is judged like any other
             pass
 
+    # -- standbys ----------------------------------------------------------------------
+
+    def _prefetch(self) -> None:
+        """One standby per busy slot, as long as queued trials will need them."""
+        if not self.prefetch or self.signals:
+            return
+        for slot_index in list(self.standbys)[len(self.queue):]:  # more standbys than trials left
+            self._drop(self.standbys.pop(slot_index))
+        for slot_index, r in self.running.items():
+            if len(self.standbys) >= len(self.queue):
+                break
+            if slot_index not in self.standbys:
+                self._standby_count += 1
+                prelog = os.path.join(self.prelog_dir, f"slot{slot_index}-{self._standby_count}.log")
+                process, conn, exit_fd = self._spawn(r.slot, prelog)
+                self.standbys[slot_index] = _Standby(r.slot, process, conn, exit_fd, prelog)
+
+    def _standby_event(self, sb: _Standby, ready: set[Any]) -> None:
+        if sb.conn in ready:
+            try:
+                while sb.conn.poll():
+                    kind, payload = sb.conn.recv()
+                    if kind == "ready":
+                        sb.ready = True
+                    elif kind == "load_error":
+                        raise _load_error(payload)
+            except (EOFError, OSError):
+                pass
+        if sb.exit_fd in ready:  # died before it had a trial: forget it; give up after a few
+            self.standbys.pop(sb.slot.index, None)
+            self._drop(sb)
+            self._standby_deaths += 1
+            if self._standby_deaths >= 3:
+                self.prefetch = False
+
+    def _drop(self, sb: _Standby) -> None:
+        killpg(sb.process.pid, signal.SIGKILL)
+        sb.process.join(timeout=TERM_GRACE)
+        sb.conn.close()
+        if sb.exit_fd != sb.process.sentinel:
+            os.close(sb.exit_fd)
+        with contextlib.suppress(OSError):
+            os.remove(sb.prelog)
+
+    # -- waiting --------------------------------------------------------------------------
+
     def _wait(self) -> None:
         waits: list[Any] = [self._wake_r]
+        for sb in self.standbys.values():
+            waits += [sb.exit_fd, sb.conn]
         for r in self.running.values():
             waits.append(r.exit_fd)
             if r.conn is not None:
@@ -216,6 +301,8 @@ class Scheduler:
         ready = set(multiprocessing.connection.wait(waits, self._next_timeout()))
         if self._wake_r in ready:
             self._on_signal()
+        for sb in list(self.standbys.values()):
+            self._standby_event(sb, ready)
         for r in list(self.running.values()):
             if r.conn is not None and r.conn in ready:
                 self._receive(r)
@@ -247,6 +334,8 @@ class Scheduler:
         try:
             while r.conn.poll():
                 kind, payload = r.conn.recv()
+                if kind == "load_error":
+                    raise _load_error(payload)
                 if kind == "result" and r.message is None:
                     r.message = payload
                     r.ended = time.monotonic()
@@ -340,6 +429,9 @@ class Scheduler:
             os.read(self._wake_r, 1024)
         hard = len(self.signals) > 1
         now = time.monotonic()
+        for sb in list(self.standbys.values()):
+            self._drop(sb)
+        self.standbys.clear()
         for r in self.running.values():
             if r.message is None and r.verdict is None:
                 r.verdict, r.why = Status.INTERRUPTED, f"stopped by {signal.Signals(self.signals[0]).name}"
@@ -351,15 +443,25 @@ class Scheduler:
                 killpg(r.process.pid, signal.SIGTERM)
                 r.kill_stage, r.deadline = 1, now + TERM_GRACE
 
-    def _kill_all(self) -> None:
+    def _kill_all(self, record_unfinished: bool = True) -> None:
         """Last resort on any way out: nothing of a trial outlives the sweep."""
+        for sb in list(self.standbys.values()):
+            self._drop(sb)
+        self.standbys.clear()
         for r in list(self.running.values()):
             killpg(r.process.pid, signal.SIGKILL)
         deadline = time.monotonic() + TERM_GRACE
         for r in list(self.running.values()):
             r.process.join(timeout=max(0.0, deadline - time.monotonic()))
             if r.verdict is None and r.message is None:
-                r.verdict, r.why = Status.INTERRUPTED, "the sweep stopped while it ran"
+                if record_unfinished:
+                    r.verdict, r.why = Status.INTERRUPTED, "the sweep stopped while it ran"
+                else:  # the sweep itself failed: no trial is to blame; they run next time
+                    self.running.pop(r.slot.index)
+                    r.conn and r.conn.close()
+                    if r.exit_fd != r.process.sentinel:
+                        os.close(r.exit_fd)
+                    continue
             if r.process.exitcode is not None:
                 self._finish(r)
 
@@ -377,6 +479,35 @@ def oom_hint(slot: Slot) -> str:
         cap = "memory growth"
     return (f"it ran under {cap} on {slot.device}; give each trial more with a lower --per-gpu "
             "or a higher --memory-fraction, or use a smaller batch size")
+
+
+def _load_error(message: str) -> SweepError:
+    return SweepError(
+        f"a trial process could not import train: {message}; fix it and run again "
+        "(finished trials are kept)"
+    )
+
+
+def _start_forkserver(ctx: Any, target: Target) -> None:
+    """Start the fork server with the user's module imported, and no GPU visible to it.
+
+    Each trial is then a fork of that server: the import (TensorFlow's seconds) is paid
+    once. The server never touches the GPU; a child pins its own before its framework
+    does. The server is one per process: a later sweep with another module keeps the
+    first preload, which is only slower, never wrong (each child imports what it lacks).
+    """
+    import multiprocessing.forkserver
+
+    env = {"CUDA_VISIBLE_DEVICES": "-1"}
+    if isinstance(target, FileTarget):
+        preload = ["sweeper.worker", "sweeper._preload"]
+        env["SWEEPER_PRELOAD_FILE"] = target.path
+    else:
+        module = target.module
+        preload = ["sweeper.worker"] + ([module] if module and module != "__main__" else [])
+    ctx.set_forkserver_preload(preload)
+    with environ(env):
+        multiprocessing.forkserver.ensure_running()
 
 
 def _exit_fd(process: Any) -> int:

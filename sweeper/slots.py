@@ -114,7 +114,8 @@ def place(gpus: str | list[str], policy: MemoryPolicy, workers: int | None) -> P
     ids, known, skipped = choose_gpus(gpus)
     if not ids:
         count = workers or os.cpu_count() or 1
-        return Placement([Slot(i, None, {"CUDA_VISIBLE_DEVICES": "-1"}) for i in range(count)], [], None)
+        slots = [Slot(i, None, {"CUDA_VISIBLE_DEVICES": "-1", "SWEEPER_SLOT": str(i)}) for i in range(count)]
+        return Placement(slots, [], None)
     info = {str(g.index): g for g in known}
     slots = []
     for j in range(policy.per_gpu):
@@ -124,13 +125,16 @@ def place(gpus: str | list[str], policy: MemoryPolicy, workers: int | None) -> P
             env = {
                 "CUDA_VISIBLE_DEVICES": gpu.uuid if gpu else gid,
                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                "SWEEPER_SLOT": str(len(slots)),
                 **policy.env(total),
             }
             slots.append(Slot(len(slots), gid, env, gpu.uuid if gpu else "", policy.limit_mb(total)))
     return Placement(slots, known, policy, skipped)
 
 
-def pick(free: Sequence[Slot], busy: Iterable[Slot]) -> Slot:
-    """The free slot on the least-loaded device (ties: the first device in order)."""
+def pick(free: Sequence[Slot], busy: Iterable[Slot], prefer: Iterable[int] = ()) -> Slot:
+    """The free slot on the least-loaded device; among equals, one whose index is in
+    ``prefer`` (it has a standby), then the first in order."""
     load = Counter(s.gpu for s in busy)
-    return min(free, key=lambda s: (load[s.gpu], s.index))
+    prefer = set(prefer)
+    return min(free, key=lambda s: (load[s.gpu], s.index not in prefer, s.index))

@@ -73,6 +73,7 @@ class FunctionTarget:
 
     blob: bytes
     label: str
+    module: str = ""  #: the module defining it (a fork server imports it ahead)
 
     @classmethod
     def of(cls, fn: Callable[..., Any]) -> "FunctionTarget":
@@ -92,7 +93,7 @@ class FunctionTarget:
                 f"train {label} cannot be sent to a worker ({exc}); define it with def at the "
                 "top level of a module (no lambda, no nested function)"
             ) from None
-        return cls(blob, label)
+        return cls(blob, label, getattr(fn, "__module__", "") or "")
 
     def load(self) -> Callable[..., Any]:
         return pickle.loads(self.blob)

@@ -19,6 +19,7 @@ Nothing heavy is imported here: the framework arrives with the user's module.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.abc
 import importlib.util
@@ -50,17 +51,43 @@ class Boot:
 
     parent_pid: int
     target: Target
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  #: the slot's: GPU pinning, memory cap
+    #: For a standby: import ``train`` at once, output to this file until a trial comes.
+    prelog: str | None = None
+    #: False under forkserver, where the parent is the fork server, not the sweep.
+    check_ppid: bool = True
 
 
 def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     """Entry point of a trial process (the ``target`` of its ``Process``)."""
-    _guard(boot.parent_pid)
+    _guard(boot.parent_pid if boot.check_ppid else None)
     os.environ.update(boot.env)
-    spec: TrialSpec = conn.recv()
-    _redirect_output(spec)
+    hook = _OnImport.install()
+    load = boot.target.load
+    if boot.prelog:  # a standby: import the user's module while the slot's trial still runs
+        _redirect_fds(boot.prelog)
+        try:
+            fn = boot.target.load()
+        except BaseException as exc:  # noqa: BLE001
+            traceback.print_exc()
+            conn.send(("load_error", _last_line(exc)))
+            return
+        conn.send(("ready", None))
+        load = lambda: fn  # noqa: E731
+    try:
+        spec: TrialSpec = conn.recv()
+    except EOFError:  # a standby the sweep no longer needs
+        return
+    _redirect_output(spec, boot.prelog)
     os.environ.update(spec.env)
-    message = run_trial(spec, boot.target.load)
+    hook.set_seed(spec.seed)  # before the module loads (unless a standby loaded it already)
+    try:
+        load()
+    except BaseException as exc:  # noqa: BLE001 - a module that cannot load is the sweep's problem
+        traceback.print_exc()
+        conn.send(("load_error", _last_line(exc)))
+        return
+    message = run_trial(spec, load, hook)
     _write_json(os.path.join(spec.dir, "result.json"), {"trial_id": spec.trial_id, **message})
     sys.stdout.flush()
     sys.stderr.flush()
@@ -69,16 +96,34 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     except OSError:  # the parent is gone; the watcher will end us
         pass
     conn.close()
+    _exit_now()
 
 
-def run_trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]]) -> dict[str, Any]:
-    """Load ``train``, seed, run it, and describe the outcome as a plain message."""
+def _exit_now() -> None:
+    """Leave without the interpreter's teardown, once the result is safe.
+
+    Tearing down TensorFlow's modules and threads takes seconds, during which the slot
+    cannot take its next trial (its memory must be released first). ``atexit`` handlers
+    still run and the standard streams are flushed; then the process ends, and the
+    operating system releases its memory, GPU memory included.
+    """
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
+
+
+def run_trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]], hook: "_OnImport") -> dict[str, Any]:
+    """Load ``train`` (seeded already), run it, and describe the outcome as a plain message."""
     context._set(spec)
     try:
-        _OnImport.install(spec.seed)
         fn = load()
-        if _OnImport.current is not None:
-            _OnImport.current.catch_up()
+        hook.catch_up()
         value = fn(dict(spec.params))
         return {"status": Status.OK.value, "metrics": normalise(value), "error": ""}
     except BadResult as exc:
@@ -86,11 +131,15 @@ def run_trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]]) -> dict[s
         return {"status": Status.ERROR.value, "metrics": {}, "error": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
         traceback.print_exc()
-        line = traceback.format_exception_only(type(exc), exc)[-1].strip().splitlines()[-1]
+        line = _last_line(exc)
         status = Status.OOM if is_oom(exc) else Status.ERROR
         return {"status": status.value, "metrics": {}, "error": line}
     finally:
         context._set(None)
+
+
+def _last_line(exc: BaseException) -> str:
+    return traceback.format_exception_only(type(exc), exc)[-1].strip().splitlines()[-1]
 
 
 # -- staying with the parent -------------------------------------------------------------
@@ -103,7 +152,7 @@ def _kill_own_group(*_: Any) -> None:
     os._exit(1)
 
 
-def _guard(parent_pid: int) -> None:
+def _guard(parent_pid: int | None) -> None:
     try:
         os.setpgid(0, 0)
     except OSError:
@@ -117,7 +166,7 @@ def _guard(parent_pid: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the watcher thread still works
         pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    if parent_pid is not None and os.getppid() != parent_pid:  # died before prctl took effect
         _kill_own_group()
     parent = multiprocessing.parent_process()
     if parent is not None and parent.sentinel is not None:
@@ -133,12 +182,12 @@ def _guard(parent_pid: int) -> None:
 # -- logs ----------------------------------------------------------------------------------
 
 
-def _redirect_output(spec: TrialSpec) -> None:
-    """Send fds 1 and 2 (Python's and native code's output) to the trial's log."""
-    os.makedirs(spec.dir, exist_ok=True)
+def _redirect_fds(path: str) -> None:
+    """Send fds 1 and 2 (Python's and native code's output) to a file, appending."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
@@ -147,12 +196,24 @@ def _redirect_output(spec: TrialSpec) -> None:
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
         except (AttributeError, ValueError):
             pass
+
+
+def _redirect_output(spec: TrialSpec, prelog: str | None = None) -> None:
+    """Point output at the trial's log, after a header and what a standby printed so far."""
+    _redirect_fds(spec.log_path)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     print(
         f"{LOG_HEADER} trial {spec.name} (id {spec.trial_id}) attempt {spec.attempt}, "
         f"pid {os.getpid()}, device {spec.device}, seed {spec.seed}, {stamp}Z ===",
         flush=True,
     )
+    if prelog:
+        try:
+            with open(prelog, "rb") as f:
+                os.write(1, f.read())
+            os.remove(prelog)
+        except OSError:
+            pass
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
@@ -168,64 +229,86 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 # -- seeds and caps, the moment a framework is imported -----------------------------------
 
 
-def _numpy_ready(mod: Any, seed: int) -> None:
+def _cap_tensorflow(mod: Any) -> None:
+    capping.apply_tensorflow(mod)
+
+
+def _cap_torch(mod: Any) -> None:
+    capping.apply_torch(mod)
+
+
+def _seed_numpy(mod: Any, seed: int) -> None:
     mod.random.seed(seed)
 
 
-def _tensorflow_ready(mod: Any, seed: int) -> None:
-    capping.apply_tensorflow(mod)  # first: it must come before anything touches the GPU
+def _seed_tensorflow(mod: Any, seed: int) -> None:
     mod.random.set_seed(seed)
 
 
-def _keras_ready(mod: Any, seed: int) -> None:
+def _seed_keras(mod: Any, seed: int) -> None:
     mod.utils.set_random_seed(seed)
 
 
-def _torch_ready(mod: Any, seed: int) -> None:
-    capping.apply_torch(mod)
+def _seed_torch(mod: Any, seed: int) -> None:
     mod.manual_seed(seed)
 
 
-_ON_IMPORT: dict[str, Callable[[Any, int], None]] = {
-    "numpy": _numpy_ready,
-    "tensorflow": _tensorflow_ready,
-    "keras": _keras_ready,
-    "torch": _torch_ready,
+#: Caps come first: they must precede anything that touches the GPU.
+_CAPS: dict[str, Callable[[Any], None]] = {"tensorflow": _cap_tensorflow, "torch": _cap_torch}
+_SEEDS: dict[str, Callable[[Any, int], None]] = {
+    "numpy": _seed_numpy,
+    "tensorflow": _seed_tensorflow,
+    "keras": _seed_keras,
+    "torch": _seed_torch,
 }
 
 
 class _OnImport(importlib.abc.MetaPathFinder):
-    """Seeds (and caps) each framework now if imported, else right after its import."""
+    """Caps and seeds each framework now if imported, else right after its import.
+
+    Installed before the user's module is imported (so a cap precedes the module's own
+    code); the seed comes later, with the trial (a standby imports before it has one).
+    """
 
     current: "_OnImport | None" = None
 
-    def __init__(self, seed: int, pending: set[str]) -> None:
-        self.seed = seed
-        self.pending = pending
+    def __init__(self) -> None:
+        self.seed: int | None = None
+        self.done: set[str] = set()
         self._busy = False
 
     @classmethod
-    def install(cls, seed: int) -> None:
-        random.seed(seed)
-        pending = set()
-        for name, ready in _ON_IMPORT.items():
-            if name in sys.modules:
-                ready(sys.modules[name], seed)
-            else:
-                pending.add(name)
-        if pending:
-            cls.current = cls(seed, pending)
+    def install(cls) -> "_OnImport":
+        if cls.current is None:
+            cls.current = cls()
             sys.meta_path.insert(0, cls.current)
+            cls.current.catch_up()
+        return cls.current
+
+    def set_seed(self, seed: int) -> None:
+        """Seed ``random`` and every framework imported so far; later ones on import."""
+        self.seed = seed
+        random.seed(seed)
+        for name, seeder in _SEEDS.items():
+            if name in self.done:
+                seeder(sys.modules[name], seed)
+        self.catch_up()
 
     def catch_up(self) -> None:
-        """Seed and cap what got imported past the hook (e.g. by a custom loader)."""
-        for name in sorted(self.pending):
+        """Handle what got imported before the hook, or past it (e.g. by a custom loader)."""
+        for name in sorted(set(_SEEDS) - self.done):
             if name in sys.modules:
-                self.pending.discard(name)
-                _ON_IMPORT[name](sys.modules[name], self.seed)
+                self._ready(name, sys.modules[name])
+
+    def _ready(self, name: str, module: Any) -> None:
+        self.done.add(name)
+        if name in _CAPS:
+            _CAPS[name](module)
+        if self.seed is not None:
+            _SEEDS[name](module, self.seed)
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in self.pending or self._busy:
+        if fullname not in _SEEDS or fullname in self.done or self._busy:
             return None
         self._busy = True  # find the real spec without finding ourselves
         try:
@@ -234,7 +317,7 @@ class _OnImport(importlib.abc.MetaPathFinder):
             self._busy = False
         if spec is None or spec.loader is None:
             return spec
-        inner, seed, ready, pending = spec.loader, self.seed, _ON_IMPORT[fullname], self.pending
+        inner, hook = spec.loader, self
 
         class Loader(importlib.abc.Loader):
             def create_module(self, spec: Any) -> Any:
@@ -242,9 +325,8 @@ class _OnImport(importlib.abc.MetaPathFinder):
 
             def exec_module(self, module: Any) -> None:
                 inner.exec_module(module)
-                if fullname in pending:  # a probe (find_spec alone) does not count
-                    pending.discard(fullname)
-                    ready(module, seed)
+                if fullname not in hook.done:  # a probe (find_spec alone) does not count
+                    hook._ready(fullname, module)
 
             def __getattr__(self, name: str) -> Any:  # resources, is_package, get_code...
                 return getattr(inner, name)

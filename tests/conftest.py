@@ -29,8 +29,13 @@ def no_stray_processes():
 
 
 def _helper(p: psutil.Process) -> bool:
-    """multiprocessing's resource tracker: one per parent, lives as long as the parent."""
-    return "multiprocessing.resource_tracker" in _cmd(p)
+    """multiprocessing's resource tracker and fork server: one per parent, for its lifetime."""
+    cmd = _cmd(p)
+    try:  # a trial forked by the server shares its command line, but not its parent
+        direct = p.ppid() == os.getpid()
+    except psutil.Error:
+        return False
+    return direct and ("multiprocessing.resource_tracker" in cmd or "multiprocessing.forkserver" in cmd)
 
 
 def _running(p: psutil.Process) -> bool:

@@ -156,3 +156,24 @@ def probe_then_import(params):
     import numpy as np
 
     return {"np": float(np.random.rand())}
+
+
+def slot_relay(params):
+    """Holds its slot a while; reports when its process was created and whether the
+    previous trial on its slot had exited before this one's fn started."""
+    start = time.time()
+    slot = os.environ["SWEEPER_SLOT"]
+    relay = os.path.join(params["dir"], f"slot{slot}.pid")
+    prev_alive = 0.0
+    if os.path.exists(relay):
+        prev_alive = float(os.path.exists(f"/proc/{int(open(relay).read())}"))
+    with open(relay, "w") as f:
+        f.write(str(os.getpid()))
+    with open("/proc/self/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    created = time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))  # to 10 ms
+    time.sleep(params.get("hold", 1.0))
+    return {"created": created, "t_start": start, "t_end": time.time(), "slot": float(slot),
+            "prev_alive": prev_alive, "pid": os.getpid(), "ppid": os.getppid()}
