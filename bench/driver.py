@@ -61,7 +61,10 @@ def main(spec_path: str, result_path: str) -> int:
         import importlib
 
         mod_name, fn_name = spec["fn"].split(":")
-        fn = getattr(importlib.import_module(mod_name), fn_name)
+        if runner is methods.run_sweeper:  # as a user's script does: import, then sweep(fn)
+            fn = getattr(importlib.import_module(mod_name), fn_name)
+        else:
+            fn = methods.ByName(mod_name, fn_name)
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         self0, kids0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
         kwargs = dict(options)

@@ -32,6 +32,23 @@ def _record(value: Any, **extra: Any) -> dict[str, Any]:
     return out
 
 
+class ByName:
+    """``module:function``, imported where it is first called (in the child), not here.
+
+    The baselines do not need the user's module in their parent, and the import would
+    only cost the driver seconds before its clock starts. A child pays the import at the
+    same point as with a function pickled by reference (before ``fn`` starts).
+    """
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+
+    def __call__(self, params: dict) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.name)(params)
+
+
 # -- sweeper -------------------------------------------------------------------------------
 
 def run_sweeper(fn: Callable, points: Points, k: int, timeout: float, grid: dict | None = None,

@@ -55,6 +55,7 @@ class Case:
     k: int
     fixed: dict[str, Any] = field(default_factory=dict)
     methods: list[str] = field(default_factory=lambda: list(ALL_METHODS))
+    long: bool = False  # B and D: long runs, averaged over many trials; --long-repeats
     timeout_s: float = 300.0  # for one whole run, after which its process tree is killed
     check_rusage: bool = False
 
@@ -70,17 +71,31 @@ class Case:
 
 
 def cases(quick: bool) -> dict[str, list[Case]]:
-    a_n, b1, b2, c_n, d_n = (60, (6, 3.0), (4, 3.0), 6, 300) if quick else (200, (16, 5.0), (8, 4.0), 16, 2000)
+    """The scenarios, with the methods each runs by default (``--methods`` overrides).
+
+    Every method in every scenario does not fit the time limits on 2 cores: each run of a
+    process-per-trial method in B costs ~1 min (quick) to ~2.5 min (full), since each trial
+    pays a TensorFlow import. So by default naive joins B only in the full run, and the
+    --no-prefetch variant runs where it differs from the default (B; in quick, B2 only).
+    """
+    std = ["sweeper", "sweeper forkserver", "pool", "loky", "ray tune"]
+    if quick:
+        a_n, b1, b2, c_n, d_n = 60, (6, 3.0), (4, 3.0), 6, 300
+        b1_m, b2_m = std, ["sweeper", "sweeper --no-prefetch", "pool", "ray tune"]
+    else:
+        a_n, b1, b2, c_n, d_n = 200, (16, 5.0), (8, 4.0), 16, 2000
+        b1_m = b2_m = list(ALL_METHODS)
     return {
         "A": [Case("A", f"{a_n} no-op trials, 2 slots", "trials:noop", a_n, 2, timeout_s=60 + 2.0 * a_n)],
         "B": [Case("B1", f"{b1[0]} x sleep({b1[1]:g}) TF-importing trials, 2 slots", "tf_sleep:train", b1[0], 2,
-                   {"s": b1[1]}, timeout_s=120 + b1[0] * (b1[1] + 30)),
+                   {"s": b1[1]}, methods=b1_m, long=True, timeout_s=120 + b1[0] * (b1[1] + 30)),
               Case("B2", f"{b2[0]} x sleep({b2[1]:g}) TF-importing trials, 1 slot", "tf_sleep:train", b2[0], 1,
-                   {"s": b2[1]}, timeout_s=120 + b2[0] * (b2[1] + 30))],
+                   {"s": b2[1]}, methods=b2_m, long=True, timeout_s=120 + b2[0] * (b2[1] + 30))],
         "C": [Case("C", f"{c_n} tiny Keras MLPs (2 epochs), 2 slots", "keras_mlp:train", c_n, 2,
-                   timeout_s=120 + c_n * 60)],
+                   methods=std, timeout_s=120 + c_n * 60)],
         "D": [Case("D", f"{d_n} no-op trials, 2 slots: the parent's own cost", "trials:noop", d_n, 2,
-                   methods=list(SWEEPERS), timeout_s=60 + 1.0 * d_n, check_rusage=True)],
+                   methods=["sweeper", "sweeper forkserver"], long=True, timeout_s=60 + 1.0 * d_n,
+                   check_rusage=True)],
     }
 
 
@@ -127,6 +142,10 @@ def gaps_of(method: str, trials: list[dict], k: int) -> tuple[list[float], str]:
     return chain_gaps(timed, k), "rebuilt chains (first freed, first refilled)"
 
 
+def _rel(x: Any, t0: float) -> float | None:
+    return round(x - t0, 3) if isinstance(x, (int, float)) else None
+
+
 def med(xs: list[float]) -> float | None:
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -142,6 +161,11 @@ def figures(case: Case, method: str, res: dict) -> dict[str, Any]:
               if isinstance(t.get("started_at"), (int, float)) and isinstance(t.get("t_start"), (int, float))]
     if launch:  # parent starts the process -> fn starts (import of the user's module included)
         f["launch_to_fn_ms"] = 1000 * med(launch)
+    if n <= 64 and trials:  # who ran when, relative to the first process start (seconds)
+        t0 = min(t.get("started_at") or t.get("t_start") or 0.0 for t in trials)
+        f["timeline"] = [{"slot": t.get("slot"), "pid": t.get("pid"),
+                          "started": _rel(t.get("started_at"), t0), "fn_start": _rel(t.get("t_start"), t0),
+                          "fn_end": _rel(t.get("t_end"), t0)} for t in sorted(trials, key=lambda t: t.get("t_start") or 0)]
     if case.name == "A":
         f["overhead_ms"] = 1000 * wall / n * k
         f["trials_per_s"] = n / wall
@@ -379,23 +403,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, 1 repeat (under 5 min on 2 cores)")
     ap.add_argument("--repeats", type=int, help="repeats per figure (default 3, quick 1); medians are shown")
+    ap.add_argument("--long-repeats", type=int, default=1,
+                    help="repeats for the long scenarios B and D (default 1: each run already averages "
+                         "over many trials; min with --repeats)")
     ap.add_argument("--only", help="comma-separated scenarios among A,B,C,D (B runs B1 and B2)")
     ap.add_argument("--methods", help="comma-separated subset of: " + ", ".join(ALL_METHODS))
     ap.add_argument("--out", default=os.path.join(HERE, "out", "results.json"), help="JSON of all figures")
     args = ap.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
-    if repeats < 1:
-        ap.error("--repeats must be >= 1")
+    if repeats < 1 or args.long_repeats < 1:
+        ap.error("--repeats and --long-repeats must be >= 1")
+    long_repeats = min(repeats, args.long_repeats)
     by_scenario = cases(args.quick)
     only = [s.strip().upper() for s in (args.only or "A,B,C,D").split(",") if s.strip()]
     bad = [s for s in only if s not in by_scenario]
     if bad:
         ap.error(f"unknown scenario(s) {bad}; choose among {', '.join(by_scenario)}")
-    wanted = [m.strip() for m in args.methods.split(",")] if args.methods else ALL_METHODS
-    for m in wanted:
-        if m not in ALL_METHODS:
-            ap.error(f"unknown method {m!r}")
     selected = [c for s in only for c in by_scenario[s]]
+    if args.methods:
+        wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+        for m in wanted:
+            if m not in ALL_METHODS:
+                ap.error(f"unknown method {m!r}; choose among {', '.join(ALL_METHODS)}")
+        for c in selected:
+            c.methods = [m for m in wanted if c.name != "D" or m in SWEEPERS]
 
     out_dir = os.path.dirname(os.path.abspath(args.out))
     logdir = os.path.join(HERE, "out", "logs")
@@ -418,14 +449,17 @@ def main(argv: list[str] | None = None) -> int:
                  "cpus": os.cpu_count(), "machine": platform.platform(), "subreaper": subreaper,
                  "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "sweeper_version": _sweeper_version()},
         "cases": {c.name: {"title": c.title, "n": c.n, "slots": c.k, "fixed": c.fixed, "fn": c.fn,
-                           "methods": {m: {"runs": []} for m in c.methods if m in wanted}} for c in selected},
+                           "repeats": long_repeats if c.long else repeats,
+                           "methods": {m: {"runs": []} for m in c.methods}} for c in selected},
     }
     dry_times: list[float] = []
     t_all = time.perf_counter()
     try:
         for rep in range(repeats):
             for case in selected:
-                methods = [m for m in case.methods if m in wanted]
+                if rep >= (long_repeats if case.long else repeats):
+                    continue
+                methods = list(case.methods)
                 shift = rep % max(1, len(methods))
                 for method in methods[shift:] + methods[:shift]:
                     entry = results["cases"][case.name]["methods"][method]
@@ -476,10 +510,12 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(results, f, indent=1)
 
     print()
-    print(f"sweeper benchmark ({'quick' if args.quick else 'full'}): medians over {repeats} "
-          f"repeat{'s' if repeats > 1 else ''} (--repeats); {os.cpu_count()} CPUs")
+    print(f"sweeper benchmark ({'quick' if args.quick else 'full'}), {os.cpu_count()} CPUs: figures are medians "
+          f"over {repeats} repeat(s) for A and C (--repeats) and {long_repeats} for B and D (--long-repeats)")
     for c in selected:
-        print(f"  {c.name:<3} {c.title}" + (f"; ideal {c.ideal_s:g} s" if c.ideal_s else ""))
+        print(f"  {c.name:<3} {c.title}" + (f"; ideal {c.ideal_s:g} s" if c.ideal_s else "")
+              + f"; x{long_repeats if c.long else repeats}")
+    print("  methods per scenario are the defaults of cases() unless --methods is given")
     print()
     print(render(rows, head))
     print()

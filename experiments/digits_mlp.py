@@ -10,6 +10,7 @@ sweep's parent. The results land in results/digits_mlp/results.csv.
 
 import keras
 import numpy as np
+import sweeper.keras
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
@@ -57,6 +58,7 @@ def train(params):
         epochs=params["epochs"],
         batch_size=params["batch_size"],
         verbose=2,
+        callbacks=[sweeper.keras.Report()],  # per-epoch metrics: live view and history.csv
     )
     return {
         "val_accuracy": float(history.history["val_accuracy"][-1]),

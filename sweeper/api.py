@@ -7,6 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import runner, table
+from .progress import choose_view
 from .errors import SweepError
 from .ledger import FILE as LEDGER_FILE
 from .ledger import Ledger
@@ -57,10 +58,12 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     target = FunctionTarget.of(fn)
     source = _source_file(fn)
     default_name = os.path.splitext(os.path.basename(source))[0] if source else getattr(fn, "__name__", "sweep")
-    listener = None
-    if opts.progress and not opts.dry_run:
-        listener = runner.PlainLines()
-    outcome = runner.run(target, grid, opts, default_name=default_name, source_file=source, listener=listener)
+    listener = None if opts.dry_run else choose_view(not opts.progress, opts.metric, opts.mode)
+    try:
+        outcome = runner.run(target, grid, opts, default_name=default_name, source_file=source, listener=listener)
+    finally:
+        if listener is not None:
+            listener.close()
     if opts.dry_run:
         return plan_frame(outcome)
     frame = table.dataframe(outcome.results)

@@ -13,6 +13,7 @@ from . import gridfile, runner
 from .errors import SweepError
 from .grid import Points
 from .options import Options
+from .progress import choose_view
 from .slots import Placement
 from .target import FileTarget
 from .trial import Status, TrialSpec
@@ -29,7 +30,9 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m sweeper",
         description="Run every trial of a grid file in its own fresh process; "
-        "results go to <out>/<name>/results.csv. Re-running resumes.",
+        "results go to <out>/<name>/results.csv. Re-running resumes. "
+        "Also: python -m sweeper status <out>/<name> (a sweep's progress, from another terminal) "
+        "and python -m sweeper report <out>/<name> (leaderboard and report.html).",
         allow_abbrev=False,
     )
     p.add_argument("grid_file", help="a .py file defining train(params) and grid (or space and samples)")
@@ -83,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    if argv[:1] == ["status"]:
+        return status_main(argv[1:])
+    if argv[:1] == ["report"]:
+        return report_main(argv[1:])
     p = parser()
     args, unknown = p.parse_known_args(argv)
     _check_unknown(p, unknown)
@@ -95,9 +102,13 @@ def _main(argv: list[str]) -> int:
     grid = gridfile.read(args.grid_file, args.seed)
     opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
     stem = os.path.splitext(os.path.basename(grid.path))[0]
-    listener = None if args.quiet else runner.PlainLines()
-    outcome = runner.run(FileTarget(grid.path), Points(grid.points), opts, default_name=stem,
-                         source_file=grid.path, listener=listener)
+    listener = None if opts.dry_run else choose_view(args.quiet, opts.metric, opts.mode)
+    try:
+        outcome = runner.run(FileTarget(grid.path), Points(grid.points), opts, default_name=stem,
+                             source_file=grid.path, listener=listener)
+    finally:
+        if listener is not None:
+            listener.close()
     if opts.dry_run:
         print_plan(outcome.specs, outcome.placement, outcome.folder)
         return EXIT_OK
@@ -166,3 +177,108 @@ def plan_lines(placement: Placement) -> list[str]:
 
 def _cell(value: Any) -> str:
     return "" if value is None else str(value)
+
+
+def _folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = _Parser(prog=f"python -m sweeper {prog}", description=description, allow_abbrev=False)
+    p.add_argument("folder", help="a sweep folder, <out>/<name> (e.g. results/digits_mlp)")
+    p.add_argument("--metric", help="metric to rank trials by (default: the first)")
+    p.add_argument("--mode", choices=["max", "min"], help="max or min (default: max for names with acc)")
+    return p
+
+
+def _sweep_folder(path: str) -> str:
+    folder = os.path.dirname(path) if path.endswith(".csv") else path
+    if not os.path.exists(os.path.join(folder, "ledger.sqlite")):
+        raise SweepError(f"{folder} is not a sweep folder (no ledger.sqlite); give <out>/<name>, "
+                         "e.g. results/digits_mlp")
+    return folder
+
+
+def holder(folder: str) -> int | None:
+    """The pid of the sweep running in a folder, or None when none is."""
+    import fcntl
+
+    path = os.path.join(folder, ".lock")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else -1
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def status_main(argv: list[str]) -> int:
+    """Counts, running trials and the best so far, read from the ledger (safe while it runs)."""
+    import time
+    from datetime import datetime, timezone
+
+    from . import analysis, table
+    from .ledger import Ledger
+
+    args = _folder_parser("status", "Show a sweep's progress, while it runs or after.").parse_args(argv)
+    folder = _sweep_folder(args.folder)
+    pid = holder(folder)
+    ledger = Ledger(folder, readonly=True)
+    try:
+        results = list(ledger.results().values())
+        running = ledger.running() if pid else []
+        epochs = ledger.latest_epochs()
+        total = ledger.get("total")
+    finally:
+        ledger.close()
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    parts = ", ".join(f"{counts[s.value]} {s.value}" for s in Status if counts.get(s.value))
+    state = f"running (pid {pid})" if pid else "not running"
+    print(f"sweeper: {folder}: {state}")
+    print(f"sweeper: {len(results)} of {total or '?'} trials finished: {parts or 'none yet'}; "
+          f"{len(running)} running")
+    now = time.time()
+    for run in running:
+        started = datetime.fromisoformat(run["started_at"].replace("Z", "+00:00"))
+        elapsed = now - started.replace(tzinfo=timezone.utc).timestamp()
+        epoch, metrics = epochs.get(run["trial_id"], (None, {}))
+        latest = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:3])
+        print(f"  running  {run['name']}  {run['device']}  pid {run['pid']}  {elapsed:.0f}s"
+              + (f"  epoch {epoch}: {latest}" if epoch is not None else ""))
+    if results:
+        frame = table.dataframe(results)
+        metric, mode = analysis.choose(frame, args.metric, args.mode)
+        if metric is not None:
+            board = analysis.leaderboard(frame, metric, mode, top=1)
+            if len(board):
+                best = board.iloc[0]
+                print(f"sweeper: best so far: {metric} = {best[metric]:.4g} ({mode}): {best['trial']}")
+    return EXIT_OK
+
+
+def report_main(argv: list[str]) -> int:
+    """Print the leaderboard and write report.html beside the CSV."""
+    from . import analysis
+    from .api import load
+
+    args = _folder_parser("report", "Print a sweep's leaderboard and write its report.html.").parse_args(argv)
+    folder = _sweep_folder(args.folder)
+    frame = load(folder)
+    metric, mode = analysis.choose(frame, args.metric, args.mode)
+    if metric is not None:
+        for line in analysis.leaderboard_lines(frame, metric, mode):
+            print(line)
+    fails = analysis.failures(frame, folder)
+    if len(fails):
+        print(f"{len(fails)} failed:")
+        for row in fails.itertuples():
+            print(f"  {row.status:<11} {row.trial}: {row.error}  (log: {row.log})")
+    path = analysis.write_html(folder, metric, mode)
+    print(f"report: {path}")
+    return EXIT_OK

@@ -57,6 +57,13 @@ CREATE TABLE IF NOT EXISTS running (
     started_at TEXT
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS history (
+    trial_id TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    metrics TEXT NOT NULL,
+    t REAL,
+    PRIMARY KEY (trial_id, epoch)
+);
 """
 
 _COLUMNS = (
@@ -68,8 +75,12 @@ _COLUMNS = (
 class Ledger:
     """One sweep folder's trials, finished and running. Used from one thread."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, readonly: bool = False) -> None:
         self.path = os.path.join(folder, FILE)
+        if readonly:  # another process's sweep, perhaps still running: look, never write
+            uri = f"file:{self.path}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30)
+            return
         self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -136,6 +147,34 @@ class Ledger:
         cur = self._db.execute("SELECT trial_id, name, device, pid, attempt, started_at FROM running")
         keys = [d[0] for d in cur.description]
         return [dict(zip(keys, row)) for row in cur]
+
+    # -- per-epoch reports --------------------------------------------------------------
+
+    def add_history(self, trial_id: str, items: list[dict[str, Any]]) -> None:
+        """Store a batch of a trial's per-epoch reports (a later report of an epoch wins)."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO history VALUES (?,?,?,?)",
+                [(trial_id, int(i["epoch"]), json.dumps(i["metrics"]), i.get("t")) for i in items],
+            )
+
+    def clear_history(self, trial_id: str) -> None:
+        """A trial starts again: its earlier epochs are not this attempt's."""
+        self._db.execute("DELETE FROM history WHERE trial_id = ?", (trial_id,))
+
+    def history(self) -> list[tuple[str, int, dict[str, Any]]]:
+        rows = self._db.execute("SELECT trial_id, epoch, metrics FROM history ORDER BY trial_id, epoch")
+        return [(tid, epoch, json.loads(m)) for tid, epoch, m in rows]
+
+    def latest_epochs(self) -> dict[str, tuple[int, dict[str, Any]]]:
+        """Each trial's last reported epoch and its metrics."""
+        rows = self._db.execute(
+            "SELECT h.trial_id, h.epoch, h.metrics FROM history h JOIN "
+            "(SELECT trial_id, max(epoch) AS e FROM history GROUP BY trial_id) m "
+            "ON h.trial_id = m.trial_id AND h.epoch = m.e"
+        )
+        return {tid: (epoch, json.loads(m)) for tid, epoch, m in rows}
 
     # -- facts about the sweep --------------------------------------------------------
 

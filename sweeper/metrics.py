@@ -75,6 +75,23 @@ def normalise(value: Any) -> dict[str, int | float]:
     return metrics
 
 
+def epochs_of(value: Any) -> list[dict[str, Any]]:
+    """The per-epoch rows of a Keras ``History`` (epochs counted from 1); [] for anything else."""
+    history = getattr(value, "history", None)
+    if not isinstance(history, Mapping) or isinstance(value, Mapping):
+        return []
+    rows: list[dict[str, Any]] = []
+    for name, values in history.items():
+        for i, v in enumerate(values):
+            if len(rows) <= i:
+                rows.append({"epoch": i + 1, "metrics": {}})
+            try:
+                rows[i]["metrics"][str(name)] = float(v)
+            except (TypeError, ValueError):
+                pass
+    return rows
+
+
 def is_oom(exc: BaseException) -> bool:
     """Whether an exception means out of memory (GPU or host), for any framework."""
     if isinstance(exc, MemoryError):

@@ -9,7 +9,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from .grid import expand
 from .ledger import FILE as LEDGER_FILE
 from .ledger import Ledger
 from .options import Options
-from .scheduler import Interrupted, Scheduler, log_tail
+from .scheduler import Interrupted, Scheduler
 from .slots import Placement, Slot, parse_gpus, place
 from .target import Target
 from .trial import Status, TrialResult, TrialSpec, trial_id, trial_name, trial_seed
@@ -190,24 +189,32 @@ def _run(
     if results:
         notes.append(f"resumed: {len(results)} trials already on record were kept; {len(todo)} to run")
 
-    writer = table.CsvWriter(os.path.join(folder, table.FILE))
+    def write_results() -> None:
+        table.write_csv([r for tid, r in results.items() if tid in wanted], os.path.join(folder, table.FILE))
+
+    def write_history() -> None:
+        order = {s.trial_id: (s.index, s.name) for s in specs}
+        rows = [(tid, order[tid][1], epoch, m) for tid, epoch, m in ledger.history() if tid in order]
+        rows.sort(key=lambda row: (order[row[0]][0], row[2]))
+        table.write_history_csv(rows, os.path.join(folder, table.HISTORY_FILE))
+
+    files = [table.Throttled(write_results), table.Throttled(write_history)]
 
     def on_record(result: TrialResult) -> None:
         results[result.trial_id] = result
-        writer.update(list(results.values()))
+        files[0].mark()
+        files[0].tick()
 
     def tick() -> float | None:
-        due = writer.due_in()
-        if due == 0.0:
-            writer.flush(list(results.values()))
-            return None
-        return due
+        waits = [w for w in (f.tick() for f in files) if w is not None]
+        return min(waits) if waits else None
 
     if listener is not None:
         listener.begin(len(todo), len(specs))
     scheduler = Scheduler(
         target, placement.slots, ledger, workers=options.workers, timeout=options.timeout,
         retries=options.retries, listener=listener, on_record=on_record, tick=tick,
+        on_history=files[1].mark,
         prefetch=options.prefetch, start_method=options.start_method, folder=folder,
     )
     interrupted = None
@@ -217,7 +224,8 @@ def _run(
         interrupted = exc.signum
     finally:
         final = [r for tid, r in results.items() if tid in wanted]
-        writer.flush(final)
+        for f in files:
+            f.flush()
     return Outcome(folder, table.ordered(final), specs, placement, notes, len(scheduler.started),
                    time.monotonic() - start, interrupted)
 
@@ -232,72 +240,31 @@ def _reindexed(old: TrialResult, spec: TrialSpec) -> TrialResult:
 # -- what the console shows ----------------------------------------------------------------
 
 
-def choose_metric(results: Sequence[TrialResult], metric: str | None, mode: str | None) -> tuple[str | None, str]:
-    """The metric that ranks trials and its direction (max for accuracies, else min)."""
-    if metric is None:
-        for r in results:
-            if r.metrics:
-                metric = next(iter(r.metrics))
-                break
-    if metric is None:
-        return None, mode or "max"
-    return metric, mode or ("max" if "acc" in metric.lower() else "min")
-
-
-def best(results: Sequence[TrialResult], metric: str | None, mode: str) -> TrialResult | None:
-    scored = [r for r in results if r.ok and metric in r.metrics and r.metrics[metric] == r.metrics[metric]]
-    if not scored:
-        return None
-    pick = max if mode == "max" else min
-    return pick(scored, key=lambda r: r.metrics[metric])
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-class PlainLines:
-    """One plain line per finished trial on a stream: no control characters, pipe-friendly."""
-
-    def __init__(self, stream: Any = None) -> None:
-        self.total = 0
-        self.done = 0
-        self.stream = stream or sys.stdout
-
-    def begin(self, to_run: int, total: int) -> None:
-        self.total = to_run
-
-    def started(self, spec: TrialSpec) -> None:
-        pass
-
-    def finished(self, result: TrialResult, retrying: bool) -> None:
-        if not retrying:
-            self.done += 1
-        shown = ", ".join(f"{k}={_fmt(v)}" for k, v in list(result.metrics.items())[:4])
-        head = f"[{self.done}/{self.total}] {result.status.value:<11} {result.name}"
-        tail = f"  {shown}" if shown else f"  {result.error}"
-        again = f"  (attempt {result.attempts}, retrying)" if retrying else ""
-        print(f"{head}{tail}  ({result.duration_s:.1f}s, {result.device}){again}", file=self.stream, flush=True)
-        if not result.ok and not retrying:
-            print(f"    log: {result.log}", file=self.stream)
-            if result.status in (Status.CRASHED, Status.OOM, Status.ERROR):
-                for line in log_tail(result.log, 4, pid=result.pid):
-                    print(f"    | {line}", file=self.stream)
-            self.stream.flush()
-
-
 def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]:
-    """The closing lines: counts by status, the best trial, where the CSV is."""
+    """The closing lines: counts, the top 5 with their parameters, failures, where the CSV is."""
+    from . import analysis
+
     counts = outcome.counts()
-    order = [s.value for s in Status]
-    parts = ", ".join(f"{counts[s]} {s}" for s in order if counts[s])
+    parts = ", ".join(f"{counts[s.value]} {s.value}" for s in Status if counts[s.value])
     lines = [f"sweeper: {len(outcome.results)} of {len(outcome.specs)} trials on record: {parts or 'none'}"
              f" ({outcome.ran} run this time, {outcome.elapsed_s:.1f}s)"]
     lines += [f"sweeper: note: {n}" for n in outcome.notes]
-    metric, mode = choose_metric(outcome.results, metric, mode)
-    top = best(outcome.results, metric, mode)
-    if top is not None:
-        params = ", ".join(f"{k}={v}" for k, v in top.params.items())
-        lines.append(f"sweeper: best {metric} ({mode}) = {_fmt(top.metrics[metric])}: {top.name} ({params})")
+    if outcome.results:
+        frame = table.dataframe(outcome.results)
+        try:
+            metric, mode = analysis.choose(frame, metric, mode)
+        except SweepError as exc:
+            lines.append(f"sweeper: {exc}")
+            metric = None
+        if metric is not None:
+            lines += ["sweeper: " + line if i == 0 else line
+                      for i, line in enumerate(analysis.leaderboard_lines(frame, metric, mode))]
+        failed = [r for r in outcome.results if not r.ok]
+        if failed:
+            lines.append(f"sweeper: {len(failed)} failed:")
+            for r in failed:
+                first = r.error.splitlines()[0] if r.error else ""
+                lines.append(f"  {r.status.value:<11} {r.name}: {first}")
+                lines.append(f"  {'':<11} log: {r.log}")
     lines.append(f"sweeper: results: {outcome.csv_path}")
     return lines

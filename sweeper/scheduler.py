@@ -63,6 +63,7 @@ SAMPLE_EVERY = 0.5
 class Listener(Protocol):
     def begin(self, to_run: int, total: int) -> None: ...
     def started(self, spec: TrialSpec) -> None: ...
+    def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None: ...
     def finished(self, result: TrialResult, retrying: bool) -> None: ...
 
 
@@ -89,6 +90,7 @@ class _Running:
     kill_stage: int = 0  # 0: none, 1: SIGTERM sent, 2: SIGKILL sent
     ended: float | None = None
     exit_fd: int = -1  # readable once the process has exited (a pidfd)
+    reported: bool = False  # sent per-epoch reports (then a returned History is not used)
 
 
 @dataclass
@@ -147,6 +149,7 @@ class Scheduler:
         retries: int = 0,
         listener: Listener | None = None,
         on_record: Callable[[TrialResult], None] | None = None,
+        on_history: Callable[[], None] | None = None,
         tick: Callable[[], float | None] | None = None,
         prefetch: bool = True,
         start_method: str = "spawn",
@@ -169,6 +172,7 @@ class Scheduler:
         self.retries = retries
         self.listener = listener
         self.on_record = on_record
+        self.on_history = on_history
         self.tick = tick
         self.running: dict[int, _Running] = {}
         self.started: set[str] = set()  #: ids of the trials started (retries count once)
@@ -236,6 +240,7 @@ class Scheduler:
         run = _Running(spec, slot, process, parent_conn, t0, now_iso(), deadline, exit_fd=exit_fd)
         self.running[slot.index] = run
         self.started.add(spec.trial_id)
+        self.ledger.clear_history(spec.trial_id)
         self.ledger.mark_running(spec, process.pid, run.started_at)
         if self.listener:
             self.listener.started(spec)
@@ -336,7 +341,13 @@ class Scheduler:
                 kind, payload = r.conn.recv()
                 if kind == "load_error":
                     raise _load_error(payload)
+                if kind == "report":
+                    r.reported = True
+                    self._history(r, payload)
                 if kind == "result" and r.message is None:
+                    epochs = payload.pop("history", None)
+                    if epochs and not r.reported:  # train returned a Keras History
+                        self._history(r, epochs)
                     r.message = payload
                     r.ended = time.monotonic()
                     self.ledger.record(self._judge(r))  # durable now, not when it has exited
@@ -345,6 +356,13 @@ class Scheduler:
         except (EOFError, OSError):
             r.conn.close()
             r.conn = None
+
+    def _history(self, r: _Running, items: list[dict[str, Any]]) -> None:
+        self.ledger.add_history(r.spec.trial_id, items)
+        if self.on_history:
+            self.on_history()
+        if self.listener and items:
+            self.listener.reported(r.spec, items[-1]["epoch"], items[-1]["metrics"])
 
     def _escalate(self, r: _Running, now: float) -> None:
         """A deadline passed: time the trial out, or push a lingering process harder."""

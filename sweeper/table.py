@@ -16,7 +16,7 @@ import io
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from .metrics import BACK_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS
 from .trial import TrialResult
@@ -102,31 +102,28 @@ def dataframe(results: Sequence[TrialResult]) -> "pandas.DataFrame":
     return pandas.read_csv(text)
 
 
-class CsvWriter:
-    """Keeps ``results.csv`` current without rewriting it for every trial of a long sweep.
+class Throttled:
+    """Keeps a derived file current without rewriting it for every trial of a long sweep.
 
-    The file is rewritten at most once per ``max(min_interval, 20 x last write time)``,
-    so in a sweep of thousands of trials the cost of the CSV stays a bounded share of
-    the parent's time (about 5%) rather than growing with every row; ``flush`` writes
-    it now. The ledger, not the CSV, is what makes each result durable.
+    ``write()`` regenerates the whole file; it runs at most once per
+    ``max(min_interval, 20 x its last cost)``, so with thousands of rows the files cost a
+    bounded share of the parent's time (about 5%) instead of a full rewrite per trial;
+    ``flush`` writes now. The ledger, not these files, is what makes each result durable.
     """
 
-    def __init__(self, path: str, min_interval: float = 1.0) -> None:
-        self.path = path
+    def __init__(self, write: Callable[[], None], min_interval: float = 1.0) -> None:
+        self.write = write
         self.min_interval = min_interval
         self._last_end = 0.0
         self._last_cost = 0.0
         self._dirty = False
 
-    def update(self, results: Sequence[TrialResult]) -> None:
+    def mark(self) -> None:
         self._dirty = True
-        wait = max(self.min_interval, 20 * self._last_cost)
-        if time.monotonic() - self._last_end >= wait:
-            self.flush(results)
 
-    def flush(self, results: Sequence[TrialResult]) -> None:
+    def flush(self) -> None:
         start = time.monotonic()
-        write_csv(results, self.path)
+        self.write()
         self._last_end = time.monotonic()
         self._last_cost = self._last_end - start
         self._dirty = False
@@ -137,3 +134,31 @@ class CsvWriter:
             return None
         wait = max(self.min_interval, 20 * self._last_cost)
         return max(0.0, self._last_end + wait - time.monotonic())
+
+    def tick(self) -> float | None:
+        """Write if due; seconds until the next check is needed, or None."""
+        due = self.due_in()
+        if due == 0.0:
+            self.flush()
+            return None
+        return due
+
+
+HISTORY_FILE = "history.csv"
+
+
+def write_history_csv(rows: Sequence[tuple[str, str, int, dict[str, Any]]], path: str) -> None:
+    """``history.csv`` in long format: ``trial_id``, ``trial``, ``epoch``, one column per metric."""
+    names: dict[str, None] = {}
+    for *_, metrics in rows:
+        for k in metrics:
+            names.setdefault(k, None)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["trial_id", "trial", "epoch", *names])
+        for tid, name, epoch, metrics in rows:
+            writer.writerow([tid, name, epoch, *(_cell(metrics.get(k)) for k in names)])
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import capping, context
-from .metrics import BadResult, is_oom, normalise
+from .metrics import BadResult, epochs_of, is_oom, normalise
 from .target import Target
 from .trial import Status, TrialSpec
 
@@ -87,7 +87,9 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
         traceback.print_exc()
         conn.send(("load_error", _last_line(exc)))
         return
+    context._start_reporting(conn.send)
     message = run_trial(spec, load, hook)
+    context._stop_reporting()  # its last batch goes before the result
     _write_json(os.path.join(spec.dir, "result.json"), {"trial_id": spec.trial_id, **message})
     sys.stdout.flush()
     sys.stderr.flush()
@@ -125,7 +127,8 @@ def run_trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]], hook: "_O
         fn = load()
         hook.catch_up()
         value = fn(dict(spec.params))
-        return {"status": Status.OK.value, "metrics": normalise(value), "error": ""}
+        return {"status": Status.OK.value, "metrics": normalise(value), "error": "",
+                "history": epochs_of(value)}
     except BadResult as exc:
         print(f"sweeper: {exc}", file=sys.stderr)
         return {"status": Status.ERROR.value, "metrics": {}, "error": str(exc)}

@@ -89,7 +89,9 @@ def test_cli_runs_a_grid_file_and_summarises(tmp_path):
     done = run_cli(grid, "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert "3 ok" in done.stdout
-    assert "best value (max) = 6: x=3" in done.stdout
+    assert "sweeper: top 3 by value (max):" in done.stdout
+    board = done.stdout.split("top 3 by value (max):")[1].splitlines()[2:5]
+    assert [line.split()[0] for line in board] == ["x=3", "x=2", "x=1"]
     csv = tmp_path / "out" / "echoes" / "results.csv"
     assert f"results: {csv}" in done.stdout
     assert len(pd.read_csv(csv)) == 3

@@ -6,7 +6,6 @@ a trial that succeeds, which must finish ``ok`` whatever its neighbour does.
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
