@@ -15,12 +15,27 @@ Public API::
 Importing sweeper imports no framework and no pandas.
 """
 
-from .api import SweepInterrupted, load, sweep
-from .context import current_trial, report
-from .errors import SweepError
-from .grid import Points, expand, loguniform, randint, sample, uniform
-from .options import Options
-from .trial import Status, TrialResult, TrialSpec
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .api import SweepInterrupted, load, sweep
+    from .context import current_trial, report
+    from .errors import SweepError
+    from .grid import Points, expand, loguniform, randint, sample, uniform
+    from .options import Options
+    from .trial import Status, TrialResult, TrialSpec
+
+#: Where each public name lives. Imported on first use, so a trial process (which
+#: imports ``sweeper.worker``) does not pay for the scheduler, the CLI or the API.
+_WHERE = {
+    "SweepInterrupted": "api", "load": "api", "sweep": "api",
+    "current_trial": "context", "report": "context",
+    "SweepError": "errors",
+    "Points": "grid", "expand": "grid", "loguniform": "grid", "randint": "grid", "sample": "grid",
+    "uniform": "grid",
+    "Options": "options",
+    "Status": "trial", "TrialResult": "trial", "TrialSpec": "trial",
+}
 
 __version__ = "0.1.0"
 
@@ -44,9 +59,17 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # ``sweeper.keras`` without importing Keras with ``import sweeper``
-    if name == "keras":
-        import importlib
+def __getattr__(name: str):  # PEP 562: public names (and ``sweeper.keras``) on first use
+    import importlib
 
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    if name == "keras":  # imports Keras: only for code that asks for it
         return importlib.import_module(".keras", __name__)
     raise AttributeError(f"module 'sweeper' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -78,6 +78,13 @@ class _Reporter:
                 except OSError:  # the parent is gone
                     pass
 
+    def send(self, message: Any) -> None:
+        with self._pipe:
+            try:
+                self._send(message)
+            except OSError:
+                pass
+
     def close(self) -> None:
         """Send what is left; the result follows on the same pipe, after it."""
         self._stop = True
@@ -94,6 +101,11 @@ def _set(spec: TrialSpec | None) -> None:
 def _start_reporting(send: Any) -> None:
     global _reporter
     _reporter = _Reporter(send)
+
+
+def _announce_start() -> None:
+    if _reporter is not None:
+        _reporter.send(("started", None))
 
 
 def _stop_reporting() -> None:

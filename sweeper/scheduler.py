@@ -91,6 +91,8 @@ class _Running:
     ended: float | None = None
     exit_fd: int = -1  # readable once the process has exited (a pidfd)
     reported: bool = False  # sent per-epoch reports (then a returned History is not used)
+    early: TrialResult | None = None  # recorded when its result arrived
+    fn_started: bool = False  # its train() has begun (its imports are done)
 
 
 @dataclass
@@ -260,7 +262,9 @@ class Scheduler:
         for slot_index, r in self.running.items():
             if len(self.standbys) >= len(self.queue):
                 break
-            if slot_index not in self.standbys:
+            # Only once the slot's trial has its imports behind it: two processes importing
+            # TensorFlow at once on few cores slow each other, and the first wave most.
+            if slot_index not in self.standbys and r.fn_started:
                 self._standby_count += 1
                 prelog = os.path.join(self.prelog_dir, f"slot{slot_index}-{self._standby_count}.log")
                 process, conn, exit_fd = self._spawn(r.slot, prelog)
@@ -341,6 +345,9 @@ class Scheduler:
                 kind, payload = r.conn.recv()
                 if kind == "load_error":
                     raise _load_error(payload)
+                if kind == "started":
+                    r.fn_started = True
+                    self._prefetch()
                 if kind == "report":
                     r.reported = True
                     self._history(r, payload)
@@ -350,7 +357,8 @@ class Scheduler:
                         self._history(r, epochs)
                     r.message = payload
                     r.ended = time.monotonic()
-                    self.ledger.record(self._judge(r))  # durable now, not when it has exited
+                    r.early = self._judge(r)
+                    self.ledger.record(r.early)  # durable now, not when it has exited
                     if r.kill_stage == 0:
                         r.deadline = r.ended + EXIT_GRACE  # it should exit now
         except (EOFError, OSError):
@@ -391,7 +399,7 @@ class Scheduler:
         if self.sampler:
             self.sampler.peaks.pop(r.process.pid, None)
         retrying = result.status.retryable and r.spec.attempt <= self.retries and not self.signals
-        self.ledger.record(result)
+        self.ledger.record(result, durable=r.early is None or r.early.status is not result.status)
         del self.running[r.slot.index]
         r.process.close()
         if retrying:

@@ -126,6 +126,7 @@ def run_trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]], hook: "_O
     try:
         fn = load()
         hook.catch_up()
+        context._announce_start()  # the parent may now start this slot's next process
         value = fn(dict(spec.params))
         return {"status": Status.OK.value, "metrics": normalise(value), "error": "",
                 "history": epochs_of(value)}
