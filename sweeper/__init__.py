@@ -8,6 +8,7 @@ Public API::
     current_trial()                                   # the running trial, from inside fn
     report(epoch=..., **metrics)                      # per-epoch metrics, from inside fn
     sweeper.keras.Report()                            # a Keras callback that calls report()
+    Command(template or fn, shell=False), flags(params) # command trials (scripts with flags)
     load(folder)                                      # a sweep's table, from its ledger
     Options, Status, TrialSpec, TrialResult           # records
     SweepError, SweepInterrupted                      # what sweep() raises
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .api import SweepInterrupted, load, sweep
+    from .command import Command, flags
     from .context import current_trial, report
     from .errors import SweepError
     from .grid import Points, expand, loguniform, randint, sample, uniform
@@ -31,6 +33,7 @@ _WHERE = {
     "SweepInterrupted": "api", "load": "api", "sweep": "api",
     "current_trial": "context", "report": "context",
     "SweepError": "errors",
+    "Command": "command", "flags": "command",
     "Points": "grid", "expand": "grid", "loguniform": "grid", "randint": "grid", "sample": "grid",
     "uniform": "grid",
     "Options": "options",
@@ -40,6 +43,8 @@ _WHERE = {
 __version__ = "0.1.0"
 
 __all__ = [
+    "Command",
+    "flags",
     "Options",
     "Points",
     "Status",

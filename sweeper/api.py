@@ -7,6 +7,8 @@ import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import runner, table
+from .command import Command
+from .grid import expand
 from .progress import choose_view
 from .errors import SweepError
 from .ledger import FILE as LEDGER_FILE
@@ -37,7 +39,9 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
 
     Args:
         fn: a module-level function taking the parameter dict and returning a dict of
-            metric names to numbers (or a Keras ``History``).
+            metric names to numbers (or a Keras ``History``); or a command to run per
+            trial: a template such as ``"python train.py --lr={lr}"`` or a
+            :class:`sweeper.Command`.
         grid: a dict of lists (their cartesian product), a list of such dicts (their
             union), or the points from :func:`sweeper.sample`.
         **options: any field of :class:`sweeper.Options`: ``workers``, ``seed``,
@@ -53,11 +57,16 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
         SweepInterrupted: Ctrl-C or SIGTERM; what finished is saved.
     """
     opts = Options.build(options)
-    label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
-    check_signature(fn, label)
+    if isinstance(fn, (str, Command)):  # a command per trial, e.g. "python train.py --lr={lr}"
+        fn = Command.of(fn)
+        fn.check(expand(grid))
+        source, default_name = None, "command"
+    else:
+        label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+        check_signature(fn, label)
+        source = _source_file(fn)
+        default_name = os.path.splitext(os.path.basename(source))[0] if source else getattr(fn, "__name__", "sweep")
     target = FunctionTarget.of(fn)
-    source = _source_file(fn)
-    default_name = os.path.splitext(os.path.basename(source))[0] if source else getattr(fn, "__name__", "sweep")
     listener = None if opts.dry_run else choose_view(not opts.progress, opts.metric, opts.mode)
     try:
         outcome = runner.run(target, grid, opts, default_name=default_name, source_file=source, listener=listener)

@@ -15,7 +15,8 @@ from .grid import Points
 from .options import Options
 from .progress import choose_view
 from .slots import Placement
-from .target import FileTarget
+from .command import Command
+from .target import FileTarget, FunctionTarget
 from .trial import Status, TrialSpec
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -35,7 +36,13 @@ def parser() -> argparse.ArgumentParser:
         "and python -m sweeper report <out>/<name> (leaderboard and report.html).",
         allow_abbrev=False,
     )
-    p.add_argument("grid_file", help="a .py file defining train(params) and grid (or space and samples)")
+    p.add_argument("grid_file", nargs="?",
+                   help="a .py file defining train(params) (or command) and grid (or space and samples)")
+    p.add_argument("--command", help="run this command per trial instead of a train function, e.g. "
+                   "'python train.py --lr={lr}'; the grid comes from --grid")
+    p.add_argument("--grid", dest="grid_data", help="with --command: a .json or .yaml file holding the grid")
+    p.add_argument("--shell", action="store_true", help="with --command: run it through /bin/sh "
+                   "(values are shell-quoted)")
     p.add_argument("--name", help="sweep folder name (default: the grid file's stem)")
     p.add_argument("--out", help="folder for sweep folders (default: results)")
     p.add_argument("--workers", type=int, help="trials at once (default: GPU slots, else CPU count)")
@@ -99,12 +106,26 @@ def _main(argv: list[str]) -> int:
                                            "prefetch", "start_method")}
     Options.build({k: v for k, v in flags.items() if v is not None}, where="the command line")
     _show_info()
-    grid = gridfile.read(args.grid_file, args.seed)
+    if args.command is not None:
+        if args.grid_file or not args.grid_data:
+            raise SweepError("--command takes its grid from --grid grid.json (not a grid .py file); "
+                             "e.g. python -m sweeper --command 'python train.py --lr={lr}' --grid grid.json")
+        grid = gridfile.read_data(args.grid_data, args.seed)
+        command = Command.of(args.command, args.shell)
+        command.check(grid.points)
+        target: Any = FunctionTarget.of(command)
+    else:
+        if not args.grid_file:
+            raise SweepError("no grid file given; e.g. python -m sweeper experiments/digits_mlp.py")
+        if args.grid_data or args.shell:
+            raise SweepError("--grid and --shell go with --command; a grid .py file defines grid itself")
+        grid = gridfile.read(args.grid_file, args.seed)
+        target = FileTarget(grid.path, grid.attr, grid.shell)
     opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
     stem = os.path.splitext(os.path.basename(grid.path))[0]
     listener = None if opts.dry_run else choose_view(args.quiet, opts.metric, opts.mode)
     try:
-        outcome = runner.run(FileTarget(grid.path), Points(grid.points), opts, default_name=stem,
+        outcome = runner.run(target, Points(grid.points), opts, default_name=stem,
                              source_file=grid.path, listener=listener)
     finally:
         if listener is not None:

@@ -9,6 +9,7 @@ into plain points and sends back only those and the options: JSON-like data.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import sys
@@ -29,6 +30,40 @@ class GridFile:
     path: str
     points: list[dict[str, Any]]
     options: dict[str, Any]
+    attr: str = "train"  #: or "command"
+    shell: bool = False
+
+
+def read_data(path: str, seed: int | None) -> GridFile:
+    """A grid given as data (``--grid grid.json`` or ``.yaml``) for ``--command``."""
+    from .grid import expand, sample
+
+    path = os.path.abspath(path)
+    if not os.path.exists(path):
+        raise SweepError(f"grid file {path} does not exist; check the path")
+    with open(path) as f:
+        raw = f.read()
+    if path.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError:
+            raise SweepError(f"{path} is YAML, which needs PyYAML: pip install pyyaml (or give JSON)") from None
+        try:
+            data = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise SweepError(f"{path} is not valid YAML ({str(exc).splitlines()[0]}); fix it") from None
+    elif path.endswith(".json"):
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise SweepError(f"{path} is not valid JSON ({exc}); fix it") from None
+    else:
+        raise SweepError(f"--grid {path}: give a .json or .yaml file holding the grid")
+    if isinstance(data, dict) and "space" in data:
+        points = sample(data["space"], data.get("samples", 0), seed=seed or 0)
+    else:
+        points = expand(data)
+    return GridFile(path, [dict(p) for p in points], {}, "command")
 
 
 def read(path: str, seed: int | None) -> GridFile:
@@ -66,7 +101,7 @@ def read(path: str, seed: int | None) -> GridFile:
         proc.join()
     if kind == "error":
         raise SweepError(payload)
-    return GridFile(path, payload["points"], payload["options"])
+    return GridFile(path, payload["points"], payload["options"], payload["attr"], payload["shell"])
 
 
 def _inspect(path: str, seed: int | None, conn: Any) -> None:
@@ -102,9 +137,15 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
         raise SweepError(f"{name} raised on import: {_last_line(exc)} ({where or 'in a module it imports'}); "
                          "fix it and run again") from None
     train = getattr(module, "train", None)
-    if train is None:
-        raise SweepError(f"{name} defines no train; add def train(params): ... returning a dict of metrics")
-    check_signature(train, f"{name}")
+    command = getattr(module, "command", None)
+    shell = bool(getattr(module, "shell", False))
+    if train is None and command is None:
+        raise SweepError(f"{name} defines no train; add def train(params): ... returning a dict of metrics "
+                         "(or command = 'python train.py --lr={lr}')")
+    if train is not None and command is not None:
+        raise SweepError(f"{name} defines both train and command; keep one")
+    if train is not None:
+        check_signature(train, f"{name}")
     options = getattr(module, "options", {}) or {}
     if not isinstance(options, dict):
         raise SweepError(f"options in {name} is a {type(options).__name__}; make it a dict, e.g. options = {{'workers': 2}}")
@@ -121,7 +162,12 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     else:
         raise SweepError(f"{name} defines no grid; add e.g. grid = {{'lr': [0.01, 0.001]}} "
                          "(or space = {...} with samples = N)")
-    return {"points": [dict(p) for p in points], "options": dict(options)}
+    if command is not None:
+        from .command import Command
+
+        Command.of(command, shell).check(points)
+    return {"points": [dict(p) for p in points], "options": dict(options),
+            "attr": "train" if train is not None else "command", "shell": shell}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,6 +26,14 @@ class BadResult(ValueError):
     """``fn`` returned something that is not a mapping of metric names to numbers."""
 
 
+class TrialFailed(Exception):
+    """A trial ended with a given status (a command that crashed, say), said plainly."""
+
+    def __init__(self, status: Any, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def _number(name: str, value: Any) -> int | float:
     if isinstance(value, bool):
         return int(value)

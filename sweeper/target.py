@@ -55,13 +55,19 @@ def load_file(path: str) -> ModuleType:
 
 @dataclass(frozen=True)
 class FileTarget:
-    """``attr`` of the Python file at ``path``."""
+    """``attr`` of the Python file at ``path``: its ``train``, or its ``command``."""
 
     path: str
     attr: str = "train"
+    shell: bool = False  #: for a command template: run it through /bin/sh
 
     def load(self) -> Callable[..., Any]:
-        return getattr(load_file(self.path), self.attr)
+        value = getattr(load_file(self.path), self.attr)
+        if self.attr == "command":
+            from .command import Command
+
+            return Command.of(value, self.shell)
+        return value
 
     def describe(self) -> str:
         return f"{self.attr} in {self.path}"

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import capping, context
-from .metrics import BadResult, epochs_of, is_oom, normalise
+from .metrics import BadResult, TrialFailed, epochs_of, is_oom, normalise
 from .target import Target
 from .trial import Status, TrialSpec
 
@@ -120,6 +120,24 @@ def _exit_now() -> None:
         os._exit(0)
 
 
+def setup() -> dict[str, Any]:
+    """For a script run as a command trial: apply what sweeper chose, from the environment.
+
+    Caps GPU memory (``SWEEPER_MEMORY_LIMIT_MB`` and friends; TensorFlow's cap needs this
+    call, JAX reads its variable by itself) and seeds ``random``, NumPy, TensorFlow, Keras
+    and PyTorch with ``SWEEPER_SEED``, for the frameworks imported now and those imported
+    later. Returns the trial's parameters (``SWEEPER_PARAMS``); outside a sweep, ``{}``::
+
+        import sweeper.worker
+        sweeper.worker.setup()
+    """
+    hook = _OnImport.install()
+    seed = os.environ.get("SWEEPER_SEED")
+    if seed is not None:
+        hook.set_seed(int(seed))
+    return json.loads(os.environ.get("SWEEPER_PARAMS", "{}"))
+
+
 def run_trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]], hook: "_OnImport") -> dict[str, Any]:
     """Load ``train`` (seeded already), run it, and describe the outcome as a plain message."""
     context._set(spec)
@@ -133,6 +151,9 @@ def run_trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]], hook: "_O
     except BadResult as exc:
         print(f"sweeper: {exc}", file=sys.stderr)
         return {"status": Status.ERROR.value, "metrics": {}, "error": str(exc)}
+    except TrialFailed as exc:
+        print(f"sweeper: {exc}", file=sys.stderr)
+        return {"status": Status(exc.status).value, "metrics": {}, "error": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
         traceback.print_exc()
         line = _last_line(exc)
