@@ -114,7 +114,9 @@ def place(gpus: str | list[str], policy: MemoryPolicy, workers: int | None) -> P
     ids, known, skipped = choose_gpus(gpus)
     if not ids:
         count = workers or os.cpu_count() or 1
-        slots = [Slot(i, None, {"CUDA_VISIBLE_DEVICES": "-1", "SWEEPER_SLOT": str(i)}) for i in range(count)]
+        threads = _cpu_threads(count)
+        slots = [Slot(i, None, {"CUDA_VISIBLE_DEVICES": "-1", "SWEEPER_SLOT": str(i), **threads})
+                 for i in range(count)]
         return Placement(slots, [], None)
     info = {str(g.index): g for g in known}
     slots = []
@@ -130,6 +132,17 @@ def place(gpus: str | list[str], policy: MemoryPolicy, workers: int | None) -> P
             }
             slots.append(Slot(len(slots), gid, env, gpu.uuid if gpu else "", policy.limit_mb(total)))
     return Placement(slots, known, policy, skipped)
+
+
+#: Thread-pool sizes frameworks read at start; sweeper sets those the user has not.
+_THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+
+
+def _cpu_threads(slots: int) -> dict[str, str]:
+    """Share the cores among CPU trials, so N trials do not each start a pool per core
+    and spin against each other (what the user set in the environment stays)."""
+    share = str(max(1, (os.cpu_count() or 1) // max(1, slots)))
+    return {name: share for name in _THREAD_VARS if name not in os.environ}
 
 
 def pick(free: Sequence[Slot], busy: Iterable[Slot], prefer: Iterable[int] = ()) -> Slot:

@@ -13,7 +13,6 @@ function must be found again by import. Two kinds of target:
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import os
 import pickle
 import re
@@ -123,6 +122,8 @@ def check_main_importable() -> None:
 
 def check_signature(fn: Any, label: str) -> None:
     """Refuse a ``train`` that is not callable as ``train(params)``."""
+    import inspect
+
     if not callable(fn):
         raise SweepError(f"train ({label}) is a {type(fn).__name__}, not a function; define def train(params): ...")
     try:

@@ -16,7 +16,6 @@ tomorrow, on another machine, in any order:
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 import math
 import re
@@ -54,6 +53,8 @@ def canonical_json(params: Mapping[str, Any]) -> str:
 
 def trial_id(params: Mapping[str, Any]) -> str:
     """Stable id of a point: depends on its parameters and nothing else."""
+    import hashlib  # here, not at the top: trial processes import this module but never hash
+
     return hashlib.sha256(canonical_json(params).encode()).hexdigest()[:12]
 
 
@@ -95,6 +96,8 @@ def trial_name(params: Mapping[str, Any]) -> str:
 
 def trial_seed(sweep_seed: int, tid: str) -> int:
     """A 31-bit seed from the sweep's seed and the trial id only."""
+    import hashlib
+
     digest = hashlib.sha256(f"{int(sweep_seed)}:{tid}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 

@@ -242,12 +242,11 @@ def _redirect_output(spec: TrialSpec, prelog: str | None = None) -> None:
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
-    """Write a file that readers see whole or not at all."""
+    """Write a file that readers see whole or not at all (the ledger, not this file, is
+    what makes a result durable, so no fsync here)."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
