@@ -44,6 +44,12 @@ def test_example_trains_real_models_reproducibly(tmp_path, example):
         header = (tmp_path / "a" / "digits_mlp" / "trials" / name / "log.txt").read_text().splitlines()[0]
         pids.add(int(header.split(" pid ")[1].split(",")[0]))
     assert len(pids) == len(first) and os.getpid() not in pids
+    # sweeper.keras.Report() in the example: one history row per epoch per trial
+    history = pd.read_csv(tmp_path / "a" / "digits_mlp" / "history.csv")
+    assert sorted(history.groupby("trial").epoch.apply(list).tolist()) == [[1, 2, 3]] * 2
+    assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(history.columns)
+    last = history[history.epoch == 3].set_index("trial").val_accuracy
+    assert (last.loc[first.trial].values == first.val_accuracy.values).all()
     second = sweeper.sweep(example.train, SMALL, out=str(tmp_path / "b"), workers=2, progress=False)
     metrics = ["val_accuracy", "val_loss", "train_accuracy"]
     pd.testing.assert_frame_equal(first[metrics], second[metrics])
