@@ -67,6 +67,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start-method", choices=["spawn", "forkserver"], dest="start_method",
                    help="spawn (default): a fresh interpreter per trial; forkserver: trials fork "
                         "from one process that imported the grid file once")
+    p.add_argument("--backend", choices=["local", "ray"], help="local (default) or ray: trials as Ray tasks")
+    p.add_argument("--address", help="with --backend ray: the cluster (auto, or HOST:6379); none starts a local Ray")
+    p.add_argument("--cpus-per-trial", type=float, dest="cpus_per_trial",
+                   help="with --backend ray: CPUs each trial asks for (default 1)")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     return p
 
@@ -103,7 +107,8 @@ def _main(argv: list[str]) -> int:
     flags = {k: getattr(args, k) for k in ("name", "out", "workers", "seed", "timeout", "retries",
                                            "gpus", "per_gpu", "memory_fraction", "memory_growth",
                                            "fresh", "skip_failed", "dry_run", "metric", "mode",
-                                           "prefetch", "start_method")}
+                                           "prefetch", "start_method", "backend", "address",
+                                           "cpus_per_trial")}
     Options.build({k: v for k, v in flags.items() if v is not None}, where="the command line")
     _show_info()
     if args.command is not None:

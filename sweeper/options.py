@@ -33,6 +33,9 @@ class Options:
     progress: bool = True  #: print a line per finished trial
     prefetch: bool = True  #: start each slot's next process ahead, importing train while a trial runs
     start_method: str = "spawn"  #: "spawn", or "forkserver" (trials fork from one process that imported train)
+    backend: str = "local"  #: "local", or "ray" (a Ray cluster places the trials)
+    address: str | None = None  #: with backend="ray": "auto", "HOST:6379"; None starts a local Ray
+    cpus_per_trial: float = 1.0  #: with backend="ray": CPUs each trial asks Ray for
 
     @classmethod
     def names(cls) -> list[str]:
@@ -64,6 +67,12 @@ class Options:
             raise SweepError(f"seed must be a whole number, got {self.seed!r}")
         if self.timeout is not None and (not isinstance(self.timeout, (int, float)) or self.timeout <= 0):
             raise SweepError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        if self.backend not in ("local", "ray"):
+            raise SweepError(f"backend must be 'local' or 'ray', got {self.backend!r}")
+        if self.address is not None and self.backend != "ray":
+            raise SweepError("address goes with backend='ray' (--backend ray --address auto)")
+        if not isinstance(self.cpus_per_trial, (int, float)) or self.cpus_per_trial <= 0:
+            raise SweepError(f"cpus_per_trial must be a positive number, got {self.cpus_per_trial!r}")
         if self.start_method not in ("spawn", "forkserver"):
             raise SweepError(f"start_method must be 'spawn' or 'forkserver', got {self.start_method!r}")
         if self.mode not in (None, "max", "min"):

@@ -139,7 +139,10 @@ def run(
     name = options.name or default_name
     folder = os.path.abspath(os.path.join(options.out, name))
     specs = plan(points, folder, options.seed)
-    placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
+    if options.backend == "ray":  # Ray places trials on its own nodes' GPUs
+        placement = Placement([], [], options.memory_policy())
+    else:
+        placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
     if options.dry_run:
         return Outcome(folder, [], specs, placement)
     prepare_folder(folder)
@@ -211,12 +214,23 @@ def _run(
 
     if listener is not None:
         listener.begin(len(todo), len(specs))
-    scheduler = Scheduler(
-        target, placement.slots, ledger, workers=options.workers, timeout=options.timeout,
-        retries=options.retries, listener=listener, on_record=on_record, tick=tick,
-        on_history=files[1].mark,
-        prefetch=options.prefetch, start_method=options.start_method, folder=folder,
-    )
+    scheduler: Any
+    if options.backend == "ray":
+        from .raybackend import RayScheduler
+
+        scheduler = RayScheduler(
+            target, options.memory_policy(), ledger, address=options.address,
+            gpus=parse_gpus(options.gpus) != "none", cpus_per_trial=options.cpus_per_trial,
+            workers=options.workers, timeout=options.timeout, retries=options.retries,
+            listener=listener, on_record=on_record, on_history=files[1].mark, tick=tick,
+        )
+    else:
+        scheduler = Scheduler(
+            target, placement.slots, ledger, workers=options.workers, timeout=options.timeout,
+            retries=options.retries, listener=listener, on_record=on_record, tick=tick,
+            on_history=files[1].mark,
+            prefetch=options.prefetch, start_method=options.start_method, folder=folder,
+        )
     interrupted = None
     try:
         scheduler.run(todo)

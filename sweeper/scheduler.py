@@ -432,23 +432,8 @@ class Scheduler:
 
     # -- signals and cleanup ----------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _catch_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum: int, frame: Any) -> None:
-            self.signals.append(signum)
-            with contextlib.suppress(OSError):
-                os.write(self._wake_w, b"!")
-
-        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
+    def _catch_signals(self) -> Any:
+        return _catch(self.signals, self._wake_w)
 
     def _on_signal(self) -> None:
         with contextlib.suppress(OSError):
@@ -546,6 +531,27 @@ def _exit_fd(process: Any) -> int:
         return os.pidfd_open(process.pid)
     except (AttributeError, OSError):  # not Linux >= 5.3
         return process.sentinel
+
+
+@contextlib.contextmanager
+def _catch(signals: list[int], wake_fd: int) -> Iterator[None]:
+    """While a sweep runs, Ctrl-C and SIGTERM are noted and wake its loop (a self-pipe);
+    the loop, not the handler, stops the trials. Only the main thread can set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        signals.append(signum)
+        with contextlib.suppress(OSError):
+            os.write(wake_fd, b"!")
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from . import capping, context
@@ -118,6 +118,67 @@ def _exit_now() -> None:
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(0)
+
+
+def ray_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any) -> dict[str, Any]:
+    """Entry point of a trial as a Ray task (a fresh Ray worker process, ``max_calls=1``).
+
+    The same bootstrap as :func:`main` minus what Ray does itself (placing the task,
+    setting ``CUDA_VISIBLE_DEVICES``, ending the process): environment, caps, seeds, output
+    into a log, reports through ``channel`` (a Ray queue) instead of a pipe. The trial's
+    folder and log are on this node, so the log comes back in the return value and the
+    driver appends it to the trial's ``log.txt``.
+    """
+    import tempfile
+
+    os.environ.update(env)
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    limit = _limit_mb_here(gpus)
+    if limit is not None:
+        os.environ["SWEEPER_MEMORY_LIMIT_MB"] = str(limit)
+    folder = tempfile.mkdtemp(prefix=f"sweeper-{spec.trial_id}-")
+    device = f"gpu:{gpus}" if gpus and not gpus.startswith("-") else "cpu"
+    spec = replace(spec, dir=folder, device=device)
+    os.environ.update({**spec.env, "SWEEPER_TRIAL_DIR": folder})
+    channel.put((spec.trial_id, "placed", {"pid": os.getpid(), "device": device, "t": time.time()}))
+    _redirect_output(spec)
+    hook = _OnImport.install()
+    hook.set_seed(spec.seed)
+    load = target.load if hasattr(target, "load") else (lambda: target)
+    try:
+        load()
+    except BaseException as exc:  # noqa: BLE001
+        traceback.print_exc()
+        return {"load_error": _last_line(exc), "log": _read(spec.log_path)}
+    context._start_reporting(lambda message: channel.put((spec.trial_id, *message)))
+    message = run_trial(spec, load, hook)
+    context._stop_reporting()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return {"message": message, "log": _read(spec.log_path), "pid": os.getpid(), "device": device,
+            "cap_mb": limit}
+
+
+def _limit_mb_here(gpus: str) -> int | None:
+    """The cap in MB for the GPU Ray gave this task: the fraction times its size, from NVML."""
+    fraction = os.environ.get("SWEEPER_MEMORY_FRACTION")
+    if not fraction or not gpus or gpus.startswith("-"):
+        return None
+    from .gpus import inventory
+
+    first = gpus.split(",")[0]
+    for gpu in inventory():
+        if first in (str(gpu.index), gpu.uuid):
+            return int(float(fraction) * gpu.total_mb)
+    return None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def setup() -> dict[str, Any]:

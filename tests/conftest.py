@@ -29,8 +29,14 @@ def no_stray_processes():
 
 
 def _helper(p: psutil.Process) -> bool:
-    """multiprocessing's resource tracker and fork server: one per parent, for its lifetime."""
+    """multiprocessing's resource tracker and fork server (one per parent, for its lifetime),
+    and a local Ray instance's own processes (Ray keeps idle workers, and ends them itself)."""
     cmd = _cmd(p)
+    try:
+        if p.name().startswith("ray::") or "/ray/" in cmd or p.name() in ("raylet", "gcs_server"):
+            return True
+    except psutil.Error:
+        return False
     try:  # a trial forked by the server shares its command line, but not its parent
         direct = p.ppid() == os.getpid()
     except psutil.Error:

@@ -1,0 +1,260 @@
+"""The same sweep on a Ray cluster (``backend="ray"``): one Ray task per trial.
+
+Ray places the trials (``num_gpus = 1 / per_gpu`` sets ``CUDA_VISIBLE_DEVICES``,
+``num_cpus`` from ``cpus_per_trial``) and runs each in a fresh worker process
+(``max_calls=1``), so its GPU memory is released as in the local backend. The trial's
+bootstrap is :func:`sweeper.worker.ray_main`, the local one's twin; the ledger, CSVs,
+resume, retries, timeouts and statuses are the local backend's, on the driver.
+
+Data flow::
+
+    driver (this process)                          Ray worker (one per trial, any node)
+    queue ─▶ submit ray_main(spec, train, env) ──▶ env, cap, seeds, log → train(params)
+    ray.wait(refs, deadline) ◀── result + log ──── return {message, log, pid, device}
+    channel.get_nowait_batch() ◀── placed/report ── channel.put(...)
+    ledger.record ─▶ results.csv, history.csv       (ray.cancel(force=True): timeout, Ctrl-C)
+
+User code travels: when sweeper opens the connection it ships the grid file's folder as
+the job's ``working_dir``; when the caller already ran ``ray.init``, the module defining
+``train`` is pickled by value (``cloudpickle.register_pickle_by_value``), since a task's
+own ``runtime_env`` cannot upload local files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+from .capping import MemoryPolicy
+from .errors import SweepError
+from .ledger import Ledger
+from .scheduler import Interrupted, Listener, _catch, _trial_env, now_iso, oom_hint
+from .slots import Slot
+from .target import FileTarget, FunctionTarget, Target
+from .trial import Status, TrialResult, TrialSpec
+
+#: Seconds between looks at the report queue and the deadlines while tasks run.
+POLL = 0.2
+
+
+def connect(address: str | None, target: Target) -> tuple[Any, Target]:
+    """A Ray connection (the caller's, or one sweeper opens) and ``train`` in a form that travels."""
+    try:
+        import ray
+    except ImportError:
+        raise SweepError('--backend ray needs Ray: pip install "sweeper[ray]"') from None
+    if ray.is_initialized():
+        return ray, _by_value(target)
+    runtime_env: dict[str, Any] = {}
+    if isinstance(target, FileTarget):
+        folder = os.path.dirname(target.path)
+        runtime_env = {"working_dir": folder, "excludes": ["results/", ".git/", "*.sqlite*", "__pycache__/"]}
+        target = FileTarget(os.path.basename(target.path), target.attr, target.shell)
+    else:
+        target = _by_value(target)
+    try:
+        ray.init(address=address, runtime_env=runtime_env or None, include_dashboard=False,
+                 log_to_driver=False, logging_level="WARNING")
+    except ConnectionError as exc:
+        raise SweepError(f"cannot reach a Ray cluster at {address!r} ({exc}); start one with "
+                         "ray start --head, or leave out --address for a local one") from None
+    return ray, target
+
+
+def _by_value(target: Target) -> Any:
+    """Make ``train``'s module travel inside the pickle unless it is an installed package."""
+    if not isinstance(target, FunctionTarget):
+        return target
+    import pickle
+
+    from ray import cloudpickle  # Ray pickles task arguments with its own copy
+
+    fn = pickle.loads(target.blob)
+    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+    path = getattr(module, "__file__", "") or ""
+    if module is not None and "site-packages" not in path and module.__name__ not in ("__main__",):
+        if module.__name__.split(".")[0] != "sweeper":
+            cloudpickle.register_pickle_by_value(module)
+    return fn
+
+
+@dataclass
+class _Task:
+    spec: TrialSpec
+    ref: Any
+    submitted: float
+    started_at: str
+    t0: float | None = None  # when the task began on its worker
+    deadline: float | None = None
+    verdict: Status | None = None
+    why: str = ""
+    device: str = ""
+    pid: int = 0
+    reported: bool = False
+
+
+class RayScheduler:
+    """The local Scheduler's contract, on Ray: every trial ends as one recorded result."""
+
+    def __init__(
+        self,
+        target: Target,
+        policy: MemoryPolicy,
+        ledger: Ledger,
+        *,
+        address: str | None = None,
+        gpus: bool = True,
+        cpus_per_trial: float = 1.0,
+        workers: int | None = None,
+        timeout: float | None = None,
+        retries: int = 0,
+        listener: Listener | None = None,
+        on_record: Callable[[TrialResult], None] | None = None,
+        on_history: Callable[[], None] | None = None,
+        tick: Callable[[], float | None] | None = None,
+    ) -> None:
+        self.ray, self.target = connect(address, target)
+        from ray.util.queue import Queue
+
+        self.channel = Queue()
+        self.policy = policy
+        self.ledger = ledger
+        self.timeout, self.retries = timeout, retries
+        self.listener, self.on_record, self.on_history, self.tick = listener, on_record, on_history, tick
+        resources = self.ray.cluster_resources()
+        self.num_gpus = (1.0 / policy.per_gpu) if gpus and resources.get("GPU", 0) > 0 else 0.0
+        self.cpus = cpus_per_trial
+        if self.num_gpus:
+            capacity = int(resources["GPU"] * policy.per_gpu)
+        else:
+            capacity = int(resources.get("CPU", 1) // cpus_per_trial)
+        self.limit = max(1, min(workers or capacity, capacity))
+        self.env = policy.env(None) if self.num_gpus else {"CUDA_VISIBLE_DEVICES": "-1"}
+        self.slot = Slot(0, "ray" if self.num_gpus else None, self.env)
+        self.queue: deque[TrialSpec] = deque()
+        self.tasks: dict[Any, _Task] = {}
+        self.started: set[str] = set()
+        self.signals: list[int] = []
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+
+    def run(self, specs: Sequence[TrialSpec]) -> None:
+        self.queue.extend(specs)
+        try:
+            with _catch(self.signals, self._wake_w):
+                while self.tasks or (self.queue and not self.signals):
+                    self._submit()
+                    self._step()
+        finally:
+            for task in list(self.tasks.values()):
+                self.ray.cancel(task.ref, force=True)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+        if self.signals:
+            raise Interrupted(self.signals[0])
+
+    def _submit(self) -> None:
+        from .worker import ray_main
+
+        remote = self.ray.remote(max_calls=1, max_retries=0)(ray_main)
+        while self.queue and len(self.tasks) < self.limit and not self.signals:
+            spec = self.queue.popleft()
+            spec = replace(spec, env={**spec.env, **_trial_env(spec)})
+            ref = remote.options(num_cpus=self.cpus, num_gpus=self.num_gpus).remote(
+                spec, self.target, self.env, self.channel)
+            self.tasks[ref] = _Task(spec, ref, time.monotonic(), now_iso())
+            self.started.add(spec.trial_id)
+            self.ledger.clear_history(spec.trial_id)
+            if self.listener:
+                self.listener.started(spec)
+
+    def _step(self) -> None:
+        waits = [d for d in (t.deadline for t in self.tasks.values()) if d is not None]
+        timeout = POLL if not waits else max(0.0, min(POLL, min(waits) - time.monotonic()))
+        ready, _ = self.ray.wait(list(self.tasks), num_returns=1, timeout=timeout)
+        self._drain()
+        for ref in ready:
+            self._finish(self.tasks.pop(ref))
+        now = time.monotonic()
+        for task in list(self.tasks.values()):
+            if task.deadline is not None and now >= task.deadline and task.verdict is None:
+                task.verdict, task.why = Status.TIMEOUT, f"ran past the timeout of {self.timeout:g}s and was cancelled"
+                self.ray.cancel(task.ref, force=True)
+        if self.signals and any(t.verdict is None for t in self.tasks.values()):
+            for task in self.tasks.values():
+                if task.verdict is None:
+                    task.verdict, task.why = Status.INTERRUPTED, f"stopped by {signal.Signals(self.signals[0]).name}"
+                    self.ray.cancel(task.ref, force=True)
+        if self.tick:
+            self.tick()
+
+    def _drain(self) -> None:
+        by_id = {t.spec.trial_id: t for t in self.tasks.values()}
+        for tid, kind, payload in self.channel.get_nowait_batch(self.channel.qsize()):
+            task = by_id.get(tid)
+            if task is None:
+                continue
+            if kind == "placed":  # it began on its worker: its time starts now
+                task.t0 = time.monotonic()
+                task.device, task.pid = payload["device"], payload["pid"]
+                if self.timeout:
+                    task.deadline = task.t0 + self.timeout
+                self.ledger.mark_running(replace(task.spec, device=task.device), task.pid, task.started_at)
+            elif kind == "report" and payload:
+                task.reported = True
+                self._history(task, payload)
+
+    def _history(self, task: _Task, items: list[dict[str, Any]]) -> None:
+        self.ledger.add_history(task.spec.trial_id, items)
+        if self.on_history:
+            self.on_history()
+        if self.listener:
+            self.listener.reported(task.spec, items[-1]["epoch"], items[-1]["metrics"])
+
+    def _finish(self, task: _Task) -> None:
+        from ray.exceptions import RayError, TaskCancelledError
+
+        spec, out, error, metrics = task.spec, None, "", {}
+        try:
+            out = self.ray.get(task.ref)
+        except TaskCancelledError:
+            status = task.verdict or Status.INTERRUPTED
+            error = task.why or "cancelled"
+        except RayError as exc:  # the worker or its node died: WorkerCrashedError, NodeDiedError...
+            status = task.verdict or Status.CRASHED
+            error = task.why or f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"[:300]
+        if out is not None:
+            if "load_error" in out:
+                raise SweepError(f"a trial process could not import train: {out['load_error']}; fix it "
+                                 "and run again (finished trials are kept)")
+            message = out["message"]
+            epochs = message.pop("history", None)
+            if epochs and not task.reported:
+                self._history(task, epochs)
+            status, error, metrics = Status(message["status"]), message.get("error", ""), message.get("metrics", {})
+            task.device, task.pid = out.get("device", task.device), out.get("pid", task.pid)
+            os.makedirs(spec.dir, exist_ok=True)
+            with open(spec.log_path, "a") as f:
+                f.write(out.get("log", ""))
+        if status is Status.OOM:
+            error = f"{error} (hint: {oom_hint(replace(self.slot, gpu=task.device or None))})"
+        end = time.monotonic()
+        result = TrialResult(
+            trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params, status=status,
+            metrics=metrics, seed=spec.seed, device=task.device or "?", started_at=task.started_at,
+            duration_s=end - (task.t0 or task.submitted), error=error, attempts=spec.attempt, pid=task.pid,
+            log=spec.log_path, gpu_mem_cap_mb=(out or {}).get("cap_mb"),
+        )
+        retrying = status.retryable and spec.attempt <= self.retries and not self.signals
+        self.ledger.record(result)
+        if retrying:
+            self.queue.append(replace(spec, attempt=spec.attempt + 1))
+        if self.on_record:
+            self.on_record(result)
+        if self.listener:
+            self.listener.finished(result, retrying)

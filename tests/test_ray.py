@@ -1,0 +1,94 @@
+"""The Ray backend on one machine: a local Ray instance with two logical GPUs.
+
+Ray takes seconds to start, so one instance serves the whole module.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pandas as pd
+import pytest
+
+import sweeper
+import sweep_fns
+from conftest import run_cli
+from test_gpu import _overlaps
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def test_two_trials_per_logical_gpu(tmp_path):
+    df = sweeper.sweep(sweep_fns.gpu_env, {"x": list(range(8)), "hold": 0.5}, backend="ray", per_gpu=2,
+                       cpus_per_trial=0.5, out=str(tmp_path), progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert (df.n_ids == 1).all() and set(df.cuda) == {0, 1}
+    assert (df.device == "gpu:" + df.cuda.astype(int).astype(str)).all()
+    assert _overlaps(df) <= 2
+    assert (df.xla_fraction == 0.475).all()
+    pids = sweeper.load(str(tmp_path / "sweep_fns"))  # every trial in its own worker process
+    logs = [open(os.path.join(str(tmp_path), "sweep_fns", "trials", t, "log.txt")).readline() for t in pids.trial]
+    assert len({line.split(" pid ")[1].split(",")[0] for line in logs}) == 8
+
+
+def test_same_table_as_the_local_backend(tmp_path):
+    grid = {"x": [1, 2, 3]}
+    local = sweeper.sweep(sweep_fns.draws, grid, out=str(tmp_path / "l"), progress=False)
+    remote = sweeper.sweep(sweep_fns.draws, grid, backend="ray", gpus="none", out=str(tmp_path / "r"),
+                           progress=False)
+    cols = ["trial_id", "trial", "status", "param_x", "py", "np", "seed"]
+    pd.testing.assert_frame_equal(local[cols], remote[cols])
+
+
+def test_crash_timeout_and_resume(tmp_path):
+    grid = {"how": ["ok", "segv", "sleep", "raise"]}
+    df = sweeper.sweep(sweep_fns.crash, grid, backend="ray", gpus="none", timeout=2, out=str(tmp_path),
+                       progress=False).set_index("param_how")
+    assert df.status.to_dict() == {"ok": "ok", "segv": "crashed", "sleep": "timeout", "raise": "error"}
+    assert "WorkerCrashedError" in df.loc["segv", "error"]
+    again = sweeper.sweep(sweep_fns.crash, grid, backend="ray", gpus="none", timeout=2, out=str(tmp_path),
+                          progress=False).set_index("param_how")
+    assert again.loc["ok", "started_at"] == df.loc["ok", "started_at"]  # kept, not re-run
+    assert again.loc["raise", "started_at"] != df.loc["raise", "started_at"]
+
+
+def test_reports_and_logs_come_back(tmp_path):
+    sweeper.sweep(sweep_fns.reporter, {"x": [1]}, backend="ray", gpus="none", out=str(tmp_path), progress=False)
+    history = pd.read_csv(tmp_path / "sweep_fns" / "history.csv")
+    assert history.epoch.tolist() == [1, 2, 3]
+    assert "=== sweeper: trial x=1" in (tmp_path / "sweep_fns" / "trials" / "x=1" / "log.txt").read_text()
+
+
+def test_train_from_a_module_the_workers_cannot_import(tmp_path):
+    folder = tmp_path / "private"
+    folder.mkdir()
+    (folder / "private_train.py").write_text("def train(params):\n    return {'twice': params['x'] * 2.0}\n")
+    sys.path.insert(0, str(folder))
+    try:
+        import private_train
+
+        df = sweeper.sweep(private_train.train, {"x": [1, 2]}, backend="ray", gpus="none",
+                           out=str(tmp_path / "out"), progress=False)
+    finally:
+        sys.path.remove(str(folder))
+    assert df.twice.tolist() == [2.0, 4.0], df.error.tolist()
+
+
+def test_cli_opens_its_own_ray_and_ships_the_grid_folder(tmp_path):
+    (tmp_path / "helper_mod.py").write_text("def double(x):\n    return 2.0 * x\n")
+    grid = tmp_path / "shipped.py"
+    grid.write_text("from helper_mod import double\n"
+                    "def train(params):\n    return {'twice': double(params['x'])}\n"
+                    "grid = {'x': [1, 2]}\n")
+    done = run_cli(str(grid), "--backend", "ray", "--out", str(tmp_path / "out"), cwd=str(tmp_path.parent))
+    assert done.returncode == 0, done.stdout + done.stderr
+    df = pd.read_csv(tmp_path / "out" / "shipped" / "results.csv")
+    assert df.twice.tolist() == [2.0, 4.0]
