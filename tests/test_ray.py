@@ -92,3 +92,11 @@ def test_cli_opens_its_own_ray_and_ships_the_grid_folder(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     df = pd.read_csv(tmp_path / "out" / "shipped" / "results.csv")
     assert df.twice.tolist() == [2.0, 4.0]
+
+
+def test_command_trials_run_on_ray(tmp_path):
+    script = os.path.join(os.path.dirname(__file__), "scripts", "argv_echo.py")
+    df = sweeper.sweep(f"{sys.executable} {script} --text={{text}}", {"text": ["a b", "c;d"]}, backend="ray",
+                       gpus="none", out=str(tmp_path), progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert df.n_args.tolist() == [1, 1]
