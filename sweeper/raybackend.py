@@ -26,14 +26,13 @@ import os
 import signal
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from .capping import MemoryPolicy
 from .errors import SweepError
 from .ledger import Ledger
-from .scheduler import Interrupted, Listener, _catch, _trial_env, now_iso, oom_hint
+from .scheduler import Hooks, Interrupted, Loop, _catch, _trial_env, now_iso, oom_hint
 from .slots import Slot
 from .target import FileTarget, FunctionTarget, Target
 from .trial import Status, TrialResult, TrialSpec
@@ -98,7 +97,7 @@ class _Task:
     reported: bool = False
 
 
-class RayScheduler:
+class RayScheduler(Loop):
     """The local Scheduler's contract, on Ray: every trial ends as one recorded result."""
 
     def __init__(
@@ -110,22 +109,17 @@ class RayScheduler:
         address: str | None = None,
         gpus: bool = True,
         cpus_per_trial: float = 1.0,
+        hooks: Hooks = Hooks(),
         workers: int | None = None,
         timeout: float | None = None,
         retries: int = 0,
-        listener: Listener | None = None,
-        on_record: Callable[[TrialResult], None] | None = None,
-        on_history: Callable[[], None] | None = None,
-        tick: Callable[[], float | None] | None = None,
     ) -> None:
+        super().__init__(ledger, hooks, timeout, retries)
         self.ray, self.target = connect(address, target)
         from ray.util.queue import Queue
 
         self.channel = Queue()
         self.policy = policy
-        self.ledger = ledger
-        self.timeout, self.retries = timeout, retries
-        self.listener, self.on_record, self.on_history, self.tick = listener, on_record, on_history, tick
         resources = self.ray.cluster_resources()
         self.num_gpus = (1.0 / policy.per_gpu) if gpus and resources.get("GPU", 0) > 0 else 0.0
         self.cpus = cpus_per_trial
@@ -136,10 +130,7 @@ class RayScheduler:
         self.limit = max(1, min(workers or capacity, capacity))
         self.env = policy.env(None) if self.num_gpus else {"CUDA_VISIBLE_DEVICES": "-1"}
         self.slot = Slot(0, "ray" if self.num_gpus else None, self.env)
-        self.queue: deque[TrialSpec] = deque()
         self.tasks: dict[Any, _Task] = {}
-        self.started: set[str] = set()
-        self.signals: list[int] = []
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
 
@@ -168,10 +159,7 @@ class RayScheduler:
             ref = remote.options(num_cpus=self.cpus, num_gpus=self.num_gpus).remote(
                 spec, self.target, self.env, self.channel)
             self.tasks[ref] = _Task(spec, ref, time.monotonic(), now_iso())
-            self.started.add(spec.trial_id)
-            self.ledger.clear_history(spec.trial_id)
-            if self.listener:
-                self.listener.started(spec)
+            self.launched(spec)
 
     def _step(self) -> None:
         waits = [d for d in (t.deadline for t in self.tasks.values()) if d is not None]
@@ -190,8 +178,8 @@ class RayScheduler:
                 if task.verdict is None:
                     task.verdict, task.why = Status.INTERRUPTED, f"stopped by {signal.Signals(self.signals[0]).name}"
                     self.ray.cancel(task.ref, force=True)
-        if self.tick:
-            self.tick()
+        if self.hooks.tick:
+            self.hooks.tick()
 
     def _drain(self) -> None:
         by_id = {t.spec.trial_id: t for t in self.tasks.values()}
@@ -207,14 +195,7 @@ class RayScheduler:
                 self.ledger.mark_running(replace(task.spec, device=task.device), task.pid, task.started_at)
             elif kind == "report" and payload:
                 task.reported = True
-                self._history(task, payload)
-
-    def _history(self, task: _Task, items: list[dict[str, Any]]) -> None:
-        self.ledger.add_history(task.spec.trial_id, items)
-        if self.on_history:
-            self.on_history()
-        if self.listener:
-            self.listener.reported(task.spec, items[-1]["epoch"], items[-1]["metrics"])
+                self.history(task.spec, payload)
 
     def _finish(self, task: _Task) -> None:
         from ray.exceptions import RayError, TaskCancelledError
@@ -235,7 +216,7 @@ class RayScheduler:
             message = out["message"]
             epochs = message.pop("history", None)
             if epochs and not task.reported:
-                self._history(task, epochs)
+                self.history(task.spec, epochs)
             status, error, metrics = Status(message["status"]), message.get("error", ""), message.get("metrics", {})
             task.device, task.pid = out.get("device", task.device), out.get("pid", task.pid)
             os.makedirs(spec.dir, exist_ok=True)
@@ -250,11 +231,4 @@ class RayScheduler:
             duration_s=end - (task.t0 or task.submitted), error=error, attempts=spec.attempt, pid=task.pid,
             log=spec.log_path, gpu_mem_cap_mb=(out or {}).get("cap_mb"),
         )
-        retrying = status.retryable and spec.attempt <= self.retries and not self.signals
-        self.ledger.record(result)
-        if retrying:
-            self.queue.append(replace(spec, attempt=spec.attempt + 1))
-        if self.on_record:
-            self.on_record(result)
-        if self.listener:
-            self.listener.finished(result, retrying)
+        self.conclude(spec, result)

@@ -20,7 +20,7 @@ from .grid import expand
 from .ledger import FILE as LEDGER_FILE
 from .ledger import Ledger
 from .options import Options
-from .scheduler import Interrupted, Scheduler
+from .scheduler import Hooks, Interrupted, Scheduler
 from .slots import Placement, Slot, parse_gpus, place
 from .target import Target
 from .trial import Status, TrialResult, TrialSpec, trial_id, trial_name, trial_seed
@@ -214,6 +214,7 @@ def _run(
 
     if listener is not None:
         listener.begin(len(todo), len(specs))
+    hooks = Hooks(listener=listener, on_record=on_record, on_history=files[1].mark, tick=tick)
     scheduler: Any
     if options.backend == "ray":
         from .raybackend import RayScheduler
@@ -221,15 +222,13 @@ def _run(
         scheduler = RayScheduler(
             target, options.memory_policy(), ledger, address=options.address,
             gpus=parse_gpus(options.gpus) != "none", cpus_per_trial=options.cpus_per_trial,
-            workers=options.workers, timeout=options.timeout, retries=options.retries,
-            listener=listener, on_record=on_record, on_history=files[1].mark, tick=tick,
+            hooks=hooks, workers=options.workers, timeout=options.timeout, retries=options.retries,
         )
     else:
         scheduler = Scheduler(
-            target, placement.slots, ledger, workers=options.workers, timeout=options.timeout,
-            retries=options.retries, listener=listener, on_record=on_record, tick=tick,
-            on_history=files[1].mark,
-            prefetch=options.prefetch, start_method=options.start_method, folder=folder,
+            target, placement.slots, ledger, hooks=hooks, workers=options.workers, timeout=options.timeout,
+            retries=options.retries, prefetch=options.prefetch, start_method=options.start_method,
+            folder=folder,
         )
     interrupted = None
     try:

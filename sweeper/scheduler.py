@@ -67,6 +67,52 @@ class Listener(Protocol):
     def finished(self, result: TrialResult, retrying: bool) -> None: ...
 
 
+@dataclass(frozen=True)
+class Hooks:
+    """What the rest of sweeper hears from a scheduler (both backends call the same ones)."""
+
+    listener: Listener | None = None  #: the console view
+    on_record: Callable[[TrialResult], None] | None = None  #: a trial's result is in the ledger
+    on_history: Callable[[], None] | None = None  #: per-epoch reports are in the ledger
+    tick: Callable[[], float | None] | None = None  #: periodic work; seconds until it is due
+
+
+class Loop:
+    """What both backends share: the queue, retries, and how an outcome is recorded."""
+
+    def __init__(self, ledger: Ledger, hooks: Hooks, timeout: float | None, retries: int) -> None:
+        self.ledger, self.hooks = ledger, hooks
+        self.listener = hooks.listener
+        self.timeout, self.retries = timeout, retries
+        self.queue: deque[TrialSpec] = deque()
+        self.started: set[str] = set()  #: ids of the trials started (retries count once)
+        self.signals: list[int] = []
+
+    def launched(self, spec: TrialSpec) -> None:
+        self.started.add(spec.trial_id)
+        self.ledger.clear_history(spec.trial_id)  # a new attempt's epochs replace the old ones
+        if self.listener:
+            self.listener.started(spec)
+
+    def conclude(self, spec: TrialSpec, result: TrialResult, durable: bool = True) -> None:
+        """Record a trial's outcome (before its slot is reused), queue a retry, tell the view."""
+        retrying = result.status.retryable and spec.attempt <= self.retries and not self.signals
+        self.ledger.record(result, durable=durable)
+        if retrying:
+            self.queue.append(replace(spec, attempt=spec.attempt + 1))
+        if self.hooks.on_record:
+            self.hooks.on_record(result)
+        if self.listener:
+            self.listener.finished(result, retrying)
+
+    def history(self, spec: TrialSpec, items: list[dict[str, Any]]) -> None:
+        self.ledger.add_history(spec.trial_id, items)
+        if self.hooks.on_history:
+            self.hooks.on_history()
+        if self.listener and items:
+            self.listener.reported(spec, items[-1]["epoch"], items[-1]["metrics"])
+
+
 class Interrupted(Exception):
     """The sweep was stopped by a signal; running trials were recorded ``interrupted``."""
 
@@ -137,7 +183,7 @@ def environ(extra: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-class Scheduler:
+class Scheduler(Loop):
     """Runs specs on slots; every trial ends as one :class:`TrialResult` in the ledger."""
 
     def __init__(
@@ -146,17 +192,15 @@ class Scheduler:
         slots: Sequence[Slot],
         ledger: Ledger,
         *,
+        hooks: Hooks = Hooks(),
         workers: int | None = None,
         timeout: float | None = None,
         retries: int = 0,
-        listener: Listener | None = None,
-        on_record: Callable[[TrialResult], None] | None = None,
-        on_history: Callable[[], None] | None = None,
-        tick: Callable[[], float | None] | None = None,
         prefetch: bool = True,
         start_method: str = "spawn",
         folder: str = ".",
     ) -> None:
+        super().__init__(ledger, hooks, timeout, retries)
         self.start_method = start_method
         self.ctx = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
@@ -169,17 +213,7 @@ class Scheduler:
         self.target = target
         self.slots = list(slots)
         self.limit = min(workers or len(self.slots), len(self.slots))
-        self.ledger = ledger
-        self.timeout = timeout
-        self.retries = retries
-        self.listener = listener
-        self.on_record = on_record
-        self.on_history = on_history
-        self.tick = tick
         self.running: dict[int, _Running] = {}
-        self.started: set[str] = set()  #: ids of the trials started (retries count once)
-        self.queue: deque[TrialSpec] = deque()
-        self.signals: list[int] = []
         self.sampler: MemorySampler | None = None
         if any(s.gpu is not None for s in self.slots):
             sampler = MemorySampler()
@@ -241,11 +275,8 @@ class Scheduler:
         deadline = t0 + self.timeout if self.timeout else None
         run = _Running(spec, slot, process, parent_conn, t0, now_iso(), deadline, exit_fd=exit_fd)
         self.running[slot.index] = run
-        self.started.add(spec.trial_id)
-        self.ledger.clear_history(spec.trial_id)
+        self.launched(spec)
         self.ledger.mark_running(spec, process.pid, run.started_at)
-        if self.listener:
-            self.listener.started(spec)
         try:
             parent_conn.send(spec)
         except OSError:  # it died in its bootstrap; its exit is judged like any other
@@ -330,8 +361,8 @@ class Scheduler:
         if self.sampler and self.running:
             times.append(self._next_sample)
         soonest = min(times) - time.monotonic() if times else None
-        if self.tick:
-            due = self.tick()
+        if self.hooks.tick:
+            due = self.hooks.tick()
             if due is not None:
                 soonest = due if soonest is None else min(soonest, due)
         return None if soonest is None else max(0.0, soonest)
@@ -350,11 +381,11 @@ class Scheduler:
                     self._prefetch()
                 if kind == "report":
                     r.reported = True
-                    self._history(r, payload)
+                    self.history(r.spec, payload)
                 if kind == "result" and r.message is None:
                     epochs = payload.pop("history", None)
                     if epochs and not r.reported:  # train returned a Keras History
-                        self._history(r, epochs)
+                        self.history(r.spec, epochs)
                     r.message = payload
                     r.ended = time.monotonic()
                     r.early = self._judge(r)
@@ -364,13 +395,6 @@ class Scheduler:
         except (EOFError, OSError):
             r.conn.close()
             r.conn = None
-
-    def _history(self, r: _Running, items: list[dict[str, Any]]) -> None:
-        self.ledger.add_history(r.spec.trial_id, items)
-        if self.on_history:
-            self.on_history()
-        if self.listener and items:
-            self.listener.reported(r.spec, items[-1]["epoch"], items[-1]["metrics"])
 
     def _escalate(self, r: _Running, now: float) -> None:
         """A deadline passed: time the trial out, or push a lingering process harder."""
@@ -398,16 +422,9 @@ class Scheduler:
         result = self._judge(r)
         if self.sampler:
             self.sampler.peaks.pop(r.process.pid, None)
-        retrying = result.status.retryable and r.spec.attempt <= self.retries and not self.signals
-        self.ledger.record(result, durable=r.early is None or r.early.status is not result.status)
         del self.running[r.slot.index]
         r.process.close()
-        if retrying:
-            self.queue.append(replace(r.spec, attempt=r.spec.attempt + 1))
-        if self.on_record:
-            self.on_record(result)
-        if self.listener:
-            self.listener.finished(result, retrying)
+        self.conclude(r.spec, result, durable=r.early is None or r.early.status is not result.status)
 
     def _judge(self, r: _Running) -> TrialResult:
         spec, end = r.spec, r.ended or time.monotonic()
