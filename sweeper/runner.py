@@ -266,15 +266,16 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
         frame = table.dataframe(outcome.results)
         try:
             metric, mode = analysis.choose(frame, metric, mode)
-        except SweepError as exc:
-            lines.append(f"sweeper: {exc}")
+        except SweepError as exc:  # a metric no trial has (yet): nothing to rank by
+            if analysis.metric_columns(frame):
+                lines.append(f"sweeper: {exc}")
             metric = None
         if metric is not None:
             lines += ["sweeper: " + line if i == 0 else line
                       for i, line in enumerate(analysis.leaderboard_lines(frame, metric, mode))]
         failed = [r for r in outcome.results if not r.ok]
         if failed:
-            lines.append(f"sweeper: {len(failed)} failed:")
+            lines.append(f"sweeper: {len(failed)} not ok:")
             for r in failed:
                 first = r.error.splitlines()[0] if r.error else ""
                 lines.append(f"  {r.status.value:<11} {r.name}: {first}")
