@@ -44,16 +44,21 @@ class Gpu:
         return sum(mb for _, mb in self.processes)
 
 
+#: Why NVML could not be asked, the last time it could not (for the one info line).
+unavailable = ""
+
+
 def _nvml() -> Any | None:
+    global unavailable
     try:
         import pynvml
     except ImportError:
-        log.info("sweeper: nvidia-ml-py is not installed; no GPUs, running on the CPU")
+        unavailable = "nvidia-ml-py is not installed"
         return None
     try:
         pynvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        log.info("sweeper: no NVIDIA driver or NVML library (%s); no GPUs, running on the CPU", exc)
+        unavailable = f"no NVIDIA driver or NVML library: {exc}"
         return None
     return pynvml
 
@@ -81,7 +86,8 @@ def inventory() -> list[Gpu]:
             )
         return gpus
     except Exception as exc:  # a driver that answers some calls and not others
-        log.info("sweeper: NVML failed while listing GPUs (%s); running on the CPU", exc)
+        global unavailable
+        unavailable = f"NVML failed while listing GPUs: {exc}"
         return []
     finally:
         nvml.nvmlShutdown()

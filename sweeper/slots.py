@@ -16,7 +16,8 @@ from typing import Iterable, Sequence
 
 from .capping import MemoryPolicy
 from .errors import SweepError
-from .gpus import FREE_THRESHOLD_MB, Gpu, allowed_by_environment, inventory
+from . import gpus as _gpus
+from .gpus import FREE_THRESHOLD_MB, Gpu, allowed_by_environment, inventory, log
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,11 @@ def choose_gpus(gpus: str | list[str]) -> tuple[list[str], list[Gpu], list[Gpu]]
         return [], [], []
     allowed = allowed_by_environment()
     found = inventory()
+    if not found and _gpus.unavailable:  # one info line, saying what follows from it
+        if isinstance(gpus, list) or allowed:
+            log.info("sweeper: %s; using the GPUs as given, their memory sizes unknown", _gpus.unavailable)
+        else:
+            log.info("sweeper: %s; no GPUs, running on the CPU", _gpus.unavailable)
     if allowed is not None and found:
         found = [g for g in found if any(_matches(g, a) for a in allowed)]
     if isinstance(gpus, list):
