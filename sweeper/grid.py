@@ -225,6 +225,15 @@ def expand(grid: Mapping[str, Any] | list[Mapping[str, Any]]) -> Points:
     return Points(points)
 
 
+def check_not_empty(grid: Any) -> None:
+    """A sweep needs at least one setting: ``grid = {}`` is a mistake, not one default run.
+
+    (:func:`expand` itself follows ``ParameterGrid``, where ``{}`` is the one empty point.)
+    """
+    if isinstance(grid, Mapping) and not isinstance(grid, Points) and not grid:
+        raise SweepError(f"grid is empty; give at least one parameter, {_GRID_EXAMPLE}")
+
+
 def point_key(params: Mapping[str, Any]) -> str:
     """Return the canonical JSON text of a point, used to compare points.
 

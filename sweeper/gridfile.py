@@ -122,7 +122,7 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _examine(path: str, seed: int | None) -> dict[str, Any]:
-    from .grid import expand, sample
+    from .grid import check_not_empty, expand, sample
     from .options import Options
     from .target import check_signature, load_file
 
@@ -153,6 +153,7 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     if seed is None:
         seed = options.get("seed", 0)
     if hasattr(module, "grid"):
+        check_not_empty(module.grid)
         points = expand(module.grid)
     elif hasattr(module, "space"):
         samples = getattr(module, "samples", None)

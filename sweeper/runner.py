@@ -16,7 +16,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from . import table
 from .errors import SweepError
-from .grid import expand
+from .grid import check_not_empty, expand
 from .ledger import FILE as LEDGER_FILE
 from .ledger import Ledger
 from .options import Options
@@ -135,6 +135,7 @@ def run(
 ) -> Outcome:
     """Plan, resume and run a sweep. Raises SweepError for bad input, before any trial."""
     start = time.monotonic()
+    check_not_empty(grid)
     points = expand(grid)
     name = options.name or default_name
     folder = os.path.abspath(os.path.join(options.out, name))
