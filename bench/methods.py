@@ -207,7 +207,7 @@ def run_ray(fn: Callable, points: Points, k: int, timeout: float) -> dict[str, A
         from ray import tune
     except ImportError:
         return {"na": "not installed"}
-    # Untested here (Ray is not installed on the machine this was written on).
+    # Untested here: Ray Tune (pip install "ray[tune]") was not installed where this was written.
     ray.init(num_cpus=k, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
         def trainable(config: dict) -> dict:
