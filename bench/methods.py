@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
-import os
 import tempfile
 import time
 import traceback

@@ -3,7 +3,6 @@
 The sleep is the "useful" work; the import is what a fresh process per trial pays again.
 """
 
-import os
 import time
 
 import tensorflow  # noqa: F401  (the point: a heavy top-level import)
