@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from .capping import MemoryPolicy
 from .errors import SweepError
 from .ledger import Ledger
-from .scheduler import Hooks, Interrupted, Loop, _catch, _trial_env, now_iso, oom_hint
+from .scheduler import Hooks, Interrupted, Loop, _catch, _load_error, _trial_env, now_iso, oom_hint
 from .slots import Slot
 from .target import FileTarget, FunctionTarget, Target
 from .trial import Status, TrialResult, TrialSpec
@@ -211,8 +211,7 @@ class RayScheduler(Loop):
             error = task.why or f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"[:300]
         if out is not None:
             if "load_error" in out:
-                raise SweepError(f"a trial process could not import train: {out['load_error']}; fix it "
-                                 "and run again (finished trials are kept)")
+                raise _load_error(out["load_error"])
             message = out["message"]
             epochs = message.pop("history", None)
             if epochs and not task.reported:

@@ -42,11 +42,11 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from . import worker
+from .errors import SweepError
 from .gpus import MemorySampler
 from .ledger import Ledger
 from .metrics import text_says_oom
 from .slots import Slot, pick
-from .errors import SweepError
 from .target import FileTarget, Target
 from .trial import Status, TrialResult, TrialSpec
 from .worker import LOG_HEADER
