@@ -10,8 +10,6 @@ from . import runner, table
 from .command import Command
 from .grid import expand
 from .progress import choose_view
-from .errors import SweepError
-from .ledger import FILE as LEDGER_FILE
 from .ledger import Ledger
 from .options import Options
 from .target import FunctionTarget, check_signature
@@ -90,10 +88,10 @@ def plan_frame(outcome: runner.Outcome) -> "pandas.DataFrame":
 
     rows = []
     for i, spec in enumerate(outcome.specs):
-        slot = outcome.slots[i % len(outcome.slots)] if i < len(outcome.slots) else None
+        first = outcome.slots[i].device if i < len(outcome.slots) else "queued"
         rows.append({"trial_id": spec.trial_id, "trial": spec.name,
                      **{f"param_{k}": v for k, v in spec.params.items()},
-                     "seed": spec.seed, "first_slot": slot.device if slot else "queued"})
+                     "seed": spec.seed, "first_slot": first})
     return pandas.DataFrame(rows)
 
 
@@ -106,10 +104,7 @@ def _source_file(fn: Any) -> str | None:
 
 def load(path: str) -> "pandas.DataFrame":
     """The results table of a sweep folder (or its ``results.csv``), read from the ledger."""
-    folder = os.path.dirname(path) if path.endswith(".csv") else path
-    if not os.path.exists(os.path.join(folder, LEDGER_FILE)):
-        raise SweepError(f"{folder} holds no sweep ledger; give the folder <out>/<name> of a sweep")
-    ledger = Ledger(folder)
+    ledger = Ledger(runner.sweep_folder(path), readonly=True)
     try:
         results = list(ledger.results().values())
     finally:

@@ -13,8 +13,8 @@ applies them with the framework's own API *before the framework touches the GPU*
 
 The child applies a framework's cap the moment that framework is imported (see
 :mod:`sweeper.worker`), so it holds whichever Keras backend or framework the trial
-uses, including one imported inside ``train``. Command trials call :func:`apply_from_env`
-through ``sweeper.worker.setup()``.
+uses, including one imported inside ``train``. Command trials get the same through
+``sweeper.worker.setup()``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class MemoryPolicy:
         return int(self.fraction * total_mb)
 
     def env(self, total_mb: int | None) -> dict[str, str]:
-        """Variables a slot's process starts with; frameworks and :func:`apply_from_env` read them."""
+        """Variables a slot's process starts with; JAX and the child's caps read them."""
         env: dict[str, str] = {}
         if self.growth:
             env.update(SWEEPER_MEMORY_GROWTH="1", TF_FORCE_GPU_ALLOW_GROWTH="true",
@@ -115,15 +115,3 @@ def apply_torch(torch: Any) -> str:
         return "no cap for PyTorch"
     torch.cuda.set_per_process_memory_fraction(float(fraction), 0)
     return f"PyTorch capped at {fraction} of the GPU"
-
-
-def apply_from_env() -> list[str]:
-    """Apply the caps for whichever frameworks are imported (for scripts run as commands)."""
-    import sys
-
-    done = []
-    if "tensorflow" in sys.modules:
-        done.append(apply_tensorflow(sys.modules["tensorflow"]))
-    if "torch" in sys.modules:
-        done.append(apply_torch(sys.modules["torch"]))
-    return done

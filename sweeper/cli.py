@@ -213,35 +213,6 @@ def _folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return p
 
 
-def _sweep_folder(path: str) -> str:
-    folder = os.path.dirname(path) if path.endswith(".csv") else path
-    if not os.path.exists(os.path.join(folder, "ledger.sqlite")):
-        raise SweepError(f"{folder} is not a sweep folder (no ledger.sqlite); give <out>/<name>, "
-                         "e.g. results/digits_mlp")
-    return folder
-
-
-def holder(folder: str) -> int | None:
-    """The pid of the sweep running in a folder, or None when none is."""
-    import fcntl
-
-    path = os.path.join(folder, ".lock")
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return int(text) if text.isdigit() else -1
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
 def status_main(argv: list[str]) -> int:
     """Counts, running trials and the best so far, read from the ledger (safe while it runs)."""
     import time
@@ -251,8 +222,8 @@ def status_main(argv: list[str]) -> int:
     from .ledger import Ledger
 
     args = _folder_parser("status", "Show a sweep's progress, while it runs or after.").parse_args(argv)
-    folder = _sweep_folder(args.folder)
-    pid = holder(folder)
+    folder = runner.sweep_folder(args.folder)
+    pid = runner.holder(folder)
     ledger = Ledger(folder, readonly=True)
     try:
         results = list(ledger.results().values())
@@ -294,7 +265,7 @@ def report_main(argv: list[str]) -> int:
     from .api import load
 
     args = _folder_parser("report", "Print a sweep's leaderboard and write its report.html.").parse_args(argv)
-    folder = _sweep_folder(args.folder)
+    folder = runner.sweep_folder(args.folder)
     frame = load(folder)
     metric, mode = analysis.choose(frame, args.metric, args.mode)
     if metric is not None:

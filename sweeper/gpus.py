@@ -31,7 +31,6 @@ class Gpu:
     name: str
     total_mb: int
     used_mb: int
-    pci_bus_id: str = ""
     processes: tuple[tuple[int, int], ...] = field(default=())  #: (pid, MB) of compute processes
 
     @property
@@ -80,7 +79,6 @@ def inventory() -> list[Gpu]:
                     name=_text(nvml.nvmlDeviceGetName(handle)),
                     total_mb=mem.total >> 20,
                     used_mb=mem.used >> 20,
-                    pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
                     processes=_processes(nvml, handle),
                 )
             )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import sys
 import tempfile
 import traceback
 from dataclasses import dataclass
@@ -170,6 +169,3 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     return {"points": [dict(p) for p in points], "options": dict(options),
             "attr": "train" if train is not None else "command", "shell": shell}
 
-
-if __name__ == "__main__":  # pragma: no cover
-    print(read(sys.argv[1], None))

@@ -145,9 +145,6 @@ class Ledger:
             (spec.trial_id, spec.name, spec.device, pid, spec.attempt, started_at),
         )
 
-    def unmark_running(self, trial_id: str) -> None:
-        self._fast.execute("DELETE FROM running WHERE trial_id = ?", (trial_id,))
-
     def clear_running(self) -> None:
         """Forget running marks left by a sweep that was killed."""
         self._fast.execute("DELETE FROM running")

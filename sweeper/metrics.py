@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 #: Columns every results table has; a metric may not take one of these names.
@@ -114,9 +113,3 @@ def text_says_oom(text: str) -> bool:
     """Whether a log or message says that memory ran out."""
     low = text.lower()
     return any(t in low for t in _OOM_TEXTS)
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not (
-        isinstance(value, float) and math.isnan(value)
-    )

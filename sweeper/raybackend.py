@@ -119,6 +119,10 @@ class RayScheduler(Loop):
         from ray.util.queue import Queue
 
         self.channel = Queue()
+        from .worker import ray_main
+
+        # a fresh worker process per trial; retries are sweeper's (they follow --retries)
+        self.remote = self.ray.remote(max_calls=1, max_retries=0)(ray_main)
         self.policy = policy
         resources = self.ray.cluster_resources()
         self.num_gpus = (1.0 / policy.per_gpu) if gpus and resources.get("GPU", 0) > 0 else 0.0
@@ -150,13 +154,10 @@ class RayScheduler(Loop):
             raise Interrupted(self.signals[0])
 
     def _submit(self) -> None:
-        from .worker import ray_main
-
-        remote = self.ray.remote(max_calls=1, max_retries=0)(ray_main)
         while self.queue and len(self.tasks) < self.limit and not self.signals:
             spec = self.queue.popleft()
             spec = replace(spec, env={**spec.env, **_trial_env(spec)})
-            ref = remote.options(num_cpus=self.cpus, num_gpus=self.num_gpus).remote(
+            ref = self.remote.options(num_cpus=self.cpus, num_gpus=self.num_gpus).remote(
                 spec, self.target, self.env, self.channel)
             self.tasks[ref] = _Task(spec, ref, time.monotonic(), now_iso())
             self.launched(spec)

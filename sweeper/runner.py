@@ -11,7 +11,7 @@ import hashlib
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping, Sequence
 
 from . import table
@@ -98,6 +98,33 @@ def locked(folder: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def holder(folder: str) -> int | None:
+    """The pid of the sweep running in a folder (it holds the lock :func:`locked` takes), or None."""
+    try:
+        fd = os.open(os.path.join(folder, ".lock"), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else -1
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def sweep_folder(path: str) -> str:
+    """The sweep folder a user named (``<out>/<name>`` or its ``results.csv``), checked."""
+    folder = os.path.dirname(path) if path.endswith(".csv") else path
+    if not os.path.exists(os.path.join(folder, LEDGER_FILE)):
+        raise SweepError(f"{folder} is not a sweep folder (no {LEDGER_FILE}); give <out>/<name>, "
+                         "e.g. results/digits_mlp")
+    return folder
 
 
 def prepare_folder(folder: str) -> None:
@@ -246,8 +273,6 @@ def _run(
 
 def _reindexed(old: TrialResult, spec: TrialSpec) -> TrialResult:
     """A kept row takes its place in today's grid order."""
-    from dataclasses import replace
-
     return replace(old, index=spec.index, name=spec.name)
 
 

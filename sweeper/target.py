@@ -68,9 +68,6 @@ class FileTarget:
             return Command.of(value, self.shell)
         return value
 
-    def describe(self) -> str:
-        return f"{self.attr} in {self.path}"
-
 
 @dataclass(frozen=True)
 class FunctionTarget:
@@ -102,9 +99,6 @@ class FunctionTarget:
 
     def load(self) -> Callable[..., Any]:
         return pickle.loads(self.blob)
-
-    def describe(self) -> str:
-        return self.label
 
 
 Target = FileTarget | FunctionTarget
