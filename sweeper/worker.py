@@ -63,17 +63,13 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     _guard(boot.parent_pid if boot.check_ppid else None)
     os.environ.update(boot.env)
     hook = _OnImport.install()
-    load = boot.target.load
+    fn = None
     if boot.prelog:  # a standby: import the user's module while the slot's trial still runs
         _redirect_fds(boot.prelog)
-        try:
-            fn = boot.target.load()
-        except BaseException as exc:  # noqa: BLE001
-            traceback.print_exc()
-            conn.send(("load_error", _last_line(exc)))
+        fn = _load(boot.target.load, conn.send)
+        if fn is None:
             return
         conn.send(("ready", None))
-        load = lambda: fn  # noqa: E731
     try:
         spec: TrialSpec = conn.recv()
     except EOFError:  # a standby the sweep no longer needs
@@ -81,14 +77,12 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     _redirect_output(spec, boot.prelog)
     os.environ.update(spec.env)
     hook.set_seed(spec.seed)  # before the module loads (unless a standby loaded it already)
-    try:
-        load()
-    except BaseException as exc:  # noqa: BLE001 - a module that cannot load is the sweep's problem
-        traceback.print_exc()
-        conn.send(("load_error", _last_line(exc)))
-        return
+    if fn is None:
+        fn = _load(boot.target.load, conn.send)
+        if fn is None:
+            return
     context._start_reporting(conn.send)
-    message = run_trial(spec, load, hook)
+    message = run_trial(spec, fn, hook)
     context._stop_reporting()  # its last batch goes before the result
     _write_json(os.path.join(spec.dir, "result.json"), {"trial_id": spec.trial_id, **message})
     sys.stdout.flush()
@@ -144,14 +138,12 @@ def ray_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any) ->
     _redirect_output(spec)
     hook = _OnImport.install()
     hook.set_seed(spec.seed)
-    load = target.load if hasattr(target, "load") else (lambda: target)
-    try:
-        load()
-    except BaseException as exc:  # noqa: BLE001
-        traceback.print_exc()
-        return {"load_error": _last_line(exc), "log": _read(spec.log_path)}
+    failed: list[Any] = []
+    fn = _load(target.load if hasattr(target, "load") else (lambda: target), failed.append)
+    if fn is None:
+        return {"load_error": failed[0][1], "log": _read(spec.log_path)}
     context._start_reporting(lambda message: channel.put((spec.trial_id, *message)))
-    message = run_trial(spec, load, hook)
+    message = run_trial(spec, fn, hook)
     context._stop_reporting()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -199,11 +191,21 @@ def setup() -> dict[str, Any]:
     return json.loads(os.environ.get("SWEEPER_PARAMS", "{}"))
 
 
-def run_trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]], hook: "_OnImport") -> dict[str, Any]:
-    """Load ``train`` (seeded already), run it, and describe the outcome as a plain message."""
+def _load(load: Callable[[], Callable[..., Any]], send: Callable[[Any], Any]) -> Callable[..., Any] | None:
+    """``train``, or None after telling the parent why it cannot be imported: that is the
+    sweep's problem (every trial would fail alike), not one trial's."""
+    try:
+        return load()
+    except BaseException as exc:  # noqa: BLE001
+        traceback.print_exc()
+        send(("load_error", _last_line(exc)))
+        return None
+
+
+def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: "_OnImport") -> dict[str, Any]:
+    """Run ``train`` (loaded and seeded already) and describe the outcome as a plain message."""
     context._set(spec)
     try:
-        fn = load()
         hook.catch_up()
         context._announce_start()  # the parent may now start this slot's next process
         value = fn(dict(spec.params))
