@@ -7,8 +7,8 @@ tomorrow, on another machine, in any order:
   (sorted keys, shortest round-trip floats). Lossless: 0.001 and 0.0010000001 differ.
 * ``name``: a readable folder name built like the seed document's
   ``build_string_from_dict`` (sorted keys, ``key=value`` joined by ``,``, floats in
-  ``%g`` form with ``.`` replaced by ``_``). Where that would be lossy, too long or
-  unsafe for a file name, a short hash of the id is appended so names stay unique.
+  ``%g`` form with ``.`` replaced by ``_``). Where that could name another point too,
+  or would be too long or unsafe for a file name, ``~`` and the trial id are appended.
 * ``seed``: derived from the sweep's seed and the trial id only, never from the order
   or the worker that ran it.
 """
@@ -58,8 +58,19 @@ def trial_id(params: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(params).encode()).hexdigest()[:12]
 
 
+#: A string value shown as it is in a name: it cannot be mistaken for a number, a bool,
+#: None or a list (``"1"``, ``"True"`` and ``"1-2"`` are not; ``"relu"`` and ``"adam"`` are).
+_PLAIN_STR = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+]*$")
+_WORDS = frozenset({"True", "False", "None", "inf", "nan", "default"})
+
+
 def _fmt(value: Any) -> tuple[str, bool]:
-    """Format one value for a name; the flag says whether the text is exact."""
+    """Format one value for a name; the flag says whether the text names that value alone.
+
+    Exact texts never coincide across types (ints are digits, floats carry ``_``, ``e``
+    or a trailing ``_0``, strings start with a letter), so two points with exact names
+    have different names. Anything else is marked inexact and gets the trial id appended.
+    """
     if isinstance(value, bool) or value is None:
         return str(value), True
     if isinstance(value, int):
@@ -71,15 +82,25 @@ def _fmt(value: Any) -> tuple[str, bool]:
             text += ".0"  # keep 32.0 apart from the int 32
         return text.replace(".", "_"), exact
     if isinstance(value, str):
-        return value, bool(_SAFE.match(value))
+        return value, bool(_PLAIN_STR.match(value)) and value not in _WORDS
     if isinstance(value, (list, tuple)):
+        # "64-32" is exact for two or more exact items without a "-" of their own: no
+        # scalar's text has an inner "-" (a string's cannot, a number's is "-5" or "1e-05")
         parts = [_fmt(v) for v in value]
-        return "-".join(p for p, _ in parts) or "empty", all(e for _, e in parts) and bool(parts)
+        exact = len(parts) >= 2 and all(e and "-" not in t and not isinstance(v, (list, tuple))
+                                        for (t, e), v in zip(parts, value))
+        return "-".join(t for t, _ in parts) or "empty", exact
     return str(value), False
 
 
 def trial_name(params: Mapping[str, Any]) -> str:
-    """Readable, file-name-safe and unique name of a point, e.g. ``batch_size=32,lr=0_001``."""
+    """Readable, file-name-safe and unique name of a point, e.g. ``batch_size=32,lr=0_001``.
+
+    Where the readable form could stand for another point too (a lossy float, a string
+    that reads as a number, a list, an unsafe character) or is longer than
+    :data:`MAX_NAME_LEN`, the whole trial id follows a ``~``: distinct points then have
+    distinct names as surely as they have distinct ids, in one run and across runs.
+    """
     if not params:
         return "default"
     parts, exact = [], True
@@ -91,7 +112,7 @@ def trial_name(params: Mapping[str, Any]) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.+\-=,]", "_", name)
     if exact and safe == name and len(name) <= MAX_NAME_LEN:
         return name
-    return f"{safe[:MAX_NAME_LEN].rstrip(',')}~{trial_id(params)[:8]}"
+    return f"{safe[:MAX_NAME_LEN].rstrip(',')}~{trial_id(params)}"
 
 
 def trial_seed(sweep_seed: int, tid: str) -> int:

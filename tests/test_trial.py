@@ -42,7 +42,7 @@ def test_readable_names(params, name):
 def test_unsafe_or_long_names_get_a_hash(params):
     name = trial_name(params)
     assert "/" not in name and " " not in name and len(name) <= 100
-    assert name.endswith(trial_id(params)[:8])
+    assert name.endswith("~" + trial_id(params))
 
 
 def test_seed_depends_on_sweep_seed_and_id_only():
@@ -59,3 +59,34 @@ def test_name_clashes_in_one_grid_are_made_unique():
     specs = plan([{"x": "True"}, {"x": True}], "/f", seed=0)
     assert len({s.name for s in specs}) == 2
     assert specs[0].dir == "/f/trials/" + specs[0].name
+
+
+# Points that once shared a folder, within a run or across runs (each name alone, no plan).
+LOOKALIKES = [
+    [{"x": 1}, {"x": "1"}, {"x": 1.0}, {"x": [1]}, {"x": "1_0"}],
+    [{"x": True}, {"x": "True"}, {"x": "true"}],
+    [{"x": None}, {"x": "None"}],
+    [{"x": [1, 2]}, {"x": "1-2"}, {"x": [1, -2]}, {"x": [[1, 2]]}, {"x": [[1], 2]}],
+    [{"x": []}, {"x": "empty"}],
+    [{"x": 1e-05}, {"x": [1, "e-05"]}, {"x": "1e-05"}],
+    [{"a": 1, "b": 2}, {"a": "1,b=2"}],
+]
+
+
+@pytest.mark.parametrize("points", LOOKALIKES)
+def test_distinct_points_never_share_a_name(points):
+    names = [trial_name(p) for p in points]
+    assert len(set(names)) == len(points), names
+
+
+def test_long_names_stay_distinct_in_a_large_grid():
+    # 200,000 points of long values that agree in their first 80 characters
+    points = [{"a": "v" * 90, "i": i} for i in range(200_000)]
+    names = {trial_name(p) for p in points}
+    assert len(names) == len(points)
+    assert all(len(n) <= 100 and n.count("~") == 1 for n in list(names)[:100])
+
+
+def test_a_point_listed_twice_runs_once():
+    specs = plan([{"x": 1}, {"x": 2}, {"x": 1}], "/f", seed=0)
+    assert [s.params for s in specs] == [{"x": 1}, {"x": 2}] and [s.index for s in specs] == [0, 1]
