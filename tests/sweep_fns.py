@@ -81,7 +81,31 @@ def crash(params):
         with open(os.path.join(sweeper.current_trial().dir, "orphan.pid"), "w") as f:
             f.write(str(pid))
         os.kill(os.getpid(), signal.SIGKILL)
+    if how.startswith("daemon_"):  # a double-forked daemon in its own session, then ...
+        _daemon(os.path.join(sweeper.current_trial().dir, "daemon.pid"))
+        if how == "daemon_exit":
+            os._exit(3)
+        if how == "daemon_sleep":
+            time.sleep(600)
+        return {"value": 3.0}
     raise AssertionError(f"unknown case {how}")
+
+
+def _daemon(pid_file):
+    """The classic daemon: fork, setsid, fork again; the grandchild sleeps, keeping every
+    descriptor it inherited (the trial's sentinel and multiprocessing's pipes included)."""
+    read, write = os.pipe()
+    first = os.fork()
+    if first == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open(pid_file, "w") as f:
+                f.write(str(os.getpid()))
+            os.write(write, b"!")
+            time.sleep(600)
+        os._exit(0)
+    os.waitpid(first, 0)
+    os.read(read, 1)  # the daemon has written its pid
 
 
 def flaky(params):
