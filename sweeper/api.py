@@ -12,7 +12,7 @@ from .grid import expand
 from .progress import choose_view
 from .ledger import Ledger
 from .options import Options
-from .target import FunctionTarget, check_signature
+from .target import FunctionTarget, check_signature, describe
 
 if TYPE_CHECKING:
     import pandas
@@ -65,9 +65,11 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
         source = _source_file(fn)
         default_name = os.path.splitext(os.path.basename(source))[0] if source else getattr(fn, "__name__", "sweep")
     target = FunctionTarget.of(fn)
+    what = describe(fn)
     listener = None if opts.dry_run else choose_view(not opts.progress, opts.metric, opts.mode)
     try:
-        outcome = runner.run(target, grid, opts, default_name=default_name, source_file=source, listener=listener)
+        outcome = runner.run(target, grid, opts, default_name=default_name, source_file=source,
+                             listener=listener, what=what)
     finally:
         if listener is not None:
             listener.close()
@@ -102,11 +104,16 @@ def _source_file(fn: Any) -> str | None:
         return None
 
 
-def load(path: str) -> "pandas.DataFrame":
-    """The results table of a sweep folder (or its ``results.csv``), read from the ledger."""
+def load(path: str, every: bool = False) -> "pandas.DataFrame":
+    """The results table of a sweep folder (or its ``results.csv``), read from the ledger.
+
+    The same rows as ``results.csv``: the trials of the grid last run there. With
+    ``every=True``, every trial on record, points since removed from the grid included.
+    """
     ledger = Ledger(runner.sweep_folder(path), readonly=True)
     try:
-        results = list(ledger.results().values())
+        current = None if every else ledger.current()
+        results = list((ledger.results() if current is None else current).values())
     finally:
         ledger.close()
     return table.dataframe(results)

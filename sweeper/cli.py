@@ -16,7 +16,7 @@ from .options import Options
 from .progress import choose_view
 from .slots import Placement
 from .command import Command
-from .target import FileTarget, FunctionTarget
+from .target import FileTarget, FunctionTarget, describe
 from .trial import Status, TrialSpec
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -119,6 +119,7 @@ def _main(argv: list[str]) -> int:
         command = Command.of(args.command, args.shell)
         command.check(grid.points)
         target: Any = FunctionTarget.of(command)
+        what = describe(command)
     else:
         if not args.grid_file:
             raise SweepError("no grid file given; e.g. python -m sweeper experiments/digits_mlp.py")
@@ -126,12 +127,13 @@ def _main(argv: list[str]) -> int:
             raise SweepError("--grid and --shell go with --command; a grid .py file defines grid itself")
         grid = gridfile.read(args.grid_file, args.seed)
         target = FileTarget(grid.path, grid.attr, grid.shell)
+        what = grid.what
     opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
     stem = os.path.splitext(os.path.basename(grid.path))[0]
     listener = None if opts.dry_run else choose_view(args.quiet, opts.metric, opts.mode)
     try:
         outcome = runner.run(target, Points(grid.points), opts, default_name=stem,
-                             source_file=grid.path, listener=listener)
+                             source_file=grid.path, listener=listener, what=what)
     finally:
         if listener is not None:
             listener.close()

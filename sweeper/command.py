@@ -68,6 +68,14 @@ class Command:
         raise SweepError(f"command is a {type(command).__name__}; give a template string or a "
                          "function returning the argument list")
 
+    def describe(self) -> str:
+        """The command in words, for the ledger's record of what a sweep runs."""
+        if self.template is not None:
+            return f"command {self.template!r}" + (" through /bin/sh" if self.shell else "")
+        from .target import describe
+
+        return f"command built by {describe(self.build)}"
+
     # -- checks before anything runs ---------------------------------------------------
 
     def placeholders(self) -> list[str]:

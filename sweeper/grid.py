@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import SweepError
+from .metrics import _CONTROL, printable
 
 __all__ = ["Points", "expand", "point_key", "sample", "uniform", "loguniform", "randint"]
 
@@ -102,6 +103,11 @@ def _normalise(value: Any, name: str) -> Any:
     if _is_numpy_scalar(value):
         return _normalise(value.item(), name)
     if isinstance(value, str):
+        if _CONTROL.search(value):
+            raise SweepError(
+                f"parameter {name!r} has the value '{printable(value)}' with control characters, "
+                "which would garble folder names, logs and the CSV; remove them"
+            )
         return str.__str__(value)
     if isinstance(value, numbers.Integral):
         return int(value)

@@ -31,6 +31,7 @@ class GridFile:
     options: dict[str, Any]
     attr: str = "train"  #: or "command"
     shell: bool = False
+    what: str = ""  #: what the sweep runs, in words (:func:`sweeper.target.describe`)
 
 
 def read_data(path: str, seed: int | None) -> GridFile:
@@ -100,7 +101,8 @@ def read(path: str, seed: int | None) -> GridFile:
         proc.join()
     if kind == "error":
         raise SweepError(payload)
-    return GridFile(path, payload["points"], payload["options"], payload["attr"], payload["shell"])
+    return GridFile(path, payload["points"], payload["options"], payload["attr"], payload["shell"],
+                    payload["what"])
 
 
 def _inspect(path: str, seed: int | None, conn: Any) -> None:
@@ -123,7 +125,7 @@ def _last_line(exc: BaseException) -> str:
 def _examine(path: str, seed: int | None) -> dict[str, Any]:
     from .grid import check_not_empty, expand, sample
     from .options import Options
-    from .target import check_signature, load_file
+    from .target import check_signature, describe, load_file
 
     name = os.path.basename(path)
     try:
@@ -165,7 +167,9 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     if command is not None:
         from .command import Command
 
-        Command.of(command, shell).check(points)
+        command = Command.of(command, shell)
+        command.check(points)
     return {"points": [dict(p) for p in points], "options": dict(options),
-            "attr": "train" if train is not None else "command", "shell": shell}
+            "attr": "train" if train is not None else "command", "shell": shell,
+            "what": describe(train if train is not None else command)}
 

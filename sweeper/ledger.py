@@ -16,12 +16,15 @@ The CSV is derived from the ledger (see :mod:`sweeper.table`), never the other w
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
 import time
-from typing import Any, Iterable
+from dataclasses import replace
+from typing import Any, Callable, Iterable, TypeVar
 
+from .errors import SweepError
 from .trial import Status, TrialResult, TrialSpec
 
 FILE = "ledger.sqlite"
@@ -57,6 +60,11 @@ CREATE TABLE IF NOT EXISTS running (
     started_at TEXT
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS grid (
+    trial_id TEXT PRIMARY KEY,
+    idx INTEGER NOT NULL,
+    name TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS history (
     trial_id TEXT NOT NULL,
     epoch INTEGER NOT NULL,
@@ -72,18 +80,53 @@ _COLUMNS = (
 )
 
 
+class StorageError(SweepError):
+    """The ledger could not be written: a full disk, a folder made read-only."""
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _writes(method: _F) -> _F:
+    """A ledger write that fails says so in one line naming the file (never a traceback)."""
+
+    @functools.wraps(method)
+    def wrapper(self: "Ledger", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.Error, OSError) as exc:
+            raise StorageError(
+                f"cannot write to {self.path} ({exc}); free space or make the folder writable, then "
+                "run the same command again to resume (every trial recorded so far is kept)"
+            ) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
 class Ledger:
     """One sweep folder's trials, finished and running. Used from one thread."""
 
     def __init__(self, folder: str, readonly: bool = False) -> None:
         self.path = os.path.join(folder, FILE)
+        try:
+            self._open(readonly)
+        except sqlite3.Error as exc:
+            self.close()
+            raise SweepError(
+                f"{self.path} cannot be read as a sweep ledger ({exc}); move it away, or start over "
+                "with --fresh (fresh=True), which keeps the damaged file aside"
+            ) from None
+
+    def _open(self, readonly: bool) -> None:
         if readonly:  # another process's sweep, perhaps still running: look, never write
             uri = f"file:{self.path}?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30)
+            self._check()
             return
         self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
+        self._check()
         self._db.executescript(_SCHEMA)
         # Running marks, per-epoch reports and facts need no fsync of their own: losing the
         # last of them to a power cut costs nothing a re-run does not redo. They go through
@@ -91,13 +134,20 @@ class Ledger:
         self._fast = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         self._fast.execute("PRAGMA synchronous=NORMAL")
 
+    def _check(self) -> None:
+        """A damaged file is found now, in one line, not as a traceback halfway through."""
+        verdict = self._db.execute("PRAGMA quick_check").fetchone()
+        if verdict is None or verdict[0] != "ok":
+            raise sqlite3.DatabaseError(f"integrity check: {verdict[0] if verdict else 'no answer'}")
+
     def close(self) -> None:
-        if hasattr(self, "_fast"):
-            self._fast.close()
-        self._db.close()
+        for name in ("_fast", "_db"):
+            if hasattr(self, name):
+                getattr(self, name).close()
 
     # -- finished trials --------------------------------------------------------------
 
+    @_writes
     def record(self, result: TrialResult, durable: bool = True) -> None:
         """Store a trial's outcome, replacing any earlier row for it; fsynced unless told not
         to (an update of a row that is already durable)."""
@@ -137,14 +187,36 @@ class Ledger:
             out[row[0]] = _result(row)
         return out
 
+    def current(self) -> dict[str, TrialResult] | None:
+        """The finished trials of the grid last run here, in its order and with its names
+        (what ``results.csv`` holds); None for a ledger that never recorded its grid."""
+        try:
+            grid = {tid: (idx, name) for tid, idx, name in self._db.execute("SELECT trial_id, idx, name FROM grid")}
+        except sqlite3.OperationalError:  # a ledger from before the grid was recorded, opened read-only
+            return None
+        if not grid:
+            return None
+        return {tid: replace(r, index=grid[tid][0], name=grid[tid][1])
+                for tid, r in self.results().items() if tid in grid}
+
+    @_writes
+    def set_grid(self, items: Iterable[tuple[str, int, str]]) -> None:
+        """Record the grid this run sweeps: (trial id, position, name) per point."""
+        with self._fast:
+            self._fast.execute("BEGIN IMMEDIATE")
+            self._fast.execute("DELETE FROM grid")
+            self._fast.executemany("INSERT INTO grid VALUES (?,?,?)", list(items))
+
     # -- running trials (for status from another terminal) ----------------------------
 
+    @_writes
     def mark_running(self, spec: TrialSpec, pid: int, started_at: str) -> None:
         self._fast.execute(
             "INSERT OR REPLACE INTO running VALUES (?,?,?,?,?,?)",
             (spec.trial_id, spec.name, spec.device, pid, spec.attempt, started_at),
         )
 
+    @_writes
     def clear_running(self) -> None:
         """Forget running marks left by a sweep that was killed."""
         self._fast.execute("DELETE FROM running")
@@ -156,6 +228,7 @@ class Ledger:
 
     # -- per-epoch reports --------------------------------------------------------------
 
+    @_writes
     def add_history(self, trial_id: str, items: list[dict[str, Any]]) -> None:
         """Store a batch of a trial's per-epoch reports (a later report of an epoch wins)."""
         with self._fast:
@@ -165,6 +238,7 @@ class Ledger:
                 [(trial_id, int(i["epoch"]), json.dumps(i["metrics"]), i.get("t")) for i in items],
             )
 
+    @_writes
     def clear_history(self, trial_id: str) -> None:
         """A trial starts again: its earlier epochs are not this attempt's."""
         self._fast.execute("DELETE FROM history WHERE trial_id = ?", (trial_id,))
@@ -188,9 +262,11 @@ class Ledger:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
 
+    @_writes
     def put(self, key: str, value: str) -> None:
         self._fast.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
+    @_writes
     def put_many(self, items: Iterable[tuple[str, str]]) -> None:
         with self._fast:
             self._fast.execute("BEGIN IMMEDIATE")

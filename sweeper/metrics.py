@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+import re
 from typing import Any, Mapping
 
 #: Columns every results table has; a metric may not take one of these names.
@@ -18,7 +20,19 @@ _OOM_TEXTS = (
     "cuda_error_out_of_memory",
     "oom when allocating",
     "failed to allocate",
+    # allocator failures in native code: C++ operator new, CUDA, cuBLAS/cuDNN, malloc's ENOMEM
+    "std::bad_alloc",
+    "bad_alloc",
+    "cudaerrormemoryallocation",
+    "cuda error: out of memory",
+    "cublas_status_alloc_failed",
+    "cudnn_status_alloc_failed",
+    "cannot allocate memory",
 )
+
+
+#: C0 and C1 control characters (and DEL): never in a console line or a CSV field.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class BadResult(ValueError):
@@ -34,18 +48,35 @@ class TrialFailed(Exception):
 
 
 def _number(name: str, value: Any) -> int | float:
+    """A metric value as a plain Python ``int`` or ``float``, whatever numeric type it came as.
+
+    NumPy scalars and 0-d arrays, framework scalars with ``.item()`` (PyTorch, JAX), scalar
+    tensors (``float(t)``) and subclasses of ``int``/``float`` (``np.float64`` is one) all
+    become the plain type: a subclass would be stored as its repr (``np.float64(0.6)``) and
+    one defined in the user's module could not even be unpickled in the parent.
+    """
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
+    if type(value) is int or type(value) is float:
         return value
     if isinstance(value, (str, bytes)) or value is None:
         raise BadResult(
             f"metric {name!r} is {type(value).__name__} {value!r}, not a number; "
             "return numbers only (put text in the trial's log or folder)"
         )
-    try:  # numpy scalars, 0-d arrays, scalar tensors
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    item = getattr(value, "item", None)
+    if callable(item):  # NumPy scalars and 0-d arrays, torch and JAX scalars
+        try:
+            plain = item()
+        except Exception:  # noqa: BLE001 - not a one-element value; try float() below
+            plain = None
+        if plain is not None and not isinstance(plain, (str, bytes, complex)) and plain is not value:
+            return _number(name, plain)
+    try:  # scalar tensors (TensorFlow) and other types that define __float__
         number = float(value)
     except (TypeError, ValueError):
         raise BadResult(
@@ -53,6 +84,24 @@ def _number(name: str, value: Any) -> int | float:
             "return plain numbers, e.g. float(history.history['val_accuracy'][-1])"
         ) from None
     return number
+
+
+def check_metric_name(name: Any) -> str:
+    """A metric name that can be a column: a non-empty string, no control characters, not reserved."""
+    if not isinstance(name, str) or not name:
+        raise BadResult(f"metric name {name!r} is not a non-empty string; name each metric")
+    if _CONTROL.search(name):
+        raise BadResult(f"metric name '{printable(name)}' holds control characters; use a plain name")
+    if name in RESERVED or name.startswith("param_"):
+        raise BadResult(
+            f"metric {name!r} clashes with the table's own column of that name; rename it"
+        )
+    return name
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\x1b``, ``\\n``), for one console line or CSV field."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def normalise(value: Any) -> dict[str, int | float]:
@@ -72,13 +121,7 @@ def normalise(value: Any) -> dict[str, int | float]:
         )
     metrics: dict[str, int | float] = {}
     for name, number in value.items():
-        if not isinstance(name, str) or not name:
-            raise BadResult(f"metric name {name!r} is not a non-empty string; name each metric")
-        if name in RESERVED or name.startswith("param_"):
-            raise BadResult(
-                f"metric {name!r} clashes with the table's own column of that name; rename it"
-            )
-        metrics[name] = _number(name, number)
+        metrics[check_metric_name(name)] = _number(name, number)
     return metrics
 
 

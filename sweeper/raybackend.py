@@ -142,7 +142,7 @@ class RayScheduler(Loop):
         self.queue.extend(specs)
         try:
             with _catch(self.signals, self._wake_w):
-                while self.tasks or (self.queue and not self.signals):
+                while self.tasks or (self.queue and self.taking_new):
                     self._submit()
                     self._step()
         finally:
@@ -152,9 +152,11 @@ class RayScheduler(Loop):
             os.close(self._wake_w)
         if self.signals:
             raise Interrupted(self.signals[0])
+        if self.storage_error is not None:
+            raise self.storage_error
 
     def _submit(self) -> None:
-        while self.queue and len(self.tasks) < self.limit and not self.signals:
+        while self.queue and len(self.tasks) < self.limit and self.taking_new:
             spec = self.queue.popleft()
             spec = replace(spec, env={**spec.env, **_trial_env(spec)})
             ref = self.remote.options(num_cpus=self.cpus, num_gpus=self.num_gpus).remote(
@@ -193,7 +195,8 @@ class RayScheduler(Loop):
                 task.device, task.pid = payload["device"], payload["pid"]
                 if self.timeout:
                     task.deadline = task.t0 + self.timeout
-                self.ledger.mark_running(replace(task.spec, device=task.device), task.pid, task.started_at)
+                self.store(self.ledger.mark_running, replace(task.spec, device=task.device), task.pid,
+                           task.started_at)
             elif kind == "report" and payload:
                 task.reported = True
                 self.history(task.spec, payload)

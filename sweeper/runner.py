@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
+import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -52,17 +54,18 @@ class Outcome:
 
 
 def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int) -> list[TrialSpec]:
-    """A spec per point, in grid order, with unique folder names."""
-    ids = [trial_id(p) for p in points]
-    names = [trial_name(p) for p in points]
-    clashes = {n for n, c in Counter(names).items() if c > 1}
-    specs = []
-    for i, (p, tid, name) in enumerate(zip(points, ids, names)):
-        if name in clashes:
-            name = f"{name}~{tid[:8]}"
+    """A spec per distinct point, in grid order (a point listed twice runs once)."""
+    specs: list[TrialSpec] = []
+    seen: set[str] = set()
+    for p in points:
+        tid = trial_id(p)
+        if tid in seen:
+            continue
+        seen.add(tid)
+        name = trial_name(p)
         specs.append(
             TrialSpec(
-                trial_id=tid, name=name, index=i, params=dict(p), seed=trial_seed(seed, tid),
+                trial_id=tid, name=name, index=len(specs), params=dict(p), seed=trial_seed(seed, tid),
                 dir=os.path.join(folder, "trials", name),
             )
         )
@@ -159,6 +162,7 @@ def run(
     default_name: str,
     source_file: str | None = None,
     listener: Any = None,
+    what: str = "",
 ) -> Outcome:
     """Plan, resume and run a sweep. Raises SweepError for bad input, before any trial."""
     start = time.monotonic()
@@ -177,9 +181,10 @@ def run(
     with locked(folder):
         if options.fresh:
             set_aside(folder)
+        shutil.rmtree(os.path.join(folder, ".standby"), ignore_errors=True)  # left by sweeper < 0.2
         ledger = Ledger(folder)
         try:
-            return _run(target, options, specs, placement, ledger, folder, source_file, listener, start)
+            return _run(target, options, specs, placement, ledger, folder, source_file, listener, start, what)
         finally:
             ledger.close()
 
@@ -194,10 +199,13 @@ def _run(
     source_file: str | None,
     listener: Any,
     start: float,
+    what: str,
 ) -> Outcome:
     notes: list[str] = []
     ledger.clear_running()
     previous = ledger.results()
+    check_definition(ledger, previous, options.seed, what, folder)
+    ledger.set_grid((s.trial_id, s.index, s.name) for s in specs)
     print_ = fingerprint(source_file)
     old_print = ledger.get("grid_fingerprint")
     if print_ and old_print and print_ != old_print and previous:
@@ -229,7 +237,8 @@ def _run(
         rows.sort(key=lambda row: (order[row[0]][0], row[2]))
         table.write_history_csv(rows, os.path.join(folder, table.HISTORY_FILE))
 
-    files = [table.Throttled(write_results), table.Throttled(write_history)]
+    files = [table.Throttled(write_results, path=os.path.join(folder, table.FILE)),
+             table.Throttled(write_history, path=os.path.join(folder, table.HISTORY_FILE))]
 
     def on_record(result: TrialResult) -> None:
         results[result.trial_id] = result
@@ -269,6 +278,36 @@ def _run(
             f.flush()
     return Outcome(folder, table.ordered(final), specs, placement, notes, len(scheduler.started),
                    time.monotonic() - start, interrupted)
+
+
+def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: int, what: str,
+                     folder: str) -> None:
+    """Reuse a row only where the same thing would run: the same parameters (the trial id),
+    the same sweep seed, and the same function or command (``what``). A folder whose rows
+    came from another seed or another function is refused, never silently reused.
+
+    Ledgers from before this record have no definition: their seed is checked through
+    the rows' own seeds, and what they ran is taken to be what runs now.
+    """
+    recorded = json.loads(ledger.get("definition") or "{}")
+    if previous:
+        old_seed = recorded.get("seed")
+        if old_seed is None:
+            mismatch = [r for r in previous.values() if r.seed != trial_seed(seed, r.trial_id)]
+            old_seed = "another" if mismatch else seed
+        old_what = recorded.get("what") or what
+        changes = []
+        if old_what != what and what:
+            changes.append(f"were made by {old_what}, not {what}")
+        if old_seed != seed:
+            changes.append(f"were made with seed {old_seed}, not {seed}")
+        if changes:
+            raise SweepError(
+                f"the {len(previous)} trials on record in {folder} {' and '.join(changes)}, so none "
+                "of them can stand for this run; give this run another --name (name=...), or start "
+                "over with --fresh (fresh=True), which keeps the old ledger beside the new one"
+            )
+    ledger.put("definition", json.dumps({"seed": seed, "what": what or recorded.get("what", "")}))
 
 
 def _reindexed(old: TrialResult, spec: TrialSpec) -> TrialResult:

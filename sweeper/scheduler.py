@@ -30,6 +30,7 @@ each trial's process group itself, on every way out.
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -41,15 +42,17 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from . import worker
+from . import procs, worker
 from .errors import SweepError
 from .gpus import MemorySampler
-from .ledger import Ledger
-from .metrics import text_says_oom
+from .ledger import Ledger, StorageError
+from .metrics import printable, text_says_oom
 from .slots import Slot, pick
 from .target import FileTarget, Target
 from .trial import Status, TrialResult, TrialSpec
 from .worker import LOG_HEADER
+
+log = logging.getLogger("sweeper")
 
 #: Seconds between SIGTERM and SIGKILL when a trial's process group is stopped.
 TERM_GRACE = 5.0
@@ -87,26 +90,45 @@ class Loop:
         self.queue: deque[TrialSpec] = deque()
         self.started: set[str] = set()  #: ids of the trials started (retries count once)
         self.signals: list[int] = []
+        #: The first failed ledger write: no new trial starts; running ones may finish.
+        self.storage_error: StorageError | None = None
+
+    @property
+    def taking_new(self) -> bool:
+        """Whether queued trials may still start (no stop signal, the ledger writable)."""
+        return not self.signals and self.storage_error is None
+
+    def store(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> bool:
+        """A ledger write; on a full disk or a read-only folder the sweep stops taking new
+        trials (running ones finish or stop as usual) and says so once, naming the file."""
+        try:
+            write(*args, **kwargs)
+            return True
+        except StorageError as exc:
+            if self.storage_error is None:
+                self.storage_error = exc
+                log.warning("sweeper: %s; no new trials start", str(exc).split("; ")[0])
+            return False
 
     def launched(self, spec: TrialSpec) -> None:
         self.started.add(spec.trial_id)
-        self.ledger.clear_history(spec.trial_id)  # a new attempt's epochs replace the old ones
+        self.store(self.ledger.clear_history, spec.trial_id)  # a new attempt's epochs replace the old ones
         if self.listener:
             self.listener.started(spec)
 
     def conclude(self, spec: TrialSpec, result: TrialResult, durable: bool = True) -> None:
         """Record a trial's outcome (before its slot is reused), queue a retry, tell the view."""
-        retrying = result.status.retryable and spec.attempt <= self.retries and not self.signals
-        self.ledger.record(result, durable=durable)
+        retrying = result.status.retryable and spec.attempt <= self.retries and self.taking_new
+        stored = self.store(self.ledger.record, result, durable=durable)
         if retrying:
             self.queue.append(replace(spec, attempt=spec.attempt + 1))
-        if self.hooks.on_record:
+        if self.hooks.on_record and stored:  # the tables show what the ledger holds
             self.hooks.on_record(result)
         if self.listener:
             self.listener.finished(result, retrying)
 
     def history(self, spec: TrialSpec, items: list[dict[str, Any]]) -> None:
-        self.ledger.add_history(spec.trial_id, items)
+        self.store(self.ledger.add_history, spec.trial_id, items)
         if self.hooks.on_history:
             self.hooks.on_history()
         if self.listener and items:
@@ -149,7 +171,6 @@ class _Standby:
     process: Any
     conn: multiprocessing.connection.Connection
     exit_fd: int
-    prelog: str
     ready: bool = False
 
 
@@ -203,13 +224,15 @@ class Scheduler(Loop):
         super().__init__(ledger, hooks, timeout, retries)
         self.start_method = start_method
         self.ctx = multiprocessing.get_context(start_method)
+        if start_method == "spawn":  # started now, outside any slot's environment: never a stray
+            from multiprocessing import resource_tracker
+
+            resource_tracker.ensure_running()
         if start_method == "forkserver":
             _start_forkserver(self.ctx, target)
         self.prefetch = prefetch
         self.standbys: dict[int, _Standby] = {}
         self._standby_deaths = 0
-        self._standby_count = 0
-        self.prelog_dir = os.path.join(folder, ".standby")
         self.target = target
         self.slots = list(slots)
         self.limit = min(workers or len(self.slots), len(self.slots))
@@ -229,23 +252,26 @@ class Scheduler(Loop):
         self.queue.extend(specs)
         failed = True
         try:
-            with self._catch_signals():
-                while self.running or (self.queue and not self.signals):
-                    if not self.signals:
+            with self._catch_signals(), procs.subreaper():
+                while self.running or (self.queue and self.taking_new):
+                    if self.taking_new:
                         self._fill()
                     self._wait()
             failed = False
         finally:
             self._kill_all(record_unfinished=not failed)
+            self._reap_adopted(final=True)
             os.close(self._wake_r)
             os.close(self._wake_w)
             if self.sampler:
                 self.sampler.stop()
         if self.signals:
             raise Interrupted(self.signals[0])
+        if self.storage_error is not None:
+            raise self.storage_error
 
     def _fill(self) -> None:
-        while self.queue and len(self.running) < self.limit and not self.signals:
+        while self.queue and len(self.running) < self.limit and self.taking_new:
             free = [s for s in self.slots if s.index not in self.running]
             slot = pick(free, (r.slot for r in self.running.values()), prefer=set(self.standbys))
             spec = self.queue.popleft()
@@ -256,10 +282,10 @@ class Scheduler(Loop):
                 self._launch(spec, slot, *self._spawn(slot))
         self._prefetch()
 
-    def _spawn(self, slot: Slot, prelog: str | None = None) -> tuple[Any, Any, int]:
+    def _spawn(self, slot: Slot, standby: bool = False) -> tuple[Any, Any, int]:
         """Start a worker process for a slot, with the slot's GPU and cap in its environment."""
         parent_conn, child_conn = self.ctx.Pipe()
-        boot = worker.Boot(os.getpid(), self.target, slot.env, prelog, self.start_method != "forkserver")
+        boot = worker.Boot(os.getpid(), self.target, slot.env, standby, self.start_method != "forkserver")
         process = self.ctx.Process(
             target=worker.main, args=(child_conn, boot), name=f"sweeper-slot{slot.index}", daemon=False
         )
@@ -276,7 +302,7 @@ class Scheduler(Loop):
         run = _Running(spec, slot, process, parent_conn, t0, now_iso(), deadline, exit_fd=exit_fd)
         self.running[slot.index] = run
         self.launched(spec)
-        self.ledger.mark_running(spec, process.pid, run.started_at)
+        self.store(self.ledger.mark_running, spec, process.pid, run.started_at)
         try:
             parent_conn.send(spec)
         except OSError:  # it died in its bootstrap; its exit is judged like any other
@@ -286,7 +312,7 @@ class Scheduler(Loop):
 
     def _prefetch(self) -> None:
         """One standby per busy slot, as long as queued trials will need them."""
-        if not self.prefetch or self.signals:
+        if not self.prefetch or not self.taking_new:
             return
         for slot_index in list(self.standbys)[len(self.queue):]:  # more standbys than trials left
             self._drop(self.standbys.pop(slot_index))
@@ -296,10 +322,8 @@ class Scheduler(Loop):
             # Only once the slot's trial has its imports behind it: two processes importing
             # TensorFlow at once on few cores slow each other, and the first wave most.
             if slot_index not in self.standbys and r.fn_started:
-                self._standby_count += 1
-                prelog = os.path.join(self.prelog_dir, f"slot{slot_index}-{self._standby_count}.log")
-                process, conn, exit_fd = self._spawn(r.slot, prelog)
-                self.standbys[slot_index] = _Standby(r.slot, process, conn, exit_fd, prelog)
+                process, conn, exit_fd = self._spawn(r.slot, standby=True)
+                self.standbys[slot_index] = _Standby(r.slot, process, conn, exit_fd)
 
     def _standby_event(self, sb: _Standby, ready: set[Any]) -> None:
         if sb.conn in ready:
@@ -320,13 +344,11 @@ class Scheduler(Loop):
                 self.prefetch = False
 
     def _drop(self, sb: _Standby) -> None:
-        killpg(sb.process.pid, signal.SIGKILL)
-        sb.process.join(timeout=TERM_GRACE)
+        procs.kill_group_and_tree(sb.process.pid)
+        _join(sb.process, sb.exit_fd, TERM_GRACE)
         sb.conn.close()
         if sb.exit_fd != sb.process.sentinel:
             os.close(sb.exit_fd)
-        with contextlib.suppress(OSError):
-            os.remove(sb.prelog)
 
     # -- waiting --------------------------------------------------------------------------
 
@@ -373,7 +395,14 @@ class Scheduler(Loop):
         assert r.conn is not None
         try:
             while r.conn.poll():
-                kind, payload = r.conn.recv()
+                try:
+                    kind, payload = r.conn.recv()
+                except (EOFError, OSError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a message the parent cannot read back
+                    kind, payload = "result", {
+                        "status": Status.ERROR.value, "metrics": {},
+                        "error": f"its result could not be read back by the sweep: {type(exc).__name__}: {exc}"}
                 if kind == "load_error":
                     raise _load_error(payload)
                 if kind == "started":
@@ -387,32 +416,48 @@ class Scheduler(Loop):
                     if epochs and not r.reported:  # train returned a Keras History
                         self.history(r.spec, epochs)
                     r.message = payload
-                    r.ended = time.monotonic()
+                    if r.verdict is None:
+                        r.ended = time.monotonic()
                     r.early = self._judge(r)
-                    self.ledger.record(r.early)  # durable now, not when it has exited
+                    self.store(self.ledger.record, r.early)  # durable now, not when it has exited
                     if r.kill_stage == 0:
-                        r.deadline = r.ended + EXIT_GRACE  # it should exit now
+                        r.deadline = time.monotonic() + EXIT_GRACE  # it should exit now
         except (EOFError, OSError):
             r.conn.close()
             r.conn = None
 
+    def _stop(self, r: _Running, verdict: Status, why: str, now: float) -> None:
+        """The parent asks a trial to stop: whatever it returns afterwards, this is its status."""
+        if r.message is None and r.verdict is None:
+            r.verdict, r.why, r.ended = verdict, why, now
+
+    def _signal(self, r: _Running, sig: int) -> None:
+        """Signal a trial's process group, everything below it, and its slot's adopted orphans."""
+        procs.kill_group_and_tree(r.process.pid, sig)
+        procs.signal_all(procs.strays(r.slot.index, self._known()), sig)
+
+    def _known(self) -> set[int]:
+        """This process's own children that are sweeper's workers or helpers, never strays."""
+        known = {r.process.pid for r in self.running.values()}
+        known |= {sb.process.pid for sb in self.standbys.values()}
+        return known | _mp_helpers()
+
     def _escalate(self, r: _Running, now: float) -> None:
         """A deadline passed: time the trial out, or push a lingering process harder."""
-        if r.message is None and r.verdict is None:
-            r.verdict, r.why = Status.TIMEOUT, f"ran past the timeout of {self.timeout:g}s and was killed"
-            r.ended = now
+        self._stop(r, Status.TIMEOUT, f"ran past the timeout of {self.timeout:g}s and was killed", now)
         if r.kill_stage == 0:
-            killpg(r.process.pid, signal.SIGTERM)
+            self._signal(r, signal.SIGTERM)
             r.kill_stage, r.deadline = 1, now + TERM_GRACE
         elif r.kill_stage == 1:
-            killpg(r.process.pid, signal.SIGKILL)
+            self._signal(r, signal.SIGKILL)
             r.kill_stage, r.deadline = 2, None
 
     def _finish(self, r: _Running) -> None:
-        """The process has exited: end its group, judge the trial, record it, free the slot."""
+        """The process has exited: end what it left, judge the trial, record it, free the slot."""
         # Unreaped, the process keeps its pid and group id, so neither can name a stranger yet.
-        killpg(r.process.pid, signal.SIGKILL)  # anything it left in its group
-        r.process.join(timeout=TERM_GRACE)
+        self._signal(r, signal.SIGKILL)  # anything it left in its group, or left as a daemon
+        self._reap_adopted()
+        _join(r.process, r.exit_fd, TERM_GRACE)
         if r.exit_fd != r.process.sentinel:
             os.close(r.exit_fd)
         if r.conn is not None:
@@ -426,14 +471,28 @@ class Scheduler(Loop):
         r.process.close()
         self.conclude(r.spec, result, durable=r.early is None or r.early.status is not result.status)
 
+    def _reap_adopted(self, final: bool = False) -> None:
+        """Collect adopted orphans that have died, so none stays a zombie of the sweep."""
+        adopted = [pid for pid in procs.children(os.getpid()) if pid not in self._known()
+                   and procs.slot_of(pid) is not None]
+        if final:  # the sweep ends: nothing a trial started may outlive it
+            procs.signal_all(procs.strays(None, self._known()), signal.SIGKILL)
+        procs.reap(adopted)
+
     def _judge(self, r: _Running) -> TrialResult:
+        """What became of a trial. A stop the parent asked for (timeout, Ctrl-C) decides the
+        status even when the trial then returned metrics (a SIGTERM handler that stops
+        training and returns): partial metrics are kept, but never as ``ok``."""
         spec, end = r.spec, r.ended or time.monotonic()
         exitcode = r.process.exitcode
-        if r.message is not None:
-            status, error = Status(r.message["status"]), r.message.get("error", "")
-            metrics = r.message.get("metrics", {})
-        elif r.verdict is not None:
-            status, error, metrics = r.verdict, r.why, {}
+        duration = end - r.t0
+        message = r.message or {}
+        metrics = message.get("metrics", {})
+        if r.verdict is not None:
+            status, error = r.verdict, r.why
+        elif r.message is not None:
+            status, error = Status(message["status"]), message.get("error", "")
+            duration = message.get("duration_s", duration)
         else:
             status, error, metrics = _crash_verdict(exitcode, spec.log_path, r.process.pid)
         if status is Status.OOM:
@@ -442,7 +501,7 @@ class Scheduler(Loop):
         return TrialResult(
             trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
             status=status, metrics=metrics, seed=spec.seed, device=spec.device,
-            started_at=r.started_at, duration_s=end - r.t0, error=error, attempts=spec.attempt,
+            started_at=r.started_at, duration_s=duration, error=printable(error), attempts=spec.attempt,
             pid=r.process.pid, exitcode=exitcode, log=spec.log_path,
             gpu_uuid=r.slot.uuid, gpu_mem_cap_mb=r.slot.cap_mb, gpu_mem_peak_mb=peak,
         )
@@ -461,14 +520,12 @@ class Scheduler(Loop):
             self._drop(sb)
         self.standbys.clear()
         for r in self.running.values():
-            if r.message is None and r.verdict is None:
-                r.verdict, r.why = Status.INTERRUPTED, f"stopped by {signal.Signals(self.signals[0]).name}"
-                r.ended = now
+            self._stop(r, Status.INTERRUPTED, f"stopped by {signal.Signals(self.signals[0]).name}", now)
             if hard:
-                killpg(r.process.pid, signal.SIGKILL)
+                self._signal(r, signal.SIGKILL)
                 r.kill_stage, r.deadline = 2, None
             elif r.kill_stage == 0:
-                killpg(r.process.pid, signal.SIGTERM)
+                self._signal(r, signal.SIGTERM)
                 r.kill_stage, r.deadline = 1, now + TERM_GRACE
 
     def _kill_all(self, record_unfinished: bool = True) -> None:
@@ -477,10 +534,10 @@ class Scheduler(Loop):
             self._drop(sb)
         self.standbys.clear()
         for r in list(self.running.values()):
-            killpg(r.process.pid, signal.SIGKILL)
+            self._signal(r, signal.SIGKILL)
         deadline = time.monotonic() + TERM_GRACE
         for r in list(self.running.values()):
-            r.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            exited = _join(r.process, r.exit_fd, max(0.0, deadline - time.monotonic()))
             if r.verdict is None and r.message is None:
                 if record_unfinished:
                     r.verdict, r.why = Status.INTERRUPTED, "the sweep stopped while it ran"
@@ -490,7 +547,7 @@ class Scheduler(Loop):
                     if r.exit_fd != r.process.sentinel:
                         os.close(r.exit_fd)
                     continue
-            if r.process.exitcode is not None:
+            if exited:
                 self._finish(r)
 
 
@@ -536,6 +593,27 @@ def _start_forkserver(ctx: Any, target: Target) -> None:
     ctx.set_forkserver_preload(preload)
     with environ(env):
         multiprocessing.forkserver.ensure_running()
+
+
+def _join(process: Any, exit_fd: int, timeout: float) -> bool:
+    """Reap a process once its exit descriptor says it has exited (at most ``timeout`` s).
+
+    ``Process.join(timeout)`` would wait on the sentinel, which a daemon the trial left
+    behind may hold open: seconds lost per trial. A pidfd says the truth; then ``join()``
+    only collects the exit status.
+    """
+    if process.exitcode is None and not multiprocessing.connection.wait([exit_fd], timeout):
+        return False
+    process.join()
+    return True
+
+
+def _mp_helpers() -> set[int]:
+    """multiprocessing's resource tracker: a child of this process, started by it."""
+    from multiprocessing import resource_tracker
+
+    pid = getattr(resource_tracker._resource_tracker, "_pid", None)
+    return {pid} if pid else set()
 
 
 def _exit_fd(process: Any) -> int:

@@ -11,12 +11,14 @@ the old one, so a reader never sees half a file.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from .metrics import BACK_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS
 from .trial import TrialResult
@@ -64,12 +66,26 @@ def ordered(results: Iterable[TrialResult]) -> list[TrialResult]:
 
 def write_csv(results: Sequence[TrialResult], path: str) -> None:
     """Write the table atomically: a temporary file, fsynced, renamed over ``path``."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", newline="") as f:
+    with atomic(path) as f:
         _write(results, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def atomic(path: str) -> Iterator[IO[str]]:
+    """A text file that readers see whole or not at all: written to a temporary file,
+    fsynced, renamed over ``path``. On any failure (a full disk) the temporary file is
+    removed and ``path`` keeps its old content."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", newline="") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 def _write(results: Sequence[TrialResult], f: Any) -> None:
@@ -111,19 +127,34 @@ class Throttled:
     ``flush`` writes now. The ledger, not these files, is what makes each result durable.
     """
 
-    def __init__(self, write: Callable[[], None], min_interval: float = 1.0) -> None:
+    def __init__(self, write: Callable[[], None], min_interval: float = 1.0, path: str = "") -> None:
         self.write = write
         self.min_interval = min_interval
+        self.path = path
         self._last_end = 0.0
         self._last_cost = 0.0
         self._dirty = False
+        self.failure: str | None = None  #: why the last write failed; None once one succeeds
 
     def mark(self) -> None:
         self._dirty = True
 
     def flush(self) -> None:
+        """Write now. A failure (a full disk) is said once and retried at the next due time:
+        the ledger, not this file, holds the results, so the sweep goes on."""
         start = time.monotonic()
-        self.write()
+        try:
+            self.write()
+        except OSError as exc:
+            if self.failure is None:
+                logging.getLogger("sweeper").warning(
+                    "sweeper: could not write %s (%s); it is retried later, and the ledger keeps "
+                    "every result", self.path or "a table", exc.strerror or exc)
+            self.failure = str(exc.strerror or exc)
+            self._last_end = time.monotonic()
+            self._last_cost = max(self._last_cost, 1.0)  # back off
+            return
+        self.failure = None
         self._last_end = time.monotonic()
         self._last_cost = self._last_end - start
         self._dirty = False
@@ -153,12 +184,8 @@ def write_history_csv(rows: Sequence[tuple[str, str, int, dict[str, Any]]], path
     for *_, metrics in rows:
         for k in metrics:
             names.setdefault(k, None)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", newline="") as f:
+    with atomic(path) as f:
         writer = csv.writer(f)
         writer.writerow(["trial_id", "trial", "epoch", *names])
         for tid, name, epoch, metrics in rows:
             writer.writerow([tid, name, epoch, *(_cell(metrics.get(k)) for k in names)])
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -24,10 +24,13 @@ from typing import Any, Callable
 from .errors import SweepError
 
 
+GRID_MODULE_PREFIX = "_sweeper_grid_"
+
+
 def module_name_for(path: str) -> str:
     """The stable module name a grid file is loaded under, in the parent and in children."""
     stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
-    return f"_sweeper_grid_{stem}"
+    return f"{GRID_MODULE_PREFIX}{stem}"
 
 
 def load_file(path: str) -> ModuleType:
@@ -102,6 +105,28 @@ class FunctionTarget:
 
 
 Target = FileTarget | FunctionTarget
+
+
+def describe(what: Any) -> str:
+    """What a sweep runs, in words that stay the same between runs and ways of starting it.
+
+    A function is ``module.qualname``; a function in a grid file or in the script run as
+    ``__main__`` is named after the file's stem, so ``python -m sweeper exp.py`` and
+    ``sweep(exp.train, ...)`` describe the same thing. A command is its template (or the
+    function that builds its argv). Recorded in the ledger: a row is reused only for the
+    same description (see :mod:`sweeper.runner`).
+    """
+    from .command import Command
+
+    if isinstance(what, Command):
+        return what.describe()
+    module = getattr(what, "__module__", None) or "?"
+    if module == "__main__":
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None) or "__main__"
+        module = os.path.splitext(os.path.basename(main_file))[0]
+    elif module.startswith(GRID_MODULE_PREFIX):
+        module = module[len(GRID_MODULE_PREFIX):]
+    return f"{module}.{getattr(what, '__qualname__', type(what).__name__)}"
 
 
 def check_main_importable() -> None:

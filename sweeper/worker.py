@@ -52,8 +52,9 @@ class Boot:
     parent_pid: int
     target: Target
     env: dict[str, str] = field(default_factory=dict)  #: the slot's: GPU pinning, memory cap
-    #: For a standby: import ``train`` at once, output to this file until a trial comes.
-    prelog: str | None = None
+    #: A standby: import ``train`` at once, output to a nameless file until a trial comes
+    #: (it vanishes with the process, however that ends).
+    standby: bool = False
     #: False under forkserver, where the parent is the fork server, not the sweep.
     check_ppid: bool = True
 
@@ -64,8 +65,9 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     os.environ.update(boot.env)
     hook = _OnImport.install()
     fn = None
-    if boot.prelog:  # a standby: import the user's module while the slot's trial still runs
-        _redirect_fds(boot.prelog)
+    prelog: int | None = None
+    if boot.standby:  # import the user's module while the slot's trial still runs
+        prelog = _redirect_to_nameless()
         fn = _load(boot.target.load, conn.send)
         if fn is None:
             return
@@ -74,7 +76,8 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
         spec: TrialSpec = conn.recv()
     except EOFError:  # a standby the sweep no longer needs
         return
-    _redirect_output(spec, boot.prelog)
+    started = time.monotonic()
+    _redirect_output(spec, prelog)
     os.environ.update(spec.env)
     hook.set_seed(spec.seed)  # before the module loads (unless a standby loaded it already)
     if fn is None:
@@ -82,7 +85,7 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
         if fn is None:
             return
     context._start_reporting(conn.send)
-    message = run_trial(spec, fn, hook)
+    message = run_trial(spec, fn, hook, started)
     context._stop_reporting()  # its last batch goes before the result
     _write_json(os.path.join(spec.dir, "result.json"), {"trial_id": spec.trial_id, **message})
     sys.stdout.flush()
@@ -136,6 +139,7 @@ def ray_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any) ->
     os.environ.update({**spec.env, "SWEEPER_TRIAL_DIR": folder})
     channel.put((spec.trial_id, "placed", {"pid": os.getpid(), "device": device, "t": time.time()}))
     _redirect_output(spec)
+    started = time.monotonic()
     hook = _OnImport.install()
     hook.set_seed(spec.seed)
     failed: list[Any] = []
@@ -143,7 +147,7 @@ def ray_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any) ->
     if fn is None:
         return {"load_error": failed[0][1], "log": _read(spec.log_path)}
     context._start_reporting(lambda message: channel.put((spec.trial_id, *message)))
-    message = run_trial(spec, fn, hook)
+    message = run_trial(spec, fn, hook, started)
     context._stop_reporting()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -202,9 +206,22 @@ def _load(load: Callable[[], Callable[..., Any]], send: Callable[[Any], Any]) ->
         return None
 
 
-def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: "_OnImport") -> dict[str, Any]:
-    """Run ``train`` (loaded and seeded already) and describe the outcome as a plain message."""
+def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: "_OnImport", started: float) -> dict[str, Any]:
+    """Run ``train`` (loaded and seeded already) and describe the outcome as a plain message.
+
+    ``duration_s`` is measured here, from ``started`` (the trial reached this process) to
+    the end of ``train``: the trial's own time, whatever the parent was doing meanwhile.
+    """
     context._set(spec)
+    try:
+        message = _outcome(spec, fn, hook)
+    finally:
+        context._set(None)
+    message["duration_s"] = time.monotonic() - started
+    return message
+
+
+def _outcome(spec: TrialSpec, fn: Callable[..., Any], hook: "_OnImport") -> dict[str, Any]:
     try:
         hook.catch_up()
         context._announce_start()  # the parent may now start this slot's next process
@@ -222,8 +239,6 @@ def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: "_OnImport") -> dic
         line = _last_line(exc)
         status = Status.OOM if is_oom(exc) else Status.ERROR
         return {"status": status.value, "metrics": {}, "error": line}
-    finally:
-        context._set(None)
 
 
 def _last_line(exc: BaseException) -> str:
@@ -270,12 +285,10 @@ def _guard(parent_pid: int | None) -> None:
 # -- logs ----------------------------------------------------------------------------------
 
 
-def _redirect_fds(path: str) -> None:
-    """Send fds 1 and 2 (Python's and native code's output) to a file, appending."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+def _redirect_fds(fd: int) -> None:
+    """Send fds 1 and 2 (Python's and native code's output) to ``fd``, then close it."""
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
@@ -286,31 +299,48 @@ def _redirect_fds(path: str) -> None:
             pass
 
 
-def _redirect_output(spec: TrialSpec, prelog: str | None = None) -> None:
+def _redirect_to_nameless() -> int:
+    """Point fds 1 and 2 at a file without a name (a standby's output until its trial
+    comes, gone with the process however it ends); returns a descriptor to read it back."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as f:
+        keep = os.dup(f.fileno())
+        _redirect_fds(os.dup(f.fileno()))
+    return keep
+
+
+def _redirect_output(spec: TrialSpec, prelog: int | None = None) -> None:
     """Point output at the trial's log, after a header and what a standby printed so far."""
-    _redirect_fds(spec.log_path)
+    os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
+    _redirect_fds(os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     print(
         f"{LOG_HEADER} trial {spec.name} (id {spec.trial_id}) attempt {spec.attempt}, "
         f"pid {os.getpid()}, device {spec.device}, seed {spec.seed}, {stamp}Z ===",
         flush=True,
     )
-    if prelog:
-        try:
-            with open(prelog, "rb") as f:
-                os.write(1, f.read())
-            os.remove(prelog)
-        except OSError:
-            pass
+    if prelog is not None:  # what the standby printed while it imported
+        with contextlib.suppress(OSError):
+            offset = 0
+            while chunk := os.pread(prelog, 1 << 16, offset):
+                os.write(1, chunk)
+                offset += len(chunk)
+            os.close(prelog)
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
     """Write a file that readers see whole or not at all (the ledger, not this file, is
     what makes a result durable, so no fsync here)."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk: the parent's ledger still gets the result
+        print(f"sweeper: could not write {path} ({exc.strerror})", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
 
 
 # -- seeds and caps, the moment a framework is imported -----------------------------------

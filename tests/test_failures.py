@@ -55,6 +55,28 @@ def test_each_death_is_a_status_and_others_finish(tmp_path, how, status, words):
         assert_dead(int((log.parent / "orphan.pid").read_text()))
 
 
+DAEMON_GRID = """
+from sweep_fns import crash as train
+grid = {{"how": [{how!r}], "x": [1, 2, 3]}}
+options = {{"workers": 2, "timeout": 3}}
+"""
+
+
+@pytest.mark.parametrize("how,status", [("daemon_ok", "ok"), ("daemon_exit", "crashed"),
+                                        ("daemon_sleep", "timeout")])
+def test_a_double_forked_daemon_dies_with_its_trial(tmp_path, how, status):
+    """setsid and a double fork leave the trial's group; the sweep still finds and ends it,
+    and the caller's captured output closes when the sweep ends, not when the daemon would."""
+    grid = write_grid(tmp_path, DAEMON_GRID.format(how=how))
+    proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out")],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=120)  # the daemons sleep 600 s and hold inherited pipes
+    table = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
+    assert table.status.tolist() == [status] * 3, out + err
+    for name in table.trial:
+        assert_dead(int((tmp_path / "out" / "grid" / "trials" / name / "daemon.pid").read_text()), timeout=5)
+
+
 def test_timeout_kills_grandchildren(tmp_path):
     df = sweeper.sweep(sweep_fns.crash, {"how": ["sleep_grandchild"]}, out=str(tmp_path),
                        workers=1, timeout=2, progress=False)
@@ -69,7 +91,7 @@ def test_retries_rerun_crashes_but_not_errors(tmp_path):
     assert df.status.tolist() == ["ok", "ok"]
     assert df.attempts.tolist() == [2, 2]
     df = sweeper.sweep(sweep_fns.crash, {"how": ["raise", "exit3"]}, out=str(tmp_path), workers=2,
-                       retries=2, progress=False)
+                       retries=2, progress=False, name="crash")
     assert df.set_index("param_how").attempts.to_dict() == {"raise": 1, "exit3": 3}
 
 
