@@ -95,6 +95,42 @@ class Command:
                              "braces") from None
         return names
 
+    def check_bare(self) -> None:
+        """Under a shell, every placeholder must stand outside quotes and escapes.
+
+        sweeper shell-quotes each value (``shlex.quote``), which is safe only where the
+        shell reads it bare: inside ``"..."`` the quotes would be literal and ``$(...)`` or
+        backticks in a value would run; inside ``'...'`` a quote in a value would end the
+        string; after a backslash the first quote would be escaped. Refused before anything
+        runs, with the fix.
+        """
+        assert self.template is not None
+        state, escaped, nested, prev = "", False, 0, ""  # state: "" outside quotes, or the quote
+        for literal, name, _, _ in string.Formatter().parse(self.template):
+            for ch in literal:
+                if escaped:
+                    escaped = False
+                elif ch == "\\" and state != "'":
+                    escaped = True
+                elif state == "" and ch in "'\"`":
+                    state = ch
+                elif ch == state:
+                    state = ""
+                elif state == "" and ch == "(" and prev == "$":
+                    nested += 1
+                elif state == "" and ch == ")" and nested:
+                    nested -= 1
+                prev = ch
+            if name is None:
+                continue
+            if state or escaped or nested:
+                where = (f"inside {state}...{state}" if state else
+                         "after a backslash" if escaped else "inside $(...)")
+                raise SweepError(
+                    f"the shell command has {{{name}}} {where}, where a value could run as shell code; "
+                    f"write it bare (e.g. --{name}={{{name}}}): sweeper quotes each value for the shell"
+                )
+
     def check(self, points: Sequence[Mapping[str, Any]]) -> None:
         """Refuse unknown or unused placeholders (or a bad argv function) before any trial."""
         if not points:
@@ -108,6 +144,8 @@ class Command:
                 raise SweepError(f"the command function returned {argv!r}; return a list of strings, "
                                  "e.g. ['python', 'train.py', *sweeper.flags(params)]")
             return
+        if self.shell:
+            self.check_bare()
         used = set(self.placeholders())
         if FLAGS in used:
             used.discard(FLAGS)

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 from .capping import MemoryPolicy
 from .errors import SweepError
 from .ledger import Ledger
+from .metrics import printable
 from .scheduler import Hooks, Interrupted, Loop, _catch, _load_error, _trial_env, now_iso, oom_hint
 from .slots import Slot
 from .target import FileTarget, FunctionTarget, Target
@@ -95,6 +96,7 @@ class _Task:
     device: str = ""
     pid: int = 0
     reported: bool = False
+    exitcode: int | None = None  #: told by the trial as it called os._exit (Ray does not say)
 
 
 class RayScheduler(Loop):
@@ -200,11 +202,14 @@ class RayScheduler(Loop):
             elif kind == "report" and payload:
                 task.reported = True
                 self.history(task.spec, payload)
+            elif kind == "exit":
+                task.exitcode = payload
 
     def _finish(self, task: _Task) -> None:
         from ray.exceptions import RayError, TaskCancelledError
 
         spec, out, error, metrics = task.spec, None, "", {}
+        duration = time.monotonic() - (task.t0 or task.submitted)
         try:
             out = self.ray.get(task.ref)
         except TaskCancelledError:
@@ -212,7 +217,9 @@ class RayScheduler(Loop):
             error = task.why or "cancelled"
         except RayError as exc:  # the worker or its node died: WorkerCrashedError, NodeDiedError...
             status = task.verdict or Status.CRASHED
-            error = task.why or f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"[:300]
+            how = f"died with exit code {task.exitcode} before returning a result ({type(exc).__name__})"
+            error = task.why or (how if task.exitcode is not None else
+                                 f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}")[:300]
         if out is not None:
             if "load_error" in out:
                 raise _load_error(out["load_error"])
@@ -220,18 +227,22 @@ class RayScheduler(Loop):
             epochs = message.pop("history", None)
             if epochs and not task.reported:
                 self.history(task.spec, epochs)
-            status, error, metrics = Status(message["status"]), message.get("error", ""), message.get("metrics", {})
+            metrics = message.get("metrics", {})
+            if task.verdict is not None:  # asked to stop first: its late result is not ok
+                status, error = task.verdict, task.why
+            else:
+                status, error = Status(message["status"]), message.get("error", "")
+                duration = message.get("duration_s", duration)
             task.device, task.pid = out.get("device", task.device), out.get("pid", task.pid)
             os.makedirs(spec.dir, exist_ok=True)
             with open(spec.log_path, "a") as f:
                 f.write(out.get("log", ""))
         if status is Status.OOM:
             error = f"{error} (hint: {oom_hint(replace(self.slot, gpu=task.device or None))})"
-        end = time.monotonic()
         result = TrialResult(
             trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params, status=status,
             metrics=metrics, seed=spec.seed, device=task.device or "?", started_at=task.started_at,
-            duration_s=end - (task.t0 or task.submitted), error=error, attempts=spec.attempt, pid=task.pid,
-            log=spec.log_path, gpu_mem_cap_mb=(out or {}).get("cap_mb"),
+            duration_s=duration, error=printable(error), attempts=spec.attempt, pid=task.pid,
+            exitcode=task.exitcode, log=spec.log_path, gpu_mem_cap_mb=(out or {}).get("cap_mb"),
         )
         self.conclude(spec, result)

@@ -695,7 +695,8 @@ def _crash_verdict(exitcode: int | None, log_path: str, pid: int) -> tuple[Statu
 
 
 def log_tail(path: str, lines: int = LOG_TAIL_LINES, pid: int | None = None) -> list[str]:
-    """The last lines a trial's log got from one attempt (the last, or process ``pid``'s).
+    """The last lines a trial's log got from one attempt (the last, or process ``pid``'s),
+    with control characters escaped: they go to the console and the CSV as they are.
 
     The log gathers every attempt, each after a header line; only lines after the
     attempt's own header count, so an earlier attempt's words are never this one's.
@@ -716,4 +717,4 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES, pid: int | None = None) -> 
         if not heads:  # died before its log was opened
             return []
     start = heads[-1] + 1 if heads else 0
-    return all_lines[start:][-lines:]
+    return [printable(line) for line in all_lines[start:][-lines:]]

@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from . import capping, context
 from .metrics import BadResult, TrialFailed, epochs_of, is_oom, normalise
@@ -147,7 +147,18 @@ def ray_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any) ->
     if fn is None:
         return {"load_error": failed[0][1], "log": _read(spec.log_path)}
     context._start_reporting(lambda message: channel.put((spec.trial_id, *message)))
-    message = run_trial(spec, fn, hook, started)
+    real_exit = os._exit
+
+    def exit_and_tell(code: int) -> NoReturn:  # Ray says only "the worker died": say how
+        with contextlib.suppress(Exception):
+            channel.put((spec.trial_id, "exit", int(code)), timeout=5)
+        real_exit(code)
+
+    os._exit = exit_and_tell
+    try:
+        message = run_trial(spec, fn, hook, started)
+    finally:
+        os._exit = real_exit
     context._stop_reporting()
     sys.stdout.flush()
     sys.stderr.flush()

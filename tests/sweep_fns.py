@@ -81,6 +81,15 @@ def crash(params):
         with open(os.path.join(sweeper.current_trial().dir, "orphan.pid"), "w") as f:
             f.write(str(pid))
         os.kill(os.getpid(), signal.SIGKILL)
+    if how == "bad_alloc":  # a C++ allocation failure: the message, then abort()
+        print("terminate called after throwing an instance of 'std::bad_alloc'", flush=True)
+        print("  what():  std::bad_alloc", flush=True)
+        os.abort()
+    if how == "ctrl_chars":  # a last log line full of terminal escapes
+        print("\x1b]0;title\x07\x1b[2J\x00garbage\x1b[31m red", flush=True)
+        os._exit(4)
+    if how == "newline_metric":
+        return {"a\nb": 1.0}
     if how.startswith("daemon_"):  # a double-forked daemon in its own session, then ...
         _daemon(os.path.join(sweeper.current_trial().dir, "daemon.pid"))
         if how == "daemon_exit":
@@ -208,3 +217,57 @@ def reporter(params):
     for epoch in range(1, 4):
         sweeper.report(epoch=epoch, loss=1.0 / epoch, acc=params["x"] * epoch)
     return {"acc": params["x"] * 3.0}
+
+
+class _Item:
+    """A framework scalar in the style of PyTorch and JAX: a number behind .item()."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def item(self):
+        return self._value
+
+
+def numpy_metrics(params):
+    """Metrics of every numeric type real code returns: NumPy scalars, 0-d arrays, .item()."""
+    import numpy as np
+
+    return {"f64": np.mean([0.5, 0.7]), "f32": np.float32(0.25), "i64": np.int64(7), "arr": np.array(2.5),
+            "int_arr": np.array(3), "flag": np.bool_(True), "item": _Item(0.125), "plain": 1.5}
+
+
+def graceful(params):
+    """A well-behaved training loop: on SIGTERM it stops after the epoch and returns what it has."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    open(os.path.join(sweeper.current_trial().dir, "started"), "w").close()
+    epoch = 0
+    until = params.get("until")
+    for epoch in range(1, params["epochs"] + 1):
+        if stop or (until and os.path.exists(until)):
+            break
+        time.sleep(0.05)
+        sweeper.report(epoch=epoch, loss=1.0 / epoch)
+    return {"epochs_done": float(epoch), "loss": 1.0 / epoch}
+
+
+def own_time(params):
+    """Returns the time it measured itself, then sleeps a moment, so that duration_s can be
+    compared with it."""
+    start = time.monotonic()
+    open(os.path.join(sweeper.current_trial().dir, "started"), "w").close()
+    release = params["release"]
+    while not os.path.exists(release):
+        time.sleep(0.02)
+    return {"own_s": time.monotonic() - start}
+
+
+def const(params):
+    """The same metric whatever the parameters."""
+    return {"value": 1.0}
+
+
+def echo2(params):
+    """The same metrics as echo under another name: another function."""
+    return echo(params)

@@ -33,6 +33,7 @@ CASES = [
     ("reserved", "error", "clashes"),
     ("memory", "oom", "MemoryError"),
     ("oom_text", "oom", "out of memory"),
+    ("bad_alloc", "oom", "std::bad_alloc"),
     ("orphan", "ok", ""),
     ("fork_then_die", "crashed", "SIGKILL"),
 ]

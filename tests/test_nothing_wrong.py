@@ -1,0 +1,356 @@
+"""Nothing wrong, either: the answers that were once wrong without a word, each tried from
+the user's side (``sweep()`` and the CLI), each able to fail on the old behaviour."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import psutil
+import pytest
+
+import sweeper
+import sweep_fns
+from conftest import HERE, ROOT, run_cli, write_grid
+
+PY = sys.executable
+
+
+def _cli(grid, *args, **kw):
+    return subprocess.Popen([PY, "-m", "sweeper", grid, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _wait_for(path, proc=None, timeout=120):
+    """Wait for a file a trial writes (its sentinel), failing if the sweep ended first."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert proc is None or proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+# -- 1. any real number is stored as a number -------------------------------------------
+
+def test_numpy_and_framework_scalars_are_plain_numbers_everywhere(tmp_path):
+    df = sweeper.sweep(sweep_fns.numpy_metrics, {"x": [1]}, out=str(tmp_path), progress=False)
+    assert df.status.tolist() == ["ok"], df.error.tolist()
+    expected = {"f64": 0.6, "f32": 0.25, "i64": 7, "arr": 2.5, "int_arr": 3, "flag": 1, "item": 0.125,
+                "plain": 1.5}
+    for name, value in expected.items():
+        assert pd.api.types.is_numeric_dtype(df[name]), (name, df[name].dtype)
+        assert df[name][0] == pytest.approx(value)
+    assert pd.api.types.is_integer_dtype(df.i64) and pd.api.types.is_integer_dtype(df.int_arr)
+    with open(tmp_path / "sweep_fns" / "results.csv") as f:
+        row = next(csv.DictReader(f))
+    assert row["f64"] == "0.6" and row["i64"] == "7" and row["f32"] == "0.25"  # never np.float64(0.6)
+    ledger = sqlite3.connect(tmp_path / "sweep_fns" / "ledger.sqlite")
+    assert '"f64": 0.6' in ledger.execute("SELECT metrics FROM trials").fetchone()[0]
+    ledger.close()
+    report = run_cli("report", str(tmp_path / "sweep_fns"))
+    assert report.returncode == 0 and "f64" in report.stdout, report.stdout + report.stderr
+
+
+SUBCLASS_GRID = """
+import numpy as np
+
+class Score(float):  # a float subclass the parent cannot import
+    pass
+
+def train(params):
+    if params["x"] == 2:
+        return {"acc": "high"}
+    return {"acc": Score(0.5), "n": np.float64(0.25)}
+
+grid = {"x": [1, 2, 3]}
+"""
+
+
+def test_a_float_subclass_from_the_grid_file_cannot_stop_the_sweep(tmp_path):
+    done = run_cli(write_grid(tmp_path, SUBCLASS_GRID, "g.py"), "--out", str(tmp_path / "out"))
+    table = pd.read_csv(tmp_path / "out" / "g" / "results.csv").set_index("param_x")
+    assert table.status.to_dict() == {1: "ok", 2: "error", 3: "ok"}, done.stdout + done.stderr
+    assert table.loc[1, "acc"] == 0.5 and table.loc[3, "n"] == 0.25
+    assert "metric 'acc'" in table.loc[2, "error"]  # not a number: that trial's error, naming it
+    assert done.returncode == 1
+
+
+# -- 2. a row is reused only for the same definition -------------------------------------
+
+def test_another_seed_or_function_is_refused_not_reused(tmp_path):
+    out = str(tmp_path)
+    first = sweeper.sweep(sweep_fns.echo, {"x": [1, 2]}, out=out, progress=False)
+    with pytest.raises(sweeper.SweepError, match="seed 0, not 7.*--name.*--fresh"):
+        sweeper.sweep(sweep_fns.echo, {"x": [1, 2]}, out=out, seed=7, progress=False)
+    with pytest.raises(sweeper.SweepError, match="sweep_fns.echo, not sweep_fns.echo2"):
+        sweeper.sweep(sweep_fns.echo2, {"x": [1, 2]}, out=out, name="sweep_fns", progress=False)
+    again = sweeper.sweep(sweep_fns.echo, {"x": [1, 2, 3]}, out=out, progress=False)  # the same: resume
+    assert again.started_at[:2].tolist() == first.started_at.tolist()
+    fresh = sweeper.sweep(sweep_fns.echo, {"x": [1, 2]}, out=out, seed=7, fresh=True, progress=False)
+    assert fresh.seed.tolist() != first.seed.tolist()  # --fresh runs under the new seed
+
+
+def test_a_ledger_from_before_the_record_is_checked_by_its_rows_seeds(tmp_path):
+    sweeper.sweep(sweep_fns.echo, {"x": [1]}, out=str(tmp_path), progress=False)
+    with sqlite3.connect(tmp_path / "sweep_fns" / "ledger.sqlite") as db:  # as the previous release left it
+        db.execute("DELETE FROM meta WHERE key = 'definition'")
+        db.execute("DROP TABLE grid")
+    with pytest.raises(sweeper.SweepError, match="seed another, not 3"):
+        sweeper.sweep(sweep_fns.echo, {"x": [1]}, out=str(tmp_path), seed=3, progress=False)
+    kept = sweeper.sweep(sweep_fns.echo, {"x": [1]}, out=str(tmp_path), progress=False)  # same seed: resumes
+    assert kept.status.tolist() == ["ok"]
+
+
+def test_cli_another_seed_or_command_exits_2_in_one_line(tmp_path):
+    grid = write_grid(tmp_path, "from sweep_fns import echo as train\ngrid = {'x': [1]}\n")
+    assert run_cli(grid, "--out", str(tmp_path / "out")).returncode == 0
+    refused = run_cli(grid, "--out", str(tmp_path / "out"), "--seed", "7")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "seed 0, not 7" in refused.stderr and "--name" in refused.stderr and "--fresh" in refused.stderr
+    (tmp_path / "g.json").write_text('{"x": [1]}')
+    script = os.path.join(HERE, "scripts", "argv_echo.py")
+    a = run_cli("--command", f"{PY} {script} --x={{x}}", "--grid", str(tmp_path / "g.json"), "--out",
+                str(tmp_path / "out"), "--name", "cmd")
+    assert a.returncode == 0, a.stdout + a.stderr
+    b = run_cli("--command", f"{PY} {script} --x={{x}} --y=1", "--grid", str(tmp_path / "g.json"), "--out",
+                str(tmp_path / "out"), "--name", "cmd")
+    assert b.returncode == 2 and "--y=1" in b.stderr and "--fresh" in b.stderr, b.stderr
+
+
+# -- 3. a stop the parent asked for decides the status -----------------------------------
+
+def test_a_trial_that_returns_after_sigterm_is_timeout_not_ok(tmp_path):
+    df = sweeper.sweep(sweep_fns.graceful, {"epochs": [400]}, out=str(tmp_path), timeout=1, progress=False)
+    assert df.status.tolist() == ["timeout"], df.error.tolist()
+    assert 1 <= df.epochs_done[0] < 400  # its partial metrics are kept, never as ok
+    again = sweeper.sweep(sweep_fns.graceful, {"epochs": [400]}, out=str(tmp_path), timeout=1, progress=False)
+    assert again.started_at[0] != df.started_at[0]  # resume runs it again
+
+
+def test_a_trial_that_returns_after_ctrl_c_is_interrupted_and_reruns(tmp_path):
+    until = tmp_path / "until"
+    grid = write_grid(tmp_path, "from sweep_fns import graceful as train\n"
+                                f"grid = {{'epochs': [2000], 'until': [{str(until)!r}]}}\n")
+    proc = _cli(grid, "--out", str(tmp_path / "out"))
+    _wait_for(next_started(tmp_path / "out" / "grid", proc), proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    table = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
+    assert table.status.tolist() == ["interrupted"] and table.epochs_done[0] < 2000
+    until.touch()  # the rerun trains to its end at once
+    again = run_cli(grid, "--out", str(tmp_path / "out"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert pd.read_csv(tmp_path / "out" / "grid" / "results.csv").status.tolist() == ["ok"]
+
+
+def next_started(folder, proc, timeout=120):
+    """The ``started`` sentinel of the first trial to write one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = list((folder / "trials").glob("*/started")) if (folder / "trials").exists() else []
+        if found:
+            return found[0]
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no trial started"
+        time.sleep(0.02)
+
+
+def test_sigterm_exits_143_as_the_readme_says(tmp_path):
+    grid = write_grid(tmp_path, "from sweep_fns import graceful as train\ngrid = {'epochs': [2000]}\n")
+    proc = _cli(grid, "--out", str(tmp_path / "out"))
+    next_started(tmp_path / "out" / "grid", proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out + err
+    assert pd.read_csv(tmp_path / "out" / "grid" / "results.csv").status.tolist() == ["interrupted"]
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert "130 after Ctrl-C, 143 after SIGTERM" in readme
+
+
+# -- 4. distinct points, distinct folders, across runs ------------------------------------
+
+def test_lookalike_points_never_share_a_folder_across_runs(tmp_path):
+    out = str(tmp_path)
+    for value in (1, "1", True, "True", [1, 2], "1-2"):
+        df = sweeper.sweep(sweep_fns.const, {"x": [value]}, out=out, name="s", progress=False)
+        assert df.status.tolist() == ["ok"], (value, df.error.tolist())
+    trials = list((tmp_path / "s" / "trials").iterdir())
+    assert len(trials) == 6
+    for folder in trials:  # one trial per folder: one log header each
+        assert (folder / "log.txt").read_text().count("=== sweeper: trial") == 1
+
+
+# -- 6. under --shell a value is never executed -------------------------------------------
+
+HOSTILE = ["$(touch {m})", "`touch {m}`", "'; touch {m}; '", '"; touch {m}; "', "a; touch {m}", "\\"]
+
+
+@pytest.mark.parametrize("template", ["--text=\"{text}\"", "'{text}'", "\\{text}", "$(echo {text})"])
+def test_a_quoted_placeholder_is_refused_before_anything_runs(tmp_path, template):
+    script = os.path.join(HERE, "scripts", "argv_echo.py")
+    marker = tmp_path / "pwned"
+    (tmp_path / "g.json").write_text(json.dumps({"text": [h.format(m=marker) for h in HOSTILE]}))
+    done = run_cli("--command", f"{PY} {script} {template}", "--grid", str(tmp_path / "g.json"), "--shell",
+                   "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and "bare" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+def test_hostile_values_under_a_bare_placeholder_arrive_verbatim(tmp_path):
+    script = os.path.join(HERE, "scripts", "argv_echo.py")
+    marker = tmp_path / "pwned"
+    values = [h.format(m=marker) for h in HOSTILE]
+    df = sweeper.sweep(sweeper.Command(f"{PY} {script} --text={{text}}", shell=True), {"text": values},
+                       out=str(tmp_path), name="sh", progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert not marker.exists()
+    for name, value in zip(df.trial, df.param_text):
+        seen = json.loads((tmp_path / "sh" / "trials" / name / "seen.json").read_text())
+        assert seen["argv"] == [f"--text={value}"]
+
+
+# -- 7. the smaller items -----------------------------------------------------------------
+
+def test_duration_is_the_trials_own_time_even_when_the_parent_was_stopped(tmp_path):
+    release = tmp_path / "release"
+    grid = write_grid(tmp_path, f"from sweep_fns import own_time as train\ngrid = {{'release': [{str(release)!r}]}}\n")
+    proc = _cli(grid, "--out", str(tmp_path / "out"))
+    trial = next_started(tmp_path / "out" / "grid", proc).parent
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        release.touch()
+        _wait_for(trial / "result.json")  # the trial finished while the parent was stopped
+        time.sleep(2)  # the parent stays stopped a while longer: the scenario, not a wait
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    row = pd.read_csv(tmp_path / "out" / "grid" / "results.csv").iloc[0]
+    assert row.duration_s < row.own_s + 1.0, (row.duration_s, row.own_s)
+
+
+def test_control_characters_never_reach_the_console_or_the_csv(tmp_path):
+    grid = write_grid(tmp_path, "from sweep_fns import crash as train\ngrid = {'how': ['ctrl_chars', 'newline_metric']}\n")
+    done = run_cli(grid, "--out", str(tmp_path / "out"))
+    assert done.returncode == 1
+    text = (tmp_path / "out" / "grid" / "results.csv").read_text()
+    for stream in (done.stdout, text):
+        assert not any(c in stream for c in "\x1b\x07\x00"), repr(stream)
+    table = pd.read_csv(tmp_path / "out" / "grid" / "results.csv").set_index("param_how")
+    assert "\\x1b]0;title\\x07" in table.loc["ctrl_chars", "error"]  # escaped, still readable
+    assert table.loc["newline_metric", "status"] == "error"
+    assert "control characters" in table.loc["newline_metric", "error"]
+    assert len(text.splitlines()) == 3  # a header and one line per trial
+
+
+def test_a_corrupt_ledger_is_one_line_and_fresh_sets_it_aside(tmp_path):
+    grid = write_grid(tmp_path, "from sweep_fns import echo as train\ngrid = {'x': [1]}\n")
+    folder = tmp_path / "out" / "grid"
+    assert run_cli(grid, "--out", str(tmp_path / "out")).returncode == 0
+    for extra in ("-wal", "-shm"):
+        (folder / f"ledger.sqlite{extra}").unlink(missing_ok=True)
+    (folder / "ledger.sqlite").write_bytes(b"SQLite format 3\x00" + os.urandom(8192))
+    for args in ([grid, "--out", str(tmp_path / "out")], ["status", str(folder)], ["report", str(folder)]):
+        done = run_cli(*args)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "ledger.sqlite" in done.stderr and "--fresh" in done.stderr and "Traceback" not in done.stderr
+    with pytest.raises(sweeper.SweepError, match="ledger.sqlite"):
+        sweeper.load(str(folder))
+    fresh = run_cli(grid, "--out", str(tmp_path / "out"), "--fresh")
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    assert len(list(folder.glob("ledger.*.sqlite"))) == 1  # the damaged one, kept aside
+
+
+def test_load_gives_the_rows_of_results_csv_unless_asked_for_every_row(tmp_path):
+    out = str(tmp_path)
+    sweeper.sweep(sweep_fns.echo, {"x": [1, 2, 3]}, out=out, progress=False)
+    df = sweeper.sweep(sweep_fns.echo, {"x": [3, 1]}, out=out, progress=False)  # 2 left the grid
+    folder = tmp_path / "sweep_fns"
+    pd.testing.assert_frame_equal(sweeper.load(str(folder)), df)
+    pd.testing.assert_frame_equal(sweeper.load(str(folder)), pd.read_csv(folder / "results.csv"),
+                                  check_dtype=False)
+    assert sorted(sweeper.load(str(folder), every=True).param_x) == [1, 2, 3]
+
+
+def test_no_standby_log_is_left_when_the_sweep_is_killed(tmp_path):
+    go, hold = tmp_path / "go", tmp_path / "hold"
+    go.touch()
+    grid = write_grid(tmp_path, f"""
+from sweep_fns import wait_for_file as train
+grid = [{{"x": [1], "release": [{str(go)!r}]}}, {{"x": [2, 3, 4, 5], "release": [{str(hold)!r}]}}]
+options = {{"workers": 1}}
+""")
+    proc = _cli(grid, "--out", str(tmp_path / "out"))
+    _wait_for(tmp_path / "out" / "grid" / "results.csv", proc)  # x=1 is recorded
+    deadline = time.monotonic() + 60
+    while len(psutil.Process(proc.pid).children()) < 3:  # a trial, a standby, the resource tracker
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    kids = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.communicate(timeout=30)
+    psutil.wait_procs(kids, timeout=15)
+    left = [p for p in (tmp_path / "out" / "grid").rglob("*") if ".standby" in str(p) or ".tmp" in p.name]
+    assert not left, left
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MB filesystem of its own (tmpfs), so the test can fill it up."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here to fill up ({done.stderr.decode().strip()})")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+FILLING_GRID = """
+import os
+import sweeper
+
+def train(params):
+    if params["x"] == 2 and os.path.exists(params["fill"]):  # fills the disk, as checkpoints would
+        with open(os.path.join(sweeper.current_trial().dir, "filler"), "wb") as f:
+            try:
+                while True:
+                    f.write(b"x" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+    return {{"value": float(params["x"])}}
+
+grid = {{"x": [1, 2, 3, 4], "fill": [{fill!r}]}}
+options = {{"workers": 1}}
+"""
+
+
+def test_a_full_disk_stops_new_trials_keeps_the_ledger_and_resumes(tmp_path, small_disk):
+    fill = tmp_path / "fill"
+    fill.touch()
+    grid = write_grid(tmp_path, FILLING_GRID.format(fill=str(fill)))
+    done = run_cli(grid, "--out", str(small_disk), "--no-prefetch")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "ledger.sqlite" in done.stderr and "Traceback" not in done.stdout + done.stderr
+    folder = small_disk / "grid"
+    assert not [p for p in folder.rglob("*.tmp*")], "temporary files left behind"
+    with sqlite3.connect(folder / "ledger.sqlite") as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        statuses = {json.loads(p)["x"]: s for p, s in db.execute("SELECT params, status FROM trials")}
+    assert statuses.get(1) == "ok" and 4 not in statuses, statuses  # no new trial started
+    fill.unlink()
+    for filler in folder.glob("trials/*/filler"):
+        filler.unlink()  # space again: the same command resumes
+    again = run_cli(grid, "--out", str(small_disk), "--no-prefetch")
+    assert again.returncode == 0, again.stdout + again.stderr
+    table = pd.read_csv(folder / "results.csv")
+    assert sorted(table.param_x) == [1, 2, 3, 4] and (table.status == "ok").all()
