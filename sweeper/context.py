@@ -39,9 +39,10 @@ class _Reporter:
     INTERVAL = 0.25
 
     def __init__(self, send: Any) -> None:
-        from .metrics import _number
+        from .metrics import _number, check_metric_name
 
         self._number = _number
+        self._name = check_metric_name
         self._send = send
         self._lock = threading.Lock()  # guards the list; held only for an append or a swap
         self._pipe = threading.Lock()  # one sender on the pipe at a time
@@ -54,7 +55,7 @@ class _Reporter:
 
     def add(self, epoch: int | None, metrics: dict[str, Any]) -> None:
         self._count += 1
-        values = {str(k): self._number(str(k), v) for k, v in metrics.items()}
+        values = {self._name(k, final=False): self._number(k, v) for k, v in metrics.items()}
         item = {"epoch": self._count if epoch is None else int(epoch), "metrics": values, "t": time.time()}
         with self._lock:
             self._items.append(item)

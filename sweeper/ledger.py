@@ -95,9 +95,13 @@ def _writes(method: _F) -> _F:
         try:
             return method(self, *args, **kwargs)
         except (sqlite3.Error, OSError) as exc:
+            text = str(exc).lower()
+            fix = ("free space" if "full" in text or "space" in text else
+                   "make the folder writable" if "readonly" in text or "read-only" in text or
+                   "permission" in text else "fix what the error names")
             raise StorageError(
-                f"cannot write to {self.path} ({exc}); free space or make the folder writable, then "
-                "run the same command again to resume (every trial recorded so far is kept)"
+                f"cannot write to {self.path} ({exc}); {fix}, then run the same command again "
+                "to resume (every trial recorded so far is kept)"
             ) from None
 
     return wrapper  # type: ignore[return-value]

@@ -86,13 +86,14 @@ def _number(name: str, value: Any) -> int | float:
     return number
 
 
-def check_metric_name(name: Any) -> str:
-    """A metric name that can be a column: a non-empty string, no control characters, not reserved."""
+def check_metric_name(name: Any, final: bool = True) -> str:
+    """A metric name that can be a column: a non-empty string without control characters,
+    and for a final metric (not a per-epoch report) none of the table's own columns."""
     if not isinstance(name, str) or not name:
         raise BadResult(f"metric name {name!r} is not a non-empty string; name each metric")
     if _CONTROL.search(name):
         raise BadResult(f"metric name '{printable(name)}' holds control characters; use a plain name")
-    if name in RESERVED or name.startswith("param_"):
+    if final and (name in RESERVED or name.startswith("param_")):
         raise BadResult(
             f"metric {name!r} clashes with the table's own column of that name; rename it"
         )

@@ -6,8 +6,10 @@ it is re-parented and leads a session of its own. Two things bring it back withi
 
 * the sweep's process is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``, Linux) while
   trials run: an orphan anywhere below it is re-parented to it, not to init;
-* every trial process starts with ``SWEEPER_SLOT`` in its environment, which forks and
-  execs inherit, so an adopted orphan is attributed to the slot whose trial made it.
+* every trial process starts with ``SWEEPER_SWEEP`` (this sweep's tag) and ``SWEEPER_SLOT``
+  in its environment, which forks and execs inherit, so an adopted orphan is attributed
+  to this sweep and to the slot whose trial made it (under the fork server, whose
+  children share its environment, to the sweep alone: they are ended when it ends).
 
 So a trial is stopped by signalling its group, every process below its own (a live
 tree, walked through ``/proc``) and every adopted orphan of its slot. Linux only; on
@@ -25,6 +27,7 @@ from typing import Iterable, Iterator
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 SLOT_VAR = "SWEEPER_SLOT"
+SWEEP_VAR = "SWEEPER_SWEEP"
 
 
 def children(pid: int) -> list[int]:
@@ -56,32 +59,50 @@ def descendants(pid: int) -> list[int]:
     return seen
 
 
-def slot_of(pid: int) -> str | None:
-    """The ``SWEEPER_SLOT`` a process was started (or exec'd) with, if any."""
+def tags(pid: int) -> dict[str, str]:
+    """The sweep and slot tags a process was started (or exec'd) with."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             env = f.read()
     except OSError:
-        return None
-    prefix = f"{SLOT_VAR}=".encode()
+        return {}
+    out = {}
     for item in env.split(b"\0"):
-        if item.startswith(prefix):
-            return item[len(prefix):].decode(errors="replace")
-    return None
+        key, _, value = item.partition(b"=")
+        if key in (b"SWEEPER_SLOT", b"SWEEPER_SWEEP"):
+            out[key.decode()] = value.decode(errors="replace")
+    return out
 
 
-def strays(slot: int | None, known: Iterable[int]) -> list[int]:
-    """Orphans adopted by this process that came from a trial of ``slot`` (any slot if None),
-    with everything below them; ``known`` are this process's own workers, never strays."""
-    skip = set(known)
+def strays(sweep_tags: Iterable[str], slot: int | None, known: Iterable[int]) -> list[int]:
+    """Orphans adopted by this process that came from this sweep (one of ``sweep_tags``):
+    from a trial of ``slot``, or from any of its trials if ``slot`` is None; each with
+    everything below it. ``known`` are this process's own workers, never strays."""
+    skip, mine = set(known), set(sweep_tags)
     out: list[int] = []
     for child in children(os.getpid()):
         if child in skip:
             continue
-        tag = slot_of(child)
-        if tag is None or (slot is not None and tag != str(slot)):
+        tag = tags(child)
+        if tag.get(SWEEP_VAR) not in mine:
+            continue
+        if slot is not None and tag.get(SLOT_VAR) != str(slot):
             continue
         out += [child, *descendants(child)]
+    return out
+
+
+def zombies(pids: Iterable[int]) -> list[int]:
+    """Those of ``pids`` that have exited and wait to be reaped."""
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state == "Z":
+            out.append(pid)
     return out
 
 
@@ -91,11 +112,25 @@ def signal_all(pids: Iterable[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-def reap(pids: Iterable[int]) -> None:
-    """Collect adopted orphans that have exited, so none stays a zombie (never blocks)."""
-    for pid in pids:
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
+def reap(pids: Iterable[int], wait: float = 0.0) -> set[int]:
+    """Collect adopted orphans that have exited, so none stays a zombie; waits at most
+    ``wait`` seconds for them. Returns those of this process's children still running
+    (pids that are not its children, or no longer exist, are dropped)."""
+    import time
+
+    left = set(pids)
+    deadline = time.monotonic() + wait
+    while True:
+        for pid in list(left):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except (ChildProcessError, OSError):
+                done = pid
+            if done:
+                left.discard(pid)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.01)
 
 
 @contextlib.contextmanager

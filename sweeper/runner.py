@@ -72,6 +72,24 @@ def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int) -> list[Tr
     return specs
 
 
+def keep_names(specs: Sequence[TrialSpec], recorded: Mapping[str, str]) -> list[TrialSpec]:
+    """A trial on record keeps the folder it was recorded under (a name from an older
+    release stays where its log and checkpoints are), and no other point may take a name
+    on record: that one gets its trial id appended. So no folder ever holds two points."""
+    taken = set(recorded.values())
+    counts = Counter(recorded.values())
+    out = []
+    for spec in specs:
+        name = recorded.get(spec.trial_id)
+        if name is None or counts[name] > 1:  # not on record, or shared by an older release
+            name = spec.name
+            if name in taken and not name.endswith(spec.trial_id):
+                name = f"{name}~{spec.trial_id}"
+            taken.add(name)
+        out.append(replace(spec, name=name, dir=os.path.join(os.path.dirname(spec.dir), name)))
+    return out
+
+
 def fingerprint(path: str | None) -> str | None:
     if not path:
         return None
@@ -205,6 +223,7 @@ def _run(
     ledger.clear_running()
     previous = ledger.results()
     check_definition(ledger, previous, options.seed, what, folder)
+    specs = keep_names(specs, {tid: r.name for tid, r in previous.items()})
     ledger.set_grid((s.trial_id, s.index, s.name) for s in specs)
     print_ = fingerprint(source_file)
     old_print = ledger.get("grid_fingerprint")

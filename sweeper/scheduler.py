@@ -178,17 +178,6 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def killpg(pid: int, sig: int) -> None:
-    """Signal a trial's process group (it leads its own), or the process if it does not yet."""
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-    except PermissionError:
-        pass
-
-
 @contextlib.contextmanager
 def environ(extra: dict[str, str]) -> Iterator[None]:
     """Set variables for a child about to be spawned (it copies them when it starts)."""
@@ -229,7 +218,7 @@ class Scheduler(Loop):
 
             resource_tracker.ensure_running()
         if start_method == "forkserver":
-            _start_forkserver(self.ctx, target)
+            _start_forkserver(self.ctx, target, f"{os.getpid()}-forkserver")
         self.prefetch = prefetch
         self.standbys: dict[int, _Standby] = {}
         self._standby_deaths = 0
@@ -237,6 +226,11 @@ class Scheduler(Loop):
         self.slots = list(slots)
         self.limit = min(workers or len(self.slots), len(self.slots))
         self.running: dict[int, _Running] = {}
+        self._adopted: set[int] = set()  #: orphans of trials, come back to this subreaper
+        self._before: set[int] = set()
+        #: Carried by every process of this sweep (and only this sweep), for :mod:`sweeper.procs`.
+        self.tag = f"{os.getpid()}-{os.urandom(4).hex()}"
+        self._tags = {self.tag, _FORKSERVER_TAG[0]} if start_method == "forkserver" else {self.tag}
         self.sampler: MemorySampler | None = None
         if any(s.gpu is not None for s in self.slots):
             sampler = MemorySampler()
@@ -251,20 +245,22 @@ class Scheduler(Loop):
         """Run every spec (and its retries) to a recorded result; raise Interrupted on a signal."""
         self.queue.extend(specs)
         failed = True
-        try:
-            with self._catch_signals(), procs.subreaper():
-                while self.running or (self.queue and self.taking_new):
-                    if self.taking_new:
-                        self._fill()
-                    self._wait()
-            failed = False
-        finally:
-            self._kill_all(record_unfinished=not failed)
-            self._reap_adopted(final=True)
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-            if self.sampler:
-                self.sampler.stop()
+        self._before = set(procs.children(os.getpid()))  # the caller's own children: never ours
+        with procs.subreaper():  # until every trial's orphans are ended and reaped
+            try:
+                with self._catch_signals():
+                    while self.running or (self.queue and self.taking_new):
+                        if self.taking_new:
+                            self._fill()
+                        self._wait()
+                failed = False
+            finally:
+                self._kill_all(record_unfinished=not failed)
+                self._reap_adopted(final=True)
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                if self.sampler:
+                    self.sampler.stop()
         if self.signals:
             raise Interrupted(self.signals[0])
         if self.storage_error is not None:
@@ -289,7 +285,7 @@ class Scheduler(Loop):
         process = self.ctx.Process(
             target=worker.main, args=(child_conn, boot), name=f"sweeper-slot{slot.index}", daemon=False
         )
-        with environ(slot.env), _sigint_ignored():  # Ctrl-C is the parent's to handle
+        with environ({**slot.env, procs.SWEEP_VAR: self.tag}), _sigint_ignored():  # Ctrl-C: the parent's
             process.start()
         child_conn.close()
         return process, parent_conn, _exit_fd(process)
@@ -427,14 +423,19 @@ class Scheduler(Loop):
             r.conn = None
 
     def _stop(self, r: _Running, verdict: Status, why: str, now: float) -> None:
-        """The parent asks a trial to stop: whatever it returns afterwards, this is its status."""
+        """The parent asks a trial to stop: whatever it returns afterwards, this is its status.
+        A result already in the pipe was sent before the stop: it is read first, and stands."""
+        if r.conn is not None and r.message is None:
+            self._receive(r)
         if r.message is None and r.verdict is None:
             r.verdict, r.why, r.ended = verdict, why, now
 
     def _signal(self, r: _Running, sig: int) -> None:
         """Signal a trial's process group, everything below it, and its slot's adopted orphans."""
         procs.kill_group_and_tree(r.process.pid, sig)
-        procs.signal_all(procs.strays(r.slot.index, self._known()), sig)
+        strays = procs.strays(self._tags, r.slot.index, self._known())
+        self._adopted.update(strays)
+        procs.signal_all(strays, sig)
 
     def _known(self) -> set[int]:
         """This process's own children that are sweeper's workers or helpers, never strays."""
@@ -472,12 +473,16 @@ class Scheduler(Loop):
         self.conclude(r.spec, result, durable=r.early is None or r.early.status is not result.status)
 
     def _reap_adopted(self, final: bool = False) -> None:
-        """Collect adopted orphans that have died, so none stays a zombie of the sweep."""
-        adopted = [pid for pid in procs.children(os.getpid()) if pid not in self._known()
-                   and procs.slot_of(pid) is not None]
+        """Collect adopted orphans that have died, so none stays a zombie of the sweep: those
+        it killed, and any other child that came to it while trials ran (an orphan that
+        shed the sweep's tag) once it has exited."""
         if final:  # the sweep ends: nothing a trial started may outlive it
-            procs.signal_all(procs.strays(None, self._known()), signal.SIGKILL)
-        procs.reap(adopted)
+            strays = procs.strays(self._tags, None, self._known())
+            self._adopted.update(strays)
+            procs.signal_all(strays, signal.SIGKILL)
+        came = set(procs.children(os.getpid())) - self._before - self._known()
+        self._adopted |= set(procs.zombies(came))
+        self._adopted = procs.reap(self._adopted, wait=TERM_GRACE if final else 0.0)
 
     def _judge(self, r: _Running) -> TrialResult:
         """What became of a trial. A stop the parent asked for (timeout, Ctrl-C) decides the
@@ -573,7 +578,11 @@ def _load_error(message: str) -> SweepError:
     )
 
 
-def _start_forkserver(ctx: Any, target: Target) -> None:
+#: The tag the fork server was started with (its forked trials carry it; one server per process).
+_FORKSERVER_TAG = [""]
+
+
+def _start_forkserver(ctx: Any, target: Target, tag: str) -> None:
     """Start the fork server with the user's module imported, and no GPU visible to it.
 
     Each trial is then a fork of that server: the import (TensorFlow's seconds) is paid
@@ -583,7 +592,9 @@ def _start_forkserver(ctx: Any, target: Target) -> None:
     """
     import multiprocessing.forkserver
 
-    env = {"CUDA_VISIBLE_DEVICES": "-1"}
+    if not _FORKSERVER_TAG[0]:
+        _FORKSERVER_TAG[0] = tag
+    env = {"CUDA_VISIBLE_DEVICES": "-1", procs.SWEEP_VAR: _FORKSERVER_TAG[0]}
     if isinstance(target, FileTarget):
         preload = ["sweeper.worker", "sweeper._preload"]
         env["SWEEPER_PRELOAD_FILE"] = target.path
@@ -609,11 +620,12 @@ def _join(process: Any, exit_fd: int, timeout: float) -> bool:
 
 
 def _mp_helpers() -> set[int]:
-    """multiprocessing's resource tracker: a child of this process, started by it."""
-    from multiprocessing import resource_tracker
+    """multiprocessing's resource tracker and fork server: children of this process."""
+    from multiprocessing import forkserver, resource_tracker
 
-    pid = getattr(resource_tracker._resource_tracker, "_pid", None)
-    return {pid} if pid else set()
+    pids = {getattr(resource_tracker._resource_tracker, "_pid", None),
+            getattr(forkserver._forkserver, "_forkserver_pid", None)}
+    return {pid for pid in pids if pid}
 
 
 def _exit_fd(process: Any) -> int:

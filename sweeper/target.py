@@ -116,10 +116,15 @@ def describe(what: Any) -> str:
     function that builds its argv). Recorded in the ledger: a row is reused only for the
     same description (see :mod:`sweeper.runner`).
     """
+    import functools
+
     from .command import Command
 
     if isinstance(what, Command):
         return what.describe()
+    if isinstance(what, functools.partial):
+        bound = [repr(a) for a in what.args] + [f"{k}={v!r}" for k, v in sorted(what.keywords.items())]
+        return f"functools.partial({', '.join([describe(what.func), *bound])})"
     module = getattr(what, "__module__", None) or "?"
     if module == "__main__":
         main_file = getattr(sys.modules.get("__main__"), "__file__", None) or "__main__"

@@ -59,8 +59,8 @@ def trial_id(params: Mapping[str, Any]) -> str:
 
 
 #: A string value shown as it is in a name: it cannot be mistaken for a number, a bool,
-#: None or a list (``"1"``, ``"True"`` and ``"1-2"`` are not; ``"relu"`` and ``"adam"`` are).
-_PLAIN_STR = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+]*$")
+#: None or a list (``"1"``, ``"True"`` and ``"1-2"`` are not; ``"relu"`` and ``"resnet-50"`` are).
+_PLAIN_STR = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+\-]*$")
 _WORDS = frozenset({"True", "False", "None", "inf", "nan", "default"})
 
 
@@ -68,8 +68,9 @@ def _fmt(value: Any) -> tuple[str, bool]:
     """Format one value for a name; the flag says whether the text names that value alone.
 
     Exact texts never coincide across types (ints are digits, floats carry ``_``, ``e``
-    or a trailing ``_0``, strings start with a letter), so two points with exact names
-    have different names. Anything else is marked inexact and gets the trial id appended.
+    or a trailing ``_0``, strings start with a letter and are no keyword, lists of numbers
+    start with a digit and join two or more items with ``-``), so two points with exact
+    names have different names. Anything else gets the trial id appended.
     """
     if isinstance(value, bool) or value is None:
         return str(value), True
@@ -84,11 +85,13 @@ def _fmt(value: Any) -> tuple[str, bool]:
     if isinstance(value, str):
         return value, bool(_PLAIN_STR.match(value)) and value not in _WORDS
     if isinstance(value, (list, tuple)):
-        # "64-32" is exact for two or more exact items without a "-" of their own: no
-        # scalar's text has an inner "-" (a string's cannot, a number's is "-5" or "1e-05")
+        # "64-32" is exact: two or more exact items without a "-" of their own, the first a
+        # number (so it starts with a digit, as no string does, and has an inner "-", as no
+        # number has: "-5" and "1e-05" have theirs first or after an "e")
         parts = [_fmt(v) for v in value]
-        exact = len(parts) >= 2 and all(e and "-" not in t and not isinstance(v, (list, tuple))
-                                        for (t, e), v in zip(parts, value))
+        exact = (len(parts) >= 2 and parts[0][0][:1].isdigit()
+                 and all(e and "-" not in t and not isinstance(v, (list, tuple))
+                         for (t, e), v in zip(parts, value)))
         return "-".join(t for t, _ in parts) or "empty", exact
     return str(value), False
 

@@ -154,7 +154,7 @@ def ray_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any) ->
             channel.put((spec.trial_id, "exit", int(code)), timeout=5)
         real_exit(code)
 
-    os._exit = exit_and_tell
+    os._exit = exit_and_tell  # type: ignore[assignment]
     try:
         message = run_trial(spec, fn, hook, started)
     finally:
@@ -332,11 +332,14 @@ def _redirect_output(spec: TrialSpec, prelog: int | None = None) -> None:
         flush=True,
     )
     if prelog is not None:  # what the standby printed while it imported
-        with contextlib.suppress(OSError):
+        try:
             offset = 0
             while chunk := os.pread(prelog, 1 << 16, offset):
                 os.write(1, chunk)
                 offset += len(chunk)
+        except OSError:
+            pass
+        finally:
             os.close(prelog)
 
 

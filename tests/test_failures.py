@@ -59,21 +59,28 @@ def test_each_death_is_a_status_and_others_finish(tmp_path, how, status, words):
 DAEMON_GRID = """
 from sweep_fns import crash as train
 grid = {{"how": [{how!r}], "x": [1, 2, 3]}}
-options = {{"workers": 2, "timeout": 3}}
+options = {{"workers": 2, "timeout": 3, "start_method": {method!r}}}
 """
 
 
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
 @pytest.mark.parametrize("how,status", [("daemon_ok", "ok"), ("daemon_exit", "crashed"),
                                         ("daemon_sleep", "timeout")])
-def test_a_double_forked_daemon_dies_with_its_trial(tmp_path, how, status):
+def test_a_double_forked_daemon_dies_with_its_trial(tmp_path, how, status, method):
     """setsid and a double fork leave the trial's group; the sweep still finds and ends it,
-    and the caller's captured output closes when the sweep ends, not when the daemon would."""
-    grid = write_grid(tmp_path, DAEMON_GRID.format(how=how))
+    nothing it holds delays the loop, and the caller's captured output closes when the
+    sweep ends, not when the daemon would."""
+    grid = write_grid(tmp_path, DAEMON_GRID.format(how=how, method=method))
     proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out")],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=120)  # the daemons sleep 600 s and hold inherited pipes
+    try:
+        out, err = proc.communicate(timeout=120)  # the daemons sleep 600 s and hold inherited pipes
+    finally:
+        proc.kill()
     table = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
     assert table.status.tolist() == [status] * 3, out + err
+    if status == "timeout":  # timed out on time: no stall of seconds per trial in the loop
+        assert (table.duration_s < 3 + 1.5).all(), table.duration_s.tolist()
     for name in table.trial:
         assert_dead(int((tmp_path / "out" / "grid" / "trials" / name / "daemon.pid").read_text()), timeout=5)
 

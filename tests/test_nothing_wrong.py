@@ -84,6 +84,16 @@ def test_a_float_subclass_from_the_grid_file_cannot_stop_the_sweep(tmp_path):
 
 # -- 2. a row is reused only for the same definition -------------------------------------
 
+def test_functions_are_told_apart_by_module_name_and_bound_arguments():
+    import functools
+
+    from sweeper.target import describe
+
+    assert describe(sweep_fns.echo) == "sweep_fns.echo" != describe(sweep_fns.echo2)
+    assert describe(functools.partial(sweep_fns.echo, lr=1)) != describe(functools.partial(sweep_fns.echo, lr=2))
+    assert describe(functools.partial(sweep_fns.echo)) != describe(functools.partial(sweep_fns.echo2))
+
+
 def test_another_seed_or_function_is_refused_not_reused(tmp_path):
     out = str(tmp_path)
     first = sweeper.sweep(sweep_fns.echo, {"x": [1, 2]}, out=out, progress=False)
@@ -127,10 +137,10 @@ def test_cli_another_seed_or_command_exits_2_in_one_line(tmp_path):
 # -- 3. a stop the parent asked for decides the status -----------------------------------
 
 def test_a_trial_that_returns_after_sigterm_is_timeout_not_ok(tmp_path):
-    df = sweeper.sweep(sweep_fns.graceful, {"epochs": [400]}, out=str(tmp_path), timeout=1, progress=False)
+    df = sweeper.sweep(sweep_fns.graceful, {"epochs": [400]}, out=str(tmp_path), timeout=3, progress=False)
     assert df.status.tolist() == ["timeout"], df.error.tolist()
     assert 1 <= df.epochs_done[0] < 400  # its partial metrics are kept, never as ok
-    again = sweeper.sweep(sweep_fns.graceful, {"epochs": [400]}, out=str(tmp_path), timeout=1, progress=False)
+    again = sweeper.sweep(sweep_fns.graceful, {"epochs": [400]}, out=str(tmp_path), timeout=3, progress=False)
     assert again.started_at[0] != df.started_at[0]  # resume runs it again
 
 
@@ -186,6 +196,19 @@ def test_lookalike_points_never_share_a_folder_across_runs(tmp_path):
     assert len(trials) == 6
     for folder in trials:  # one trial per folder: one log header each
         assert (folder / "log.txt").read_text().count("=== sweeper: trial") == 1
+
+
+def test_a_folder_named_by_an_older_release_stays_its_trials_alone(tmp_path):
+    first = sweeper.sweep(sweep_fns.const, {"x": ["1"]}, out=str(tmp_path), name="s", progress=False)
+    trials = tmp_path / "s" / "trials"
+    (trials / first.trial[0]).rename(trials / "x=1")  # as the previous release named "1"
+    with sqlite3.connect(tmp_path / "s" / "ledger.sqlite") as db:
+        db.execute("UPDATE trials SET name = 'x=1'")
+    df = sweeper.sweep(sweep_fns.const, {"x": ["1", 1]}, out=str(tmp_path), name="s",
+                       progress=False).set_index("trial_id")
+    assert df.loc[first.trial_id[0], "trial"] == "x=1"  # kept where its log is
+    assert df.trial.is_unique and (trials / df.trial.iloc[1]).is_dir()
+    assert (trials / "x=1" / "log.txt").read_text().count("=== sweeper: trial") == 1
 
 
 # -- 6. under --shell a value is never executed -------------------------------------------
@@ -281,18 +304,21 @@ def test_load_gives_the_rows_of_results_csv_unless_asked_for_every_row(tmp_path)
 
 
 def test_no_standby_log_is_left_when_the_sweep_is_killed(tmp_path):
-    go, hold = tmp_path / "go", tmp_path / "hold"
+    go, hold, imported = tmp_path / "go", tmp_path / "hold", tmp_path / "imported"
     go.touch()
     grid = write_grid(tmp_path, f"""
+import os
+if "SWEEPER_SLOT" in os.environ:  # a worker importing the grid file: say so
+    open(os.path.join({str(imported)!r}, str(os.getpid())), "w").close()
 from sweep_fns import wait_for_file as train
 grid = [{{"x": [1], "release": [{str(go)!r}]}}, {{"x": [2, 3, 4, 5], "release": [{str(hold)!r}]}}]
 options = {{"workers": 1}}
 """)
+    imported.mkdir()
     proc = _cli(grid, "--out", str(tmp_path / "out"))
-    _wait_for(tmp_path / "out" / "grid" / "results.csv", proc)  # x=1 is recorded
-    deadline = time.monotonic() + 60
-    while len(psutil.Process(proc.pid).children()) < 3:  # a trial, a standby, the resource tracker
-        assert time.monotonic() < deadline and proc.poll() is None
+    deadline = time.monotonic() + 120
+    while len(list(imported.iterdir())) < 3:  # x=1's process, x=2's, and a standby for x=3
+        assert time.monotonic() < deadline and proc.poll() is None, "no standby imported the grid"
         time.sleep(0.05)
     kids = psutil.Process(proc.pid).children(recursive=True)
     proc.kill()
