@@ -176,13 +176,11 @@ class RayScheduler(Loop):
         now = time.monotonic()
         for task in list(self.tasks.values()):
             if task.deadline is not None and now >= task.deadline and task.verdict is None:
-                task.verdict, task.why = Status.TIMEOUT, f"ran past the timeout of {self.timeout:g}s and was cancelled"
-                self.ray.cancel(task.ref, force=True)
+                self._stop(task, Status.TIMEOUT, f"ran past the timeout of {self.timeout:g}s and was cancelled")
         if self.signals and any(t.verdict is None for t in self.tasks.values()):
-            for task in self.tasks.values():
+            for task in list(self.tasks.values()):
                 if task.verdict is None:
-                    task.verdict, task.why = Status.INTERRUPTED, f"stopped by {signal.Signals(self.signals[0]).name}"
-                    self.ray.cancel(task.ref, force=True)
+                    self._stop(task, Status.INTERRUPTED, f"stopped by {signal.Signals(self.signals[0]).name}")
         if self.hooks.tick:
             self.hooks.tick()
 
@@ -204,6 +202,14 @@ class RayScheduler(Loop):
                 self.history(task.spec, payload)
             elif kind == "exit":
                 task.exitcode = payload
+
+    def _stop(self, task: _Task, verdict: Status, why: str) -> None:
+        """Cancel a task; a task whose result is already in stands as it is."""
+        done, _ = self.ray.wait([task.ref], timeout=0)
+        if done:
+            return
+        task.verdict, task.why = verdict, why
+        self.ray.cancel(task.ref, force=True)
 
     def _finish(self, task: _Task) -> None:
         from ray.exceptions import RayError, TaskCancelledError
