@@ -15,12 +15,14 @@ from __future__ import annotations
 import base64
 import html
 import io
+import logging
 import math
 import os
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .errors import SweepError
+from .metrics import direction
 
 if TYPE_CHECKING:
     import pandas
@@ -67,25 +69,41 @@ def param_columns(df: "pandas.DataFrame") -> list[str]:
 def choose(df: "pandas.DataFrame", metric: str | None = None, mode: str | None = None) -> tuple[str | None, str]:
     """The metric to rank by and its direction, ``(metric, "max" | "min")``.
 
-    The metric defaults to the first metric column (None when the table has none);
-    the mode defaults to ``"max"`` when the metric's name contains "acc" (any case)
-    and to ``"min"`` otherwise (losses, errors).
+    The metric defaults to the first metric column (None when the table has none); the
+    mode defaults to the metric's direction by its name (:func:`sweeper.metrics.direction`:
+    losses and errors ``min``, accuracy, AUC, F1, R², scores ``max``). A metric sweeper
+    picked whose direction is unknown is ranked ``min``, with a warning saying so.
 
     Raises:
-        SweepError: ``metric`` is not a metric column of ``df``, or ``mode`` is
-            neither "max" nor "min".
+        SweepError: ``metric`` is not a metric column of ``df``; ``mode`` is neither
+            "max" nor "min"; or ``metric`` was named and its direction is unknown.
     """
     metrics = metric_columns(df)
+    picked = metric is None
     if metric is None:
         metric = metrics[0] if metrics else None
     elif metric not in metrics:
         have = ", ".join(metrics) if metrics else "none"
         raise SweepError(f"no metric {metric!r} in the results: give one of the metrics ({have})")
-    if mode is None:
-        mode = "max" if metric is not None and "acc" in metric.lower() else "min"
-    elif mode not in ("max", "min"):
+    if mode is None and metric is not None:
+        mode = direction(metric)
+        if mode is None and not picked:
+            raise unknown_direction(metric)
+        if mode is None:
+            mode = "min"
+            logging.getLogger("sweeper").warning(
+                "sweeper: ranking by %r, the first metric; its name does not say whether higher is "
+                "better, so lower is assumed: give --metric and --mode to choose", metric)
+    elif mode not in (None, "max", "min"):
         raise SweepError(f"mode must be 'max' or 'min', not {mode!r}")
-    return metric, mode
+    return metric, mode or "min"
+
+
+def unknown_direction(metric: str) -> SweepError:
+    return SweepError(
+        f"sweeper cannot tell from its name whether a higher or a lower {metric!r} is better; "
+        "give --mode max or --mode min (mode='max' or 'min')"
+    )
 
 
 def leaderboard(df: "pandas.DataFrame", metric: str | None, mode: str, top: int = TOP) -> "pandas.DataFrame":

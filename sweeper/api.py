@@ -109,11 +109,15 @@ def load(path: str, every: bool = False) -> "pandas.DataFrame":
 
     The same rows as ``results.csv``: the trials of the grid last run there. With
     ``every=True``, every trial on record, points since removed from the grid included.
+    ``frame.attrs["metric"]`` and ``["mode"]`` say what the sweep ranked by (or None).
     """
     ledger = Ledger(runner.sweep_folder(path), readonly=True)
     try:
         current = None if every else ledger.current()
         results = list((ledger.results() if current is None else current).values())
+        metric, mode = ledger.ranking()
     finally:
         ledger.close()
-    return table.dataframe(results)
+    frame = table.dataframe(results)
+    frame.attrs.update(metric=metric, mode=mode)  # what the sweep ranked by, for report and status
+    return frame

@@ -61,7 +61,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", default=None, dest="dry_run",
                    help="print the trials and where they would start, run nothing")
     p.add_argument("--metric", help="metric to rank trials by (default: the first)")
-    p.add_argument("--mode", choices=["max", "min"], help="max or min (default: max for names with acc)")
+    p.add_argument("--mode", choices=["max", "min"],
+                   help="max or min (default: from the metric's name: losses and errors min, accuracy, "
+                        "auc, f1, r2, scores max)")
     p.add_argument("--no-prefetch", action="store_false", default=None, dest="prefetch",
                    help="do not start each slot's next trial process ahead of time")
     p.add_argument("--start-method", choices=["spawn", "forkserver"], dest="start_method",
@@ -203,6 +205,13 @@ def plan_lines(placement: Placement) -> list[str]:
     return lines
 
 
+def _ranking(frame: Any, metric: str | None, mode: str | None) -> tuple[str | None, str | None]:
+    """The metric and mode given, else those the sweep ran with (``load()`` keeps them)."""
+    if metric is not None:
+        return metric, mode
+    return frame.attrs.get("metric"), mode or frame.attrs.get("mode")
+
+
 def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
@@ -210,8 +219,9 @@ def _cell(value: Any) -> str:
 def _folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = _Parser(prog=f"python -m sweeper {prog}", description=description, allow_abbrev=False)
     p.add_argument("folder", help="a sweep folder, <out>/<name> (e.g. results/digits_mlp)")
-    p.add_argument("--metric", help="metric to rank trials by (default: the first)")
-    p.add_argument("--mode", choices=["max", "min"], help="max or min (default: max for names with acc)")
+    p.add_argument("--metric", help="metric to rank trials by (default: the sweep's, else the first)")
+    p.add_argument("--mode", choices=["max", "min"], help="max or min (default: the sweep's, else from "
+                   "the metric's name)")
     return p
 
 
@@ -228,10 +238,12 @@ def status_main(argv: list[str]) -> int:
     pid = runner.holder(folder)
     ledger = Ledger(folder, readonly=True)
     try:
-        results = list(ledger.results().values())
+        current = ledger.current()
+        results = list((ledger.results() if current is None else current).values())
         running = ledger.running() if pid else []
         epochs = ledger.latest_epochs()
         total = ledger.get("total")
+        metric, mode = ledger.ranking(args.metric, args.mode)
     finally:
         ledger.close()
     counts: dict[str, int] = {}
@@ -252,7 +264,7 @@ def status_main(argv: list[str]) -> int:
               + (f"  epoch {epoch}: {latest}" if epoch is not None else ""))
     if results:
         frame = table.dataframe(results)
-        metric, mode = analysis.choose(frame, args.metric, args.mode)
+        metric, mode = analysis.choose(frame, metric, mode)
         if metric is not None:
             board = analysis.leaderboard(frame, metric, mode, top=1)
             if len(board):
@@ -269,7 +281,7 @@ def report_main(argv: list[str]) -> int:
     args = _folder_parser("report", "Print a sweep's leaderboard and write its report.html.").parse_args(argv)
     folder = runner.sweep_folder(args.folder)
     frame = load(folder)
-    metric, mode = analysis.choose(frame, args.metric, args.mode)
+    metric, mode = analysis.choose(frame, *_ranking(frame, args.metric, args.mode))
     if metric is not None:
         for line in analysis.leaderboard_lines(frame, metric, mode):
             print(line)

@@ -262,6 +262,12 @@ class Ledger:
 
     # -- facts about the sweep --------------------------------------------------------
 
+    def ranking(self, metric: str | None = None, mode: str | None = None) -> tuple[str | None, str | None]:
+        """The metric and mode to rank by: those given, else those the sweep ran with."""
+        if metric is not None:
+            return metric, mode
+        return self.get("metric") or None, mode or self.get("mode") or None
+
     def get(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]

@@ -143,6 +143,39 @@ def epochs_of(value: Any) -> list[dict[str, Any]]:
     return rows
 
 
+#: Words that end a metric's name, as Keras and KerasTuner rank them: a loss or an error
+#: is minimised, a score maximised. ``val_``, ``test_`` and the like are prefixes only.
+_MIN_WORDS = frozenset({
+    "loss", "error", "err", "mse", "mae", "rmse", "mape", "msle", "rmsle", "perplexity", "ppl",
+    "crossentropy", "entropy", "hinge", "logcosh", "kld", "divergence", "poisson", "wer", "cer",
+    "fid", "nll", "brier", "regret", "latency", "time", "distance",
+})
+_MAX_WORDS = frozenset({
+    "accuracy", "acc", "auc", "precision", "recall", "f1", "fbeta", "f1score", "iou", "miou", "r2",
+    "score", "map", "ap", "ndcg", "mrr", "reward", "return", "dice", "bleu", "rouge", "psnr", "ssim",
+    "top1", "top5", "hit", "hits", "coverage", "correlation", "spearman", "pearson", "kappa",
+})
+
+
+def direction(name: str) -> str | None:
+    """``"max"`` or ``"min"`` for a metric's name as Keras and KerasTuner rank it, or None.
+
+    The last word of the name that is a known loss or score decides: ``val_loss``,
+    ``mean_squared_error`` and ``val_perplexity`` are minimised; ``val_accuracy``,
+    ``val_auc``, ``f1``, ``f1_score``, ``r2``, ``top_k_categorical_accuracy`` and
+    ``episode_reward`` are maximised. A name with no such word is unknown (None).
+    """
+    import re as _re
+
+    words = [w for w in _re.split(r"[^a-z0-9]+", _re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
+    for word in reversed(words):
+        if word in _MIN_WORDS or word.endswith(("loss", "error", "crossentropy")):
+            return "min"
+        if word in _MAX_WORDS or word.endswith(("accuracy", "score")) or _re.fullmatch(r"top\d+|top_?k", word):
+            return "max"
+    return None
+
+
 def is_oom(exc: BaseException) -> bool:
     """Whether an exception means out of memory (GPU or host), for any framework."""
     if isinstance(exc, MemoryError):

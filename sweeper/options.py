@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from .errors import SweepError
 from .capping import MemoryPolicy, resolve
+from .metrics import direction
 from .slots import parse_gpus
 
 
@@ -29,7 +30,7 @@ class Options:
     skip_failed: bool = False  #: keep failed trials' rows instead of running them again
     dry_run: bool = False  #: build the plan and run nothing
     metric: str | None = None  #: metric that ranks trials (default: the first one)
-    mode: str | None = None  #: "max" or "min" (default: max for names with "acc", else min)
+    mode: str | None = None  #: "max" or "min" (default: from the metric's name, as Keras ranks it)
     progress: bool = True  #: print a line per finished trial
     prefetch: bool = True  #: start each slot's next process ahead, importing train while a trial runs
     start_method: str = "spawn"  #: "spawn", or "forkserver" (trials fork from one process that imported train)
@@ -77,6 +78,10 @@ class Options:
             raise SweepError(f"start_method must be 'spawn' or 'forkserver', got {self.start_method!r}")
         if self.mode not in (None, "max", "min"):
             raise SweepError(f"mode must be 'max' or 'min', got {self.mode!r}")
+        if self.metric is not None and self.mode is None and direction(self.metric) is None:
+            from .analysis import unknown_direction
+
+            raise unknown_direction(self.metric)
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise SweepError(f"name {self.name!r} cannot be a folder name; use letters, digits, - and _")
         parse_gpus(self.gpus)

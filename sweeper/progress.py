@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any
 
+from .metrics import direction
 from .scheduler import log_tail
 from .trial import Status, TrialResult, TrialSpec
 
@@ -51,7 +52,7 @@ class Tally:
         if self.metric is None:
             self.metric = next(iter(result.metrics))
         if self.mode is None:
-            self.mode = "max" if "acc" in self.metric.lower() else "min"
+            self.mode = direction(self.metric) or "min"
         value = result.metrics.get(self.metric)
         if value is None or value != value:
             return

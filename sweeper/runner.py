@@ -19,6 +19,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from . import table
 from .errors import SweepError
 from .grid import check_not_empty, expand
+from .metrics import direction
 from .ledger import FILE as LEDGER_FILE
 from .ledger import Ledger
 from .options import Options
@@ -229,8 +230,11 @@ def _run(
     old_print = ledger.get("grid_fingerprint")
     if print_ and old_print and print_ != old_print and previous:
         notes.append(f"the grid file changed since the last run ({len(previous)} trials on record)")
-    ledger.put_many([("grid_fingerprint", print_ or ""), ("total", str(len(specs))),
-                     ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))])
+    facts = [("grid_fingerprint", print_ or ""), ("total", str(len(specs))),
+             ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))]
+    if options.metric:  # what status, report and load() rank by, unless told otherwise
+        facts += [("metric", options.metric), ("mode", options.mode or direction(options.metric) or "")]
+    ledger.put_many(facts)
 
     wanted = {s.trial_id for s in specs}
     results: dict[str, TrialResult] = {}
@@ -357,6 +361,10 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
         if metric is not None:
             lines += ["sweeper: " + line if i == 0 else line
                       for i, line in enumerate(analysis.leaderboard_lines(frame, metric, mode))]
+            missing = int(frame.loc[frame.status == "ok", metric].isna().sum())
+            if missing:
+                lines.append(f"sweeper: {missing} ok trial{'s' if missing > 1 else ''} had a NaN {metric}, "
+                             "ranked last")
         failed = [r for r in outcome.results if not r.ok]
         if failed:
             lines.append(f"sweeper: {len(failed)} not ok:")
