@@ -25,9 +25,13 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, TypeVar
 
 from .errors import SweepError
-from .trial import Status, TrialResult, TrialSpec
+from .trial import Status, TrialResult, TrialSpec, current_id
 
 FILE = "ledger.sqlite"
+#: ``PRAGMA user_version`` of the ledgers this release writes. 0: before versions (trial
+#: ids without their ``t``, no ``grid`` table); 1: ids with it. Older ledgers are migrated
+#: when a sweep opens them, and read as migrated by ``load()`` and ``status``.
+SCHEMA_VERSION = 1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS trials (
@@ -132,11 +136,26 @@ class Ledger:
         self._db.execute("PRAGMA synchronous=FULL")
         self._check()
         self._db.executescript(_SCHEMA)
+        self._migrate()
         # Running marks, per-epoch reports and facts need no fsync of their own: losing the
         # last of them to a power cut costs nothing a re-run does not redo. They go through
         # a second connection without one (NORMAL in WAL mode survives a crash of sweeper).
         self._fast = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         self._fast.execute("PRAGMA synchronous=NORMAL")
+
+    def _migrate(self) -> None:
+        """Bring a ledger written by an earlier release up to :data:`SCHEMA_VERSION`."""
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"it was written by a newer sweeper (schema {version}); upgrade sweeper")
+        if version == SCHEMA_VERSION:
+            return
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            if version < 1:  # trial ids gain their "t"
+                for table in ("trials", "running", "history", "grid"):
+                    self._db.execute(f"UPDATE {table} SET trial_id = 't' || trial_id WHERE trial_id NOT LIKE 't%'")
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _check(self) -> None:
         """A damaged file is found now, in one line, not as a traceback halfway through."""
@@ -195,7 +214,8 @@ class Ledger:
         """The finished trials of the grid last run here, in its order and with its names
         (what ``results.csv`` holds); None for a ledger that never recorded its grid."""
         try:
-            grid = {tid: (idx, name) for tid, idx, name in self._db.execute("SELECT trial_id, idx, name FROM grid")}
+            grid = {current_id(tid): (idx, name)
+                    for tid, idx, name in self._db.execute("SELECT trial_id, idx, name FROM grid")}
         except sqlite3.OperationalError:  # a ledger from before the grid was recorded, opened read-only
             return None
         if not grid:
@@ -228,7 +248,7 @@ class Ledger:
     def running(self) -> list[dict[str, Any]]:
         cur = self._db.execute("SELECT trial_id, name, device, pid, attempt, started_at FROM running")
         keys = [d[0] for d in cur.description]
-        return [dict(zip(keys, row)) for row in cur]
+        return [dict(zip(keys, (current_id(row[0]), *row[1:]))) for row in cur]
 
     # -- per-epoch reports --------------------------------------------------------------
 
@@ -249,7 +269,7 @@ class Ledger:
 
     def history(self) -> list[tuple[str, int, dict[str, Any]]]:
         rows = self._db.execute("SELECT trial_id, epoch, metrics FROM history ORDER BY trial_id, epoch")
-        return [(tid, epoch, json.loads(m)) for tid, epoch, m in rows]
+        return [(current_id(tid), epoch, json.loads(m)) for tid, epoch, m in rows]
 
     def latest_epochs(self) -> dict[str, tuple[int, dict[str, Any]]]:
         """Each trial's last reported epoch and its metrics."""
@@ -258,7 +278,7 @@ class Ledger:
             "(SELECT trial_id, max(epoch) AS e FROM history GROUP BY trial_id) m "
             "ON h.trial_id = m.trial_id AND h.epoch = m.e"
         )
-        return {tid: (epoch, json.loads(m)) for tid, epoch, m in rows}
+        return {current_id(tid): (epoch, json.loads(m)) for tid, epoch, m in rows}
 
     # -- facts about the sweep --------------------------------------------------------
 
@@ -287,7 +307,7 @@ def _result(row: tuple[Any, ...]) -> TrialResult:
     (tid, idx, name, params, status, metrics, seed, device, started_at,
      duration_s, error, attempts, pid, exitcode, log, uuid, cap, peak) = row
     return TrialResult(
-        trial_id=tid, name=name, index=idx, params=json.loads(params), status=Status(status),
+        trial_id=current_id(tid), name=name, index=idx, params=json.loads(params), status=Status(status),
         metrics=json.loads(metrics), seed=seed or 0, device=device or "",
         started_at=started_at or "", duration_s=duration_s or 0.0, error=error or "",
         attempts=attempts or 1, pid=pid or 0, exitcode=exitcode, log=log or "",

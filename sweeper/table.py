@@ -104,18 +104,24 @@ def _cell(value: Any) -> Any:
     return value
 
 
+#: How ``sweep()`` and ``load()`` read the table, and how an analyst reads ``results.csv`` to
+#: get the same frame: ``pandas.read_csv(path, **READ_CSV)``. Nullable dtypes keep integers
+#: integers and missing values missing (``<NA>``); ``started_at`` is a UTC datetime.
+READ_CSV: dict[str, Any] = {"dtype_backend": "numpy_nullable", "parse_dates": ["started_at"]}
+
+
 def dataframe(results: Sequence[TrialResult]) -> "pandas.DataFrame":
-    """The table as a DataFrame, exactly as ``pandas.read_csv`` reads the CSV.
+    """The table as a DataFrame, exactly as ``pandas.read_csv(path, **READ_CSV)`` reads the CSV.
 
     Built through the same CSV text, so the values and dtypes a script gets from
-    ``sweep()`` are the ones an analyst gets from ``results.csv`` (empty errors are NaN).
+    ``sweep()`` are the ones an analyst gets from ``results.csv``.
     """
     import pandas
 
     text = io.StringIO()
     _write(results, text)
     text.seek(0)
-    return pandas.read_csv(text)
+    return pandas.read_csv(text, **READ_CSV)
 
 
 class Throttled:

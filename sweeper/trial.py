@@ -3,8 +3,9 @@
 A trial is identified by its parameters alone, so the same grid gives the same ids
 tomorrow, on another machine, in any order:
 
-* ``trial_id``: the first 12 hex digits of the SHA-256 of the point's canonical JSON
-  (sorted keys, shortest round-trip floats). Lossless: 0.001 and 0.0010000001 differ.
+* ``trial_id``: ``t`` and the first 12 hex digits of the SHA-256 of the point's
+  canonical JSON (sorted keys, shortest round-trip floats). Lossless: 0.001 and
+  0.0010000001 differ; never read as a number by pandas or a spreadsheet.
 * ``name``: a readable folder name built like the seed document's
   ``build_string_from_dict`` (sorted keys, ``key=value`` joined by ``,``, floats in
   ``%g`` form with ``.`` replaced by ``_``). Where that could name another point too,
@@ -51,11 +52,21 @@ def canonical_json(params: Mapping[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+#: Starts every trial id, so that no id can ever read as a number (``3876061e3567`` is a
+#: float to pandas): a ``t`` and 12 hex digits. Ids from before it are the same without it.
+ID_PREFIX = "t"
+
+
 def trial_id(params: Mapping[str, Any]) -> str:
     """Stable id of a point: depends on its parameters and nothing else."""
     import hashlib  # here, not at the top: trial processes import this module but never hash
 
-    return hashlib.sha256(canonical_json(params).encode()).hexdigest()[:12]
+    return ID_PREFIX + hashlib.sha256(canonical_json(params).encode()).hexdigest()[:12]
+
+
+def current_id(tid: str) -> str:
+    """An id as this release writes it (a ledger from before the prefix holds bare hex)."""
+    return tid if tid.startswith(ID_PREFIX) else ID_PREFIX + tid
 
 
 #: A string value shown as it is in a name: it cannot be mistaken for a number, a bool,
@@ -122,7 +133,7 @@ def trial_seed(sweep_seed: int, tid: str) -> int:
     """A 31-bit seed from the sweep's seed and the trial id only."""
     import hashlib
 
-    digest = hashlib.sha256(f"{int(sweep_seed)}:{tid}".encode()).digest()
+    digest = hashlib.sha256(f"{int(sweep_seed)}:{tid.removeprefix(ID_PREFIX)}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 

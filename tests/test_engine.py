@@ -36,8 +36,8 @@ def test_example_trains_real_models_reproducibly(tmp_path, example):
     assert (first.status == "ok").all() and first.error.isna().all()
     assert first.val_accuracy.between(0.6, 1.0).all(), first.val_accuracy
     assert (first.device == "cpu").all() and (first.attempts == 1).all()
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "a" / "digits_mlp" / "results.csv"), first,
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "a" / "digits_mlp" / "results.csv",
+                                              dtype_backend="numpy_nullable", parse_dates=["started_at"]), first)
     # each trial in its own process, none of them the parent
     pids = set()
     for name in first.trial:

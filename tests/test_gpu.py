@@ -108,7 +108,7 @@ def _overlaps(df: pd.DataFrame) -> int:
     """Most trials running at once on one device, from recorded start times and durations."""
     events = []
     for row in df.itertuples():
-        start = datetime.fromisoformat(row.started_at.replace("Z", "+00:00"))
+        start = row.started_at.to_pydatetime()  # a UTC datetime in the frame
         events += [(start, 1, row.device), (start + timedelta(seconds=row.duration_s), -1, row.device)]
     most, now = 0, {}
     for _, step, device in sorted(events, key=lambda e: (e[0], e[1])):

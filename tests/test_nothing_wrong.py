@@ -298,8 +298,8 @@ def test_load_gives_the_rows_of_results_csv_unless_asked_for_every_row(tmp_path)
     df = sweeper.sweep(sweep_fns.echo, {"x": [3, 1]}, out=out, progress=False)  # 2 left the grid
     folder = tmp_path / "sweep_fns"
     pd.testing.assert_frame_equal(sweeper.load(str(folder)), df)
-    pd.testing.assert_frame_equal(sweeper.load(str(folder)), pd.read_csv(folder / "results.csv"),
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(sweeper.load(str(folder)), pd.read_csv(
+        folder / "results.csv", dtype_backend="numpy_nullable", parse_dates=["started_at"]))
     assert sorted(sweeper.load(str(folder), every=True).param_x) == [1, 2, 3]
 
 
@@ -380,3 +380,24 @@ def test_a_full_disk_stops_new_trials_keeps_the_ledger_and_resumes(tmp_path, sma
     assert again.returncode == 0, again.stdout + again.stderr
     table = pd.read_csv(folder / "results.csv")
     assert sorted(table.param_x) == [1, 2, 3, 4] and (table.status == "ok").all()
+
+
+# -- a ledger from the previous release ----------------------------------------------------
+
+def test_a_ledger_written_by_the_previous_release_resumes_unchanged(tmp_path):
+    """tests/data/v0_ledger.sqlite was written by sweeper 0.1.0 (commit e96a9a8):
+    sweep(sweep_fns.echo, {"x": [1, 2]}). Bare-hex ids, no schema version, no grid table."""
+    import shutil
+
+    folder = tmp_path / "sweep_fns"
+    folder.mkdir()
+    shutil.copy(os.path.join(HERE, "data", "v0_ledger.sqlite"), folder / "ledger.sqlite")
+    before = sweeper.load(str(folder))  # read-only: ids as this release writes them
+    assert before.trial_id.tolist() == ["t5041bf1f713d", "t5e2b030a4a0f"]
+    df = sweeper.sweep(sweep_fns.echo, {"x": [1, 2, 3]}, out=str(tmp_path), progress=False)
+    assert df.trial_id.tolist()[:2] == before.trial_id.tolist()
+    pd.testing.assert_series_equal(df.started_at[:2], before.started_at)  # kept, not re-run
+    assert df.status.tolist() == ["ok"] * 3 and df.seed.tolist()[:2] == before.seed.tolist()
+    with sqlite3.connect(folder / "ledger.sqlite") as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert {r[0] for r in db.execute("SELECT trial_id FROM trials")} == set(df.trial_id)
