@@ -101,7 +101,12 @@ def _normalise(value: Any, name: str) -> Any:
     if value is None or type(value) is bool:
         return value
     if _is_numpy_scalar(value):
-        return _normalise(value.item(), name)
+        item = value.item()
+        if isinstance(item, float) and getattr(getattr(value, "dtype", None), "itemsize", 8) < 8:
+            item = float(str(value))  # np.float32(0.1) is the 0.1 it was written as, not 0.10000000149011612
+        return _normalise(item, name)
+    if _is_numpy_array(value):  # a list-valued candidate given as an array
+        return [_normalise(item, name) for item in value]
     if isinstance(value, str):
         if _CONTROL.search(value):
             raise SweepError(
@@ -150,7 +155,7 @@ def _as_list(value: Any) -> list[Any] | None:
     if isinstance(value, (list, tuple, range)):
         return list(value)
     if _is_numpy_array(value):
-        return value.tolist()
+        return list(value)  # NumPy scalars (or rows), each normalised as a candidate
     return None
 
 

@@ -223,7 +223,7 @@ def _run(
     notes: list[str] = []
     ledger.clear_running()
     previous = ledger.results()
-    check_definition(ledger, previous, options.seed, what, folder)
+    check_definition(ledger, previous, options.seed, what, folder, source_file)
     specs = keep_names(specs, {tid: r.name for tid, r in previous.items()})
     ledger.set_grid((s.trial_id, s.index, s.name) for s in specs)
     print_ = fingerprint(source_file)
@@ -304,24 +304,31 @@ def _run(
 
 
 def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: int, what: str,
-                     folder: str) -> None:
-    """Reuse a row only where the same thing would run: the same parameters (the trial id),
-    the same sweep seed, and the same function or command (``what``). A folder whose rows
-    came from another seed or another function is refused, never silently reused.
+                     folder: str, source: str | None = None) -> None:
+    """One sweep per folder, and a row reused only where the same thing would run: the same
+    parameters (the trial id), the same sweep seed, the same function or command
+    (``what``) from the same file (``source``: the grid file, or the file defining
+    ``train``). A folder whose rows came from anything else is refused, never mixed.
 
-    Ledgers from before this record have no definition: their seed is checked through
-    the rows' own seeds, and what they ran is taken to be what runs now.
+    A file that moved but did not change (the same fingerprint) is the same file. Ledgers
+    from before this record have no definition: their seed is checked through the rows'
+    own seeds, and what they ran is taken to be what runs now.
     """
     recorded = json.loads(ledger.get("definition") or "{}")
+    source = os.path.abspath(source) if source else ""
     if previous:
         old_seed = recorded.get("seed")
         if old_seed is None:
             mismatch = [r for r in previous.values() if r.seed != trial_seed(seed, r.trial_id)]
             old_seed = "another" if mismatch else seed
         old_what = recorded.get("what") or what
+        old_source = recorded.get("source") or source
+        moved_only = fingerprint(source) == ledger.get("grid_fingerprint")
         changes = []
         if old_what != what and what:
             changes.append(f"were made by {old_what}, not {what}")
+        elif old_source != source and source and not moved_only:
+            changes.append(f"were made from {old_source}, not {source}")
         if old_seed != seed:
             changes.append(f"were made with seed {old_seed}, not {seed}")
         if changes:
@@ -330,7 +337,8 @@ def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: 
                 "of them can stand for this run; give this run another --name (name=...), or start "
                 "over with --fresh (fresh=True), which keeps the old ledger beside the new one"
             )
-    ledger.put("definition", json.dumps({"seed": seed, "what": what or recorded.get("what", "")}))
+    ledger.put("definition", json.dumps({"seed": seed, "what": what or recorded.get("what", ""),
+                                         "source": source or recorded.get("source", "")}))
 
 
 def _reindexed(old: TrialResult, spec: TrialSpec) -> TrialResult:

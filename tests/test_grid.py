@@ -133,6 +133,15 @@ def test_numpy_values_become_python():
     assert type(arr[0]["a"]) is int and type(arr[0]["b"]) is float and type(arr[0]["c"][0]) is int
 
 
+def test_candidates_stand_for_the_json_values_they_are():
+    # np.float32(0.1) is the trial 0.1, not a second one beside it
+    assert expand({"lr": [np.float32(0.1), 0.1]}) == [{"lr": 0.1}]
+    assert expand({"lr": np.array([0.1, 0.2], dtype=np.float32)}) == [{"lr": 0.1}, {"lr": 0.2}]
+    # a list-valued candidate given as a tuple or an array is a list
+    assert expand({"layers": [(64, 32), np.array([128])]}) == [{"layers": [64, 32]}, {"layers": [128]}]
+    assert expand({"n": range(2)}) == [{"n": 0}, {"n": 1}]
+
+
 class Adam:
     """Stands in for a Keras optimizer object."""
 
@@ -159,7 +168,8 @@ class Adam:
         ({"inf": [1.0, float("inf")]}, "'inf'"),
         ({"neg": [[-math.inf]]}, "'neg'"),
         ({"npnan": [np.float64("nan")]}, "'npnan'"),
-        ({"arr": [np.array([1, 2])]}, "'arr'"),
+        ({"arr": [np.array([{"x": 1}])]}, "'arr'"),
+        ({"s": {0.1, 0.2}}, "set"),
         ({"cplx": [1j]}, "'cplx'"),
         ({"lr": loguniform(1e-4, 1e-1)}, "'lr'"),
     ],
