@@ -54,6 +54,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
         SweepError: bad input, before any trial runs.
         SweepInterrupted: Ctrl-C or SIGTERM; what finished is saved.
     """
+    _check_not_in_a_trial_bootstrap()
     opts = Options.build(options)
     if isinstance(fn, (str, Command)):  # a command per trial, e.g. "python train.py --lr={lr}"
         fn = Command.of(fn)
@@ -84,13 +85,24 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     return frame
 
 
+def _check_not_in_a_trial_bootstrap() -> None:
+    """A script without ``if __name__ == "__main__":`` runs its ``sweep()`` call again in
+    every spawned trial process, while spawn re-imports it. Such a process ends at once
+    with :data:`~sweeper.worker.NO_MAIN_GUARD`, and the sweep says what to fix."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        from .worker import NO_MAIN_GUARD
+
+        os._exit(NO_MAIN_GUARD)
+
+
 def plan_frame(outcome: runner.Outcome) -> "pandas.DataFrame":
     """The trials a sweep would run, with the slot each would start on first."""
     import pandas
 
     rows = []
-    for i, spec in enumerate(outcome.specs):
-        first = outcome.slots[i].device if i < len(outcome.slots) else "queued"
+    for spec, first in zip(outcome.specs, outcome.first_slots()):
         rows.append({"trial_id": spec.trial_id, "trial": spec.name,
                      **{f"param_{k}": v for k, v in spec.params.items()},
                      "seed": spec.seed, "first_slot": first})

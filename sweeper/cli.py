@@ -17,7 +17,7 @@ from .progress import choose_view
 from .slots import Placement
 from .command import Command
 from .target import FileTarget, FunctionTarget, describe
-from .trial import Status, TrialSpec
+from .trial import Status
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -140,7 +140,7 @@ def _main(argv: list[str]) -> int:
         if listener is not None:
             listener.close()
     if opts.dry_run:
-        print_plan(outcome.specs, outcome.placement, outcome.folder)
+        print_plan(outcome)
         return EXIT_OK
     for line in runner.summary(outcome, opts.metric, opts.mode):
         print(line)
@@ -163,18 +163,18 @@ def _show_info() -> None:
         log.propagate = False
 
 
-def print_plan(specs: list[TrialSpec], placement: Placement, folder: str) -> None:
-    """The dry run: the GPUs found, the slots and caps, every trial and where it would start."""
-    out = sys.stdout
-    for line in plan_lines(placement):
+def print_plan(outcome: runner.Outcome) -> None:
+    """The dry run: the GPUs found, the slots and caps, every trial and where it would start
+    (``kept`` for a finished trial that a resume keeps)."""
+    out, specs = sys.stdout, outcome.specs
+    for line in plan_lines(outcome.placement):
         out.write(f"sweeper: {line}\n")
-    slots = placement.slots
-    out.write(f"sweeper: {len(specs)} trials; folder {folder}\n")
+    kept = f" ({len(outcome.kept)} on record, kept)" if outcome.kept else ""
+    out.write(f"sweeper: {len(specs)} trials{kept}; folder {outcome.folder}\n")
     keys = sorted({k for s in specs for k in s.params})
     head = ["#", "trial_id", *keys, "seed", "starts on"]
     lines = [head]
-    for i, s in enumerate(specs):
-        where = slots[i].device if i < len(slots) else "queued"
+    for i, (s, where) in enumerate(zip(specs, outcome.first_slots())):
         lines.append([str(i), s.trial_id, *(_cell(s.params.get(k)) for k in keys), str(s.seed), where])
     widths = [max(len(row[c]) for row in lines[:200]) for c in range(len(head))]
     for row in lines:

@@ -153,6 +153,9 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     Options.build(options, where=name)
     if seed is None:
         seed = options.get("seed", 0)
+    if hasattr(module, "grid") and hasattr(module, "space"):
+        raise SweepError(f"{name} defines both grid and space; keep one (grid for every combination, "
+                         "space with samples = N for random search)")
     if hasattr(module, "grid"):
         check_not_empty(module.grid)
         points = expand(module.grid)

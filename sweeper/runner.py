@@ -41,6 +41,18 @@ class Outcome:
     ran: int = 0
     elapsed_s: float = 0.0
     interrupted: int | None = None  #: the signal that stopped the sweep, if one did
+    kept: set[str] = field(default_factory=set)  #: a dry run: ids a resume would keep
+
+    def first_slots(self) -> list[str]:
+        """A dry run: where each trial would start (``kept``, a slot's device, or ``queued``)."""
+        out, free = [], iter(self.slots)
+        for spec in self.specs:
+            if spec.trial_id in self.kept:
+                out.append("kept")
+            else:
+                slot = next(free, None)
+                out.append(slot.device if slot else "queued")
+        return out
 
     @property
     def slots(self) -> list[Slot]:
@@ -194,8 +206,16 @@ def run(
         placement = Placement([], [], options.memory_policy())
     else:
         placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
-    if options.dry_run:
-        return Outcome(folder, [], specs, placement)
+    if options.dry_run:  # what would run: the trials a resume keeps are marked, not placed
+        previous: dict[str, TrialResult] = {}
+        if os.path.exists(os.path.join(folder, LEDGER_FILE)):
+            ledger = Ledger(folder, readonly=True)
+            try:
+                previous = ledger.results()
+            finally:
+                ledger.close()
+        kept = {s.trial_id for s in specs if keeps(previous.get(s.trial_id), options.skip_failed)}
+        return Outcome(folder, [], specs, placement, kept=kept)
     prepare_folder(folder)
     with locked(folder):
         if options.fresh:
@@ -241,10 +261,7 @@ def _run(
     todo: list[TrialSpec] = []
     for spec in specs:
         old = previous.get(spec.trial_id)
-        keep = old is not None and (
-            old.status is Status.OK or (options.skip_failed and old.status is not Status.INTERRUPTED)
-        )
-        if keep:
+        if old is not None and keeps(old, options.skip_failed):
             results[spec.trial_id] = _reindexed(old, spec)
         else:
             todo.append(spec)
@@ -339,6 +356,12 @@ def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: 
             )
     ledger.put("definition", json.dumps({"seed": seed, "what": what or recorded.get("what", ""),
                                          "source": source or recorded.get("source", "")}))
+
+
+def keeps(old: TrialResult | None, skip_failed: bool) -> bool:
+    """Whether a resume keeps a trial's row instead of running it again."""
+    return old is not None and (
+        old.status is Status.OK or (skip_failed and old.status is not Status.INTERRUPTED))
 
 
 def _reindexed(old: TrialResult, spec: TrialSpec) -> TrialResult:

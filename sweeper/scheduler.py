@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import sys
 import multiprocessing.connection
 import os
 import signal
@@ -333,6 +334,8 @@ class Scheduler(Loop):
             except (EOFError, OSError):
                 pass
         if sb.exit_fd in ready:  # died before it had a trial: forget it; give up after a few
+            if sb.process.exitcode == worker.NO_MAIN_GUARD:
+                raise _no_main_guard()
             self.standbys.pop(sb.slot.index, None)
             self._drop(sb)
             self._standby_deaths += 1
@@ -459,6 +462,8 @@ class Scheduler(Loop):
         self._signal(r, signal.SIGKILL)  # anything it left in its group, or left as a daemon
         self._reap_adopted()
         _join(r.process, r.exit_fd, TERM_GRACE)
+        if r.process.exitcode == worker.NO_MAIN_GUARD and r.message is None and not r.fn_started:
+            raise _no_main_guard()  # the sweep's problem, not this trial's
         if r.exit_fd != r.process.sentinel:
             os.close(r.exit_fd)
         if r.conn is not None:
@@ -572,9 +577,23 @@ def oom_hint(slot: Slot) -> str:
 
 
 def _load_error(message: str) -> SweepError:
+    if "Can't get attribute" in message and "__mp_main__" in message:
+        return SweepError(
+            f"a trial process cannot find train in the calling script ({message}): it is defined "
+            "inside if __name__ == '__main__': (or another block a trial process does not run); "
+            "move def train to the module's top level"
+        )
     return SweepError(
         f"a trial process could not import train: {message}; fix it and run again "
         "(finished trials are kept)"
+    )
+
+
+def _no_main_guard() -> SweepError:
+    main = getattr(sys.modules.get("__main__"), "__file__", None) or "the calling script"
+    return SweepError(
+        f"{main} calls sweep() at its top level, so every trial process, which re-imports it, "
+        "calls it again; put the call under if __name__ == \"__main__\": (finished trials are kept)"
     )
 
 

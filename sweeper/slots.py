@@ -87,6 +87,11 @@ def choose_gpus(gpus: str | list[str]) -> tuple[list[str], list[Gpu], list[Gpu]]
     if allowed is not None and found:
         found = [g for g in found if any(_matches(g, a) for a in allowed)]
     if isinstance(gpus, list):
+        if not found and allowed is None:  # nothing says these GPUs exist: never a silent label
+            why = _gpus.unavailable or "NVML lists no GPU"
+            raise SweepError(f"--gpus {','.join(gpus)}: no GPU can be found on this machine ({why}); "
+                             "use --gpus none (or all) to run on the CPU, or set CUDA_VISIBLE_DEVICES "
+                             "to the GPUs that are there")
         if allowed is not None:
             outside = [g for g in gpus if g not in allowed and not any(_matches(f, g) for f in found)]
             if outside:

@@ -42,6 +42,9 @@ from .target import Target
 from .trial import Status, TrialSpec
 
 _PR_SET_PDEATHSIG = 1
+#: Exit code of a trial process that found itself re-running the caller's ``sweep()``
+#: while spawn re-imported the caller's script (no ``if __name__ == "__main__":`` guard).
+NO_MAIN_GUARD = 86
 LOG_HEADER = "=== sweeper:"  #: starts the line the worker writes at the top of each attempt
 
 

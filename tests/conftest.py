@@ -58,6 +58,20 @@ def _cmd(p: psutil.Process) -> str:
         return "?"
 
 
+@pytest.fixture
+def two_gpus(monkeypatch):
+    """Tests of GPU placement that name GPUs 0 and 1. Where NVML cannot tell what GPUs there
+    are (a CPU machine), ``CUDA_VISIBLE_DEVICES=0,1`` says they are there, as a user who
+    knows better would; a machine whose NVML lists fewer than two GPUs skips the test."""
+    from sweeper.gpus import inventory
+
+    found = inventory()
+    if found and len(found) < 2:
+        pytest.skip(f"needs 2 GPUs; NVML lists {len(found)}")
+    if not found:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+
+
 def assert_dead(pid: int, timeout: float = 10) -> None:
     """The process is gone (or a zombie nobody reaped, which holds no memory)."""
     try:

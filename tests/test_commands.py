@@ -59,6 +59,7 @@ def test_exit_codes_and_signals_are_crashes(tmp_path):
     assert df.loc["exit3", "attempts"] == 2  # retried like any crash
 
 
+@pytest.mark.usefixtures("two_gpus")
 def test_children_get_the_slot_and_trial_environment(tmp_path):
     df = sweeper.sweep(f"{PY} {SCRIPT} {{flags}}", {"x": [1, 2]}, gpus=[0, 1], memory_fraction=0.4,
                        out=str(tmp_path), name="env", progress=False)

@@ -46,6 +46,7 @@ def test_impossible_memory_requests_are_refused(per_gpu, fraction, growth, words
         resolve(per_gpu, fraction, growth)
 
 
+@pytest.mark.usefixtures("two_gpus")
 def test_slots_spread_to_the_least_loaded_gpu_first():
     placement = place(["0", "1"], MemoryPolicy(2, 0.475), workers=None)
     slots = placement.slots
@@ -117,6 +118,7 @@ def _overlaps(df: pd.DataFrame) -> int:
     return most
 
 
+@pytest.mark.usefixtures("two_gpus")
 def test_explicit_gpus_two_per_gpu(tmp_path):
     df = sweeper.sweep(sweep_fns.gpu_env, {"x": list(range(8))}, gpus=[0, 1], per_gpu=2,
                        out=str(tmp_path), progress=False)
@@ -129,6 +131,7 @@ def test_explicit_gpus_two_per_gpu(tmp_path):
     assert {"gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb"} <= set(df.columns)
 
 
+@pytest.mark.usefixtures("two_gpus")
 def test_jax_trial_sees_the_fraction(tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_BACKEND", "jax")
     df = sweeper.sweep(sweep_fns.gpu_env, {"hold": [0]}, gpus="0", memory_fraction=0.3,
@@ -140,6 +143,7 @@ def test_jax_trial_sees_the_fraction(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("two_gpus")
 def test_tensorflow_trial_without_a_visible_gpu_runs_on_the_cpu(tmp_path):
     df = sweeper.sweep(sweep_fns.tf_matmul, {"x": [1]}, gpus=[0], memory_fraction=0.5,
                        out=str(tmp_path), progress=False)
@@ -147,6 +151,7 @@ def test_tensorflow_trial_without_a_visible_gpu_runs_on_the_cpu(tmp_path):
     assert df["sum"].tolist() == [64.0] and df.gpus_seen.tolist() == [0] and df.cap_said.tolist() == [1]
 
 
+@pytest.mark.usefixtures("two_gpus")
 def test_dry_run_shows_the_gpu_plan(tmp_path):
     grid = write_grid(tmp_path, "from sweep_fns import gpu_env as train\ngrid = {'x': list(range(6))}\n")
     done = run_cli(grid, "--gpus", "0,1", "--per-gpu", "2", "--dry-run", "--out", str(tmp_path))

@@ -43,6 +43,7 @@ def test_forkserver_trials_are_fresh_forks_with_their_own_seeds(tmp_path):
     assert relay.ppid[0] != os.getpid()  # forked by the server, not by the sweep's parent
 
 
+@pytest.mark.usefixtures("two_gpus")
 def test_forkserver_children_pin_their_own_gpu(tmp_path):
     df = sweeper.sweep(sweep_fns.gpu_env, {"x": list(range(4)), "hold": 0.2}, gpus=[0, 1], per_gpu=2,
                        start_method="forkserver", out=str(tmp_path), progress=False)
