@@ -40,7 +40,7 @@ _WHERE = {
     "Status": "trial", "TrialResult": "trial", "TrialSpec": "trial",
 }
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Command",

@@ -7,6 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import runner, table
+from .cli import show_messages
 from .command import Command
 from .grid import expand
 from .progress import choose_view
@@ -56,6 +57,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     """
     _check_not_in_a_trial_bootstrap()
     opts = Options.build(options)
+    show_messages(opts.progress)  # sweeper's lines (no GPU found, ...), quiet with progress=False
     if isinstance(fn, (str, Command)):  # a command per trial, e.g. "python train.py --lr={lr}"
         fn = Command.of(fn)
         fn.check(expand(grid))

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any, NoReturn, Sequence
 
-from . import gridfile, runner
+from . import __version__, gridfile, runner
 from .errors import SweepError
 from .grid import Points
 from .options import Options
@@ -22,20 +22,28 @@ from .trial import Status
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
+def _prog() -> str:
+    """``sweeper`` when run as the console script, else ``python -m sweeper``."""
+    return "sweeper" if os.path.basename(sys.argv[0]) == "sweeper" else "python -m sweeper"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise SweepError(f"{message}; see python -m sweeper --help")
+        raise SweepError(f"{message}; see {self.prog} --help")
 
 
 def parser() -> argparse.ArgumentParser:
+    prog = _prog()
     p = _Parser(
-        prog="python -m sweeper",
+        prog=prog,
         description="Run every trial of a grid file in its own fresh process; "
-        "results go to <out>/<name>/results.csv. Re-running resumes. "
-        "Also: python -m sweeper status <out>/<name> (a sweep's progress, from another terminal) "
-        "and python -m sweeper report <out>/<name> (leaderboard and report.html).",
+        "results go to <out>/<name>/results.csv. Re-running resumes.",
+        epilog=f"commands: {prog} status <out>/<name> shows a sweep's progress (from another "
+        f"terminal too); {prog} report <out>/<name> prints its leaderboard and writes report.html. "
+        f"Each has its own --help.",
         allow_abbrev=False,
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("grid_file", nargs="?",
                    help="a .py file defining train(params) (or command) and grid (or space and samples)")
     p.add_argument("--command", help="run this command per trial instead of a train function, e.g. "
@@ -87,6 +95,11 @@ def _check_unknown(p: argparse.ArgumentParser, unknown: list[str]) -> None:
     raise SweepError(f"unknown option {word}{hint}")
 
 
+def entry() -> None:
+    """The ``sweeper`` console script."""
+    sys.exit(main())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
@@ -112,7 +125,7 @@ def _main(argv: list[str]) -> int:
                                            "prefetch", "start_method", "backend", "address",
                                            "cpus_per_trial")}
     Options.build({k: v for k, v in flags.items() if v is not None}, where="the command line")
-    _show_info()
+    show_messages(not args.quiet)
     if args.command is not None:
         if args.grid_file or not args.grid_data:
             raise SweepError("--command takes its grid from --grid grid.json (not a grid .py file); "
@@ -152,15 +165,33 @@ def _main(argv: list[str]) -> int:
     return EXIT_FAILED if failed or len(outcome.results) < len(outcome.specs) else EXIT_OK
 
 
-def _show_info() -> None:
-    """sweeper's info lines (no GPU found, ...) on stdout; errors alone go to stderr."""
+class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stdout`` is at the time (a notebook or a test may replace it)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def show_messages(info: bool = True) -> None:
+    """sweeper's own lines (no GPU found, a full disk, ...) through the ``logging`` logger
+    ``sweeper``, printed as they are on stdout; info lines only when ``info``. Used by the
+    CLI and by ``sweep()`` alike; an application that configured the logger keeps its own."""
     log = logging.getLogger("sweeper")
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stdout)
+    mine = [h for h in log.handlers if getattr(h, "_sweeper", False)]
+    if log.handlers and not mine:
+        return
+    if not mine:
+        handler = _Stdout()
         handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._sweeper = True  # type: ignore[attr-defined]
         log.addHandler(handler)
-        log.setLevel(logging.INFO)
         log.propagate = False
+    log.setLevel(logging.INFO if info else logging.WARNING)
 
 
 def print_plan(outcome: runner.Outcome) -> None:
@@ -217,7 +248,7 @@ def _cell(value: Any) -> str:
 
 
 def _folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    p = _Parser(prog=f"python -m sweeper {prog}", description=description, allow_abbrev=False)
+    p = _Parser(prog=f"{_prog()} {prog}", description=description, allow_abbrev=False)
     p.add_argument("folder", help="a sweep folder, <out>/<name> (e.g. results/digits_mlp)")
     p.add_argument("--metric", help="metric to rank trials by (default: the sweep's, else the first)")
     p.add_argument("--mode", choices=["max", "min"], help="max or min (default: the sweep's, else from "

@@ -263,6 +263,24 @@ def own_time(params):
     return {"own_s": time.monotonic() - start}
 
 
+def scored(params):
+    """Scores that grow with x: the best trial has the highest."""
+    score = [0.5, 0.7, 0.9][params["x"] - 1]
+    return {"val_auc": score, "f1": score, "value": float(params["x"])}
+
+
+def nan_first(params):
+    """A metric of unknown direction; x=1 diverged (NaN)."""
+    return {"value": {1: float("nan"), 2: 0.5, 3: 0.2}[params["x"]]}
+
+
+def int_or_fail(params):
+    """An integer metric, missing where the trial fails."""
+    if params["x"] == 2:
+        raise ValueError("no n for 2")
+    return {"n": 3}
+
+
 def const(params):
     """The same metric whatever the parameters."""
     return {"value": 1.0}
