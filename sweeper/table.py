@@ -106,8 +106,10 @@ def _cell(value: Any) -> Any:
 
 #: How ``sweep()`` and ``load()`` read the table, and how an analyst reads ``results.csv`` to
 #: get the same frame: ``pandas.read_csv(path, **READ_CSV)``. Nullable dtypes keep integers
-#: integers and missing values missing (``<NA>``); ``started_at`` is a UTC datetime.
-READ_CSV: dict[str, Any] = {"dtype_backend": "numpy_nullable", "parse_dates": ["started_at"]}
+#: integers and missing values missing (``<NA>``); ``started_at`` is a UTC datetime; the
+#: text columns that may be empty in every row stay text.
+READ_CSV: dict[str, Any] = {"dtype_backend": "numpy_nullable", "parse_dates": ["started_at"],
+                            "dtype": {"error": "string", "gpu_uuid": "string"}}
 
 
 def dataframe(results: Sequence[TrialResult]) -> "pandas.DataFrame":

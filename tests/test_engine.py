@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import sweeper
+from sweeper.table import READ_CSV
 import sweep_fns
 from conftest import ROOT, run_cli, write_grid
 
@@ -37,7 +38,7 @@ def test_example_trains_real_models_reproducibly(tmp_path, example):
     assert first.val_accuracy.between(0.6, 1.0).all(), first.val_accuracy
     assert (first.device == "cpu").all() and (first.attempts == 1).all()
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "a" / "digits_mlp" / "results.csv",
-                                              dtype_backend="numpy_nullable", parse_dates=["started_at"]), first)
+                                              **READ_CSV), first)
     # each trial in its own process, none of them the parent
     pids = set()
     for name in first.trial:

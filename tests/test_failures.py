@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 import sweeper
+from sweeper.table import READ_CSV
 import sweep_fns
 from conftest import ROOT, assert_dead, write_grid
 
@@ -134,7 +135,7 @@ def test_csv_is_written_whole_and_matches_the_ledger(tmp_path):
     folder = tmp_path / "sweep_fns"
     assert not list(folder.glob("*.tmp*"))
     # what an analyst types (the README's one-liner) gives the same frame, dtypes included
-    analyst = pd.read_csv(folder / "results.csv", dtype_backend="numpy_nullable", parse_dates=["started_at"])
+    analyst = pd.read_csv(folder / "results.csv", **READ_CSV)
     pd.testing.assert_frame_equal(analyst, df)
     pd.testing.assert_frame_equal(sweeper.load(str(folder)), df)
 

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 import sweeper
+from sweeper.table import READ_CSV
 import sweep_fns
 from conftest import HERE, ROOT, run_cli, write_grid
 
@@ -299,7 +300,7 @@ def test_load_gives_the_rows_of_results_csv_unless_asked_for_every_row(tmp_path)
     folder = tmp_path / "sweep_fns"
     pd.testing.assert_frame_equal(sweeper.load(str(folder)), df)
     pd.testing.assert_frame_equal(sweeper.load(str(folder)), pd.read_csv(
-        folder / "results.csv", dtype_backend="numpy_nullable", parse_dates=["started_at"]))
+        folder / "results.csv", **READ_CSV))
     assert sorted(sweeper.load(str(folder), every=True).param_x) == [1, 2, 3]
 
 

@@ -227,3 +227,13 @@ def test_command_trials_run_without_tensorflow_or_keras(tmp_path):
 def test_numpy_candidates_are_the_values_they_stand_for(tmp_path):
     df = sweeper.sweep(sweep_fns.echo, {"x": [np.float32(0.1), 0.1]}, out=str(tmp_path), progress=False)
     assert len(df) == 1 and df.param_x[0] == 0.1
+
+
+def test_the_readme_one_liner_is_how_sweeper_reads_the_table():
+    from sweeper.table import READ_CSV
+
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    line = next(i for i, t in enumerate(readme.splitlines()) if t.startswith("df = pd.read_csv(\"results/"))
+    call = " ".join(t.strip() for t in readme.splitlines()[line:line + 2])
+    kwargs = eval("dict(" + call.split(".csv\",", 1)[1].rsplit(")", 1)[0] + ")")  # the README's own text
+    assert kwargs == READ_CSV
