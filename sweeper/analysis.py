@@ -516,6 +516,8 @@ def _data_uri(png: bytes) -> str:
 def _fmt(value: Any) -> str:
     if value is None:
         return ""
+    if _is_na(value):  # a missing or NaN value of a nullable column
+        return "nan"
     if isinstance(value, float):
         if math.isnan(value):
             return "nan"
@@ -542,8 +544,17 @@ def _is_number_column(series: "pandas.Series") -> bool:
     return is_numeric_dtype(series) and not is_bool_dtype(series)
 
 
+def _is_na(value: Any) -> bool:
+    try:
+        import pandas
+
+        return bool(pandas.isna(value)) if not isinstance(value, (list, tuple, dict)) else False
+    except (TypeError, ValueError):
+        return False
+
+
 def _first_line(error: Any) -> str:
-    if error is None or (isinstance(error, float) and math.isnan(error)):
+    if error is None or _is_na(error):
         return ""
     text = str(error).strip()
     return text.splitlines()[0] if text else ""

@@ -183,7 +183,7 @@ def show_messages(info: bool = True) -> None:
     CLI and by ``sweep()`` alike; an application that configured the logger keeps its own."""
     log = logging.getLogger("sweeper")
     mine = [h for h in log.handlers if getattr(h, "_sweeper", False)]
-    if log.handlers and not mine:
+    if log.handlers and not mine:  # the application routes the "sweeper" logger itself
         return
     if not mine:
         handler = _Stdout()
@@ -295,7 +295,11 @@ def status_main(argv: list[str]) -> int:
               + (f"  epoch {epoch}: {latest}" if epoch is not None else ""))
     if results:
         frame = table.dataframe(results)
-        metric, mode = analysis.choose(frame, metric, mode)
+        try:
+            metric, mode = analysis.choose(frame, metric, mode)
+        except SweepError as exc:  # no trial has the sweep's metric yet (all failed, say)
+            print(f"sweeper: {exc}")
+            metric = None
         if metric is not None:
             board = analysis.leaderboard(frame, metric, mode, top=1)
             if len(board):
@@ -312,7 +316,13 @@ def report_main(argv: list[str]) -> int:
     args = _folder_parser("report", "Print a sweep's leaderboard and write its report.html.").parse_args(argv)
     folder = runner.sweep_folder(args.folder)
     frame = load(folder)
-    metric, mode = analysis.choose(frame, *_ranking(frame, args.metric, args.mode))
+    try:
+        metric, mode = analysis.choose(frame, *_ranking(frame, args.metric, args.mode))
+    except SweepError as exc:
+        if args.metric is not None:  # the user named it: a mistake to say
+            raise
+        print(f"sweeper: {exc}")  # no trial has the sweep's metric yet: no ranking, a report all the same
+        metric, mode = None, "min"
     if metric is not None:
         for line in analysis.leaderboard_lines(frame, metric, mode):
             print(line)

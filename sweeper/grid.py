@@ -102,6 +102,8 @@ def _normalise(value: Any, name: str) -> Any:
         return value
     if _is_numpy_scalar(value):
         item = value.item()
+        if _is_numpy(item):  # np.longdouble and the like: no Python type of their own
+            item = float(item) if isinstance(item, numbers.Real) else str(item)
         if isinstance(item, float) and getattr(getattr(value, "dtype", None), "itemsize", 8) < 8:
             item = float(str(value))  # np.float32(0.1) is the 0.1 it was written as, not 0.10000000149011612
         return _normalise(item, name)

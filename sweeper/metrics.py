@@ -153,26 +153,37 @@ _MIN_WORDS = frozenset({
 _MAX_WORDS = frozenset({
     "accuracy", "acc", "auc", "precision", "recall", "f1", "fbeta", "f1score", "iou", "miou", "r2",
     "score", "map", "ap", "ndcg", "mrr", "reward", "return", "dice", "bleu", "rouge", "psnr", "ssim",
-    "top1", "top5", "hit", "hits", "coverage", "correlation", "spearman", "pearson", "kappa",
+    "top1", "top5", "top", "hit", "hits", "coverage", "correlation", "spearman", "pearson", "kappa",
+    "similarity",
 })
+_MIN_WORDS = _MIN_WORDS | {"cosh"}
+#: Words after the metric's own that qualify it without changing its direction (f1_macro).
+_QUALIFIERS = frozenset({"macro", "micro", "weighted", "samples", "mean", "avg", "average", "overall",
+                         "final", "best", "last", "epoch", "k"})
 
 
 def direction(name: str) -> str | None:
     """``"max"`` or ``"min"`` for a metric's name as Keras and KerasTuner rank it, or None.
 
-    The last word of the name that is a known loss or score decides: ``val_loss``,
-    ``mean_squared_error`` and ``val_perplexity`` are minimised; ``val_accuracy``,
-    ``val_auc``, ``f1``, ``f1_score``, ``r2``, ``top_k_categorical_accuracy`` and
-    ``episode_reward`` are maximised. A name with no such word is unknown (None).
+    The name's last word decides (after qualifiers such as ``macro`` or ``mean`` and
+    numbers): ``val_loss``, ``mean_squared_error`` and ``val_perplexity`` are minimised;
+    ``val_accuracy``, ``val_auc``, ``f1``, ``f1_macro``, ``r2``, ``top_5`` and
+    ``episode_reward`` are maximised. A name whose last word is neither, such as
+    ``accuracy_drop`` or ``reward_std``, is unknown (None): never a guess.
     """
     import re as _re
 
-    words = [w for w in _re.split(r"[^a-z0-9]+", _re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
-    for word in reversed(words):
-        if word in _MIN_WORDS or word.endswith(("loss", "error", "crossentropy")):
-            return "min"
-        if word in _MAX_WORDS or word.endswith(("accuracy", "score")) or _re.fullmatch(r"top\d+|top_?k", word):
-            return "max"
+    words = [w for w in _re.split(r"[^a-z0-9]+", _re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
+             if w and not w.isdigit()]
+    while len(words) > 1 and words[-1] in _QUALIFIERS:
+        words.pop()
+    if not words:
+        return None
+    word = words[-1]
+    if word in _MIN_WORDS or word.endswith(("loss", "error", "crossentropy")):
+        return "min"
+    if word in _MAX_WORDS or word.endswith(("accuracy", "score")) or _re.fullmatch(r"top\d+", word):
+        return "max"
     return None
 
 

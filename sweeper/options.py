@@ -78,15 +78,19 @@ class Options:
             raise SweepError(f"start_method must be 'spawn' or 'forkserver', got {self.start_method!r}")
         if self.mode not in (None, "max", "min"):
             raise SweepError(f"mode must be 'max' or 'min', got {self.mode!r}")
-        if self.metric is not None and self.mode is None and direction(self.metric) is None:
-            from .analysis import unknown_direction
-
-            raise unknown_direction(self.metric)
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise SweepError(f"name {self.name!r} cannot be a folder name; use letters, digits, - and _")
         parse_gpus(self.gpus)
         self.memory_policy()
         return self
+
+    def check_ranking(self) -> None:
+        """A named metric whose direction its name does not say needs a mode. Checked on
+        the options a sweep runs with (flags, file and code merged), before anything runs."""
+        if self.metric is not None and self.mode is None and direction(self.metric) is None:
+            from .analysis import unknown_direction
+
+            raise unknown_direction(self.metric)
 
     def memory_policy(self) -> MemoryPolicy:
         return resolve(self.per_gpu, self.memory_fraction, bool(self.memory_growth))

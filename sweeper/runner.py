@@ -197,6 +197,7 @@ def run(
 ) -> Outcome:
     """Plan, resume and run a sweep. Raises SweepError for bad input, before any trial."""
     start = time.monotonic()
+    options.check_ranking()
     check_not_empty(grid)
     points = expand(grid)
     name = options.name or default_name
@@ -252,8 +253,9 @@ def _run(
         notes.append(f"the grid file changed since the last run ({len(previous)} trials on record)")
     facts = [("grid_fingerprint", print_ or ""), ("total", str(len(specs))),
              ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))]
-    if options.metric:  # what status, report and load() rank by, unless told otherwise
-        facts += [("metric", options.metric), ("mode", options.mode or direction(options.metric) or "")]
+    # what status, report and load() rank by unless told otherwise: this run's choice
+    facts += [("metric", options.metric or ""),
+              ("mode", options.mode or (direction(options.metric) if options.metric else None) or "")]
     ledger.put_many(facts)
 
     wanted = {s.trial_id for s in specs}
@@ -267,6 +269,10 @@ def _run(
             todo.append(spec)
     if results:
         notes.append(f"resumed: {len(results)} trials already on record were kept; {len(todo)} to run")
+    others = len(set(previous) - wanted)
+    if others:
+        notes.append(f"{others} trials on record here are not in this grid; results.csv shows this grid's "
+                     "(load(folder, every=True) shows all)")
 
     def write_results() -> None:
         table.write_csv([r for tid, r in results.items() if tid in wanted], os.path.join(folder, table.FILE))

@@ -152,12 +152,12 @@ def test_train_defined_under_the_main_guard_is_told_to_move(tmp_path):
 def test_dry_run_marks_the_trials_a_resume_keeps(tmp_path):
     grid = write_grid(tmp_path, "from sweep_fns import echo as train\ngrid = {'x': [1, 2, 3]}\n")
     sweeper.sweep(sweep_fns.echo, {"x": [2]}, out=str(tmp_path / "out"), name="grid", progress=False)
-    done = run_cli(grid, "--dry-run", "--workers", "1", "--out", str(tmp_path / "out"))
+    done = run_cli(grid, "--dry-run", "--workers", "1", "--gpus", "none", "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     starts = [line.split()[-1] for line in done.stdout.splitlines() if line[:1].isdigit()]
     assert starts == ["cpu", "kept", "queued"] and "(1 on record, kept)" in done.stdout
     plan = sweeper.sweep(sweep_fns.echo, {"x": [1, 2, 3]}, out=str(tmp_path / "out"), name="grid",
-                         workers=1, dry_run=True)
+                         workers=1, gpus="none", dry_run=True)
     assert plan.first_slot.tolist() == ["cpu", "kept", "queued"]
 
 
@@ -237,3 +237,28 @@ def test_the_readme_one_liner_is_how_sweeper_reads_the_table():
     call = " ".join(t.strip() for t in readme.splitlines()[line:line + 2])
     kwargs = eval("dict(" + call.split(".csv\",", 1)[1].rsplit(")", 1)[0] + ")")  # the README's own text
     assert kwargs == READ_CSV
+
+
+def test_options_from_the_file_and_the_flags_are_checked_together(tmp_path):
+    grid = write_grid(tmp_path, "from sweep_fns import scored as train\ngrid = {'x': [1, 2]}\n"
+                                "options = {'metric': 'value'}\n")
+    done = run_cli(grid, "--mode", "max", "--out", str(tmp_path / "out"))  # the file names it, the flag ranks it
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "top 2 by value (max):" in done.stdout
+    assert "best so far: value = 2 (max)" in run_cli("status", str(tmp_path / "out" / "grid")).stdout
+
+
+def test_status_and_report_before_any_trial_has_the_metric(tmp_path):
+    grid = write_grid(tmp_path, "from sweep_fns import crash as train\ngrid = {'how': ['raise']}\n"
+                                "options = {'metric': 'val_auc'}\n")
+    assert run_cli(grid, "--out", str(tmp_path / "out")).returncode == 1
+    folder = str(tmp_path / "out" / "grid")
+    status = run_cli("status", folder)
+    assert status.returncode == 0 and "1 error" in status.stdout, status.stdout + status.stderr
+    report = run_cli("report", folder)
+    assert report.returncode == 0 and "1 failed" in report.stdout, report.stdout + report.stderr
+
+
+@pytest.mark.parametrize("name", ["accuracy_drop", "reward_std", "loss_improvement"])
+def test_a_name_whose_last_word_is_not_a_score_is_never_guessed(name):
+    assert direction(name) is None
