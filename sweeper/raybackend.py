@@ -33,7 +33,7 @@ from .capping import MemoryPolicy
 from .errors import SweepError
 from .ledger import Ledger
 from .metrics import printable
-from .scheduler import Hooks, Interrupted, Loop, _catch, _load_error, _trial_env, now_iso, oom_hint
+from .scheduler import Hooks, Loop, _catch, _load_error, _trial_env, now_iso, oom_hint
 from .slots import Slot
 from .target import FileTarget, FunctionTarget, Target
 from .trial import Status, TrialResult, TrialSpec
@@ -152,10 +152,7 @@ class RayScheduler(Loop):
                 self.ray.cancel(task.ref, force=True)
             os.close(self._wake_r)
             os.close(self._wake_w)
-        if self.signals:
-            raise Interrupted(self.signals[0])
-        if self.storage_error is not None:
-            raise self.storage_error
+        self.raise_stop()
 
     def _submit(self) -> None:
         while self.queue and len(self.tasks) < self.limit and self.taking_new:

@@ -99,6 +99,13 @@ class Loop:
         """Whether queued trials may still start (no stop signal, the ledger writable)."""
         return not self.signals and self.storage_error is None
 
+    def raise_stop(self) -> None:
+        """Once the loop is over: a stop signal or a failed ledger write ends the sweep."""
+        if self.signals:
+            raise Interrupted(self.signals[0])
+        if self.storage_error is not None:
+            raise self.storage_error
+
     def store(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> bool:
         """A ledger write; on a full disk or a read-only folder the sweep stops taking new
         trials (running ones finish or stop as usual) and says so once, naming the file."""
@@ -262,10 +269,7 @@ class Scheduler(Loop):
                 os.close(self._wake_w)
                 if self.sampler:
                     self.sampler.stop()
-        if self.signals:
-            raise Interrupted(self.signals[0])
-        if self.storage_error is not None:
-            raise self.storage_error
+        self.raise_stop()
 
     def _fill(self) -> None:
         while self.queue and len(self.running) < self.limit and self.taking_new:
