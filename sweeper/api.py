@@ -7,7 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import runner, table
-from .cli import show_messages
+from .messages import show_messages
 from .command import Command
 from .grid import expand
 from .progress import choose_view

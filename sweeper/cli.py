@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import logging
 import os
 import sys
 from typing import Any, NoReturn, Sequence
 
 from . import __version__, gridfile, runner
 from .errors import SweepError
+from .messages import show_messages
 from .grid import Points
 from .options import Options
 from .progress import choose_view
@@ -165,35 +165,6 @@ def _main(argv: list[str]) -> int:
     return EXIT_FAILED if failed or len(outcome.results) < len(outcome.specs) else EXIT_OK
 
 
-class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stdout`` is at the time (a notebook or a test may replace it)."""
-
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        return sys.stdout
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass
-
-
-def show_messages(info: bool = True) -> None:
-    """sweeper's own lines (no GPU found, a full disk, ...) through the ``logging`` logger
-    ``sweeper``, printed as they are on stdout; info lines only when ``info``. Used by the
-    CLI and by ``sweep()`` alike; an application that configured the logger keeps its own."""
-    log = logging.getLogger("sweeper")
-    mine = [h for h in log.handlers if getattr(h, "_sweeper", False)]
-    if log.handlers and not mine:  # the application routes the "sweeper" logger itself
-        return
-    if not mine:
-        handler = _Stdout()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        handler._sweeper = True  # type: ignore[attr-defined]
-        log.addHandler(handler)
-        log.propagate = False
-    log.setLevel(logging.INFO if info else logging.WARNING)
-
-
 def print_plan(outcome: runner.Outcome) -> None:
     """The dry run: the GPUs found, the slots and caps, every trial and where it would start
     (``kept`` for a finished trial that a resume keeps)."""
@@ -274,7 +245,7 @@ def status_main(argv: list[str]) -> int:
         running = ledger.running() if pid else []
         epochs = ledger.latest_epochs()
         total = ledger.get("total")
-        metric, mode = ledger.ranking(args.metric, args.mode)
+        asked = ledger.ranking(args.metric, args.mode)
     finally:
         ledger.close()
     counts: dict[str, int] = {}
@@ -296,7 +267,7 @@ def status_main(argv: list[str]) -> int:
     if results:
         frame = table.dataframe(results)
         try:
-            metric, mode = analysis.choose(frame, metric, mode)
+            metric, mode = analysis.choose(frame, *asked)
         except SweepError as exc:  # no trial has the sweep's metric yet (all failed, say)
             print(f"sweeper: {exc}")
             metric = None

@@ -130,9 +130,6 @@ class Ledger:
             uri = f"file:{self.path}?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30)
             self._check()
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise sqlite3.DatabaseError(f"it was written by a newer sweeper (schema {version}); upgrade sweeper")
             return
         self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -149,8 +146,6 @@ class Ledger:
     def _migrate(self) -> None:
         """Bring a ledger written by an earlier release up to :data:`SCHEMA_VERSION`."""
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise sqlite3.DatabaseError(f"it was written by a newer sweeper (schema {version}); upgrade sweeper")
         if version == SCHEMA_VERSION:
             return
         with self._db:
@@ -161,10 +156,14 @@ class Ledger:
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _check(self) -> None:
-        """A damaged file is found now, in one line, not as a traceback halfway through."""
+        """A damaged file, or one a newer release wrote, is found now, in one line, not as a
+        traceback halfway through."""
         verdict = self._db.execute("PRAGMA quick_check").fetchone()
         if verdict is None or verdict[0] != "ok":
             raise sqlite3.DatabaseError(f"integrity check: {verdict[0] if verdict else 'no answer'}")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"it was written by a newer sweeper (schema {version}); upgrade sweeper")
 
     def close(self) -> None:
         for name in ("_fast", "_db"):

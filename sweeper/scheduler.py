@@ -32,10 +32,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
-import sys
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
 import time
 from collections import deque
