@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .trial import Status, TrialResult, TrialSpec
 
 #: Where each public name lives. Imported on first use, so a trial process (which
-#: imports ``sweeper.worker``) does not pay for the scheduler, the CLI or the API.
+#: imports ``sweeper.child``) does not pay for the engine, the CLI or the API.
 _WHERE = {
     "SweepInterrupted": "api", "load": "api", "sweep": "api",
     "current_trial": "context", "report": "context",

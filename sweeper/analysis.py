@@ -21,7 +21,9 @@ import os
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from . import paths
 from .errors import SweepError
+from .paths import SweepPaths
 from .metrics import direction
 
 if TYPE_CHECKING:
@@ -37,7 +39,6 @@ FIXED_COLUMNS = (
 HISTORY_KEYS = ("trial_id", "trial", "epoch")
 #: Trial statuses in the order the report lists them (others follow, sorted).
 STATUSES = ("ok", "error", "oom", "crashed", "timeout", "interrupted")
-REPORT = "report.html"
 TOP = 5
 
 _NEED_MPL = 'the report needs matplotlib: pip install "sweeper[report]" (or pip install matplotlib)'
@@ -161,7 +162,7 @@ def failures(df: "pandas.DataFrame", folder: str | os.PathLike[str] | None = Non
         "trial": [str(t) for t in bad["trial"]],
         "status": [str(s) for s in bad["status"]],
         "error": [_first_line(e) for e in errors],
-        "log": [os.path.join(base, "trials", str(t), "log.txt") for t in bad["trial"]],
+        "log": [os.path.join(base, SweepPaths("").trial_log(str(t))) for t in bad["trial"]],
     })
 
 
@@ -184,7 +185,8 @@ def write_html(folder: str | os.PathLike[str], metric: str | None = None, mode: 
     import pandas
 
     folder = os.fspath(folder)
-    results_path = os.path.join(folder, "results.csv")
+    where = SweepPaths(folder)
+    results_path = where.results
     if not os.path.isfile(results_path):
         raise SweepError(
             f"no results.csv in {folder}: give the folder of one sweep, "
@@ -201,20 +203,11 @@ def write_html(folder: str | os.PathLike[str], metric: str | None = None, mode: 
         raise SweepError(_NEED_MPL) from None
 
     metric, mode = choose(df, metric, mode)
-    history = _read_history(os.path.join(folder, "history.csv"))
+    history = _read_history(where.history)
     page = _page(folder, df, history, metric, mode)
-    path = os.path.join(folder, REPORT)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(page)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
+    with paths.atomic(where.report, encoding="utf-8") as f:
+        f.write(page)
+    return where.report
 
 
 def _use_log_axis(values: Iterable[Any]) -> bool:
@@ -345,7 +338,7 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
     else:
         out.append('<table class="failures"><tr><th>trial</th><th>status</th><th>error</th><th>log</th></tr>')
         for row in bad.itertuples(index=False):
-            href = urllib.parse.quote(f"trials/{row.trial}/log.txt")
+            href = urllib.parse.quote(SweepPaths("").trial_log(str(row.trial)))
             out.append(
                 f'<tr class="failure"><td>{e(row.trial)}</td><td class="status-bad">{e(row.status)}</td>'
                 f"<td>{e(row.error)}</td>"

@@ -90,11 +90,11 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
 def _check_not_in_a_trial_bootstrap() -> None:
     """A script without ``if __name__ == "__main__":`` runs its ``sweep()`` call again in
     every spawned trial process, while spawn re-imports it. Such a process ends at once
-    with :data:`~sweeper.worker.NO_MAIN_GUARD`, and the sweep says what to fix."""
+    with :data:`~sweeper.child.bootstrap.NO_MAIN_GUARD`, and the sweep says what to fix."""
     import multiprocessing
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):
-        from .worker import NO_MAIN_GUARD
+        from .child.bootstrap import NO_MAIN_GUARD
 
         os._exit(NO_MAIN_GUARD)
 

@@ -12,7 +12,7 @@ applies them with the framework's own API *before the framework touches the GPU*
 * PyTorch: ``torch.cuda.set_per_process_memory_fraction``.
 
 The child applies a framework's cap the moment that framework is imported (see
-:mod:`sweeper.worker`), so it holds whichever Keras backend or framework the trial
+:mod:`sweeper.child.imports`), so it holds whichever Keras backend or framework the trial
 uses, including one imported inside ``train``. Command trials get the same through
 ``sweeper.worker.setup()``.
 """

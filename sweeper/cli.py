@@ -124,8 +124,10 @@ def _main(argv: list[str]) -> int:
                                            "fresh", "skip_failed", "dry_run", "metric", "mode",
                                            "prefetch", "start_method", "backend", "address",
                                            "cpus_per_trial")}
-    Options.build({k: v for k, v in flags.items() if v is not None}, where="the command line")
+    flags = {k: v for k, v in flags.items() if v is not None}
+    Options.build(flags, where="the command line")
     show_messages(not args.quiet)
+    spare = None
     if args.command is not None:
         if args.grid_file or not args.grid_data:
             raise SweepError("--command takes its grid from --grid grid.json (not a grid .py file); "
@@ -140,15 +142,20 @@ def _main(argv: list[str]) -> int:
             raise SweepError("no grid file given; e.g. python -m sweeper experiments/digits_mlp.py")
         if args.grid_data or args.shell:
             raise SweepError("--grid and --shell go with --command; a grid .py file defines grid itself")
-        grid = gridfile.read(args.grid_file, args.seed)
+        grid, spare = gridfile.read(args.grid_file, args.seed, _first_slot_env(flags))
         target = FileTarget(grid.path, grid.attr, grid.shell)
         what = grid.what
-    opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
-    stem = os.path.splitext(os.path.basename(grid.path))[0]
-    listener = None if opts.dry_run else choose_view(args.quiet, opts.metric, opts.mode)
+    try:
+        opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
+        stem = os.path.splitext(os.path.basename(grid.path))[0]
+        listener = None if opts.dry_run else choose_view(args.quiet, opts.metric, opts.mode)
+    except BaseException:
+        if spare is not None:
+            spare.close()
+        raise
     try:
         outcome = runner.run(target, Points(grid.points), opts, default_name=stem,
-                             source_file=grid.path, listener=listener, what=what)
+                             source_file=grid.path, listener=listener, what=what, spare=spare)
     finally:
         if listener is not None:
             listener.close()
@@ -163,6 +170,30 @@ def _main(argv: list[str]) -> int:
         return 128 + outcome.interrupted
     failed = any(r.status is not Status.OK for r in outcome.results)
     return EXIT_FAILED if failed or len(outcome.results) < len(outcome.specs) else EXIT_OK
+
+
+def _first_slot_env(flags: dict[str, Any]) -> dict[str, str] | None:
+    """The environment the first trial's process will likely start with, from the command
+    line alone (the grid file's options are not known yet): the CLI's first process starts
+    with it, so it can run that trial. None where no trial runs in it (a dry run, Ray, a
+    fork server) or the command line cannot say; a wrong guess only costs the import."""
+    import logging
+
+    from .slots import parse_gpus, place
+
+    sweeper_log = logging.getLogger("sweeper")
+    quiet = sweeper_log.disabled
+    sweeper_log.disabled = True  # the real placement says what it has to say, once
+    try:
+        opts = Options.build(flags, where="the command line")
+        if opts.dry_run or opts.backend != "local" or opts.start_method != "spawn":
+            return None
+        slots = place(parse_gpus(opts.gpus), opts.memory_policy(), opts.workers).slots
+        return dict(slots[0].env) if slots else None
+    except SweepError:
+        return None
+    finally:
+        sweeper_log.disabled = quiet
 
 
 def print_plan(outcome: runner.Outcome) -> None:

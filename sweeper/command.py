@@ -16,14 +16,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import string
 import subprocess
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from . import paths
 from .errors import SweepError
-from .metrics import BadResult, TrialFailed, text_says_oom
+from .metrics import BadResult
+from .outcome import TrialFailed, command_exit
 from .trial import Status
 
 #: A placeholder that expands to every parameter as ``--name=value``.
@@ -191,7 +192,7 @@ class Command:
 
         trial = current_trial()
         folder = trial.dir if trial else os.getcwd()
-        metrics_file = os.path.join(folder, "metrics.json")
+        metrics_file = paths.metrics_file(folder)
         if os.path.exists(metrics_file):  # an earlier attempt's
             os.remove(metrics_file)
         argv = self.argv(params)
@@ -219,11 +220,8 @@ class Command:
                     pass
         code = proc.wait()
         if code != 0:
-            how = f"exit code {code}" if code > 0 else signal.Signals(-code).name
-            tail = _log_tail()
-            status = Status.OOM if text_says_oom(tail) else Status.CRASHED
-            last_line = next((t for t in reversed(tail.splitlines()) if t.strip()), "")
-            raise TrialFailed(status, f"the command ended with {how}; last log line: {last_line}"[:300])
+            verdict = command_exit(code, _log_tail())
+            raise TrialFailed(verdict.status, verdict.error)
         if os.path.exists(metrics_file):
             with open(metrics_file) as f:
                 try:
@@ -251,9 +249,8 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _log_tail() -> str:
+def _log_tail() -> list[str]:
     from .context import current_trial
-    from .scheduler import log_tail
 
     trial = current_trial()
-    return "\n".join(log_tail(trial.log_path, 20, pid=os.getpid())) if trial else ""
+    return paths.log_tail(trial.log_path, 20, pid=os.getpid()) if trial else []

@@ -6,6 +6,7 @@ import threading
 import time
 from typing import Any
 
+from .protocol import Reports, TrainStarted
 from .trial import TrialSpec
 
 _current: TrialSpec | None = None
@@ -75,7 +76,7 @@ class _Reporter:
             items = self._take()
             if items:
                 try:
-                    self._send(("report", items))
+                    self._send(Reports(items))
                 except OSError:  # the parent is gone
                     pass
 
@@ -106,7 +107,7 @@ def _start_reporting(send: Any) -> None:
 
 def _announce_start() -> None:
     if _reporter is not None:
-        _reporter.send(("started", None))
+        _reporter.send(TrainStarted())
 
 
 def _stop_reporting() -> None:

@@ -3,21 +3,26 @@
 A grid file usually imports TensorFlow at its top. Importing it in the parent would cost
 seconds and hundreds of MB for the whole sweep, and a stray ``list_physical_devices`` at
 its top would initialise CUDA there and hold GPU memory until the sweep ends. So a
-short-lived spawned process (with no GPU visible) imports it, checks it, expands the grid
-into plain points and sends back only those and the options: JSON-like data.
+spawned worker process imports it, checks it, expands the grid into plain points and
+sends back only those and the options: JSON-like data. That process is started as the
+first trial's would be (the slot's GPU and cap, the import hook), and then stands by to
+run that trial: the file is imported once per CLI run, not twice.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import tempfile
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import SweepError
+from .protocol import GridRead, GridRefused
+
+if TYPE_CHECKING:
+    from .backends.local import Spare
+    from .target import FileTarget
 
 
 #: Seconds a grid file may take to import (TensorFlow alone takes a few).
@@ -66,56 +71,69 @@ def read_data(path: str, seed: int | None) -> GridFile:
     return GridFile(path, [dict(p) for p in points], {}, "command")
 
 
-def read(path: str, seed: int | None) -> GridFile:
-    """Check and expand a grid file in a throwaway process. Raises SweepError."""
+def read(path: str, seed: int | None, env: dict[str, str] | None = None) -> tuple[GridFile, "Spare"]:
+    """Check and expand a grid file in a worker process started with ``env`` (the
+    environment of the slot its first trial will likely use; by default no GPU visible).
+
+    Returns the grid and that process, which has the file imported and stands by: the
+    local backend runs a trial in it when a slot with the same environment is free, so
+    a CLI run pays the file's imports (TensorFlow's seconds) once. Whoever gets it ends
+    it if it is not taken (``Spare.close``). Raises SweepError.
+    """
+    import multiprocessing
+
+    from .backends.local import join, new_tag, spawn
+    from .child.bootstrap import Boot
+    from .procs import SWEEP_VAR
+
     path = os.path.abspath(path)
     if not os.path.exists(path):
         raise SweepError(f"grid file {path} does not exist; check the path (e.g. experiments/digits_mlp.py)")
     if not path.endswith(".py"):
         raise SweepError(f"grid file {path} is not a .py file; give a Python file that defines train and grid")
-    ctx = multiprocessing.get_context("spawn")
-    here, there = ctx.Pipe(duplex=False)
-    env = {"CUDA_VISIBLE_DEVICES": "-1"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    tag = new_tag()
+    env = {**(env or {"CUDA_VISIBLE_DEVICES": "-1"}), SWEEP_VAR: tag}
+    boot = Boot(os.getpid(), None, env, inspect=(path, seed))
+    spare = spawn(multiprocessing.get_context("spawn"), boot, env, "sweeper-grid")
+    spare.tag = tag
     try:
-        proc = ctx.Process(target=_inspect, args=(path, seed, there), daemon=True)
-        proc.start()
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    there.close()
-    try:
-        if not here.poll(IMPORT_TIMEOUT):
-            proc.kill()
+        if not spare.conn.poll(IMPORT_TIMEOUT):
             raise SweepError(f"importing {path} took over {IMPORT_TIMEOUT:.0f} s; "
                              "does it wait for input or train at import time? Move that into train")
-        kind, payload = here.recv()
-    except EOFError:
-        proc.join()
-        raise SweepError(
-            f"importing {path} killed its process (exit code {proc.exitcode}); "
-            "run python on it directly to see why"
-        ) from None
-    finally:
-        proc.join()
-    if kind == "error":
-        raise SweepError(payload)
-    return GridFile(path, payload["points"], payload["options"], payload["attr"], payload["shell"],
-                    payload["what"])
+        try:
+            message = spare.conn.recv()
+        except EOFError:
+            join(spare.process, spare.exit_fd, 5.0)
+            raise SweepError(
+                f"importing {path} killed its process (exit code {spare.process.exitcode}); "
+                "run python on it directly to see why"
+            ) from None
+        if isinstance(message, GridRefused):
+            raise SweepError(message.error)
+        if not isinstance(message, GridRead):
+            raise SweepError(f"checking {path} failed: its process said {message!r}")
+    except BaseException:
+        spare.close()
+        raise
+    grid = GridFile(path, message.points, message.options, message.attr, message.shell, message.what)
+    return grid, spare
 
 
-def _inspect(path: str, seed: int | None, conn: Any) -> None:
-    """In the throwaway process: import, check, expand; reply with data or one error line."""
-    log = tempfile.TemporaryFile()
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
+def inspect(path: str, seed: int | None, send: Callable[[Any], Any]) -> "FileTarget | None":
+    """In the CLI's first process: import, check, expand; send the grid as data, or one
+    error line. The target to load ``train`` from, or None when the file is refused."""
+    from .target import FileTarget
+
     try:
-        conn.send(("ok", _examine(path, seed)))
+        data = _examine(path, seed)
     except SweepError as exc:
-        conn.send(("error", str(exc)))
+        send(GridRefused(str(exc)))
+        return None
     except BaseException as exc:  # noqa: BLE001 - anything else is a bug to report plainly
-        conn.send(("error", f"checking {path} failed: {_last_line(exc)}"))
+        send(GridRefused(f"checking {path} failed: {_last_line(exc)}"))
+        return None
+    send(GridRead(**data))
+    return FileTarget(path, data["attr"], data["shell"])
 
 
 def _last_line(exc: BaseException) -> str:

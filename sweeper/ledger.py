@@ -1,4 +1,4 @@
-"""The durable record of a sweep: ``<out>/<name>/ledger.sqlite``.
+"""The durable record of a sweep: ``<out>/<name>/ledger.sqlite`` (:mod:`sweeper.paths`).
 
 SQLite (standard library) in WAL mode with ``synchronous=FULL``, chosen over JSON lines
 because:
@@ -25,9 +25,9 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, TypeVar
 
 from .errors import SweepError
+from .paths import SweepPaths
 from .trial import Status, TrialResult, TrialSpec, current_id
 
-FILE = "ledger.sqlite"
 #: ``PRAGMA user_version`` of the ledgers this release writes. 0: before versions (trial
 #: ids without their ``t``, no ``grid`` table); 1: ids with it. Older ledgers are migrated
 #: when a sweep opens them, and read as migrated by ``load()`` and ``status``.
@@ -115,7 +115,7 @@ class Ledger:
     """One sweep folder's trials, finished and running. Used from one thread."""
 
     def __init__(self, folder: str, readonly: bool = False) -> None:
-        self.path = os.path.join(folder, FILE)
+        self.path = SweepPaths(folder).ledger
         try:
             self._open(readonly)
         except sqlite3.Error as exc:

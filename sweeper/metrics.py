@@ -1,4 +1,6 @@
-"""Turning what ``fn`` returned into a row's metrics, and judging how a trial failed."""
+"""Turning what ``train`` returned into a row's metrics: plain numbers under safe names.
+
+How a trial ended (its status) is judged in :mod:`sweeper.outcome`, not here."""
 
 from __future__ import annotations
 
@@ -13,38 +15,12 @@ BACK_COLUMNS = ("seed", "device", "started_at", "duration_s", "error", "attempts
 GPU_COLUMNS = ("gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb")
 RESERVED = frozenset(FRONT_COLUMNS + BACK_COLUMNS + GPU_COLUMNS)
 
-_OOM_TEXTS = (
-    "resource_exhausted",
-    "resourceexhausted",
-    "out of memory",
-    "cuda_error_out_of_memory",
-    "oom when allocating",
-    "failed to allocate",
-    # allocator failures in native code: C++ operator new, CUDA, cuBLAS/cuDNN, malloc's ENOMEM
-    "std::bad_alloc",
-    "bad_alloc",
-    "cudaerrormemoryallocation",
-    "cuda error: out of memory",
-    "cublas_status_alloc_failed",
-    "cudnn_status_alloc_failed",
-    "cannot allocate memory",
-)
-
-
 #: C0 and C1 control characters (and DEL): never in a console line or a CSV field.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class BadResult(ValueError):
     """``fn`` returned something that is not a mapping of metric names to numbers."""
-
-
-class TrialFailed(Exception):
-    """A trial ended with a given status (a command that crashed, say), said plainly."""
-
-    def __init__(self, status: Any, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _number(name: str, value: Any) -> int | float:
@@ -185,19 +161,3 @@ def direction(name: str) -> str | None:
     if word in _MAX_WORDS or word.endswith(("accuracy", "score")) or _re.fullmatch(r"top\d+", word):
         return "max"
     return None
-
-
-def is_oom(exc: BaseException) -> bool:
-    """Whether an exception means out of memory (GPU or host), for any framework."""
-    if isinstance(exc, MemoryError):
-        return True
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & {"ResourceExhaustedError", "OutOfMemoryError"}:
-        return True
-    return text_says_oom(str(exc))
-
-
-def text_says_oom(text: str) -> bool:
-    """Whether a log or message says that memory ran out."""
-    low = text.lower()
-    return any(t in low for t in _OOM_TEXTS)

@@ -14,19 +14,22 @@ import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from . import table
+from . import paths, table
 from .errors import SweepError
 from .grid import check_not_empty, expand
 from .metrics import direction
-from .ledger import FILE as LEDGER_FILE
 from .ledger import Ledger
 from .options import Options
-from .scheduler import Hooks, Interrupted, Scheduler
+from .paths import SweepPaths
+from .engine import Backend, Engine, Hooks, Interrupted
 from .slots import Placement, Slot, parse_gpus, place
 from .target import Target
 from .trial import Status, TrialResult, TrialSpec, trial_id, trial_name, trial_seed
+
+if TYPE_CHECKING:
+    from .backends.local import Spare
 
 
 @dataclass
@@ -60,7 +63,7 @@ class Outcome:
 
     @property
     def csv_path(self) -> str:
-        return os.path.join(self.folder, table.FILE)
+        return SweepPaths(self.folder).results
 
     def counts(self) -> Counter[str]:
         return Counter(r.status.value for r in self.results)
@@ -79,7 +82,7 @@ def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int) -> list[Tr
         specs.append(
             TrialSpec(
                 trial_id=tid, name=name, index=len(specs), params=dict(p), seed=trial_seed(seed, tid),
-                dir=os.path.join(folder, "trials", name),
+                dir=SweepPaths(folder).trial(name),
             )
         )
     return specs
@@ -116,8 +119,7 @@ def fingerprint(path: str | None) -> str | None:
 @contextlib.contextmanager
 def locked(folder: str) -> Iterator[None]:
     """One sweep at a time per folder: a second one would run the same trials twice."""
-    path = os.path.join(folder, ".lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(SweepPaths(folder).lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -137,7 +139,7 @@ def locked(folder: str) -> Iterator[None]:
 def holder(folder: str) -> int | None:
     """The pid of the sweep running in a folder (it holds the lock :func:`locked` takes), or None."""
     try:
-        fd = os.open(os.path.join(folder, ".lock"), os.O_RDONLY)
+        fd = os.open(SweepPaths(folder).lock, os.O_RDONLY)
     except OSError:
         return None
     try:
@@ -155,15 +157,15 @@ def holder(folder: str) -> int | None:
 def sweep_folder(path: str) -> str:
     """The sweep folder a user named (``<out>/<name>`` or its ``results.csv``), checked."""
     folder = os.path.dirname(path) if path.endswith(".csv") else path
-    if not os.path.exists(os.path.join(folder, LEDGER_FILE)):
-        raise SweepError(f"{folder} is not a sweep folder (no {LEDGER_FILE}); give <out>/<name>, "
+    if not SweepPaths(folder).exists():
+        raise SweepError(f"{folder} is not a sweep folder (no {paths.LEDGER}); give <out>/<name>, "
                          "e.g. results/digits_mlp")
     return folder
 
 
 def prepare_folder(folder: str) -> None:
     try:
-        os.makedirs(os.path.join(folder, "trials"), exist_ok=True)
+        os.makedirs(SweepPaths(folder).trials, exist_ok=True)
         probe = os.path.join(folder, f".probe{os.getpid()}")
         with open(probe, "w"):
             pass
@@ -175,7 +177,7 @@ def prepare_folder(folder: str) -> None:
 def set_aside(folder: str) -> None:
     """``--fresh``: keep the old ledger and CSV beside the new ones, renamed with a time stamp."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for name in (LEDGER_FILE, table.FILE):
+    for name in (paths.LEDGER, paths.RESULTS):
         path = os.path.join(folder, name)
         if os.path.exists(path):
             stem, ext = os.path.splitext(name)
@@ -194,8 +196,21 @@ def run(
     source_file: str | None = None,
     listener: Any = None,
     what: str = "",
+    spare: Spare | None = None,
 ) -> Outcome:
-    """Plan, resume and run a sweep. Raises SweepError for bad input, before any trial."""
+    """Plan, resume and run a sweep. Raises SweepError for bad input, before any trial.
+
+    ``spare``: a worker process that already imported the grid file (the CLI's check);
+    the first trial of a slot started the same way runs in it, else it is ended."""
+    try:
+        return _plan_and_run(target, grid, options, default_name, source_file, listener, what, spare)
+    finally:
+        if spare is not None:
+            spare.close()  # unless a slot took it
+
+
+def _plan_and_run(target: Target, grid: Any, options: Options, default_name: str, source_file: str | None,
+                  listener: Any, what: str, spare: Spare | None) -> Outcome:
     start = time.monotonic()
     options.check_ranking()
     check_not_empty(grid)
@@ -209,7 +224,7 @@ def run(
         placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
     if options.dry_run:  # what would run: the trials a resume keeps are marked, not placed
         previous: dict[str, TrialResult] = {}
-        if os.path.exists(os.path.join(folder, LEDGER_FILE)):
+        if SweepPaths(folder).exists():
             ledger = Ledger(folder, readonly=True)
             try:
                 previous = ledger.results()
@@ -224,7 +239,8 @@ def run(
         shutil.rmtree(os.path.join(folder, ".standby"), ignore_errors=True)  # left by sweeper < 0.2
         ledger = Ledger(folder)
         try:
-            return _run(target, options, specs, placement, ledger, folder, source_file, listener, start, what)
+            return _run(target, options, specs, placement, ledger, folder, source_file, listener, start, what,
+                        spare)
         finally:
             ledger.close()
 
@@ -240,6 +256,7 @@ def _run(
     listener: Any,
     start: float,
     what: str,
+    spare: Spare | None = None,
 ) -> Outcome:
     notes: list[str] = []
     ledger.clear_running()
@@ -259,6 +276,7 @@ def _run(
     ledger.put_many(facts)
 
     wanted = {s.trial_id for s in specs}
+    where = SweepPaths(folder)
     results: dict[str, TrialResult] = {}
     todo: list[TrialSpec] = []
     for spec in specs:
@@ -275,16 +293,16 @@ def _run(
                      "(load(folder, every=True) shows all)")
 
     def write_results() -> None:
-        table.write_csv([r for tid, r in results.items() if tid in wanted], os.path.join(folder, table.FILE))
+        table.write_csv([r for tid, r in results.items() if tid in wanted], where.results)
 
     def write_history() -> None:
         order = {s.trial_id: (s.index, s.name) for s in specs}
         rows = [(tid, order[tid][1], epoch, m) for tid, epoch, m in ledger.history() if tid in order]
         rows.sort(key=lambda row: (order[row[0]][0], row[2]))
-        table.write_history_csv(rows, os.path.join(folder, table.HISTORY_FILE))
+        table.write_history_csv(rows, where.history)
 
-    files = [table.Throttled(write_results, path=os.path.join(folder, table.FILE)),
-             table.Throttled(write_history, path=os.path.join(folder, table.HISTORY_FILE))]
+    files = [table.Throttled(write_results, path=where.results),
+             table.Throttled(write_history, path=where.history)]
 
     def on_record(result: TrialResult) -> None:
         results[result.trial_id] = result
@@ -298,31 +316,29 @@ def _run(
     if listener is not None:
         listener.begin(len(todo), len(specs))
     hooks = Hooks(listener=listener, on_record=on_record, on_history=files[1].mark, tick=tick)
-    scheduler: Any
+    backend: Backend
     if options.backend == "ray":
-        from .raybackend import RayScheduler
+        from .backends.ray import RayBackend
 
-        scheduler = RayScheduler(
-            target, options.memory_policy(), ledger, address=options.address,
-            gpus=parse_gpus(options.gpus) != "none", cpus_per_trial=options.cpus_per_trial,
-            hooks=hooks, workers=options.workers, timeout=options.timeout, retries=options.retries,
-        )
+        backend = RayBackend(target, options.memory_policy(), address=options.address,
+                             gpus=parse_gpus(options.gpus) != "none", cpus_per_trial=options.cpus_per_trial,
+                             workers=options.workers)
     else:
-        scheduler = Scheduler(
-            target, placement.slots, ledger, hooks=hooks, workers=options.workers, timeout=options.timeout,
-            retries=options.retries, prefetch=options.prefetch, start_method=options.start_method,
-            folder=folder,
-        )
+        from .backends.local import LocalBackend
+
+        backend = LocalBackend(target, placement.slots, workers=options.workers, prefetch=options.prefetch,
+                               start_method=options.start_method, spare=spare)
+    engine = Engine(backend, ledger, hooks=hooks, timeout=options.timeout, retries=options.retries)
     interrupted = None
     try:
-        scheduler.run(todo)
+        engine.run(todo)
     except Interrupted as exc:
         interrupted = exc.signum
     finally:
         final = [r for tid, r in results.items() if tid in wanted]
         for f in files:
             f.flush()
-    return Outcome(folder, table.ordered(final), specs, placement, notes, len(scheduler.started),
+    return Outcome(folder, table.ordered(final), specs, placement, notes, len(engine.started),
                    time.monotonic() - start, interrupted)
 
 
@@ -395,7 +411,7 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
             if analysis.metric_columns(frame):
                 lines.append(f"sweeper: {exc}")
             metric = None
-        if metric is not None:
+        if metric is not None and mode is not None:
             lines += ["sweeper: " + line if i == 0 else line
                       for i, line in enumerate(analysis.leaderboard_lines(frame, metric, mode))]
             missing = int(frame.loc[frame.status == "ok", metric].isna().sum())

@@ -20,13 +20,13 @@ import os
 import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
+from . import paths
 from .metrics import BACK_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS
 from .trial import TrialResult
 
 if TYPE_CHECKING:
     import pandas
 
-FILE = "results.csv"
 
 
 def columns(results: Sequence[TrialResult]) -> list[str]:
@@ -66,26 +66,8 @@ def ordered(results: Iterable[TrialResult]) -> list[TrialResult]:
 
 def write_csv(results: Sequence[TrialResult], path: str) -> None:
     """Write the table atomically: a temporary file, fsynced, renamed over ``path``."""
-    with atomic(path) as f:
+    with paths.atomic(path) as f:
         _write(results, f)
-
-
-@contextlib.contextmanager
-def atomic(path: str) -> Iterator[IO[str]]:
-    """A text file that readers see whole or not at all: written to a temporary file,
-    fsynced, renamed over ``path``. On any failure (a full disk) the temporary file is
-    removed and ``path`` keeps its old content."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", newline="") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
 
 
 def _write(results: Sequence[TrialResult], f: Any) -> None:
@@ -183,7 +165,6 @@ class Throttled:
         return due
 
 
-HISTORY_FILE = "history.csv"
 
 
 def write_history_csv(rows: Sequence[tuple[str, str, int, dict[str, Any]]], path: str) -> None:
@@ -192,7 +173,7 @@ def write_history_csv(rows: Sequence[tuple[str, str, int, dict[str, Any]]], path
     for *_, metrics in rows:
         for k in metrics:
             names.setdefault(k, None)
-    with atomic(path) as f:
+    with paths.atomic(path) as f:
         writer = csv.writer(f)
         writer.writerow(["trial_id", "trial", "epoch", *names])
         for tid, name, epoch, metrics in rows:

@@ -153,7 +153,9 @@ class TrialSpec:
 
     @property
     def log_path(self) -> str:
-        return f"{self.dir}/log.txt"
+        from .paths import log_file
+
+        return log_file(self.dir)
 
 
 @dataclass(frozen=True)

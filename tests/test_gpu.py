@@ -16,7 +16,7 @@ import sweep_fns
 from conftest import run_cli, write_grid
 from sweeper.capping import MemoryPolicy, resolve
 from sweeper.gpus import inventory
-from sweeper.scheduler import oom_hint
+from sweeper.outcome import oom_hint
 from sweeper.slots import Slot, parse_gpus, pick, place
 
 
@@ -98,9 +98,10 @@ def test_missing_nvml_falls_back_to_the_cpu(caplog):
 
 
 def test_oom_hint_names_the_cap_and_the_knobs():
-    slot = Slot(0, "1", {"SWEEPER_MEMORY_FRACTION": "0.3"}, "GPU-x", 4800)
-    assert "4800 MB on gpu:1" in oom_hint(slot) and "--per-gpu" in oom_hint(slot)
-    assert "--workers" in oom_hint(Slot(0, None))
+    assert "4800 MB on gpu:1" in oom_hint("gpu:1", 4800, "0.3") and "--per-gpu" in oom_hint("gpu:1", 4800)
+    assert "a cap of 0.3 of the card on gpu:1" in oom_hint("gpu:1", None, "0.3")
+    assert "memory growth" in oom_hint("gpu:1")
+    assert "--workers" in oom_hint("cpu")
 
 
 # -- what the children saw ----------------------------------------------------------------

@@ -1,0 +1,203 @@
+"""The Ray backend (``backend="ray"``): one Ray task per trial, on a cluster.
+
+Ray places the trials (``num_gpus = 1 / per_gpu`` sets ``CUDA_VISIBLE_DEVICES``,
+``num_cpus`` from ``cpus_per_trial``) and runs each in a fresh worker process
+(``max_calls=1``), so its GPU memory is released as in the local backend. The trial's
+bootstrap is :func:`sweeper.child.bootstrap.ray_main`; the ledger, CSVs, resume,
+retries, timeouts and statuses are the engine's, on the driver, as for local trials.
+
+Data flow::
+
+    driver (this process)                          Ray worker (one per trial, any node)
+    start: submit ray_main(spec, train, env) ────▶ env, cap, seeds, log → train(params)
+    wait: ray.wait(refs) ◀── result + log ──────── return {result, log, pid, device}
+          channel.get_nowait_batch() ◀── Placed, Reports, Exiting ── channel.put(...)
+    cancel: ray.cancel(force=True) (timeout, Ctrl-C)
+
+User code travels: when sweeper opens the connection it ships the grid file's folder as
+the job's ``working_dir``; when the caller already ran ``ray.init``, the module defining
+``train`` is pickled by value (``cloudpickle.register_pickle_by_value``), since a task's
+own ``runtime_env`` cannot upload local files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from ..capping import MemoryPolicy
+from ..errors import SweepError
+from ..protocol import Began, Event, Exited, Exiting, LoadFailed, Placed
+from ..target import FileTarget, FunctionTarget, Target
+from ..trial import TrialSpec
+
+#: Seconds between looks at the report queue while tasks run.
+POLL = 0.2
+
+
+def connect(address: str | None, target: Target) -> tuple[Any, Any]:
+    """A Ray connection (the caller's, or one sweeper opens) and ``train`` in a form that travels."""
+    try:
+        import ray
+    except ImportError:
+        raise SweepError('--backend ray needs Ray: pip install "sweeper[ray]"') from None
+    if ray.is_initialized():
+        return ray, _by_value(target)
+    runtime_env: dict[str, Any] = {}
+    travels: Any
+    if isinstance(target, FileTarget):
+        folder = os.path.dirname(target.path)
+        runtime_env = {"working_dir": folder, "excludes": ["results/", ".git/", "*.sqlite*", "__pycache__/"]}
+        travels = FileTarget(os.path.basename(target.path), target.attr, target.shell)
+    else:
+        travels = _by_value(target)
+    try:
+        ray.init(address=address, runtime_env=runtime_env or None, include_dashboard=False,
+                 log_to_driver=False, logging_level=logging.WARNING)
+    except ConnectionError as exc:
+        raise SweepError(f"cannot reach a Ray cluster at {address!r} ({exc}); start one with "
+                         "ray start --head, or leave out --address for a local one") from None
+    return ray, travels
+
+
+def _by_value(target: Target) -> Any:
+    """Make ``train``'s module travel inside the pickle unless it is an installed package."""
+    if not isinstance(target, FunctionTarget):
+        return target
+    import pickle
+
+    from ray import cloudpickle  # Ray pickles task arguments with its own copy
+
+    fn = pickle.loads(target.blob)
+    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+    path = getattr(module, "__file__", "") or ""
+    if module is not None and "site-packages" not in path and module.__name__ not in ("__main__",):
+        if module.__name__.split(".")[0] != "sweeper":
+            cloudpickle.register_pickle_by_value(module)
+    return fn
+
+
+@dataclass
+class _Task:
+    spec: TrialSpec
+    ref: Any
+    exitcode: int | None = None  #: told by the trial as it called os._exit (Ray does not say)
+    cancelled: bool = False
+
+
+class RayBackend:
+    """Trials as Ray tasks (see the module docstring)."""
+
+    stop_word = "cancelled"
+
+    def __init__(self, target: Target, policy: MemoryPolicy, *, address: str | None = None,
+                 gpus: bool = True, cpus_per_trial: float = 1.0, workers: int | None = None) -> None:
+        self.ray, self.target = connect(address, target)
+        from ray.util.queue import Queue
+
+        from ..child.bootstrap import ray_main
+
+        self.channel = Queue()
+        # a fresh worker process per trial; retries are sweeper's (they follow --retries)
+        self.remote = self.ray.remote(max_calls=1, max_retries=0)(ray_main)
+        resources = self.ray.cluster_resources()
+        self.num_gpus = (1.0 / policy.per_gpu) if gpus and resources.get("GPU", 0) > 0 else 0.0
+        self.cpus = cpus_per_trial
+        if self.num_gpus:
+            capacity = int(resources["GPU"] * policy.per_gpu)
+        else:
+            capacity = int(resources.get("CPU", 1) // cpus_per_trial)
+        self.capacity = max(1, min(workers or capacity, capacity))
+        self.env = policy.env(None) if self.num_gpus else {"CUDA_VISIBLE_DEVICES": "-1"}
+        self.fraction = self.env.get("SWEEPER_MEMORY_FRACTION")
+        self.tasks: dict[str, _Task] = {}  #: by trial id
+
+    def open(self) -> None:
+        pass
+
+    def start(self, spec: TrialSpec) -> None:
+        ref = self.remote.options(num_cpus=self.cpus, num_gpus=self.num_gpus).remote(
+            spec, self.target, self.env, self.channel)
+        self.tasks[spec.trial_id] = _Task(spec, ref)
+        return None  # Began comes when the task starts on its worker (Placed)
+
+    def wait(self, timeout: float | None, wake: int) -> list[tuple[str, Event]]:
+        timeout = POLL if timeout is None else min(POLL, timeout)
+        refs = [t.ref for t in self.tasks.values()]
+        ready: list[Any] = []
+        if refs:
+            ready, _ = self.ray.wait(refs, num_returns=1, timeout=timeout)
+        elif timeout:
+            select.select([wake], [], [], timeout)
+        events = self._drain_channel()
+        by_ref = {t.ref: t for t in self.tasks.values()}
+        for ref in ready:
+            events += self._finish(by_ref[ref])
+        return events
+
+    def drain(self, trial_id: str) -> list[tuple[str, Event]]:
+        """A task whose result is in already ends now, as it is."""
+        task = self.tasks.get(trial_id)
+        if task is None:
+            return []
+        done, _ = self.ray.wait([task.ref], timeout=0)
+        return self._drain_channel() + (self._finish(task) if done else [])
+
+    def cancel(self, trial_id: str, hard: bool) -> None:
+        """Ray's only reliable stop is a forced one (it kills the worker process)."""
+        task = self.tasks.get(trial_id)
+        if task is not None and not task.cancelled:
+            task.cancelled = True
+            self.ray.cancel(task.ref, force=True)
+
+    def ahead(self, queued: int) -> None:
+        pass
+
+    def close(self) -> list[tuple[str, Event]]:
+        for task in list(self.tasks.values()):
+            self.ray.cancel(task.ref, force=True)
+        self.tasks.clear()
+        return []
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _drain_channel(self) -> list[tuple[str, Event]]:
+        events: list[tuple[str, Event]] = []
+        for tid, message in self.channel.get_nowait_batch(self.channel.qsize()):
+            task = self.tasks.get(tid)
+            if task is None:
+                continue
+            if isinstance(message, Placed):  # it began on its worker: its time starts now
+                events.append((tid, Began(message.pid, message.device, "", message.cap_mb, self.fraction)))
+            elif isinstance(message, Exiting):
+                task.exitcode = message.code
+            else:
+                events.append((tid, message))
+        return events
+
+    def _finish(self, task: _Task) -> list[tuple[str, Event]]:
+        """The task is done: its result and log, or how it failed."""
+        from ray.exceptions import RayError, TaskCancelledError
+
+        self.tasks.pop(task.spec.trial_id, None)
+        tid, spec = task.spec.trial_id, task.spec
+        try:
+            out = self.ray.get(task.ref)
+        except TaskCancelledError:
+            return [(tid, Exited(task.exitcode, cancelled=task.exitcode is None))]
+        except RayError as exc:  # the worker or its node died: WorkerCrashedError, NodeDiedError...
+            kind = type(exc).__name__
+            note = kind if task.exitcode is not None else f"{kind}: {str(exc).strip().splitlines()[0]}"
+            return [(tid, Exited(task.exitcode, note=note))]
+        os.makedirs(spec.dir, exist_ok=True)
+        with open(spec.log_path, "a") as f:
+            f.write(out.get("log", ""))
+        if "load_error" in out:
+            return [(tid, LoadFailed(out["load_error"]))]
+        return [(tid, out["result"]),
+                (tid, Exited(task.exitcode, pid=out.get("pid"), device=out.get("device"), cap_mb=out.get("cap_mb")))]
+

@@ -1,0 +1,359 @@
+"""The trial process, from spawn to exit: one bootstrap for local and Ray trials.
+
+Small on purpose (as submitit's worker is). Locally the parent starts :func:`main` in a
+fresh ``spawn`` process and sends it one :class:`~sweeper.trial.TrialSpec` over a pipe;
+on Ray, :func:`ray_main` is the task. Either way the child, in this order:
+
+1. (locally) becomes the leader of its own process group, so a timeout or Ctrl-C can
+   kill the trial with everything it started, and arranges to die with its parent
+   (``PR_SET_PDEATHSIG`` plus a thread watching the parent's sentinel);
+2. sets the slot's environment (GPU pinning, memory cap) and installs the import hook
+   (:mod:`sweeper.child.imports`): caps now for frameworks already imported, and the
+   moment any other is imported; seeds follow with the trial;
+3. points file descriptors 1 and 2 at the trial's ``log.txt`` (TensorFlow logs from C++),
+   after a header line (:func:`sweeper.paths.log_header`);
+4. loads ``train`` (importing the user's module) and runs ``train(params)``;
+   :mod:`sweeper.outcome` judges what it returned or raised;
+5. writes ``result.json`` whole (:func:`sweeper.paths.atomic`), sends the same
+   :class:`~sweeper.protocol.Result` to the parent and exits, releasing all of its
+   memory, GPU memory included.
+
+A *standby* does steps 1-4 up to loading ``train`` while its slot's previous trial still
+runs, output going to a nameless file until its trial comes. The CLI's first process
+(``inspect``) also reads the grid file for the parent first (:mod:`sweeper.gridfile`), so
+the file is imported once. Nothing heavy is imported here: the framework arrives with the
+user's module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, NoReturn
+
+from .. import context, outcome, paths
+from ..metrics import BadResult, epochs_of
+from ..protocol import Exiting, LoadFailed, Placed, Ready, Result
+from ..trial import TrialSpec
+from . import imports
+
+_PR_SET_PDEATHSIG = 1
+#: Exit code of a trial process that found itself re-running the caller's ``sweep()``
+#: while spawn re-imported the caller's script (no ``if __name__ == "__main__":`` guard).
+NO_MAIN_GUARD = 86
+
+
+@dataclass(frozen=True)
+class Boot:
+    """What a worker process is started with, before it knows its trial."""
+
+    parent_pid: int
+    target: Any  #: a :data:`sweeper.target.Target`; None with ``inspect`` (the grid file names it)
+    env: dict[str, str] = field(default_factory=dict)  #: the slot's: GPU pinning, memory cap
+    #: A standby: import ``train`` at once, output to a nameless file until a trial comes
+    #: (it vanishes with the process, however that ends).
+    standby: bool = False
+    #: False under forkserver, where the parent is the fork server, not the sweep.
+    check_ppid: bool = True
+    #: (grid file, seed): read the grid file for the parent first, then stand by.
+    inspect: tuple[str, int | None] | None = None
+
+
+def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
+    """Entry point of a trial process (the ``target`` of its ``Process``)."""
+    _guard(boot.parent_pid if boot.check_ppid else None)
+    os.environ.update(boot.env)
+    hook = imports.install()
+    fn = None
+    prelog: int | None = None
+    target = boot.target
+    if boot.standby or boot.inspect:  # import the user's module before the trial comes
+        prelog = _redirect_to_nameless()
+        if boot.inspect is not None:
+            from ..gridfile import inspect
+
+            target = inspect(*boot.inspect, conn.send)
+            if target is None:
+                return
+        fn = _load(target.load, conn.send)
+        if fn is None:
+            return
+        conn.send(Ready())
+    try:
+        spec: TrialSpec = conn.recv()
+    except EOFError:  # a standby the sweep no longer needs
+        return
+    started = time.monotonic()
+    _redirect_output(spec, prelog)
+    os.environ.update(spec.env)
+    hook.set_seed(spec.seed)  # before the module loads (unless a standby loaded it already)
+    if fn is None:
+        fn = _load(target.load, conn.send)
+        if fn is None:
+            return
+    context._start_reporting(conn.send)
+    result = run_trial(spec, fn, hook, started)
+    context._stop_reporting()  # its last batch goes before the result
+    _write_result(spec, result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        conn.send(result)
+    except OSError:  # the parent is gone; the watcher will end us
+        pass
+    conn.close()
+    _exit_now()
+
+
+def _exit_now() -> None:
+    """Leave without the interpreter's teardown, once the result is safe.
+
+    Tearing down TensorFlow's modules and threads takes seconds, during which the slot
+    cannot take its next trial (its memory must be released first). ``atexit`` handlers
+    still run and the standard streams are flushed; then the process ends, and the
+    operating system releases its memory, GPU memory included.
+    """
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
+
+
+def ray_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any) -> dict[str, Any]:
+    """Entry point of a trial as a Ray task (a fresh Ray worker process, ``max_calls=1``).
+
+    The same bootstrap as :func:`main` minus what Ray does itself (placing the task,
+    setting ``CUDA_VISIBLE_DEVICES``, ending the process): environment, caps, seeds, output
+    into a log, messages through ``channel`` (a Ray queue, as ``(trial id, message)``)
+    instead of a pipe. The trial's folder and log are on this node, so the log comes back
+    in the return value and the driver appends it to the trial's ``log.txt``.
+    """
+    import tempfile
+
+    os.environ.update(env)
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    limit = _limit_mb_here(gpus)
+    if limit is not None:
+        os.environ["SWEEPER_MEMORY_LIMIT_MB"] = str(limit)
+    folder = tempfile.mkdtemp(prefix=f"sweeper-{spec.trial_id}-")
+    device = f"gpu:{gpus}" if gpus and not gpus.startswith("-") else "cpu"
+    spec = replace(spec, dir=folder, device=device)
+    os.environ.update({**spec.env, "SWEEPER_TRIAL_DIR": folder})
+    channel.put((spec.trial_id, Placed(os.getpid(), device, limit)))
+    _redirect_output(spec)
+    started = time.monotonic()
+    hook = imports.install()
+    hook.set_seed(spec.seed)
+    failed: list[Any] = []
+    fn = _load(target.load if hasattr(target, "load") else (lambda: target), failed.append)
+    if fn is None:
+        return {"load_error": failed[0].error, "log": _read(spec.log_path)}
+    context._start_reporting(lambda message: channel.put((spec.trial_id, message)))
+    real_exit = os._exit
+
+    def exit_and_tell(code: int) -> NoReturn:  # Ray says only "the worker died": say how
+        with contextlib.suppress(Exception):
+            channel.put((spec.trial_id, Exiting(int(code))), timeout=5)
+        real_exit(code)
+
+    os._exit = exit_and_tell  # type: ignore[assignment]
+    try:
+        result = run_trial(spec, fn, hook, started)
+    finally:
+        os._exit = real_exit
+    context._stop_reporting()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return {"result": result, "log": _read(spec.log_path), "pid": os.getpid(), "device": device,
+            "cap_mb": limit}
+
+
+def _limit_mb_here(gpus: str) -> int | None:
+    """The cap in MB for the GPU Ray gave this task: the fraction times its size, from NVML."""
+    fraction = os.environ.get("SWEEPER_MEMORY_FRACTION")
+    if not fraction or not gpus or gpus.startswith("-"):
+        return None
+    from ..gpus import inventory
+
+    first = gpus.split(",")[0]
+    for gpu in inventory():
+        if first in (str(gpu.index), gpu.uuid):
+            return int(float(fraction) * gpu.total_mb)
+    return None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def setup() -> dict[str, Any]:
+    """For a script run as a command trial: apply what sweeper chose, from the environment.
+
+    Caps GPU memory (``SWEEPER_MEMORY_LIMIT_MB`` and friends; TensorFlow's cap needs this
+    call, JAX reads its variable by itself) and seeds ``random``, NumPy, TensorFlow, Keras
+    and PyTorch with ``SWEEPER_SEED``, for the frameworks imported now and those imported
+    later. Returns the trial's parameters (``SWEEPER_PARAMS``); outside a sweep, ``{}``::
+
+        import sweeper.worker
+        sweeper.worker.setup()
+    """
+    hook = imports.install()
+    seed = os.environ.get("SWEEPER_SEED")
+    if seed is not None:
+        hook.set_seed(int(seed))
+    params: dict[str, Any] = json.loads(os.environ.get("SWEEPER_PARAMS", "{}"))
+    return params
+
+
+def _load(load: Callable[[], Callable[..., Any]], send: Callable[[Any], Any]) -> Callable[..., Any] | None:
+    """``train``, or None after telling the parent why it cannot be imported: that is the
+    sweep's problem (every trial would fail alike), not one trial's."""
+    try:
+        return load()
+    except BaseException as exc:  # noqa: BLE001
+        traceback.print_exc()
+        send(LoadFailed(outcome.last_line(exc)))
+        return None
+
+
+def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: imports.OnImport, started: float) -> Result:
+    """Run ``train`` (loaded and seeded already); the outcome, judged, as a :class:`Result`.
+
+    ``duration_s`` is measured here, from ``started`` (the trial reached this process) to
+    the end of ``train``: the trial's own time, whatever the parent was doing meanwhile.
+    """
+    context._set(spec)
+    history: list[dict[str, Any]] = []
+    try:
+        hook.catch_up()
+        context._announce_start()  # the parent may now start this slot's next process
+        value = fn(dict(spec.params))
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
+        verdict = outcome.raised(exc)
+        if isinstance(exc, (outcome.TrialFailed, BadResult)):
+            print(f"sweeper: {exc}", file=sys.stderr)
+        else:
+            traceback.print_exc()
+    else:
+        verdict = outcome.returned(value)
+        if verdict.error:
+            print(f"sweeper: {verdict.error}", file=sys.stderr)
+        else:
+            history = epochs_of(value)
+    finally:
+        context._set(None)
+    return Result(verdict.status, verdict.metrics, verdict.error, time.monotonic() - started, history)
+
+
+def _write_result(spec: TrialSpec, result: Result) -> None:
+    """``result.json``, whole or not at all (the ledger, not this file, makes a result
+    durable, so no fsync)."""
+    path = paths.result_file(spec.dir)
+    try:
+        with paths.atomic(path, fsync=False) as f:
+            json.dump(result.to_json(spec.trial_id), f)
+    except OSError as exc:  # a full disk: the parent's ledger still gets the result
+        print(f"sweeper: could not write {path} ({exc.strerror})", file=sys.stderr)
+
+
+# -- staying with the parent -------------------------------------------------------------
+
+
+def _kill_own_group(*_: Any) -> None:
+    """End this trial and everything it started, at once."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os._exit(1)
+
+
+def _guard(parent_pid: int | None) -> None:
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    # The parent started us with SIGINT ignored (Ctrl-C is its to handle); now that no
+    # terminal's Ctrl-C reaches our group, give the trial Python's usual behaviour back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGHUP, _kill_own_group)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the watcher thread still works
+        pass
+    if parent_pid is not None and os.getppid() != parent_pid:  # died before prctl took effect
+        _kill_own_group()
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.sentinel is not None:
+        sentinel = parent.sentinel
+
+        def watch() -> None:
+            multiprocessing.connection.wait([sentinel])
+            _kill_own_group()
+
+        threading.Thread(target=watch, name="sweeper-parent-watch", daemon=True).start()
+
+
+# -- logs ----------------------------------------------------------------------------------
+
+
+def _redirect_fds(fd: int) -> None:
+    """Send fds 1 and 2 (Python's and native code's output) to ``fd``, then close it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            pass
+
+
+def _redirect_to_nameless() -> int:
+    """Point fds 1 and 2 at a file without a name (a standby's output until its trial
+    comes, gone with the process however it ends); returns a descriptor to read it back."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as f:
+        keep = os.dup(f.fileno())
+        _redirect_fds(os.dup(f.fileno()))
+    return keep
+
+
+def _redirect_output(spec: TrialSpec, prelog: int | None = None) -> None:
+    """Point output at the trial's log, after a header and what a standby printed so far."""
+    os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
+    _redirect_fds(os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    print(paths.log_header(spec.name, spec.trial_id, spec.attempt, os.getpid(), spec.device, spec.seed, stamp),
+          flush=True)
+    if prelog is not None:  # what the standby printed while it imported
+        try:
+            offset = 0
+            while chunk := os.pread(prelog, 1 << 16, offset):
+                os.write(1, chunk)
+                offset += len(chunk)
+        except OSError:
+            pass
+        finally:
+            os.close(prelog)

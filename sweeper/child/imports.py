@@ -1,0 +1,128 @@
+"""Caps and seeds, applied the moment a framework is imported in a trial process.
+
+:func:`install` puts a finder on ``sys.meta_path`` before the user's module is imported,
+so TensorFlow's and PyTorch's GPU memory caps (:mod:`sweeper.capping`) precede the
+module's own code, whatever it touches at its top; seeds for ``random``, NumPy,
+TensorFlow, Keras and PyTorch follow with the trial (a standby imports before it has one).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import random
+import sys
+from typing import Any, Callable
+
+from .. import capping
+
+
+def _cap_tensorflow(mod: Any) -> None:
+    capping.apply_tensorflow(mod)
+
+
+def _cap_torch(mod: Any) -> None:
+    capping.apply_torch(mod)
+
+
+def _seed_numpy(mod: Any, seed: int) -> None:
+    mod.random.seed(seed)
+
+
+def _seed_tensorflow(mod: Any, seed: int) -> None:
+    mod.random.set_seed(seed)
+
+
+def _seed_keras(mod: Any, seed: int) -> None:
+    mod.utils.set_random_seed(seed)
+
+
+def _seed_torch(mod: Any, seed: int) -> None:
+    mod.manual_seed(seed)
+
+
+#: Caps come first: they must precede anything that touches the GPU.
+_CAPS: dict[str, Callable[[Any], None]] = {"tensorflow": _cap_tensorflow, "torch": _cap_torch}
+_SEEDS: dict[str, Callable[[Any, int], None]] = {
+    "numpy": _seed_numpy,
+    "tensorflow": _seed_tensorflow,
+    "keras": _seed_keras,
+    "torch": _seed_torch,
+}
+
+
+class OnImport(importlib.abc.MetaPathFinder):
+    """Caps and seeds each framework now if imported, else right after its import.
+
+    Installed before the user's module is imported (so a cap precedes the module's own
+    code); the seed comes later, with the trial (a standby imports before it has one).
+    """
+
+    current: "OnImport | None" = None
+
+    def __init__(self) -> None:
+        self.seed: int | None = None
+        self.done: set[str] = set()
+        self._busy = False
+
+    @classmethod
+    def install(cls) -> "OnImport":
+        if cls.current is None:
+            cls.current = cls()
+            sys.meta_path.insert(0, cls.current)
+            cls.current.catch_up()
+        return cls.current
+
+    def set_seed(self, seed: int) -> None:
+        """Seed ``random`` and every framework imported so far; later ones on import."""
+        self.seed = seed
+        random.seed(seed)
+        for name, seeder in _SEEDS.items():
+            if name in self.done:
+                seeder(sys.modules[name], seed)
+        self.catch_up()
+
+    def catch_up(self) -> None:
+        """Handle what got imported before the hook, or past it (e.g. by a custom loader)."""
+        for name in sorted(set(_SEEDS) - self.done):
+            if name in sys.modules:
+                self._ready(name, sys.modules[name])
+
+    def _ready(self, name: str, module: Any) -> None:
+        self.done.add(name)
+        if name in _CAPS:
+            _CAPS[name](module)
+        if self.seed is not None:
+            _SEEDS[name](module, self.seed)
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in _SEEDS or fullname in self.done or self._busy:
+            return None
+        self._busy = True  # find the real spec without finding ourselves
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None:
+            return spec
+        inner, hook = spec.loader, self
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return inner.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                inner.exec_module(module)
+                if fullname not in hook.done:  # a probe (find_spec alone) does not count
+                    hook._ready(fullname, module)
+
+            def __getattr__(self, name: str) -> Any:  # resources, is_package, get_code...
+                return getattr(inner, name)
+
+        spec.loader = Loader()
+        return spec
+
+
+def install() -> OnImport:
+    """The process's hook, installed once (caps whatever is imported already, now)."""
+    return OnImport.install()

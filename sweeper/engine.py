@@ -1,0 +1,467 @@
+"""The engine: every trial of a sweep, from the queue to one recorded result.
+
+The engine owns what does not depend on where trials run: the queue, retries, deadlines,
+the stop signals (Ctrl-C, SIGTERM), recording in the ledger, and the hooks the console
+and the CSVs hang on. Where and how a trial runs is a backend's
+(:class:`Backend`: :mod:`sweeper.backends.local`, :mod:`sweeper.backends.ray`).
+
+Data flow of one sweep::
+
+     sweep() / CLI               Engine (parent, one thread)             Backend
+    ┌──────────────┐ TrialSpecs ┌─────────────────────────────────┐    ┌──────────────────────────┐
+    │ grid → specs │──────────▶ │ queue ──▶ start(spec) ───────────┼──▶ │ local: a spawn process    │
+    │ minus rows   │            │                                 │    │  per trial (standby, fork │
+    │ already ok   │            │ wait(deadline, signal pipe) ◀────┼─── │  server, pidfd, process   │
+    └──────────────┘            │   Began      clock starts        │    │  group); Ray: a task      │
+                                │   Reports    history, live view  │    │        │ spec       ▲ messages
+                                │   Result     recorded at once    │    │        ▼            │
+                                │   Exited     judged, recorded ───┼─┐  │  trial process        │
+                                │ deadlines: timeout ▶ cancel ▶    │ │  │  (sweeper.child):     │
+                                │   SIGTERM grace ▶ cancel(hard)   │ │  │  caps, seeds, log,    │
+                                │ signal pipe: Ctrl-C, SIGTERM     │ │  │  train(params)        │
+                                └─────────────────────────────────┘ │  └──────────────────────────┘
+                                     outcome.judge ◀─────────────────┘
+                                          │ TrialResult, before the slot is reused
+                                          ▼
+                     Ledger (SQLite WAL, fsync) ──▶ results.csv (tmp + rename) ──▶ listener
+
+A trial's status is decided in one place, :func:`sweeper.outcome.judge`, from what the
+engine gathered: its :class:`~sweeper.protocol.Result` (if any), the stop the engine
+asked for (timeout, interrupted), and how its process ended (:class:`~sweeper.protocol.Exited`).
+
+Deadlines, one per running trial, of three kinds (:class:`Due`):
+
+* ``TIMEOUT``: ``timeout`` seconds after the trial reached its process (:class:`Began`,
+  the same moment on both backends); then the trial is stopped (``timeout``) and cancelled;
+* ``EXIT``: ``EXIT_GRACE`` after it sent its result, by when its process should be gone;
+  then it is cancelled (its result stands);
+* ``KILL``: ``TERM_GRACE`` after a cancel (SIGTERM locally), by when it should have
+  stopped; then it is cancelled hard (SIGKILL to everything it started).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+from . import outcome
+from .errors import SweepError
+from .ledger import Ledger, StorageError
+from .paths import log_tail
+from .protocol import Began, Event, Exited, LoadFailed, Reports, Result
+from .trial import Status, TrialResult, TrialSpec
+
+log = logging.getLogger("sweeper")
+
+#: Seconds between a cancel (SIGTERM) and a hard cancel (SIGKILL) of a trial.
+TERM_GRACE = 5.0
+#: Seconds a process may take to exit after it sent its result.
+EXIT_GRACE = 10.0
+
+
+class Backend(Protocol):
+    """Where trials run. The engine calls these from its one thread, in this order:
+    ``open``; then ``start``, ``wait``, ``ahead``, ``drain`` and ``cancel`` as trials come
+    and go; ``close`` once, on every way out. Trials are named by their trial id.
+
+    Every started trial must end in exactly one :class:`~sweeper.protocol.Exited` event
+    (unless ``close`` drops it), after any messages it sent.
+    """
+
+    #: How many trials may run at once.
+    capacity: int
+    #: What a timeout does to a trial, in the error column ("killed", "cancelled").
+    stop_word: str
+
+    def open(self) -> None:
+        """Before the first trial."""
+
+    def start(self, spec: TrialSpec) -> Began | None:
+        """Start a trial; its :class:`Began` now, or None to send it later as an event."""
+
+    def wait(self, timeout: float | None, wake: int) -> list[tuple[str, Event]]:
+        """Events of running trials; return early once ``wake`` (a descriptor) is readable.
+        May raise :class:`~sweeper.errors.SweepError` for a fault of the whole sweep."""
+
+    def drain(self, trial_id: str) -> list[tuple[str, Event]]:
+        """What a trial has sent already, without waiting (read before it is stopped)."""
+
+    def cancel(self, trial_id: str, hard: bool) -> None:
+        """Stop a trial: ``hard=False`` asks (SIGTERM), ``hard=True`` ends it (SIGKILL)."""
+
+    def ahead(self, queued: int) -> None:
+        """``queued`` more trials will start soon (a backend may prepare processes)."""
+
+    def close(self) -> list[tuple[str, Event]]:
+        """End everything still running; the events of trials that ended meanwhile."""
+
+
+class Listener(Protocol):
+    def begin(self, to_run: int, total: int) -> None: ...
+    def started(self, spec: TrialSpec) -> None: ...
+    def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None: ...
+    def finished(self, result: TrialResult, retrying: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the rest of sweeper hears from the engine."""
+
+    listener: Listener | None = None  #: the console view
+    on_record: Callable[[TrialResult], None] | None = None  #: a trial's result is in the ledger
+    on_history: Callable[[], None] | None = None  #: per-epoch reports are in the ledger
+    tick: Callable[[], float | None] | None = None  #: periodic work; seconds until it is due
+
+
+class Interrupted(Exception):
+    """The sweep was stopped by a signal; running trials were recorded ``interrupted``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Due(enum.Enum):
+    """What happens when a trial's deadline passes."""
+
+    TIMEOUT = "timeout"  #: it ran too long: stop it as ``timeout``, cancel it
+    EXIT = "exit"  #: it sent its result but has not exited: cancel it
+    KILL = "kill"  #: it was cancelled but has not stopped: cancel it hard
+
+
+@dataclass
+class _Trial:
+    """The engine's view of one running trial."""
+
+    spec: TrialSpec
+    started_at: str  #: ISO 8601, when it was started
+    t0: float  #: monotonic; when it reached its process (from Began), else when started
+    began: Began | None = None
+    due: Due | None = None
+    deadline: float | None = None
+    cancelled: bool = False  #: asked to stop (SIGTERM)
+    killed: bool = False  #: ended hard (SIGKILL)
+    stop: Status | None = None  #: the status the engine decided when it stopped it
+    why: str = ""
+    ended: float | None = None  #: monotonic; when its result came or it was stopped
+    result: Result | None = None
+    early: TrialResult | None = None  #: recorded when its result arrived
+    reported: bool = False  #: sent per-epoch reports (then a returned History is not used)
+
+    def set_deadline(self, due: Due | None, at: float | None) -> None:
+        self.due, self.deadline = due, at
+
+
+class Engine:
+    """Runs specs on a backend; every trial ends as one :class:`TrialResult` in the ledger."""
+
+    def __init__(self, backend: Backend, ledger: Ledger, *, hooks: Hooks = Hooks(),
+                 timeout: float | None = None, retries: int = 0) -> None:
+        self.backend, self.ledger, self.hooks = backend, ledger, hooks
+        self.listener = hooks.listener
+        self.timeout, self.retries = timeout, retries
+        self.queue: deque[TrialSpec] = deque()
+        self.trials: dict[str, _Trial] = {}
+        self.started: set[str] = set()  #: ids of the trials started (retries count once)
+        self.signals: list[int] = []
+        #: The first failed ledger write: no new trial starts; running ones may finish.
+        self.storage_error: StorageError | None = None
+
+    @property
+    def taking_new(self) -> bool:
+        """Whether queued trials may still start (no stop signal, the ledger writable)."""
+        return not self.signals and self.storage_error is None
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self, specs: Sequence[TrialSpec]) -> None:
+        """Run every spec (and its retries) to a recorded result; raise Interrupted on a
+        signal, StorageError when the ledger could not be written."""
+        self.queue.extend(specs)
+        failed, seen = True, 0
+        self.backend.open()
+        wake_r, wake_w = os.pipe()  # the signal handler's way to wake the loop
+        os.set_blocking(wake_w, False)
+        try:
+            with _catch(self.signals, wake_w):
+                while self.trials or (self.queue and self.taking_new):
+                    self._fill()
+                    events = self.backend.wait(self._next_timeout(), wake_r)
+                    if len(self.signals) > seen:  # Ctrl-C or SIGTERM came
+                        seen = len(self.signals)
+                        with contextlib.suppress(OSError):
+                            os.read(wake_r, 1024)
+                        self._on_signal()
+                    self._handle(events)
+                    self._deadlines()
+            failed = False
+        finally:
+            self._close(record_unfinished=not failed)
+            os.close(wake_r)
+            os.close(wake_w)
+        if self.signals:
+            raise Interrupted(self.signals[0])
+        if self.storage_error is not None:
+            raise self.storage_error
+
+    def _fill(self) -> None:
+        while self.queue and len(self.trials) < self.backend.capacity and self.taking_new:
+            spec = self.queue.popleft()
+            spec = replace(spec, env={**spec.env, **_trial_env(spec)})
+            trial = _Trial(spec, now_iso(), time.monotonic())
+            self.trials[spec.trial_id] = trial
+            began = self.backend.start(spec)
+            self.started.add(spec.trial_id)
+            self.store(self.ledger.clear_history, spec.trial_id)  # a new attempt's epochs replace the old ones
+            if self.listener:
+                self.listener.started(spec)
+            if began is not None:
+                self._began(trial, began)
+        self.backend.ahead(len(self.queue) if self.taking_new else 0)
+
+    def _next_timeout(self) -> float | None:
+        times = [t.deadline for t in self.trials.values() if t.deadline is not None]
+        soonest = min(times) - time.monotonic() if times else None
+        if self.hooks.tick:
+            due = self.hooks.tick()
+            if due is not None:
+                soonest = due if soonest is None else min(soonest, due)
+        return None if soonest is None else max(0.0, soonest)
+
+    # -- events -------------------------------------------------------------------------
+
+    def _handle(self, events: list[tuple[str, Event]]) -> None:
+        for trial_id, event in events:
+            if isinstance(event, LoadFailed):  # every trial would fail alike
+                raise load_error(event.error)
+            trial = self.trials.get(trial_id)
+            if trial is None:
+                continue
+            if isinstance(event, Began):
+                self._began(trial, event)
+            elif isinstance(event, Reports):
+                trial.reported = True
+                self.history(trial.spec, event.items)
+            elif isinstance(event, Result):
+                self._result(trial, event)
+            elif isinstance(event, Exited):
+                self._exited(trial, event)
+
+    def _began(self, trial: _Trial, began: Began) -> None:
+        """The trial reached its process: its clock starts; status shows it running."""
+        trial.began, trial.t0 = began, time.monotonic()
+        trial.spec = replace(trial.spec, device=began.device)
+        if self.timeout and trial.due is None:
+            trial.set_deadline(Due.TIMEOUT, trial.t0 + self.timeout)
+        self.store(self.ledger.mark_running, trial.spec, began.pid, trial.started_at)
+
+    def _result(self, trial: _Trial, result: Result) -> None:
+        """The trial's own account: recorded at once (durable now, not when it has exited)."""
+        if trial.result is not None:
+            return
+        if result.history and not trial.reported:  # train returned a Keras History
+            self.history(trial.spec, result.history)
+        trial.result = result
+        if trial.stop is None:
+            trial.ended = time.monotonic()
+        trial.early = self._record_of(trial, Exited())
+        self.store(self.ledger.record, trial.early)
+        if not trial.cancelled:
+            trial.set_deadline(Due.EXIT, time.monotonic() + EXIT_GRACE)  # it should exit now
+
+    def _exited(self, trial: _Trial, how: Exited) -> None:
+        """The process is gone: judge the trial, record it, let its place be reused."""
+        del self.trials[trial.spec.trial_id]
+        result = self._record_of(trial, how)
+        early = trial.early
+        self.conclude(trial.spec, result, durable=early is None or early.status is not result.status)
+
+    def _record_of(self, trial: _Trial, how: Exited) -> TrialResult:
+        """The trial's row: the judge's verdict, and where and how long it ran."""
+        spec = trial.spec
+        began = trial.began or Began(0, spec.device)
+        pid = how.pid if how.pid is not None else began.pid
+        tail: tuple[str, ...] = ()
+        if trial.result is None and trial.stop is None:  # a crash: its last words
+            tail = tuple(log_tail(spec.log_path, pid=how.log_pid)) if how.log_pid else ()
+        verdict = outcome.judge(outcome.Ending(began, how, trial.result, trial.stop, trial.why, tail))
+        duration = (trial.ended or time.monotonic()) - trial.t0
+        if trial.stop is None and trial.result is not None:
+            duration = trial.result.duration_s
+        return TrialResult(
+            trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
+            status=verdict.status, metrics=verdict.metrics, seed=spec.seed,
+            device=(how.device if how.device is not None else began.device) or "?",
+            started_at=trial.started_at, duration_s=duration, error=verdict.error, attempts=spec.attempt,
+            pid=pid, exitcode=how.exitcode, log=spec.log_path, gpu_uuid=began.gpu_uuid,
+            gpu_mem_cap_mb=how.cap_mb if how.cap_mb is not None else began.cap_mb,
+            gpu_mem_peak_mb=how.peak_mb,
+        )
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def _stop(self, trial: _Trial, status: Status, why: str) -> bool:
+        """The engine stops a trial: whatever it returns afterwards, this is its status.
+        A result it sent before the stop is read first, and stands. False once it ended."""
+        self._handle(self.backend.drain(trial.spec.trial_id))
+        if trial.spec.trial_id not in self.trials:
+            return False
+        if trial.result is None and trial.stop is None:
+            trial.stop, trial.why, trial.ended = status, why, time.monotonic()
+        return True
+
+    def _cancel(self, trial: _Trial, hard: bool) -> None:
+        if hard:
+            trial.killed = True
+            trial.set_deadline(None, None)
+        elif not trial.cancelled:
+            trial.set_deadline(Due.KILL, time.monotonic() + TERM_GRACE)
+        trial.cancelled = True
+        self.backend.cancel(trial.spec.trial_id, hard)
+
+    def _deadlines(self) -> None:
+        now = time.monotonic()
+        for trial in list(self.trials.values()):
+            if trial.deadline is None or now < trial.deadline or trial.spec.trial_id not in self.trials:
+                continue
+            if trial.due is Due.TIMEOUT:
+                why = f"ran past the timeout of {self.timeout:g}s and was {self.backend.stop_word}"
+                if self._stop(trial, Status.TIMEOUT, why):
+                    self._cancel(trial, hard=False)
+            elif trial.due is Due.EXIT:
+                self._cancel(trial, hard=False)
+            elif trial.due is Due.KILL:
+                self._cancel(trial, hard=True)
+
+    def _on_signal(self) -> None:
+        """Ctrl-C or SIGTERM: no new trials; running ones are stopped as ``interrupted``
+        (SIGTERM, then SIGKILL after the grace); a second signal kills them at once."""
+        hard = len(self.signals) > 1
+        self.backend.ahead(0)
+        why = f"stopped by {signal.Signals(self.signals[0]).name}"
+        for trial in list(self.trials.values()):
+            if not self._stop(trial, Status.INTERRUPTED, why):
+                continue
+            if hard and not trial.killed:
+                self._cancel(trial, hard=True)
+            elif not trial.cancelled:
+                self._cancel(trial, hard=False)
+
+    def _close(self, record_unfinished: bool) -> None:
+        """On every way out: nothing of a trial outlives the sweep. Trials that ended
+        meanwhile are recorded; unfinished ones are ``interrupted``, unless the sweep
+        itself failed (then no trial is to blame: they run next time)."""
+        events = self.backend.close()
+        for trial_id, event in events:
+            trial = self.trials.get(trial_id)
+            if trial is None or isinstance(event, LoadFailed):
+                continue
+            if isinstance(event, Exited) and trial.result is None and trial.stop is None:
+                if not record_unfinished:
+                    continue
+                trial.stop, trial.why = Status.INTERRUPTED, "the sweep stopped while it ran"
+            self._handle([(trial_id, event)])
+        self.trials.clear()
+
+    # -- recording ------------------------------------------------------------------------
+
+    def store(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> bool:
+        """A ledger write; on a full disk or a read-only folder the sweep stops taking new
+        trials (running ones finish or stop as usual) and says so once, naming the file."""
+        try:
+            write(*args, **kwargs)
+            return True
+        except StorageError as exc:
+            if self.storage_error is None:
+                self.storage_error = exc
+                log.warning("sweeper: %s; no new trials start", str(exc).split("; ")[0])
+            return False
+
+    def conclude(self, spec: TrialSpec, result: TrialResult, durable: bool = True) -> None:
+        """Record a trial's outcome (before its place is reused), queue a retry, tell the view."""
+        retrying = result.status.retryable and spec.attempt <= self.retries and self.taking_new
+        stored = self.store(self.ledger.record, result, durable=durable)
+        if retrying:
+            self.queue.append(replace(spec, attempt=spec.attempt + 1))
+        if self.hooks.on_record and stored:  # the tables show what the ledger holds
+            self.hooks.on_record(result)
+        if self.listener:
+            self.listener.finished(result, retrying)
+
+    def history(self, spec: TrialSpec, items: list[dict[str, Any]]) -> None:
+        self.store(self.ledger.add_history, spec.trial_id, items)
+        if self.hooks.on_history:
+            self.hooks.on_history()
+        if self.listener and items:
+            self.listener.reported(spec, items[-1]["epoch"], items[-1]["metrics"])
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def load_error(message: str) -> SweepError:
+    """``train`` cannot be imported in a trial process: the sweep's fault, said once."""
+    if "Can't get attribute" in message and "__mp_main__" in message:
+        return SweepError(
+            f"a trial process cannot find train in the calling script ({message}): it is defined "
+            "inside if __name__ == '__main__': (or another block a trial process does not run); "
+            "move def train to the module's top level"
+        )
+    return SweepError(
+        f"a trial process could not import train: {message}; fix it and run again "
+        "(finished trials are kept)"
+    )
+
+
+def no_main_guard() -> SweepError:
+    """A trial process re-ran the caller's ``sweep()``: the script lacks its main guard."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None) or "the calling script"
+    return SweepError(
+        f"{main} calls sweep() at its top level, so every trial process, which re-imports it, "
+        "calls it again; put the call under if __name__ == \"__main__\": (finished trials are kept)"
+    )
+
+
+def _trial_env(spec: TrialSpec) -> dict[str, str]:
+    """What a trial (and any command it runs) finds in its environment."""
+    import json
+
+    return {
+        "SWEEPER_TRIAL_ID": spec.trial_id,
+        "SWEEPER_TRIAL_NAME": spec.name,
+        "SWEEPER_TRIAL_DIR": spec.dir,
+        "SWEEPER_SEED": str(spec.seed),
+        "SWEEPER_PARAMS": json.dumps(spec.params, sort_keys=True),
+    }
+
+
+@contextlib.contextmanager
+def _catch(signals: list[int], wake_fd: int) -> Iterator[None]:
+    """While a sweep runs, Ctrl-C and SIGTERM are noted and wake its loop (a self-pipe);
+    the loop, not the handler, stops the trials. Only the main thread can set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        signals.append(signum)
+        with contextlib.suppress(OSError):
+            os.write(wake_fd, b"!")
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

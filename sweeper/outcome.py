@@ -1,0 +1,196 @@
+"""The judge: how a trial ended, as a :class:`~sweeper.trial.Status` and one line of error.
+
+Every status is decided here, for both backends and for command trials:
+
+* in the trial process, :func:`returned` and :func:`raised` judge what ``train`` returned
+  or raised (``ok``, ``error``, ``oom``, or the status a :class:`TrialFailed` names);
+* for a command trial, :func:`command_exit` judges the command's exit code and log;
+* in the parent, :func:`judge` turns what is known of an ended trial into its verdict:
+  a stop the parent asked for (timeout, Ctrl-C) wins over anything the trial said
+  afterwards; else the trial's own :class:`~sweeper.protocol.Result`; else how its
+  process died (:func:`exited`: exit code or signal, the log's last words, the backend's
+  note), where out-of-memory is told from the log. An ``oom`` gets a hint that names
+  what to change (:func:`oom_hint`).
+
+A new way to end (search pruning a trial, say) is a new branch here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import signal
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from .metrics import BadResult, normalise, printable
+from .protocol import Began, Exited, Result
+from .trial import Status
+
+#: Longest error kept for a trial that died (its log has the rest).
+MAX_ERROR = 300
+
+_OOM_TEXTS = (
+    "resource_exhausted",
+    "resourceexhausted",
+    "out of memory",
+    "cuda_error_out_of_memory",
+    "oom when allocating",
+    "failed to allocate",
+    # allocator failures in native code: C++ operator new, CUDA, cuBLAS/cuDNN, malloc's ENOMEM
+    "std::bad_alloc",
+    "bad_alloc",
+    "cudaerrormemoryallocation",
+    "cuda error: out of memory",
+    "cublas_status_alloc_failed",
+    "cudnn_status_alloc_failed",
+    "cannot allocate memory",
+)
+
+
+class TrialFailed(Exception):
+    """A trial ended with a given status (a command that crashed, say), said plainly."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    error: str = ""
+    metrics: dict[str, int | float] = field(default_factory=dict)
+
+
+# -- in the trial process ------------------------------------------------------------------
+
+
+def returned(value: Any) -> Verdict:
+    """What ``train`` returned: metrics (``ok``), or an ``error`` saying what is expected."""
+    try:
+        return Verdict(Status.OK, "", normalise(value))
+    except BadResult as exc:
+        return Verdict(Status.ERROR, str(exc))
+
+
+def raised(exc: BaseException) -> Verdict:
+    """What ``train`` raised: ``oom`` for out-of-memory (any framework), the status of a
+    :class:`TrialFailed`, else ``error`` with the exception's last line."""
+    if isinstance(exc, TrialFailed):
+        return Verdict(exc.status, str(exc))
+    if isinstance(exc, BadResult):
+        return Verdict(Status.ERROR, str(exc))
+    return Verdict(Status.OOM if is_oom(exc) else Status.ERROR, last_line(exc))
+
+
+def last_line(exc: BaseException) -> str:
+    return traceback.format_exception_only(type(exc), exc)[-1].strip().splitlines()[-1]
+
+
+def command_exit(code: int, tail: list[str]) -> Verdict:
+    """A command that exited non-zero: ``oom`` if its log says memory ran out, else ``crashed``."""
+    how = f"exit code {code}" if code > 0 else _signal_name(-code)
+    last = next((t for t in reversed(tail) if t.strip()), "")
+    status = Status.OOM if text_says_oom("\n".join(tail)) else Status.CRASHED
+    return Verdict(status, f"the command ended with {how}; last log line: {last}"[:MAX_ERROR])
+
+
+# -- in the parent ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ending:
+    """Everything the parent knows of a trial that ended."""
+
+    began: Began  #: where it ran
+    exited: Exited  #: how its process ended
+    result: Result | None = None  #: what it said, if it said anything
+    stop: Status | None = None  #: a stop the parent asked for first (timeout, interrupted)
+    why: str = ""  #: the stop's reason
+    tail: tuple[str, ...] = ()  #: its log's last lines from this attempt
+
+
+def judge(ending: Ending) -> Verdict:
+    """The trial's status, error (one printable line) and metrics.
+
+    A stop the parent asked for decides the status even when the trial then returned
+    metrics (a SIGTERM handler that stops training and returns): partial metrics are
+    kept, but never as ``ok``.
+    """
+    result = ending.result
+    if ending.stop is not None:
+        verdict = Verdict(ending.stop, ending.why, dict(result.metrics) if result else {})
+    elif result is not None:
+        verdict = Verdict(result.status, result.error, dict(result.metrics))
+    else:
+        verdict = exited(ending.exited, list(ending.tail))
+    error = verdict.error
+    if verdict.status is Status.OOM:
+        place = ending.began
+        error = f"{error} (hint: {oom_hint(place.device, place.cap_mb, place.fraction)})"
+    return Verdict(verdict.status, printable(error), verdict.metrics)
+
+
+def exited(how: Exited, tail: list[str]) -> Verdict:
+    """A process that ended without a result: name how, and look for out-of-memory in its log."""
+    if how.cancelled:
+        return Verdict(Status.INTERRUPTED, "cancelled")
+    code = how.exitcode
+    if code is None and how.note:  # the backend knows no more than its own words
+        return Verdict(Status.CRASHED, how.note[:MAX_ERROR])
+    if code is not None and code < 0:
+        what = _signal_name(-code)
+        if -code == signal.SIGKILL:
+            what += " (killed from outside: often the kernel's out-of-memory killer, see dmesg)"
+    else:
+        what = f"exit code {code}"
+    last = next((t.strip() for t in reversed(tail) if t.strip()), "")
+    if text_says_oom("\n".join(tail)):
+        return Verdict(Status.OOM, f"ran out of memory and died ({what}): {last}"[:MAX_ERROR])
+    detail = (f" ({how.note})" if how.note else "") + (f"; last log line: {last}" if last else "")
+    return Verdict(Status.CRASHED, f"died with {what} before returning a result{detail}"[:MAX_ERROR])
+
+
+def unreadable(exc: BaseException) -> Result:
+    """A result the parent could not read back (its pickle names a class it cannot import)."""
+    return Result(Status.ERROR, {}, f"its result could not be read back by the sweep: {type(exc).__name__}: {exc}")
+
+
+def oom_hint(device: str, cap_mb: int | None = None, fraction: str | None = None) -> str:
+    """What to change after an out-of-memory, given where the trial ran."""
+    if not device or device == "cpu":
+        return "host memory ran out; run fewer trials at once (--workers) or use a smaller batch size"
+    if cap_mb:
+        cap = f"a cap of {cap_mb} MB"
+    elif fraction:
+        cap = f"a cap of {fraction} of the card"
+    else:
+        cap = "memory growth"
+    return (f"it ran under {cap} on {device}; give each trial more with a lower --per-gpu "
+            "or a higher --memory-fraction, or use a smaller batch size")
+
+
+# -- out of memory ---------------------------------------------------------------------------
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether an exception means out of memory (GPU or host), for any framework."""
+    if isinstance(exc, MemoryError):
+        return True
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & {"ResourceExhaustedError", "OutOfMemoryError"}:
+        return True
+    return text_says_oom(str(exc))
+
+
+def text_says_oom(text: str) -> bool:
+    """Whether a log or message says that memory ran out."""
+    low = text.lower()
+    return any(t in low for t in _OOM_TEXTS)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

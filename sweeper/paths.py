@@ -1,0 +1,153 @@
+"""Every file sweeper writes or reads, by name, and the one way it writes a file whole.
+
+A sweep folder, ``<out>/<name>/``::
+
+    ledger.sqlite (-wal, -shm)   the durable record; everything else derives from it
+    results.csv                  one row per trial of the grid last run here
+    history.csv                  per-epoch reports
+    report.html                  written by ``sweeper report``
+    .lock                        held by the sweep running here; holds its pid
+    trials/<trial name>/
+        log.txt                  every attempt's output, each after a header line
+        result.json              what the trial returned (whole, or not there)
+        metrics.json             a command trial's metrics, if the command writes them
+
+The log header is written and read here, side by side: :func:`log_header` starts each
+attempt's part of ``log.txt``, and :func:`log_tail` finds an attempt's part by it.
+Light on purpose: trial processes import it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import IO, Iterator
+
+LEDGER = "ledger.sqlite"
+RESULTS = "results.csv"
+HISTORY = "history.csv"
+REPORT = "report.html"
+LOCK = ".lock"
+TRIALS = "trials"
+LOG = "log.txt"
+RESULT = "result.json"
+METRICS = "metrics.json"
+
+#: Starts the line at the top of each attempt's part of a trial's log.
+LOG_HEADER = "=== sweeper:"
+LOG_TAIL_LINES = 8
+
+
+@dataclass(frozen=True)
+class SweepPaths:
+    """The files of one sweep folder."""
+
+    folder: str
+
+    @property
+    def ledger(self) -> str:
+        return os.path.join(self.folder, LEDGER)
+
+    @property
+    def results(self) -> str:
+        return os.path.join(self.folder, RESULTS)
+
+    @property
+    def history(self) -> str:
+        return os.path.join(self.folder, HISTORY)
+
+    @property
+    def report(self) -> str:
+        return os.path.join(self.folder, REPORT)
+
+    @property
+    def lock(self) -> str:
+        return os.path.join(self.folder, LOCK)
+
+    @property
+    def trials(self) -> str:
+        return os.path.join(self.folder, TRIALS)
+
+    def trial(self, name: str) -> str:
+        """A trial's own folder."""
+        return os.path.join(self.folder, TRIALS, name)
+
+    def trial_log(self, name: str) -> str:
+        """A trial's log, relative to the sweep folder (as report.html links it)."""
+        return f"{TRIALS}/{name}/{LOG}"
+
+    def exists(self) -> bool:
+        """Whether this is a sweep folder (it has a ledger)."""
+        return os.path.exists(self.ledger)
+
+
+def log_file(trial_dir: str) -> str:
+    return f"{trial_dir}/{LOG}"
+
+
+def result_file(trial_dir: str) -> str:
+    return os.path.join(trial_dir, RESULT)
+
+
+def metrics_file(trial_dir: str) -> str:
+    return os.path.join(trial_dir, METRICS)
+
+
+# -- writing a file whole ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def atomic(path: str, fsync: bool = True, encoding: str | None = None) -> Iterator[IO[str]]:
+    """A text file that readers see whole or not at all: written to a temporary file
+    beside it (fsynced unless told not to), renamed over ``path``. On any failure (a full
+    disk) the temporary file is removed and ``path`` keeps what it held."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", newline="", encoding=encoding) as f:
+            yield f
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+# -- the log header: written by the trial process, read by the parent ----------------------
+
+
+def log_header(name: str, trial_id: str, attempt: int, pid: int, device: str, seed: int, stamp: str) -> str:
+    """The line that starts one attempt's part of a trial's log (``pid`` finds it again)."""
+    return (f"{LOG_HEADER} trial {name} (id {trial_id}) attempt {attempt}, "
+            f"pid {pid}, device {device}, seed {seed}, {stamp}Z ===")
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES, pid: int | None = None) -> list[str]:
+    """The last lines a trial's log got from one attempt (the last, or process ``pid``'s),
+    with control characters escaped: they go to the console and the CSV as they are.
+
+    The log gathers every attempt, each after its :func:`log_header` line; only lines
+    after the attempt's own header count, so an earlier attempt's words are never this
+    one's. Cheap for big logs: reads the end only.
+    """
+    from .metrics import printable
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16384))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    all_lines = text.splitlines()
+    heads = [i for i, t in enumerate(all_lines) if t.startswith(LOG_HEADER)]
+    if pid is not None:
+        heads = [i for i in heads if f" pid {pid}," in all_lines[i]]
+        if not heads:  # died before its log was opened
+            return []
+    start = heads[-1] + 1 if heads else 0
+    return [printable(line) for line in all_lines[start:][-lines:]]

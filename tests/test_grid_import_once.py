@@ -1,0 +1,76 @@
+"""A CLI run imports the grid file once per trial process and nowhere else: the process
+that checks the file runs the first trial (when its slot's environment is the one it was
+started with), and ends, leaving nothing behind, whenever no trial can use it."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from conftest import run_cli, write_grid
+from sweeper.table import READ_CSV
+
+#: A grid file that notes each process that imports it (its pid) and prints a line.
+BODY = """import os
+with open({marks!r}, "a") as f:
+    f.write(f"{{os.getpid()}}\\n")
+print("grid file imported")
+from sweep_fns import echo as train
+grid = {{"x": {xs!r}}}
+{extra}
+"""
+
+
+def _grid(tmp_path, xs, extra=""):
+    marks = tmp_path / "imports.txt"
+    return write_grid(tmp_path, BODY.format(marks=str(marks), xs=xs, extra=extra)), marks
+
+
+def _imports(marks) -> list[int]:
+    return [int(line) for line in marks.read_text().split()] if marks.exists() else []
+
+
+def test_the_checking_process_runs_the_first_trial(tmp_path):
+    grid, marks = _grid(tmp_path, [1, 2, 3])
+    done = run_cli(grid, "--out", str(tmp_path / "out"), "--workers", "1", "--quiet")
+    assert done.returncode == 0, done.stderr
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
+    assert (df.status == "ok").all()
+    imports = _imports(marks)
+    # one import per trial process: none in a throwaway process, none in the parent
+    assert len(imports) == 3 and os.getpid() not in imports
+    assert sorted(df['pid']) == sorted(imports)
+    first = df.loc[df.param_x == 1, "pid"].item()
+    assert first == imports[0]  # the first trial ran in the process that read the file
+    log = (tmp_path / "out" / "grid" / "trials" / "x=1" / "log.txt").read_text()
+    assert "grid file imported" in log  # what it printed while importing is the trial's
+
+
+def test_a_resume_with_nothing_to_run_imports_once(tmp_path):
+    grid, marks = _grid(tmp_path, [1])
+    assert run_cli(grid, "--out", str(tmp_path / "out"), "--quiet").returncode == 0
+    marks.unlink()
+    again = run_cli(grid, "--out", str(tmp_path / "out"), "--quiet")
+    assert again.returncode == 0, again.stderr
+    assert "1 of 1 trials on record: 1 ok (0 run this time" in again.stdout
+    assert len(_imports(marks)) == 1
+
+
+def test_when_the_file_asks_for_other_processes_the_checking_process_is_not_used(tmp_path):
+    # the command line could not know: the file's options ask for a fork server
+    grid, marks = _grid(tmp_path, [1, 2], extra='options = {"start_method": "forkserver"}')
+    done = run_cli(grid, "--out", str(tmp_path / "out"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
+    assert (df.status == "ok").all() and len(df) == 2
+    imports = _imports(marks)
+    assert imports[0] not in set(df['pid'])  # ended, not used
+    assert len(imports) == 2  # it, and the fork server the trials fork from
+
+
+def test_a_dry_run_ends_the_checking_process(tmp_path):
+    grid, marks = _grid(tmp_path, [1, 2])
+    done = run_cli(grid, "--out", str(tmp_path / "out"), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert len(_imports(marks)) == 1
