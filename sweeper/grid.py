@@ -32,7 +32,7 @@ from .metrics import _CONTROL, printable
 __all__ = ["Points", "expand", "point_key", "sample", "uniform", "loguniform", "randint"]
 
 
-class Points(list):  # type: ignore[type-arg]
+class Points(list):  # type: ignore[type-arg,unused-ignore]
     """Points already drawn or expanded: :func:`expand` keeps each as one point.
 
     :func:`sample` returns this, so a sampled list-valued setting such as
@@ -424,9 +424,9 @@ def _generator(random_state: Any) -> Any:
     if random_state is None or (
         isinstance(random_state, numbers.Integral)
         and not isinstance(random_state, bool)
-        and random_state >= 0
+        and int(random_state) >= 0
     ):
-        return np.random.default_rng(random_state)
+        return np.random.default_rng(None if random_state is None else int(random_state))
     raise SweepError(
         "random_state must be None, a non-negative int, a numpy Generator or RandomState, "
         f"got {random_state!r}; e.g. random_state=0"

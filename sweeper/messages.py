@@ -7,10 +7,10 @@ import sys
 from typing import Any
 
 
-class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
+class _Stdout(logging.StreamHandler):  # type: ignore[type-arg,unused-ignore]
     """Writes to whatever ``sys.stdout`` is at the time (a notebook or a test may replace it)."""
 
-    @property  # type: ignore[override]
+    @property  # type: ignore[override,unused-ignore]
     def stream(self) -> Any:
         return sys.stdout
 

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from .metrics import direction
-from .scheduler import log_tail
+from .paths import log_tail
 from .trial import Status, TrialResult, TrialSpec
 
 
@@ -167,7 +167,7 @@ class LiveView(PlainLines):
             Text(t.counts_text() or "starting", style="cyan"),
             Text(f"{_duration(elapsed)} elapsed" + (f", ETA {_duration(eta)}" if eta is not None else "")),
         )
-        rows = [head]
+        rows: list[Any] = [head]
         best = t.best_text()
         if best:
             rows.append(Text(f"  {best}", style="green"))

@@ -49,6 +49,8 @@ def parse_gpus(gpus: str | int | Iterable[int | str] | None) -> str | list[str]:
         return "all"
     if isinstance(gpus, int) and not isinstance(gpus, bool):
         return [str(gpus)]
+    if isinstance(gpus, bool):
+        raise SweepError(f"gpus is {gpus!r}; give 'all', 'none', 'free', or ids such as 0,2")
     if isinstance(gpus, str):
         word = gpus.strip().lower()
         if word in ("all", "none", "free"):
