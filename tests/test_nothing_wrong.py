@@ -402,3 +402,32 @@ def test_a_ledger_written_by_the_previous_release_resumes_unchanged(tmp_path):
     with sqlite3.connect(folder / "ledger.sqlite") as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == 1
         assert {r[0] for r in db.execute("SELECT trial_id FROM trials")} == set(df.trial_id)
+
+
+def test_a_folder_written_before_the_engine_restructure_resumes_unchanged(tmp_path):
+    """tests/data/v1_sweep/ was written by commit db7bffb (schema 1, the last release of
+    the scheduler layout): ``python -m sweeper grid.py`` with grid.py.txt as grid.py.
+    The same command now keeps every trial, runs none, and leaves the tables as they were."""
+    import shutil
+
+    data = os.path.join(HERE, "data", "v1_sweep")
+    folder = tmp_path / "out" / "grid"
+    folder.mkdir(parents=True)
+    for name in ("ledger.sqlite", "results.csv", "history.csv"):
+        shutil.copy(os.path.join(data, name), folder / name)
+    shutil.copy(os.path.join(data, "grid.py.txt"), tmp_path / "grid.py")  # moved, not changed
+    with sqlite3.connect(folder / "ledger.sqlite") as db:
+        rows_before = db.execute("SELECT * FROM trials ORDER BY trial_id").fetchall()
+        history_before = db.execute("SELECT * FROM history ORDER BY trial_id, epoch").fetchall()
+    done = run_cli(str(tmp_path / "grid.py"), "--out", str(tmp_path / "out"), "--quiet")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 of 3 trials on record: 3 ok (0 run this time" in done.stdout
+    for name in ("results.csv", "history.csv"):
+        with open(os.path.join(data, name)) as old, open(folder / name) as new:
+            assert new.read() == old.read(), name
+    with sqlite3.connect(folder / "ledger.sqlite") as db:
+        assert db.execute("SELECT * FROM trials ORDER BY trial_id").fetchall() == rows_before
+        assert db.execute("SELECT * FROM history ORDER BY trial_id, epoch").fetchall() == history_before
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    df = sweeper.load(str(folder))
+    assert df.status.tolist() == ["ok"] * 3 and df.loss.tolist() == [0.5, 0.25, 1 / 6]
