@@ -33,6 +33,8 @@ TRIALS = "trials"
 LOG = "log.txt"
 RESULT = "result.json"
 METRICS = "metrics.json"
+#: Left in a sweep folder by sweeper < 0.2 (standbys' logs); removed when a sweep opens it.
+OLD_STANDBY = ".standby"
 
 #: Starts the line at the top of each attempt's part of a trial's log.
 LOG_HEADER = "=== sweeper:"

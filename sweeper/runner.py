@@ -236,7 +236,7 @@ def _plan_and_run(target: Target, grid: Any, options: Options, default_name: str
     with locked(folder):
         if options.fresh:
             set_aside(folder)
-        shutil.rmtree(os.path.join(folder, ".standby"), ignore_errors=True)  # left by sweeper < 0.2
+        shutil.rmtree(os.path.join(folder, paths.OLD_STANDBY), ignore_errors=True)
         ledger = Ledger(folder)
         try:
             return _run(target, options, specs, placement, ledger, folder, source_file, listener, start, what,
