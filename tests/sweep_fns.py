@@ -289,3 +289,17 @@ def const(params):
 def echo2(params):
     """The same metrics as echo under another name: another function."""
     return echo(params)
+
+
+def held_reporter(params):
+    """Reports epoch 1; trial x=2 then writes "reported" in its folder and waits (up to
+    600 s) for a "release" file there before its epoch 2, so a view can be seen mid-trial."""
+    folder = sweeper.current_trial().dir
+    sweeper.report(epoch=1, loss=1.0, acc=params["x"] * 1.0)
+    if params["x"] == 2:
+        open(os.path.join(folder, "reported"), "w").close()
+        deadline = time.monotonic() + 600
+        while not os.path.exists(os.path.join(folder, "release")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    sweeper.report(epoch=2, loss=0.5, acc=params["x"] * 2.0)
+    return {"acc": params["x"] * 2.0}
