@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from sweeper.runner import plan
 from sweeper.trial import trial_id, trial_name, trial_seed
+from conftest import ROOT, write_grid
 
 
 def test_ids_are_fixed_forever():
@@ -49,13 +54,30 @@ def test_unsafe_or_long_names_get_a_hash(params):
 
 
 def test_seed_depends_on_sweep_seed_and_id_only():
+    # Written down once: a changed seed would make a resumed or repeated sweep draw other
+    # numbers for the same trial. sha256 of "<sweep seed>:<id without its t>", first 31 bits.
     tid = trial_id({"x": 1})
-    assert trial_seed(0, tid) == trial_seed(0, tid)
-    assert trial_seed(0, tid) != trial_seed(1, tid)
-    assert 0 <= trial_seed(0, tid) < 2**31
+    assert tid == "t5041bf1f713d"
+    assert [trial_seed(s, tid) for s in (0, 1, 3, 12345)] == [550562660, 202902576, 959672180, 1432106169]
+    assert trial_seed(0, "td710199e0a73") == 970629211
+    assert 0 <= trial_seed(2**40, tid) < 2**31
     forward = plan([{"x": 1}, {"x": 2}], "/f", seed=3)
     backward = plan([{"x": 2}, {"x": 1}], "/f", seed=3)
     assert {s.trial_id: s.seed for s in forward} == {s.trial_id: s.seed for s in backward}
+    assert {s.trial_id: s.seed for s in forward} == {"t5041bf1f713d": 959672180, "t5e2b030a4a0f": 1496800709}
+
+
+@pytest.mark.parametrize("hash_seed", ["0", "4242"])
+def test_seeds_are_the_same_in_a_fresh_interpreter(tmp_path, hash_seed):
+    """What the dry run shows, from a new process whose str hashes differ (PYTHONHASHSEED)."""
+    grid = write_grid(tmp_path, "from sweep_fns import echo as train\ngrid = {'x': [2, 1]}\n")
+    done = subprocess.run([sys.executable, "-m", "sweeper", grid, "--dry-run", "--seed", "3",
+                           "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONHASHSEED": hash_seed})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    rows = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.startswith("#")) + 1:]]
+    assert {row[1]: int(row[3]) for row in rows} == {"t5041bf1f713d": 959672180, "t5e2b030a4a0f": 1496800709}
 
 
 def test_name_clashes_in_one_grid_are_made_unique():
