@@ -303,3 +303,25 @@ def held_reporter(params):
             time.sleep(0.02)
     sweeper.report(epoch=2, loss=0.5, acc=params["x"] * 2.0)
     return {"acc": params["x"] * 2.0}
+
+
+def stubborn(params):
+    """Ignores SIGTERM, and so does a child it starts; both would sleep 600 s. Once both
+    ignore it, writes "ignoring": the trial's pid, then the child's. It goes in the trial's
+    folder, or in params["pids_to"] (a Ray trial's folder is a temporary one on its node)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    folder = params.get("pids_to") or sweeper.current_trial().dir
+    ready = os.path.join(folder, "child_ready")
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "open(sys.argv[1], 'w').close()\n"
+        "time.sleep(600)\n"), ready])
+    deadline = time.monotonic() + 60
+    while not os.path.exists(ready) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with open(os.path.join(folder, "ignoring.tmp"), "w") as f:
+        f.write(f"{os.getpid()} {child.pid}")
+    os.rename(os.path.join(folder, "ignoring.tmp"), os.path.join(folder, "ignoring"))
+    time.sleep(600)
+    return {"value": -1.0}

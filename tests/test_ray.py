@@ -13,7 +13,7 @@ import pytest
 
 import sweeper
 import sweep_fns
-from conftest import run_cli
+from conftest import assert_dead, run_cli
 from test_gpu import _overlaps
 
 ray = pytest.importorskip("ray")
@@ -102,3 +102,15 @@ def test_command_trials_run_on_ray(tmp_path):
                        gpus="none", out=str(tmp_path), progress=False)
     assert (df.status == "ok").all(), df.error.tolist()
     assert df.n_args.tolist() == [1, 1]
+
+
+@pytest.mark.timeout(120)  # a trial that is never ended would hold the sweep for ever
+def test_a_trial_that_ignores_sigterm_times_out(tmp_path):
+    df = sweeper.sweep(sweep_fns.stubborn, {"x": [1], "pids_to": [str(tmp_path)]}, backend="ray", gpus="none",
+                       timeout=2, out=str(tmp_path / "out"), progress=False)
+    assert df.status.tolist() == ["timeout"], df.error.tolist()
+    assert "timeout of 2s" in df.error[0]
+    ignoring = tmp_path / "ignoring"
+    assert ignoring.exists(), "the trial did not get to ignore SIGTERM within its 2 s"
+    for pid in [int(p) for p in ignoring.read_text().split()]:  # the trial, then its child
+        assert_dead(pid, timeout=10)
