@@ -281,16 +281,10 @@ def test_timeout_kills_a_trial_that_ignores_sigterm(tmp_path, method):
         assert_dead(pid, timeout=1)
 
 
-# Known bug: after Ctrl-C, a sweep without a timeout whose trial outlives the grace raises
-# TypeError on its way to the SIGKILL (the "ran past the timeout of {timeout:g}s" message
-# is formatted with timeout None): a traceback and exit code 1 instead of 130.
-NO_TIMEOUT_BUG = pytest.mark.xfail(strict=True, reason="Ctrl-C without a timeout: the escalation to SIGKILL "
-                                   "formats the timeout message with timeout=None (TypeError, exit 1)")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("method,timeout", [pytest.param("spawn", None, marks=NO_TIMEOUT_BUG),
-                                            ("spawn", "600"), ("forkserver", "600")])
+# Without a timeout too: the scheduler before the engine formatted its timeout message on
+# the way to the SIGKILL, with timeout=None (a TypeError, exit 1 instead of 130).
+@pytest.mark.parametrize("method,timeout", [("spawn", None), ("spawn", "600"), ("forkserver", "600")])
 def test_ctrl_c_kills_a_trial_that_ignores_sigterm(tmp_path, method, timeout):
     proc, ignoring = _start_stubborn_sweep(tmp_path, method, *(["--timeout", timeout] if timeout else []))
     deadline = time.monotonic() + STUBBORN_BOUND
