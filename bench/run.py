@@ -1,8 +1,9 @@
 """Benchmark harness: sweeper against the usual ways of running one process per trial.
 
     python bench/run.py                 # full (~25 min on 2 cores), 3 repeats
-    python bench/run.py --quick         # under 5 min, 1 repeat
+    python bench/run.py --quick         # about 5 min, 1 repeat
     python bench/run.py --only A,B --repeats 5 --out /tmp/results.json
+    python bench/run.py --quick --only E   # CLI start-up only (~1 min on 2 cores)
 
 Scenarios (trial functions: bench/trials.py, bench/tf_sleep.py, bench/keras_mlp.py):
   A   dispatch overhead: no-op trials, 2 slots; slot-seconds per trial and trials/s
@@ -11,6 +12,17 @@ Scenarios (trial functions: bench/trials.py, bench/tf_sleep.py, bench/keras_mlp.
   C   end to end: tiny Keras MLPs, 2 slots; trials/min
   D   the sweep parent's own CPU per trial and peak RSS (sweeper only), and the time of
       ``python -m sweeper grid.py --dry-run`` on a 100,000-point grid
+  E   CLI start (sweeper only): ``python -m sweeper bench/grid_tf_first.py --workers 1``, a
+      grid file that imports TensorFlow at its top, 2 trials whose train does nothing.
+      "command -> 1st train" runs from ``time.time()`` in this process just before it starts
+      the command to ``time.time()`` as the first statement of the first trial's ``train``
+      (written to a file by the trial). "no-op resume" is the same command again on the
+      finished folder, from just before its start to its exit (nothing left to run). The
+      unit, "1 import", is ``python bench/grid_tf_first.py`` from just before its start to
+      the end of its top level (its exit is shown too), timed the same way before and after
+      the methods in each repeat (median of all); the ratio column of E is against it (not
+      against pool). Methods: the CLI flags of bench/methods.py's options (--no-prefetch,
+      --start-method forkserver). Same sizes in --quick; ``--only E`` runs it alone.
 
 Each (scenario, method, repeat) runs in a fresh ``bench/driver.py`` process under a
 timeout; whatever it leaves behind is killed (this process is a child subreaper, so
@@ -38,9 +50,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DRIVER = os.path.join(HERE, "driver.py")
 GRID_100K = os.path.join(HERE, "grid_100k.py")
+GRID_TF_FIRST = os.path.join(HERE, "grid_tf_first.py")
 
 ALL_METHODS = ["sweeper", "sweeper --no-prefetch", "sweeper forkserver", "naive", "pool", "loky", "ray tune"]
 SWEEPERS = ALL_METHODS[:3]
+SWEEPER_ONLY = {"D", "E"}  # scenarios that measure sweeper itself: --methods keeps only its variants
 LABEL = {"loky": "loky (reuses)"}
 
 
@@ -96,6 +110,10 @@ def cases(quick: bool) -> dict[str, list[Case]]:
         "D": [Case("D", f"{d_n} no-op trials, 2 slots: the parent's own cost", "trials:noop", d_n, 2,
                    methods=["sweeper", "sweeper forkserver"], long=True, timeout_s=60 + 1.0 * d_n,
                    check_rusage=True)],
+        # The same sizes quick or full (only the repeats differ): what is measured is the
+        # start of one command, not an average over trials.
+        "E": [Case("E", "CLI start: command to first train, and a no-op resume; TF-importing grid file, "
+                        "2 trials, 1 slot", "grid_tf_first:train", 2, 1, methods=list(SWEEPERS), timeout_s=240)],
     }
 
 
@@ -185,6 +203,11 @@ def figures(case: Case, method: str, res: dict) -> dict[str, Any]:
         f["rss_before_sweep_mb"] = res.get("maxrss_before_mb")
         f["trials_per_s"] = n / wall
         f["rusage_check"] = res.get("rusage_check")
+    elif case.name == "E":
+        for key in ("first_train_s", "first_launch_s", "launch_to_train_s", "resume_s", "resume_rc", "rc",
+                    "resume_trials_run"):
+            if key in res:
+                f[key] = res[key]
     return f
 
 
@@ -266,6 +289,8 @@ class Runner:
         self.logdir = logdir
         self.env = env
         self.killed: list[str] = []  # runs that timed out or left processes behind
+        self.t_start: float = 0.0  # of the last command(): epoch just before its start
+        self.t_exit: float | None = None  # ... and just after its exit
 
     def driver(self, case: Case, method: str, rep: int) -> dict[str, Any]:
         spec = {"method": method, "fn": case.fn, "k": case.k, "points": case.points(), "grid": case.grid(),
@@ -287,15 +312,24 @@ class Runner:
     def log(self, tag: str) -> str:
         return os.path.join(self.logdir, f"{tag}.log")
 
-    def command(self, argv: list[str], timeout: float, tag: str, stdout: Any = None) -> tuple[int | None, str]:
-        """Run argv with a timeout; kill its whole tree on timeout, Ctrl-C, or leftovers."""
+    def command(self, argv: list[str], timeout: float, tag: str, stdout: Any = None,
+                env: dict[str, str] | None = None) -> tuple[int | None, str]:
+        """Run argv with a timeout; kill its whole tree on timeout, Ctrl-C, or leftovers.
+
+        ``self.t_start`` / ``self.t_exit`` are left as the epoch times just before the start
+        and just after the exit (None on a timeout).
+        """
         with open(self.log(tag), "w") as log:
-            proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=stdout or log, stderr=log,
+            self.t_exit = None
+            self.t_start = time.time()  # epoch, just before the start: scenario E's clock
+            proc = subprocess.Popen(argv, cwd=ROOT, env=env or self.env, stdout=stdout or log, stderr=log,
                                     start_new_session=True)
             why = ""
             try:
                 proc.wait(timeout)
+                self.t_exit = time.time()  # as soon as it has exited, before any clean-up here
             except subprocess.TimeoutExpired:
+                self.t_exit = None
                 why = f"timed out after {timeout:.0f} s and was killed"
             finally:
                 if proc.poll() is None:  # timeout or Ctrl-C: the driver and all it started
@@ -330,13 +364,26 @@ SHOWN = [
     ("C", "trials_per_min", "trials/min", "{:.1f}"),
     ("D", "parent_cpu_ms_per_trial", "parent CPU ms/trial", "{:.2f}"),
     ("D", "peak_rss_mb", "parent peak RSS MB", "{:.0f}"),
+    ("E", "first_train_s", "command -> 1st train s", "{:.2f}"),
+    ("E", "resume_s", "no-op resume s", "{:.2f}"),
 ]
 
 
 def table_rows(results: dict, quick: bool) -> list[list[str]]:
     rows = []
+    unit = (results.get("cli_unit") or {}).get("median_s")
     for cname, entry in results["cases"].items():
         pool = entry["methods"].get("pool", {}).get("median", {})
+        if cname == "E":  # measured against one import of the grid file, not against pool
+            pool = {key: unit for prefix, key, *_ in SHOWN if prefix == "E"}
+        if cname == "E" and unit is not None:
+            ok = isinstance(unit, (int, float)) and unit
+            out = (results.get("cli_unit") or {}).get("median_exit_s")
+            wall = _fmt("{:.1f}", out)
+            rows.append(["E", "python grid file", wall, "1 import: start -> imported s", _fmt("{:.2f}", unit),
+                         "1.00x" if ok else "-"])
+            rows.append(["E", "python grid file", wall, "... -> exited s", _fmt("{:.2f}", out),
+                         f"{out / unit:.2f}x" if ok and isinstance(out, (int, float)) else "-"])
         for method, m in entry["methods"].items():
             label = LABEL.get(method, method)
             if "na" in m:
@@ -347,7 +394,8 @@ def table_rows(results: dict, quick: bool) -> list[list[str]]:
                 rows.append([cname, label, "-", "-", "failed", "-"])
                 continue
             wall = _fmt("{:.1f}", fig.get("wall_s"))
-            bad = "!" if any(r.get("n_ok") != r.get("n") for r in m.get("runs", [])) else ""
+            bad = "!" if any(r.get("n_ok") != r.get("n") or r.get("resume_trials_run") or r.get("resume_rc")
+                             for r in m.get("runs", [])) else ""
             for prefix, key, name, fmt in SHOWN:
                 if not cname.startswith(prefix) or key not in fig:
                     continue
@@ -356,10 +404,10 @@ def table_rows(results: dict, quick: bool) -> list[list[str]]:
                         isinstance(fig.get(key), (int, float)):
                     ratio = f"{fig[key] / pool[key]:.2f}x"
                 rows.append([cname, label, wall, name, _fmt(fmt, fig.get(key)) + bad, ratio])
-    dry = results.get("dry_run")
-    if dry:
-        rows.append(["D", "sweeper CLI", _fmt("{:.1f}", dry.get("median_s")), "100k-grid --dry-run s",
-                     _fmt("{:.2f}", dry.get("median_s")), "-"])
+        dry = results.get("dry_run")
+        if cname == "D" and dry:  # with D's rows, before E's
+            rows.append(["D", "sweeper CLI", _fmt("{:.1f}", dry.get("median_s")), "100k-grid --dry-run s",
+                         _fmt("{:.2f}", dry.get("median_s")), "-"])
     return rows
 
 
@@ -391,9 +439,21 @@ notes:
   D  parent CPU = RUSAGE_SELF user+sys of the driver around sweep() (children are counted in
      RUSAGE_CHILDREN, checked by the rusage_check figure in the JSON); peak RSS = ru_maxrss of
      the dedicated driver process (Python + sweeper + pandas for the returned frame).
+  E  the ratio column of E is vs 1 import, not vs pool: `python bench/grid_tf_first.py` from just
+     before its start to the end of its top level (interpreter start + TensorFlow import), timed
+     the same way before and after the methods of each repeat (median); its exit (TF's
+     teardown included) is the "-> exited" row.
+     command -> 1st train runs from time.time() here just before the command starts to
+     time.time() as the first trial's train's first statement: the CLI's check of the grid file
+     (an import in a throwaway process, which the CLI waits out to its exit) plus the trial's own
+     import (forkserver: the fork server's). no-op resume = the same command again on the
+     finished folder, start to exit: the check's import and exit, then nothing to run. The JSON
+     splits the first figure at the first trial's started_at (ledger, ms): first_launch_s.
+     wall_s of E = the first command (all its trials), start to exit.
   loky reuses its worker processes: no fresh process per trial, so it frees no GPU memory (nor
      any other state) between trials; its numbers are a floor, not a like-for-like rival.
-  !  = some trials did not finish ok in at least one repeat (see the JSON and bench/out/logs/).
+  !  = some trials did not finish ok in at least one repeat (see the JSON and bench/out/logs/);
+     in E also: the resume ran a trial or exited non-zero.
 """
 
 
@@ -406,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--long-repeats", type=int, default=1,
                     help="repeats for the long scenarios B and D (default 1: each run already averages "
                          "over many trials; min with --repeats)")
-    ap.add_argument("--only", help="comma-separated scenarios among A,B,C,D (B runs B1 and B2)")
+    ap.add_argument("--only", help="comma-separated scenarios among A,B,C,D,E (B runs B1 and B2; default all)")
     ap.add_argument("--methods", help="comma-separated subset of: " + ", ".join(ALL_METHODS))
     ap.add_argument("--out", default=os.path.join(HERE, "out", "results.json"), help="JSON of all figures")
     args = ap.parse_args(argv)
@@ -415,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--repeats and --long-repeats must be >= 1")
     long_repeats = min(repeats, args.long_repeats)
     by_scenario = cases(args.quick)
-    only = [s.strip().upper() for s in (args.only or "A,B,C,D").split(",") if s.strip()]
+    only = [s.strip().upper() for s in (args.only or ",".join(by_scenario)).split(",") if s.strip()]
     bad = [s for s in only if s not in by_scenario]
     if bad:
         ap.error(f"unknown scenario(s) {bad}; choose among {', '.join(by_scenario)}")
@@ -426,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
             if m not in ALL_METHODS:
                 ap.error(f"unknown method {m!r}; choose among {', '.join(ALL_METHODS)}")
         for c in selected:
-            c.methods = [m for m in wanted if c.name != "D" or m in SWEEPERS]
+            c.methods = [m for m in wanted if c.name not in SWEEPER_ONLY or m in SWEEPERS]
 
     out_dir = os.path.dirname(os.path.abspath(args.out))
     logdir = os.path.join(HERE, "out", "logs")
@@ -453,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                            "methods": {m: {"runs": []} for m in c.methods}} for c in selected},
     }
     dry_times: list[float] = []
+    unit_times: list[dict[str, float] | None] = []
     t_all = time.perf_counter()
     try:
         for rep in range(repeats):
@@ -460,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                 if rep >= (long_repeats if case.long else repeats):
                     continue
                 methods = list(case.methods)
+                if case.name == "E" and methods:  # the unit, before and after: a cold first import
+                    unit_times.append(import_unit(runner, case, f"r{rep}a"))  # weighs less in the median
                 shift = rep % max(1, len(methods))
                 for method in methods[shift:] + methods[:shift]:
                     entry = results["cases"][case.name]["methods"][method]
@@ -467,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
                         entry["na"] = unavailable[method]
                         continue
                     t0 = time.perf_counter()
-                    res = runner.driver(case, method, rep)
+                    res = cli_start(runner, case, method, rep) if case.name == "E" else runner.driver(case, method, rep)
                     if "na" in res:
                         unavailable[method] = entry["na"] = res["na"]
                         _say(f"[{case.name} r{rep}] {method}: n/a ({res['na']})")
@@ -481,9 +544,13 @@ def main(argv: list[str] | None = None) -> int:
                         fig["error"] = res["error"]
                     entry["runs"].append(fig)
                     _say(f"[{case.name} r{rep}] {method}: wall {fig['wall_s']:.1f} s, "
-                         f"{fig['n_ok']}/{fig['n']} ok ({time.perf_counter() - t0:.0f} s with start-up)")
+                         f"{fig['n_ok']}/{fig['n']} ok ({time.perf_counter() - t0:.0f} s with start-up)"
+                         + (f"; command -> 1st train {_fmt('{:.2f}', fig.get('first_train_s'))} s, "
+                            f"no-op resume {_fmt('{:.2f}', fig.get('resume_s'))} s" if case.name == "E" else ""))
                 if case.name == "D":
                     dry_times.append(dry_run(runner, rep))
+                if case.name == "E" and methods:
+                    unit_times.append(import_unit(runner, case, f"r{rep}b"))
     except KeyboardInterrupt:
         _say("interrupted: reporting what finished")
     finally:
@@ -499,6 +566,11 @@ def main(argv: list[str] | None = None) -> int:
     if dry_ok:
         results["dry_run"] = {"command": "python -m sweeper bench/grid_100k.py --dry-run --out <tmp> >/dev/null",
                               "points": 100_000, "runs_s": dry_ok, "median_s": med(dry_ok)}
+    unit_ok = [t for t in unit_times if t is not None]
+    if unit_ok:
+        results["cli_unit"] = {"command": "python bench/grid_tf_first.py (imports TensorFlow, exits)",
+                               "runs": unit_ok, "median_s": med([t["import_s"] for t in unit_ok]),
+                               "median_exit_s": med([t["exit_s"] for t in unit_ok])}
     results["killed"] = runner.killed
     results["unavailable"] = unavailable
     results["elapsed_s"] = time.perf_counter() - t_all
@@ -511,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(f"sweeper benchmark ({'quick' if args.quick else 'full'}), {os.cpu_count()} CPUs: figures are medians "
-          f"over {repeats} repeat(s) for A and C (--repeats) and {long_repeats} for B and D (--long-repeats)")
+          f"over {repeats} repeat(s) for A, C and E (--repeats) and {long_repeats} for B and D (--long-repeats)")
     for c in selected:
         print(f"  {c.name:<3} {c.title}" + (f"; ideal {c.ideal_s:g} s" if c.ideal_s else "")
               + f"; x{long_repeats if c.long else repeats}")
@@ -541,6 +613,104 @@ def dry_run(runner: Runner, rep: int) -> float | None:
         took = time.perf_counter() - t0
     _say(f"[D r{rep}] sweeper --dry-run of 100k points: {took:.2f} s (rc {rc})")
     return took if rc == 0 and not why else None
+
+
+#: Scenario E: what to give the command line for each sweeper method (methods.RUNNERS' options).
+def cli_flags(method: str) -> list[str]:
+    import methods  # bench/, on sys.path as this script's folder; only the standard library at its top
+
+    _, options = methods.RUNNERS[method]
+    flags: list[str] = []
+    for key, value in options.items():
+        if key == "prefetch":
+            flags += [] if value else ["--no-prefetch"]
+        else:
+            flags += [f"--{key.replace('_', '-')}", str(value)]
+    return flags
+
+
+def cli_start(runner: Runner, case: Case, method: str, rep: int) -> dict[str, Any]:
+    """Scenario E, one repeat of one method: the CLI on a fresh folder, then again on it (a resume).
+
+    Each command is a fresh process started here (``Runner.command``); the clock is the
+    epoch: ``runner.t_start`` just before the start, the first line the trials' train
+    appended to the stamps file, ``runner.t_exit`` just after the exit. Nothing waits.
+    """
+    tag = f"E_{method.replace(' ', '_').replace('-', '')}_r{rep}"
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
+        stamps = os.path.join(tmp, "stamps.txt")
+        env = {**runner.env, "SWEEPER_BENCH_STAMPS": stamps, "SWEEPER_BENCH_TRIALS": str(case.n)}
+        argv = [sys.executable, "-m", "sweeper", GRID_TF_FIRST, "--out", tmp, "--workers", str(case.k),
+                "--quiet", *cli_flags(method)]
+        rc, why = runner.command(argv, case.timeout_s, tag, env=env)
+        t_start, t_exit = runner.t_start, runner.t_exit
+        starts = _stamps(stamps)
+        rows = _results_csv(os.path.join(tmp, os.path.splitext(os.path.basename(GRID_TF_FIRST))[0]))
+        if why or not starts or t_exit is None:
+            return {"error": why or f"no trial's train started (exit code {rc}); see {runner.log(tag)}"}
+        res: dict[str, Any] = {"wall_s": t_exit - t_start, "rc": rc, "trials": [], "n": case.n,
+                               "n_ok": sum(r.get("status") == "ok" for r in rows),
+                               "first_train_s": min(starts) - t_start}
+        launches = [t for t in (_epoch(r.get("started_at")) for r in rows) if t is not None]
+        if launches:  # the sweep handed the first trial to its process (ledger, ms resolution)
+            res["first_launch_s"] = min(launches) - t_start
+            res["launch_to_train_s"] = min(starts) - min(launches)
+        rc2, why2 = runner.command(argv, case.timeout_s, tag + "_resume", env=env)
+        res["resume_rc"] = rc2
+        res["resume_trials_run"] = len(_stamps(stamps)) - len(starts)
+        if why2 or runner.t_exit is None:
+            res["error"] = f"resume: {why2}"
+        else:
+            res["resume_s"] = runner.t_exit - runner.t_start
+    return res
+
+
+def import_unit(runner: Runner, case: Case, rep: str) -> dict[str, float] | None:
+    """Scenario E's unit: ``python bench/grid_tf_first.py``, one import of the grid file.
+
+    ``import_s``: from just before the start to the line its ``__main__`` block appends once
+    the module's top level has run; ``exit_s``: to its exit (TensorFlow's teardown included).
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
+        stamps = os.path.join(tmp, "stamps.txt")
+        env = {**runner.env, "SWEEPER_BENCH_STAMPS": stamps, "SWEEPER_BENCH_TRIALS": str(case.n)}
+        rc, why = runner.command([sys.executable, GRID_TF_FIRST], 120, f"E_import_{rep}", env=env)
+        imported = _stamps(stamps)
+    if rc != 0 or why or not imported or runner.t_exit is None:
+        _say(f"[E {rep}] one import of the grid file: FAILED (exit code {rc}) {why}")
+        return None
+    unit = {"import_s": imported[0] - runner.t_start, "exit_s": runner.t_exit - runner.t_start}
+    _say(f"[E {rep}] one import of the grid file: {unit['import_s']:.2f} s, exited at {unit['exit_s']:.2f} s")
+    return unit
+
+
+def _stamps(path: str) -> list[float]:
+    try:
+        with open(path) as f:
+            return [float(line.split()[0]) for line in f if line.strip()]
+    except OSError:
+        return []
+
+
+def _results_csv(folder: str) -> list[dict[str, str]]:
+    import csv
+
+    try:
+        with open(os.path.join(folder, "results.csv"), newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError:
+        return []
+
+
+def _epoch(iso: Any) -> float | None:
+    from datetime import datetime
+
+    if not isinstance(iso, str) or not iso:
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _sweeper_version() -> str | None:
