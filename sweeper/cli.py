@@ -148,6 +148,9 @@ def _main(argv: list[str]) -> int:
     try:
         opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
         stem = os.path.splitext(os.path.basename(grid.path))[0]
+        if spare is not None and (opts.dry_run or opts.backend != "local" or opts.start_method != "spawn"
+                                  or not opts.prefetch):
+            spare.close()  # no trial will run in it: end it now, not after the sweep
         listener = None if opts.dry_run else choose_view(args.quiet, opts.metric, opts.mode)
     except BaseException:
         if spare is not None:
@@ -176,7 +179,9 @@ def _first_slot_env(flags: dict[str, Any]) -> dict[str, str] | None:
     """The environment the first trial's process will likely start with, from the command
     line alone (the grid file's options are not known yet): the CLI's first process starts
     with it, so it can run that trial. None where no trial runs in it (a dry run, Ray, a
-    fork server) or the command line cannot say; a wrong guess only costs the import."""
+    fork server, --no-prefetch), for --gpus free (its free GPUs are read once, with no
+    process of ours on them), or where the command line cannot say; a wrong guess only
+    costs the import."""
     import logging
 
     from .slots import parse_gpus, place
@@ -186,9 +191,12 @@ def _first_slot_env(flags: dict[str, Any]) -> dict[str, str] | None:
     sweeper_log.disabled = True  # the real placement says what it has to say, once
     try:
         opts = Options.build(flags, where="the command line")
-        if opts.dry_run or opts.backend != "local" or opts.start_method != "spawn":
+        gpus = parse_gpus(opts.gpus)
+        if opts.dry_run or opts.backend != "local" or opts.start_method != "spawn" or not opts.prefetch:
             return None
-        slots = place(parse_gpus(opts.gpus), opts.memory_policy(), opts.workers).slots
+        if gpus == "free":  # which GPUs are free is read once, with nothing of ours on them
+            return None
+        slots = place(gpus, opts.memory_policy(), opts.workers).slots
         return dict(slots[0].env) if slots else None
     except SweepError:
         return None

@@ -58,7 +58,7 @@ from . import outcome
 from .errors import SweepError
 from .ledger import Ledger, StorageError
 from .paths import log_tail
-from .protocol import Began, Event, Exited, LoadFailed, Reports, Result
+from .protocol import Began, Broken, Event, Exited, LoadFailed, Reports, Result
 from .trial import Status, TrialResult, TrialSpec
 
 log = logging.getLogger("sweeper")
@@ -201,6 +201,10 @@ class Engine:
                         seen = len(self.signals)
                         with contextlib.suppress(OSError):
                             os.read(wake_r, 1024)
+                        # what trials said before the signal stands; a death seen with it
+                        # is judged as stopped by it
+                        self._handle([e for e in events if not isinstance(e[1], Exited)])
+                        events = [e for e in events if isinstance(e[1], Exited)]
                         self._on_signal()
                     self._handle(events)
                     self._deadlines()
@@ -218,15 +222,16 @@ class Engine:
         while self.queue and len(self.trials) < self.backend.capacity and self.taking_new:
             spec = self.queue.popleft()
             spec = replace(spec, env={**spec.env, **_trial_env(spec)})
-            trial = _Trial(spec, now_iso(), time.monotonic())
+            trial = _Trial(spec, "", time.monotonic())
             self.trials[spec.trial_id] = trial
             began = self.backend.start(spec)
+            trial.started_at = now_iso()
             self.started.add(spec.trial_id)
             self.store(self.ledger.clear_history, spec.trial_id)  # a new attempt's epochs replace the old ones
-            if self.listener:
-                self.listener.started(spec)
             if began is not None:
                 self._began(trial, began)
+            if self.listener:
+                self.listener.started(trial.spec)
         self.backend.ahead(len(self.queue) if self.taking_new else 0)
 
     def _next_timeout(self) -> float | None:
@@ -241,9 +246,15 @@ class Engine:
     # -- events -------------------------------------------------------------------------
 
     def _handle(self, events: list[tuple[str, Event]]) -> None:
+        """Events in order; a fault of the whole sweep is raised after the rest are in."""
+        fault: SweepError | None = None
         for trial_id, event in events:
             if isinstance(event, LoadFailed):  # every trial would fail alike
-                raise load_error(event.error)
+                fault = fault or load_error(event.error)
+                continue
+            if isinstance(event, Broken):
+                fault = fault or SweepError(event.error)
+                continue
             trial = self.trials.get(trial_id)
             if trial is None:
                 continue
@@ -256,9 +267,16 @@ class Engine:
                 self._result(trial, event)
             elif isinstance(event, Exited):
                 self._exited(trial, event)
+        if fault is not None:
+            raise fault
 
     def _began(self, trial: _Trial, began: Began) -> None:
         """The trial reached its process: its clock starts; status shows it running."""
+        if trial.began is not None or trial.stop is not None or trial.cancelled:
+            if trial.began is None:  # stopped before it began: where it was placed, no clock
+                trial.began = began
+                trial.spec = replace(trial.spec, device=began.device)
+            return
         trial.began, trial.t0 = began, time.monotonic()
         trial.spec = replace(trial.spec, device=began.device)
         if self.timeout and trial.due is None:
@@ -289,14 +307,14 @@ class Engine:
     def _record_of(self, trial: _Trial, how: Exited) -> TrialResult:
         """The trial's row: the judge's verdict, and where and how long it ran."""
         spec = trial.spec
-        began = trial.began or Began(0, spec.device)
+        began = trial.began or Began(0, "")
         pid = how.pid if how.pid is not None else began.pid
         tail: tuple[str, ...] = ()
         if trial.result is None and trial.stop is None:  # a crash: its last words
             tail = tuple(log_tail(spec.log_path, pid=how.log_pid)) if how.log_pid else ()
         verdict = outcome.judge(outcome.Ending(began, how, trial.result, trial.stop, trial.why, tail))
         duration = (trial.ended or time.monotonic()) - trial.t0
-        if trial.stop is None and trial.result is not None:
+        if trial.stop is None and trial.result is not None and trial.result.duration_s is not None:
             duration = trial.result.duration_s
         return TrialResult(
             trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
@@ -347,7 +365,6 @@ class Engine:
         """Ctrl-C or SIGTERM: no new trials; running ones are stopped as ``interrupted``
         (SIGTERM, then SIGKILL after the grace); a second signal kills them at once."""
         hard = len(self.signals) > 1
-        self.backend.ahead(0)
         why = f"stopped by {signal.Signals(self.signals[0]).name}"
         for trial in list(self.trials.values()):
             if not self._stop(trial, Status.INTERRUPTED, why):
@@ -356,6 +373,7 @@ class Engine:
                 self._cancel(trial, hard=True)
             elif not trial.cancelled:
                 self._cancel(trial, hard=False)
+        self.backend.ahead(0)  # no standby is needed any more
 
     def _close(self, record_unfinished: bool) -> None:
         """On every way out: nothing of a trial outlives the sweep. Trials that ended
@@ -364,7 +382,7 @@ class Engine:
         events = self.backend.close()
         for trial_id, event in events:
             trial = self.trials.get(trial_id)
-            if trial is None or isinstance(event, LoadFailed):
+            if trial is None or isinstance(event, (LoadFailed, Broken)):
                 continue
             if isinstance(event, Exited) and trial.result is None and trial.stop is None:
                 if not record_unfinished:

@@ -57,7 +57,7 @@ class Result:
     status: Status
     metrics: dict[str, int | float] = field(default_factory=dict)
     error: str = ""
-    duration_s: float = 0.0  #: from the trial reaching its process to the end of train
+    duration_s: float | None = None  #: from the trial reaching its process to the end of train
     history: list[dict[str, Any]] = field(default_factory=list)  #: a returned Keras History's epochs
 
     def to_json(self, trial_id: str) -> dict[str, Any]:
@@ -129,5 +129,12 @@ class Exited:
     cap_mb: int | None = None
 
 
+@dataclass(frozen=True)
+class Broken:
+    """A fault of the whole sweep, not of one trial (one line: what and the fix)."""
+
+    error: str
+
+
 #: What a backend hands the engine, with the trial's id.
-Event = Union[Message, Began, Exited]
+Event = Union[Message, Began, Exited, Broken]

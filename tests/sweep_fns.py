@@ -325,3 +325,14 @@ def stubborn(params):
     os.rename(os.path.join(folder, "ignoring.tmp"), os.path.join(folder, "ignoring"))
     time.sleep(600)
     return {"value": -1.0}
+
+
+class _Exploding:
+    """A metric value whose conversion to a number raises something other than TypeError."""
+
+    def __float__(self):
+        raise RuntimeError("device lost while reading the metric")
+
+
+def exploding_metric(params):
+    return {"ok_metric": 1.0, "bad": _Exploding()}

@@ -431,3 +431,13 @@ def test_a_folder_written_before_the_engine_restructure_resumes_unchanged(tmp_pa
         assert db.execute("PRAGMA user_version").fetchone()[0] == 1
     df = sweeper.load(str(folder))
     assert df.status.tolist() == ["ok"] * 3 and df.loss.tolist() == [0.5, 0.25, 1 / 6]
+
+
+def test_a_metric_whose_conversion_raises_is_that_trials_error_not_a_crash(tmp_path):
+    """Whatever turning train's return value into numbers raises is judged like what
+    train raised: an error row with the exception's last line, never a retried crash."""
+    df = sweeper.sweep(sweep_fns.exploding_metric, {"x": [1]}, out=str(tmp_path), retries=2, progress=False)
+    row = df.iloc[0]
+    assert row.status == "error" and row.attempts == 1
+    assert "RuntimeError: device lost while reading the metric" in row.error
+    assert (tmp_path / "sweep_fns" / "trials" / row.trial / "result.json").exists()

@@ -36,7 +36,7 @@ from .. import outcome, procs
 from ..child import bootstrap
 from ..engine import TERM_GRACE, no_main_guard
 from ..gpus import MemorySampler
-from ..protocol import Began, Event, Exited, LoadFailed, Ready, Result, TrainStarted
+from ..protocol import Began, Broken, Event, Exited, LoadFailed, Ready, Result, TrainStarted
 from ..slots import Slot, pick
 from ..target import FileTarget, Target
 from ..trial import TrialSpec
@@ -63,7 +63,8 @@ class Spare:
         if self.closed:
             return
         self.closed = True
-        procs.kill_group_and_tree(self.process.pid)
+        if self.process.exitcode is None:  # once reaped, its pid may name a stranger
+            procs.kill_group_and_tree(self.process.pid)
         join(self.process, self.exit_fd, TERM_GRACE)
         self.conn.close()
         if self.exit_fd != self.process.sentinel:
@@ -85,6 +86,10 @@ class _Proc:
 
 def spawn(ctx: Any, boot: bootstrap.Boot, env: dict[str, str], name: str) -> Spare:
     """Start a worker process with ``env`` set in it from its first instruction."""
+    if ctx.get_start_method() == "spawn":  # started now, outside env: never taken for a stray
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
     parent_conn, child_conn = ctx.Pipe()
     process = ctx.Process(target=bootstrap.main, args=(child_conn, boot), name=name, daemon=False)
     with environ(env), _sigint_ignored():  # Ctrl-C is the parent's to handle
@@ -112,13 +117,7 @@ class LocalBackend:
         self._standby_deaths = 0
         if spare is not None:
             self._adopt(spare)
-        if start_method == "spawn":  # started now, outside any slot's environment: never a stray
-            from multiprocessing import resource_tracker
-
-            resource_tracker.ensure_running()
-        if start_method == "forkserver":
-            _start_forkserver(self.ctx, target, f"{os.getpid()}-forkserver")
-        self._tags = {self.tag, _FORKSERVER_TAG[0]} if start_method == "forkserver" else {self.tag}
+        self._tags = {self.tag}
         self.running: dict[str, _Proc] = {}  #: by trial id
         self._adopted: set[int] = set()  #: orphans of trials, come back to this subreaper
         self._before: set[int] = set()
@@ -130,7 +129,8 @@ class LocalBackend:
         """The CLI's first process becomes the standby of the slot it was started for."""
         slot = next((s for s in self.slots[:self.capacity] if s.env == {k: v for k, v in spare.env.items()
                                                                         if k != procs.SWEEP_VAR}), None)
-        if slot is None or self.start_method != "spawn":
+        # With prefetch off, every trial imports train after its seed is set: so does the first.
+        if slot is None or self.start_method != "spawn" or not self.prefetch:
             spare.close()
         else:
             self.standbys[slot.index] = spare
@@ -146,6 +146,10 @@ class LocalBackend:
             self.sampler = sampler if sampler.start() else None
 
     def start(self, spec: TrialSpec) -> Began:
+        if self.start_method == "forkserver" and _FORKSERVER_TAG[0] not in self._tags:
+            # now, not before: a sweep with nothing to run starts no server (its import)
+            _start_forkserver(self.ctx, self.target, f"{os.getpid()}-forkserver")
+            self._tags.add(_FORKSERVER_TAG[0])
         busy = {p.slot.index for p in self.running.values()}
         free = [s for s in self.slots if s.index not in busy]
         slot = pick(free, (p.slot for p in self.running.values()), prefer=set(self.standbys))
@@ -223,7 +227,7 @@ class LocalBackend:
             deadline = time.monotonic() + TERM_GRACE
             for p in list(self.running.values()):
                 if join(p.process, p.exit_fd, max(0.0, deadline - time.monotonic())):
-                    events += self._exited(p, final=True)
+                    events += self._exited(p)
                 else:
                     self._forget(p)
             self._reap_adopted(final=True)
@@ -256,7 +260,7 @@ class LocalBackend:
                 pass
         if sb.exit_fd in ready:  # died before it had a trial: forget it; give up after a few
             if sb.process.exitcode == bootstrap.NO_MAIN_GUARD:
-                raise no_main_guard()
+                events.append(("", Broken(str(no_main_guard()))))
             self.standbys.pop(index, None)
             sb.close()
             self._standby_deaths += 1
@@ -289,18 +293,19 @@ class LocalBackend:
             p.conn = None
         return events
 
-    def _exited(self, p: _Proc, final: bool = False) -> list[tuple[str, Event]]:
+    def _exited(self, p: _Proc) -> list[tuple[str, Event]]:
         """The process has exited: end what it left, read what it sent, free the slot."""
         # Unreaped, the process keeps its pid and group id, so neither can name a stranger yet.
         self._signal(p, signal.SIGKILL)  # anything it left in its group, or left as a daemon
         self._reap_adopted()
         join(p.process, p.exit_fd, TERM_GRACE)
-        if p.process.exitcode == bootstrap.NO_MAIN_GUARD and not p.has_result and not p.fn_started and not final:
-            raise no_main_guard()  # the sweep's problem, not this trial's
         events = self._receive(p) if p.conn is not None else []
         peak = self.sampler.peaks.pop(p.process.pid, None) if self.sampler else None
         pid, exitcode = p.process.pid, p.process.exitcode
         self._forget(p)
+        if exitcode == bootstrap.NO_MAIN_GUARD and not p.has_result and not p.fn_started:
+            # the sweep's problem, not this trial's: no row (it runs next time)
+            return events + [("", Broken(str(no_main_guard())))]
         return events + [(p.spec.trial_id, Exited(exitcode, log_pid=pid, peak_mb=peak))]
 
     def _forget(self, p: _Proc) -> None:

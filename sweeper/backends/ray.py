@@ -188,7 +188,7 @@ class RayBackend:
         try:
             out = self.ray.get(task.ref)
         except TaskCancelledError:
-            return [(tid, Exited(task.exitcode, cancelled=task.exitcode is None))]
+            return [(tid, Exited(task.exitcode, cancelled=True))]
         except RayError as exc:  # the worker or its node died: WorkerCrashedError, NodeDiedError...
             kind = type(exc).__name__
             note = kind if task.exitcode is not None else f"{kind}: {str(exc).strip().splitlines()[0]}"

@@ -247,18 +247,17 @@ def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: imports.OnImport, s
         hook.catch_up()
         context._announce_start()  # the parent may now start this slot's next process
         value = fn(dict(spec.params))
+        verdict = outcome.returned(value)  # what it returned is not metrics: an error
+        if verdict.error:
+            print(f"sweeper: {verdict.error}", file=sys.stderr)
+        else:
+            history = epochs_of(value)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
         verdict = outcome.raised(exc)
         if isinstance(exc, (outcome.TrialFailed, BadResult)):
             print(f"sweeper: {exc}", file=sys.stderr)
         else:
             traceback.print_exc()
-    else:
-        verdict = outcome.returned(value)
-        if verdict.error:
-            print(f"sweeper: {verdict.error}", file=sys.stderr)
-        else:
-            history = epochs_of(value)
     finally:
         context._set(None)
     return Result(verdict.status, verdict.metrics, verdict.error, time.monotonic() - started, history)

@@ -1,0 +1,112 @@
+"""The engine's contract with a backend, with a backend written for the test.
+
+The engine (sweeper.engine) runs any backend that keeps the Backend protocol; these
+tests drive it with one that hands out scripted events, to pin the orders that real
+processes produce only by chance: a result and a Ctrl-C in the same wake-up, a fault
+of the whole sweep in the same batch as a finished trial. The end-to-end versions of
+everything else run real processes (test_failures.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from sweeper.engine import Engine, Interrupted
+from sweeper.errors import SweepError
+from sweeper.ledger import Ledger
+from sweeper.protocol import Began, Broken, Exited, Result
+from sweeper.runner import plan
+from sweeper.trial import Status
+
+
+class Scripted:
+    """A backend whose first ``wait`` raises ``signal`` (if any) and returns ``events(ids)``."""
+
+    capacity = 2
+    stop_word = "killed"
+
+    def __init__(self, events, send_signal=None):
+        self.events, self.send_signal = events, send_signal
+        self.ids: list[str] = []
+        self.cancelled: list[tuple[str, bool]] = []
+        self.waits = 0
+
+    def open(self):
+        pass
+
+    def start(self, spec):
+        self.ids.append(spec.trial_id)
+        return Began(1000 + len(self.ids), "cpu")
+
+    def wait(self, timeout, wake):
+        self.waits += 1
+        assert self.waits < 20, "the engine kept waiting"
+        if self.waits == 1:
+            if self.send_signal:
+                os.kill(os.getpid(), self.send_signal)
+            events = self.events(self.ids)
+            self.ended = {tid for tid, e in events if isinstance(e, Exited)}
+            return events
+        # afterwards, the cancelled ones die of their SIGTERM
+        return [(tid, Exited(-15, log_pid=None)) for tid, _ in self.cancelled if tid not in self.ended]
+
+    def drain(self, trial_id):
+        return []
+
+    def cancel(self, trial_id, hard):
+        self.cancelled.append((trial_id, hard))
+
+    def ahead(self, queued):
+        pass
+
+    def close(self):
+        return []
+
+
+def _run(tmp_path, backend):
+    ledger = Ledger(str(tmp_path))
+    engine = Engine(backend, ledger)
+    specs = plan([{"x": 1}, {"x": 2}], str(tmp_path), seed=0)
+    try:
+        with pytest.raises((Interrupted, SweepError)) as raised:
+            engine.run(specs)
+        return raised.value, ledger.results(), specs
+    finally:
+        ledger.close()
+
+
+def test_a_result_that_came_with_ctrl_c_stands(tmp_path):
+    # trial 1 finished (its result and its exit are in the same wake-up as the signal);
+    # trial 2 is running: only it is stopped
+    def events(ids):
+        return [(ids[0], Result(Status.OK, {"acc": 0.9}, "", 1.0)), (ids[0], Exited(0))]
+
+    backend = Scripted(events, signal.SIGINT)
+    stop, rows, specs = _run(tmp_path, backend)
+    assert isinstance(stop, Interrupted)
+    first, second = (rows[s.trial_id] for s in specs)
+    assert first.status is Status.OK and first.metrics == {"acc": 0.9} and first.error == ""
+    assert second.status is Status.INTERRUPTED and "SIGINT" in second.error
+    assert (specs[1].trial_id, False) in backend.cancelled  # SIGTERM, not SIGKILL, after one Ctrl-C
+
+
+def test_a_death_that_came_with_ctrl_c_is_interrupted(tmp_path):
+    def events(ids):
+        return [(ids[0], Exited(-15, log_pid=None)), (ids[1], Exited(-15, log_pid=None))]
+
+    stop, rows, specs = _run(tmp_path, Scripted(events, signal.SIGINT))
+    assert isinstance(stop, Interrupted)
+    assert {r.status for r in rows.values()} == {Status.INTERRUPTED}
+
+
+def test_a_fault_of_the_sweep_keeps_the_result_that_came_with_it(tmp_path):
+    def events(ids):
+        return [(ids[0], Result(Status.OK, {"acc": 0.5}, "", 1.0)), ("", Broken("the script lacks its guard")),
+                (ids[0], Exited(0))]
+
+    fault, rows, specs = _run(tmp_path, Scripted(events))
+    assert isinstance(fault, SweepError) and "guard" in str(fault)
+    assert rows[specs[0].trial_id].status is Status.OK  # recorded, not lost with the fault
+    assert specs[1].trial_id not in rows  # no trial is to blame: it runs next time
