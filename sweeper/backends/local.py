@@ -84,12 +84,17 @@ class _Proc:
     has_result: bool = False
 
 
+_TRACKER_STARTED: list[bool] = []
+
+
 def spawn(ctx: Any, boot: bootstrap.Boot, env: dict[str, str], name: str) -> Spare:
     """Start a worker process with ``env`` set in it from its first instruction."""
-    if ctx.get_start_method() == "spawn":  # started now, outside env: never taken for a stray
+    if ctx.get_start_method() == "spawn" and not _TRACKER_STARTED:
+        # started now, outside the slot's environment: never taken for a stray of it
         from multiprocessing import resource_tracker
 
         resource_tracker.ensure_running()
+        _TRACKER_STARTED.append(True)
     parent_conn, child_conn = ctx.Pipe()
     process = ctx.Process(target=bootstrap.main, args=(child_conn, boot), name=name, daemon=False)
     with environ(env), _sigint_ignored():  # Ctrl-C is the parent's to handle
