@@ -651,6 +651,8 @@ def cli_start(runner: Runner, case: Case, method: str, rep: int) -> dict[str, An
         res: dict[str, Any] = {"wall_s": t_exit - t_start, "rc": rc, "trials": [], "n": case.n,
                                "n_ok": sum(r.get("status") == "ok" for r in rows),
                                "first_train_s": min(starts) - t_start}
+        from methods import _epoch  # bench/ is this script's folder
+
         launches = [t for t in (_epoch(r.get("started_at")) for r in rows) if t is not None]
         if launches:  # the sweep handed the first trial to its process (ledger, ms resolution)
             res["first_launch_s"] = min(launches) - t_start
@@ -700,17 +702,6 @@ def _results_csv(folder: str) -> list[dict[str, str]]:
             return list(csv.DictReader(f))
     except OSError:
         return []
-
-
-def _epoch(iso: Any) -> float | None:
-    from datetime import datetime
-
-    if not isinstance(iso, str) or not iso:
-        return None
-    try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _sweeper_version() -> str | None:
