@@ -162,7 +162,7 @@ def failures(df: "pandas.DataFrame", folder: str | os.PathLike[str] | None = Non
         "trial": [str(t) for t in bad["trial"]],
         "status": [str(s) for s in bad["status"]],
         "error": [_first_line(e) for e in errors],
-        "log": [os.path.join(base, SweepPaths("").trial_log(str(t))) for t in bad["trial"]],
+        "log": [os.path.join(base, paths.trial_log(str(t))) for t in bad["trial"]],
     })
 
 
@@ -338,7 +338,7 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
     else:
         out.append('<table class="failures"><tr><th>trial</th><th>status</th><th>error</th><th>log</th></tr>')
         for row in bad.itertuples(index=False):
-            href = urllib.parse.quote(SweepPaths("").trial_log(str(row.trial)))
+            href = urllib.parse.quote(paths.trial_log(str(row.trial)))
             out.append(
                 f'<tr class="failure"><td>{e(row.trial)}</td><td class="status-bad">{e(row.status)}</td>'
                 f"<td>{e(row.error)}</td>"

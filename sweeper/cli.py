@@ -148,8 +148,7 @@ def _main(argv: list[str]) -> int:
     try:
         opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
         stem = os.path.splitext(os.path.basename(grid.path))[0]
-        if spare is not None and (opts.dry_run or opts.backend != "local" or opts.start_method != "spawn"
-                                  or not opts.prefetch):
+        if spare is not None and not _trials_may_use_spare(opts):
             spare.close()  # no trial will run in it: end it now, not after the sweep
         listener = None if opts.dry_run else choose_view(args.quiet, opts.metric, opts.mode)
     except BaseException:
@@ -175,6 +174,12 @@ def _main(argv: list[str]) -> int:
     return EXIT_FAILED if failed or len(outcome.results) < len(outcome.specs) else EXIT_OK
 
 
+def _trials_may_use_spare(opts: Options) -> bool:
+    """Whether a trial may run in the process that read the grid file: local spawned
+    trials with standbys (with --no-prefetch each trial imports after its seed is set)."""
+    return not opts.dry_run and opts.backend == "local" and opts.start_method == "spawn" and opts.prefetch
+
+
 def _first_slot_env(flags: dict[str, Any]) -> dict[str, str] | None:
     """The environment the first trial's process will likely start with, from the command
     line alone (the grid file's options are not known yet): the CLI's first process starts
@@ -192,7 +197,7 @@ def _first_slot_env(flags: dict[str, Any]) -> dict[str, str] | None:
     try:
         opts = Options.build(flags, where="the command line")
         gpus = parse_gpus(opts.gpus)
-        if opts.dry_run or opts.backend != "local" or opts.start_method != "spawn" or not opts.prefetch:
+        if not _trials_may_use_spare(opts):
             return None
         if gpus == "free":  # which GPUs are free is read once, with nothing of ours on them
             return None

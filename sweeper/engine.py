@@ -311,7 +311,7 @@ class Engine:
         pid = how.pid if how.pid is not None else began.pid
         tail: tuple[str, ...] = ()
         if trial.result is None and trial.stop is None:  # a crash: its last words
-            tail = tuple(log_tail(spec.log_path, pid=how.log_pid)) if how.log_pid else ()
+            tail = tuple(log_tail(spec.log_path, pid=pid)) if pid else ()  # this attempt's part
         verdict = outcome.judge(outcome.Ending(began, how, trial.result, trial.stop, trial.why, tail))
         duration = (trial.ended or time.monotonic()) - trial.t0
         if trial.stop is None and trial.result is not None and trial.result.duration_s is not None:

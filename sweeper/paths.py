@@ -75,13 +75,14 @@ class SweepPaths:
         """A trial's own folder."""
         return os.path.join(self.folder, TRIALS, name)
 
-    def trial_log(self, name: str) -> str:
-        """A trial's log, relative to the sweep folder (as report.html links it)."""
-        return f"{TRIALS}/{name}/{LOG}"
-
     def exists(self) -> bool:
         """Whether this is a sweep folder (it has a ledger)."""
         return os.path.exists(self.ledger)
+
+
+def trial_log(name: str) -> str:
+    """A trial's log, relative to its sweep folder (as report.html links it)."""
+    return f"{TRIALS}/{name}/{LOG}"
 
 
 def log_file(trial_dir: str) -> str:

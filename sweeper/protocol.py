@@ -120,7 +120,6 @@ class Exited:
     """The trial's process is gone. Fields left ``None`` keep what :class:`Began` said."""
 
     exitcode: int | None = None  #: negative: the signal that ended it
-    log_pid: int | None = None  #: whose part of the log to read for the crash's last words
     note: str = ""  #: the backend's own words on how it ended (Ray's exception)
     cancelled: bool = False  #: the backend cancelled it (nothing else is known)
     peak_mb: int | None = None  #: its peak GPU memory, where it could be seen

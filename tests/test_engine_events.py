@@ -50,7 +50,7 @@ class Scripted:
             self.ended = {tid for tid, e in events if isinstance(e, Exited)}
             return events
         # afterwards, the cancelled ones die of their SIGTERM
-        return [(tid, Exited(-15, log_pid=None)) for tid, _ in self.cancelled if tid not in self.ended]
+        return [(tid, Exited(-15)) for tid, _ in self.cancelled if tid not in self.ended]
 
     def drain(self, trial_id):
         return []
@@ -94,7 +94,7 @@ def test_a_result_that_came_with_ctrl_c_stands(tmp_path):
 
 def test_a_death_that_came_with_ctrl_c_is_interrupted(tmp_path):
     def events(ids):
-        return [(ids[0], Exited(-15, log_pid=None)), (ids[1], Exited(-15, log_pid=None))]
+        return [(ids[0], Exited(-15)), (ids[1], Exited(-15))]
 
     stop, rows, specs = _run(tmp_path, Scripted(events, signal.SIGINT))
     assert isinstance(stop, Interrupted)

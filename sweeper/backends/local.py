@@ -36,7 +36,7 @@ from .. import outcome, procs
 from ..child import bootstrap
 from ..engine import TERM_GRACE, no_main_guard
 from ..gpus import MemorySampler
-from ..protocol import Began, Broken, Event, Exited, LoadFailed, Ready, Result, TrainStarted
+from ..protocol import Began, Broken, Event, Exited, LoadFailed, Result, TrainStarted
 from ..slots import Slot, pick
 from ..target import FileTarget, Target
 from ..trial import TrialSpec
@@ -55,7 +55,6 @@ class Spare:
     exit_fd: int  #: readable once the process has exited (a pidfd)
     env: dict[str, str]  #: what it was started with: only a slot with the same may use it
     tag: str = ""  #: the sweep tag in its environment
-    ready: bool = False  #: it has imported train
     closed: bool = False
 
     def close(self) -> None:
@@ -256,10 +255,8 @@ class LocalBackend:
         if sb.conn in ready:
             try:
                 while sb.conn.poll():
-                    message = sb.conn.recv()
-                    if isinstance(message, Ready):
-                        sb.ready = True
-                    elif isinstance(message, LoadFailed):
+                    message = sb.conn.recv()  # Ready, or why it cannot import train
+                    if isinstance(message, LoadFailed):
                         events.append(("", message))
             except (EOFError, OSError):
                 pass
@@ -306,12 +303,12 @@ class LocalBackend:
         join(p.process, p.exit_fd, TERM_GRACE)
         events = self._receive(p) if p.conn is not None else []
         peak = self.sampler.peaks.pop(p.process.pid, None) if self.sampler else None
-        pid, exitcode = p.process.pid, p.process.exitcode
+        exitcode = p.process.exitcode
         self._forget(p)
         if exitcode == bootstrap.NO_MAIN_GUARD and not p.has_result and not p.fn_started:
             # the sweep's problem, not this trial's: no row (it runs next time)
             return events + [("", Broken(str(no_main_guard())))]
-        return events + [(p.spec.trial_id, Exited(exitcode, log_pid=pid, peak_mb=peak))]
+        return events + [(p.spec.trial_id, Exited(exitcode, peak_mb=peak))]
 
     def _forget(self, p: _Proc) -> None:
         self.running.pop(p.spec.trial_id, None)
