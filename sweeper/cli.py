@@ -231,7 +231,7 @@ def plan_lines(placement: Placement) -> list[str]:
     """Where trials would run: GPUs (memory, other users' processes), slots, the cap."""
     lines = []
     for g in placement.gpus:
-        others = ", ".join(f"pid {pid} {mb} MB" for pid, mb in g.processes) or "none"
+        others = ", ".join(f"pid {pid} {'?' if mb is None else mb} MB" for pid, mb in g.processes) or "none"
         lines.append(f"gpu:{g.index} {g.name} {g.uuid}: {g.free_mb} MB free of {g.total_mb} MB; "
                      f"other processes: {others}")
     for g in placement.skipped:

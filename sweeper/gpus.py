@@ -31,7 +31,8 @@ class Gpu:
     name: str
     total_mb: int
     used_mb: int
-    processes: tuple[tuple[int, int], ...] = field(default=())  #: (pid, MB) of compute processes
+    #: (pid, MB) of compute processes; MB None where NVML cannot tell (some containers, MIG)
+    processes: tuple[tuple[int, int | None], ...] = field(default=())
 
     @property
     def free_mb(self) -> int:
@@ -39,8 +40,13 @@ class Gpu:
 
     @property
     def others_mb(self) -> int:
-        """Memory held by other processes (ours are not running yet when this is read)."""
-        return sum(mb for _, mb in self.processes)
+        """Memory held by other processes (ours are not running yet when this is read).
+        Where NVML lists a process but not its memory, the card's used memory stands in:
+        a process NVML lists holds a context, and a busy card must not pass for free."""
+        known = sum(mb or 0 for _, mb in self.processes)
+        if any(mb is None for _, mb in self.processes):
+            return max(known, self.used_mb)
+        return known
 
 
 #: Why NVML could not be asked, the last time it could not (for the one info line).
@@ -91,12 +97,12 @@ def inventory() -> list[Gpu]:
         nvml.nvmlShutdown()
 
 
-def _processes(nvml: Any, handle: Any) -> tuple[tuple[int, int], ...]:
+def _processes(nvml: Any, handle: Any) -> tuple[tuple[int, int | None], ...]:
     try:
         procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
     except Exception:
         return ()
-    return tuple((p.pid, (p.usedGpuMemory or 0) >> 20) for p in procs)
+    return tuple((p.pid, None if p.usedGpuMemory is None else p.usedGpuMemory >> 20) for p in procs)
 
 
 def _text(value: object) -> str:
@@ -118,11 +124,15 @@ def allowed_by_environment() -> list[str] | None:
 
 
 class MemorySampler:
-    """Peak GPU memory per process, sampled from NVML by the parent while trials run."""
+    """Peak GPU memory per trial, sampled from NVML by the parent while trials run.
+
+    A trial's memory is that of its whole process tree, summed over cards: a command
+    trial's script runs below the trial's process, and a ``train`` may start workers.
+    """
 
     def __init__(self) -> None:
-        self.peaks: dict[int, int] = {}
-        self._nvml = None
+        self.peaks: dict[int, int] = {}  #: trial pid -> most MB its tree held at one sample
+        self._nvml: Any = None
         self._handles: list[Any] = []
 
     def start(self) -> bool:
@@ -138,12 +148,24 @@ class MemorySampler:
         return True
 
     def sample(self, pids: set[int]) -> None:
+        """One sample of every card, for the trials whose processes are ``pids``."""
         if self._nvml is None or not pids:
             return
+        held: dict[int, int] = {}
         for handle in self._handles:
             for pid, mb in _processes(self._nvml, handle):
-                if pid in pids and mb > self.peaks.get(pid, -1):
-                    self.peaks[pid] = mb
+                if mb is not None:  # unknown is not 0: no peak rather than a wrong one
+                    held[pid] = held.get(pid, 0) + mb
+        if not held:
+            return
+        from .procs import descendants
+
+        strangers = set(held) - pids
+        for pid in pids:
+            tree = [pid, *descendants(pid)] if strangers else [pid]
+            mine = [held[q] for q in tree if q in held]
+            if mine and sum(mine) > self.peaks.get(pid, -1):
+                self.peaks[pid] = sum(mine)
 
     def stop(self) -> None:
         if self._nvml is not None:

@@ -87,6 +87,7 @@ def choose_gpus(gpus: str | list[str]) -> tuple[list[str], list[Gpu], list[Gpu]]
         else:
             log.info("sweeper: %s; no GPUs, running on the CPU", _gpus.unavailable)
     if allowed is not None and found:
+        _warn_if_order_differs(allowed, found)
         found = [g for g in found if any(_matches(g, a) for a in allowed)]
     if isinstance(gpus, list):
         if not found and allowed is None:  # nothing says these GPUs exist: never a silent label
@@ -120,6 +121,19 @@ def choose_gpus(gpus: str | list[str]) -> tuple[list[str], list[Gpu], list[Gpu]]
             )
         return [str(g.index) for g in free], free, busy
     return [str(g.index) for g in found], found, []
+
+
+def _warn_if_order_differs(allowed: list[str], found: list[Gpu]) -> None:
+    """CUDA numbers GPUs fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; NVML and
+    sweeper number them by PCI bus. Alike cards tie, and ties go by bus: the same numbers.
+    Unlike cards may not be: say so rather than pick a card the user did not mean."""
+    if os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" or not any(a.isdigit() for a in allowed):
+        return
+    if len({g.name for g in found}) > 1:
+        log.warning("sweeper: CUDA_VISIBLE_DEVICES=%s is read as nvidia-smi's indices, but without "
+                    "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA may number these unlike cards (%s) otherwise; "
+                    "set CUDA_DEVICE_ORDER=PCI_BUS_ID or give UUIDs (nvidia-smi -L)",
+                    os.environ.get("CUDA_VISIBLE_DEVICES"), ", ".join(sorted({g.name for g in found})))
 
 
 def place(gpus: str | list[str], policy: MemoryPolicy, workers: int | None) -> Placement:

@@ -59,17 +59,31 @@ def _cmd(p: psutil.Process) -> str:
 
 
 @pytest.fixture
-def two_gpus(monkeypatch):
-    """Tests of GPU placement that name GPUs 0 and 1. Where NVML cannot tell what GPUs there
-    are (a CPU machine), ``CUDA_VISIBLE_DEVICES=0,1`` says they are there, as a user who
-    knows better would; a machine whose NVML lists fewer than two GPUs skips the test."""
-    from sweeper.gpus import inventory
+def fake_nvml(monkeypatch, tmp_path):
+    """A machine with two 16 GB cards, as NVML describes it (tests/fake_nvml.py), whatever
+    this machine has: the GPU logic above NVML runs for real, on CPU and GPU machines alike.
+    The user's CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER are cleared; a test sets its own.
+    ``fake_nvml.board`` is where trials hold fake GPU memory (``fake_nvml.hold``)."""
+    from fake_nvml import Card, FakeNvml
 
-    found = inventory()
-    if found and len(found) < 2:
-        pytest.skip(f"needs 2 GPUs; NVML lists {len(found)}")
-    if not found:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    board = tmp_path / "nvml-board"
+    board.mkdir()
+    return FakeNvml([Card(), Card()], board=str(board)).install(monkeypatch)
+
+
+@pytest.fixture
+def no_nvml(monkeypatch):
+    """A machine whose NVML library cannot be loaded (no driver), whatever this one has."""
+    import pynvml
+
+    from fake_nvml import FakeNvml
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake = FakeNvml([]).install(monkeypatch)
+    fake.fail["nvmlInit"] = pynvml.NVMLError_LibraryNotFound(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    return fake
 
 
 def assert_dead(pid: int, timeout: float = 10) -> None:

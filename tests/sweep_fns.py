@@ -22,9 +22,14 @@ def echo(params):
         "value": float(params.get("x", 0)) * 2,
         "pid": os.getpid(),
         "ppid": os.getppid(),
-        "cuda": float(os.environ.get("CUDA_VISIBLE_DEVICES", "nan").replace("-1", "-1") or "nan"),
+        "cuda": _index(os.environ.get("CUDA_VISIBLE_DEVICES", "")),
         "seed_seen": trial.seed if trial else -1,
     }
+
+
+def _index(pin: str) -> float:
+    """The GPU a child was pinned to, as a number where it is an index (NaN for a UUID)."""
+    return float(pin) if pin.lstrip("-").isdigit() else float("nan")
 
 
 def crash(params):
@@ -149,12 +154,23 @@ def draws(params):
 
 
 def gpu_env(params):
-    """What GPU pinning and memory settings the child was started with; holds its slot briefly."""
-    time.sleep(params.get("hold", 0.3))
+    """What GPU pinning and memory settings the child was started with, as metrics and, in
+    full, in ``seen.json`` in its trial folder. Holds its slot briefly; given a fake NVML
+    ``board`` (tests/fake_nvml.py), holds ``mb`` of its card until the parent has seen it."""
+    import json
+
     env = os.environ
+    pin = env["CUDA_VISIBLE_DEVICES"]
+    with open(os.path.join(sweeper.current_trial().dir, "seen.json"), "w") as f:
+        json.dump({k: v for k, v in env.items() if k.startswith(("CUDA_", "SWEEPER_", "XLA_", "TF_"))}, f)
+    if params.get("board"):
+        import fake_nvml
+
+        fake_nvml.hold(params["board"], params.get("mb", 100))
+    time.sleep(params.get("hold", 0.3))
     return {
-        "cuda": float(env["CUDA_VISIBLE_DEVICES"]),
-        "n_ids": float(len(env["CUDA_VISIBLE_DEVICES"].split(","))),
+        "cuda": _index(pin),
+        "n_ids": float(len(pin.split(","))),
         "pci_order": float(env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"),
         "xla_fraction": float(env.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "nan")),
         "tf_growth": float(env.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true"),

@@ -59,15 +59,17 @@ def test_exit_codes_and_signals_are_crashes(tmp_path):
     assert df.loc["exit3", "attempts"] == 2  # retried like any crash
 
 
-@pytest.mark.usefixtures("two_gpus")
-def test_children_get_the_slot_and_trial_environment(tmp_path):
+def test_children_get_the_slot_and_trial_environment(tmp_path, fake_nvml):
     df = sweeper.sweep(f"{PY} {SCRIPT} {{flags}}", {"x": [1, 2]}, gpus=[0, 1], memory_fraction=0.4,
                        out=str(tmp_path), name="env", progress=False)
     assert (df.status == "ok").all(), df.error.tolist()
-    for trial, device, seed in zip(df.trial, df.device, df.seed):
+    assert set(df.device) == {"gpu:0", "gpu:1"}
+    for trial, device, seed, uuid in zip(df.trial, df.device, df.seed, df.gpu_uuid):
         got = seen(tmp_path, "env", trial)
         env = got["env"]
-        assert env["CUDA_VISIBLE_DEVICES"] == device.split(":")[1]
+        card = fake_nvml.cards[int(device.split(":")[1])]
+        assert env["CUDA_VISIBLE_DEVICES"] == card.uuid == uuid  # pinned by UUID, recorded as run
+        assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["SWEEPER_MEMORY_LIMIT_MB"] == "6553"
         assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.4" and env["SWEEPER_MEMORY_FRACTION"] == "0.4"
         assert env["SWEEPER_SEED"] == str(seed)
         assert env["SWEEPER_TRIAL_DIR"].endswith(trial)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -43,9 +44,11 @@ def test_forkserver_trials_are_fresh_forks_with_their_own_seeds(tmp_path):
     assert relay.ppid[0] != os.getpid()  # forked by the server, not by the sweep's parent
 
 
-@pytest.mark.usefixtures("two_gpus")
-def test_forkserver_children_pin_their_own_gpu(tmp_path):
+def test_forkserver_children_pin_their_own_gpu(tmp_path, fake_nvml):
     df = sweeper.sweep(sweep_fns.gpu_env, {"x": list(range(4)), "hold": 0.2}, gpus=[0, 1], per_gpu=2,
                        start_method="forkserver", out=str(tmp_path), progress=False)
-    assert (df.device == "gpu:" + df.cuda.astype(int).astype(str)).all()
-    assert set(df.cuda) == {0, 1} and (df.xla_fraction == 0.475).all()
+    assert (df.status == "ok").all(), df.error.tolist()
+    pins = [json.loads((tmp_path / "sweep_fns" / "trials" / t / "seen.json").read_text())["CUDA_VISIBLE_DEVICES"]
+            for t in df.trial]
+    assert pins == [fake_nvml.cards[int(d[4:])].uuid for d in df.device] == df.gpu_uuid.tolist()
+    assert set(df.device) == {"gpu:0", "gpu:1"} and (df.xla_fraction == 0.475).all()

@@ -1,0 +1,190 @@
+"""A thin fake at the NVML boundary: the eight ``pynvml`` functions sweeper calls,
+answering for a machine described in a few lines. Everything above them is real:
+``sweeper.gpus`` (inventory, the memory sampler), slots, UUID pinning, the spawned
+children and their environment, the ledger.
+
+Trial processes "use" a fake card through a board, a folder of files: a trial writes
+``<board>/<pid>`` holding ``<uuid> <MB>`` and the fake lists that pid among the card's
+compute processes while the process is alive (its pid in a ``/proc`` that exists, not a
+zombie), exactly as NVML lists a process that holds a CUDA context. The first time the
+fake lists a pid it creates ``<board>/<pid>.seen``, so a trial can wait until it has
+been seen instead of sleeping.
+
+Installed in the test's process with ``monkeypatch`` (see the ``fake_nvml`` fixture);
+for a CLI run in a subprocess, :func:`main` installs it from ``SWEEPER_FAKE_NVML``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+
+#: The functions replaced: all sweeper calls, and nothing else.
+FUNCTIONS = ("nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
+             "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUUID", "nvmlDeviceGetName",
+             "nvmlDeviceGetComputeRunningProcesses")
+
+
+@dataclass
+class Card:
+    name: str = "NVIDIA Fake A100 16GB"
+    total_mb: int = 16384
+    uuid: str = ""
+    others: dict[int, int | None] = field(default_factory=dict)  #: pid -> MB (None: NVML cannot tell)
+    reserved_mb: int = 0  #: used by the driver itself, listed by no process
+
+
+class FakeNvml:
+    """One machine's NVML: ``cards``, and how its driver misbehaves (``fail``)."""
+
+    def __init__(self, cards: list[Card], board: str | None = None, as_bytes: bool = False) -> None:
+        self.cards = cards
+        for i, card in enumerate(cards):
+            card.uuid = card.uuid or f"GPU-fa4e{i:04d}-0000-4000-8000-{i:012d}"
+        self.board = board
+        self.as_bytes = as_bytes  #: older nvidia-ml-py returns bytes for names and UUIDs
+        self.fail: dict[str, Exception] = {}  #: function name -> what it raises
+        self.inits = 0
+        self.shutdowns = 0
+        self.listed: list[int] = []  #: every pid listed, in order (sampler calls included)
+
+    # -- installing -----------------------------------------------------------------------
+
+    def install(self, monkeypatch: Any) -> "FakeNvml":
+        for name in FUNCTIONS:
+            monkeypatch.setattr(pynvml, name, getattr(self, name))
+        return self
+
+    def install_for_good(self) -> None:
+        for name in FUNCTIONS:
+            setattr(pynvml, name, getattr(self, name))
+
+    def to_json(self) -> str:
+        return json.dumps({"board": self.board, "cards": [c.__dict__ for c in self.cards]})
+
+    @classmethod
+    def from_json(cls, text: str) -> "FakeNvml":
+        data = json.loads(text)
+        cards = [Card(**{**c, "others": {int(k): v for k, v in c["others"].items()}}) for c in data["cards"]]
+        return cls(cards, data["board"])
+
+    # -- what a trial does ----------------------------------------------------------------
+
+    def used_by_trials(self, uuid: str) -> dict[int, int]:
+        """pid -> MB of the live processes that wrote to the board for this card."""
+        if not self.board or not os.path.isdir(self.board):
+            return {}
+        held = {}
+        for entry in os.listdir(self.board):
+            if not entry.isdigit() or not _alive(int(entry)):
+                continue
+            try:
+                with open(os.path.join(self.board, entry)) as f:
+                    card, mb = f.read().split()
+            except (OSError, ValueError):  # being written
+                continue
+            if card == uuid:
+                held[int(entry)] = int(mb)
+        return held
+
+    # -- the pynvml functions -------------------------------------------------------------
+
+    def _check(self, name: str) -> None:
+        if name in self.fail:
+            raise self.fail[name]
+
+    def _text(self, value: str) -> str | bytes:
+        return value.encode() if self.as_bytes else value
+
+    def nvmlInit(self) -> None:
+        self._check("nvmlInit")
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self._check("nvmlShutdown")
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check("nvmlDeviceGetCount")
+        return len(self.cards)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Card:
+        self._check("nvmlDeviceGetHandleByIndex")
+        if not 0 <= index < len(self.cards):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self.cards[index]
+
+    def nvmlDeviceGetMemoryInfo(self, card: Card) -> SimpleNamespace:
+        self._check("nvmlDeviceGetMemoryInfo")
+        used_mb = card.reserved_mb + sum(mb or 0 for mb in card.others.values())
+        used_mb += sum(self.used_by_trials(card.uuid).values())
+        total, used = card.total_mb << 20, min(card.total_mb, used_mb) << 20
+        return SimpleNamespace(total=total, used=used, free=total - used)
+
+    def nvmlDeviceGetUUID(self, card: Card) -> str | bytes:
+        self._check("nvmlDeviceGetUUID")
+        return self._text(card.uuid)
+
+    def nvmlDeviceGetName(self, card: Card) -> str | bytes:
+        self._check("nvmlDeviceGetName")
+        return self._text(card.name)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, card: Card) -> list[SimpleNamespace]:
+        self._check("nvmlDeviceGetComputeRunningProcesses")
+        procs = [SimpleNamespace(pid=pid, usedGpuMemory=None if mb is None else mb << 20)
+                 for pid, mb in card.others.items()]
+        for pid, mb in self.used_by_trials(card.uuid).items():
+            procs.append(SimpleNamespace(pid=pid, usedGpuMemory=mb << 20))
+            self.listed.append(pid)
+            seen = os.path.join(self.board or "", f"{pid}.seen")
+            if not os.path.exists(seen):
+                open(seen, "w").close()
+        return procs
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+# -- used by trials (tests/sweep_fns.py) ---------------------------------------------------
+
+def hold(board: str, mb: int, pid: int | None = None) -> None:
+    """Hold ``mb`` of the card this process was pinned to, until the fake has listed it."""
+    import time
+
+    pid = pid or os.getpid()
+    uuid = os.environ["CUDA_VISIBLE_DEVICES"]
+    tmp = os.path.join(board, f".{pid}.tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{uuid} {mb}")
+    os.replace(tmp, os.path.join(board, str(pid)))
+    seen = os.path.join(board, f"{pid}.seen")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(seen):  # a file the parent's sampler makes: polled, not slept on
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the fake NVML never listed pid {pid}: the sampler did not run")
+        time.sleep(0.02)
+
+
+def main() -> None:
+    """``python tests/fake_nvml.py ARGS``: ``python -m sweeper ARGS`` on the machine that
+    ``SWEEPER_FAKE_NVML`` describes (a :meth:`FakeNvml.to_json`)."""
+    FakeNvml.from_json(os.environ["SWEEPER_FAKE_NVML"]).install_for_good()
+    from sweeper.cli import entry
+
+    sys.argv = ["sweeper", *sys.argv[1:]]
+    entry()
+
+
+if __name__ == "__main__":
+    main()
