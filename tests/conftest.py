@@ -58,6 +58,17 @@ def _cmd(p: psutil.Process) -> str:
         return "?"
 
 
+@pytest.fixture(autouse=True)
+def cpu_machine(request, monkeypatch):
+    """Tests not about GPUs run as on a CPU machine wherever they run: GPUs are hidden
+    (``CUDA_VISIBLE_DEVICES=-1``, from sweeper, its CLI runs and every framework), so a GPU
+    machine neither changes their slots (one per GPU, not per core) nor gives them a GPU.
+    GPU tests ask for their machine: ``fake_nvml`` / ``no_nvml``, or the ``gpu`` mark for
+    the real cards."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+
+
 @pytest.fixture
 def fake_nvml(monkeypatch, tmp_path):
     """A machine with two 16 GB cards, as NVML describes it (tests/fake_nvml.py), whatever
@@ -76,13 +87,11 @@ def fake_nvml(monkeypatch, tmp_path):
 @pytest.fixture
 def no_nvml(monkeypatch):
     """A machine whose NVML library cannot be loaded (no driver), whatever this one has."""
-    import pynvml
-
-    from fake_nvml import FakeNvml
+    from fake_nvml import FakeNvml, no_driver
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     fake = FakeNvml([]).install(monkeypatch)
-    fake.fail["nvmlInit"] = pynvml.NVMLError_LibraryNotFound(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    fake.fail["nvmlInit"] = no_driver()
     return fake
 
 
@@ -114,3 +123,12 @@ def run_cli(*args: str, cwd=None, timeout: float = 240):
         [sys.executable, "-m", "sweeper", *args],
         cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
     )
+
+
+def run_fake_cli(fake, *args: str, timeout: float = 240):
+    """``python -m sweeper ARGS`` on the machine the FakeNvml ``fake`` describes."""
+    import subprocess
+
+    env = {**os.environ, "SWEEPER_FAKE_NVML": fake.to_json()}
+    return subprocess.run([sys.executable, os.path.join(HERE, "fake_nvml.py"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)

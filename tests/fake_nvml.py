@@ -66,13 +66,17 @@ class FakeNvml:
             setattr(pynvml, name, getattr(self, name))
 
     def to_json(self) -> str:
-        return json.dumps({"board": self.board, "cards": [c.__dict__ for c in self.cards]})
+        return json.dumps({"board": self.board, "cards": [c.__dict__ for c in self.cards],
+                           "no_driver": "nvmlInit" in self.fail})
 
     @classmethod
     def from_json(cls, text: str) -> "FakeNvml":
         data = json.loads(text)
         cards = [Card(**{**c, "others": {int(k): v for k, v in c["others"].items()}}) for c in data["cards"]]
-        return cls(cards, data["board"])
+        fake = cls(cards, data["board"])
+        if data.get("no_driver"):
+            fake.fail["nvmlInit"] = no_driver()
+        return fake
 
     # -- what a trial does ----------------------------------------------------------------
 
@@ -148,6 +152,11 @@ class FakeNvml:
         return procs
 
 
+def no_driver() -> Exception:
+    """What ``nvmlInit`` raises on a machine without the NVML library."""
+    return pynvml.NVMLError_LibraryNotFound(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -179,6 +188,9 @@ def hold(board: str, mb: int, pid: int | None = None) -> None:
 def main() -> None:
     """``python tests/fake_nvml.py ARGS``: ``python -m sweeper ARGS`` on the machine that
     ``SWEEPER_FAKE_NVML`` describes (a :meth:`FakeNvml.to_json`)."""
+    if sys.argv[1:2] == ["--describe"]:  # a machine of N cards, for tests/fake_machine
+        print(FakeNvml([Card() for _ in range(int(sys.argv[2]))]).to_json())
+        return
     FakeNvml.from_json(os.environ["SWEEPER_FAKE_NVML"]).install_for_good()
     from sweeper.cli import entry
 

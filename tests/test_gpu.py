@@ -9,14 +9,14 @@ What only a real card can show (caps in force, memory released) is in test_gpu_t
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pandas as pd
 import pytest
 
 import sweeper
 import sweep_fns
-from conftest import write_grid
+from conftest import run_fake_cli, write_grid
 from sweeper.capping import MemoryPolicy, resolve
 from sweeper.gpus import inventory
 from sweeper.outcome import oom_hint
@@ -292,23 +292,10 @@ def test_tensorflow_trial_pinned_to_a_card_it_cannot_see_runs_on_the_cpu(tmp_pat
     assert df["sum"].tolist() == [64.0] and df.gpus_seen.tolist() == [0] and df.cap_said.tolist() == [1]
 
 
-def _fake_cli(fake, *args: str, **kw):
-    """``python -m sweeper ARGS`` on the machine ``fake`` describes."""
-    import os
-    import subprocess
-    import sys
-
-    from conftest import HERE, ROOT
-
-    env = {**os.environ, "SWEEPER_FAKE_NVML": fake.to_json()}
-    return subprocess.run([sys.executable, os.path.join(HERE, "fake_nvml.py"), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=240, **kw)
-
-
 def test_dry_run_shows_the_gpu_plan(tmp_path, fake_nvml):
     fake_nvml.cards[0].others = {4242: 2048}
     grid = write_grid(tmp_path, "from sweep_fns import gpu_env as train\ngrid = {'x': list(range(6))}\n")
-    done = _fake_cli(fake_nvml, grid, "--per-gpu", "2", "--dry-run", "--out", str(tmp_path))
+    done = run_fake_cli(fake_nvml, grid, "--per-gpu", "2", "--dry-run", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     first, second = fake_nvml.cards
     assert (f"gpu:0 NVIDIA Fake A100 16GB {first.uuid}: 14336 MB free of 16384 MB; "
@@ -316,7 +303,7 @@ def test_dry_run_shows_the_gpu_plan(tmp_path, fake_nvml):
     assert "4 slots: 2 per GPU on gpu:0, gpu:1; cap per trial: 0.475 of the card = 7782 MB" in done.stdout
     starts = [line.split()[-1] for line in done.stdout.splitlines() if line[:1].isdigit()]
     assert starts == ["gpu:0", "gpu:1", "gpu:0", "gpu:1", "queued", "queued"]
-    free = _fake_cli(fake_nvml, grid, "--gpus", "free", "--dry-run", "--out", str(tmp_path))
+    free = run_fake_cli(fake_nvml, grid, "--gpus", "free", "--dry-run", "--out", str(tmp_path))
     assert "gpu:0 skipped: other processes hold 2048 MB" in free.stdout
     assert "1 slots: 1 per GPU on gpu:1" in free.stdout
 
@@ -327,7 +314,7 @@ def test_on_a_gpu_the_cli_imports_the_grid_file_once_per_trial(tmp_path, fake_nv
     marks = tmp_path / "imports.txt"
     grid = write_grid(tmp_path, f"import os\nopen({str(marks)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
                                 "from sweep_fns import gpu_env as train\ngrid = {'x': [1, 2, 3], 'hold': 0}\n")
-    done = _fake_cli(fake_nvml, grid, "--per-gpu", "2", "--quiet", "--out", str(tmp_path / "out"))
+    done = run_fake_cli(fake_nvml, grid, "--per-gpu", "2", "--quiet", "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert len(marks.read_text().split()) == 3
     uuids = {json.loads(p.read_text())["CUDA_VISIBLE_DEVICES"]

@@ -1,0 +1,134 @@
+"""Packing benchmark: small Keras trials on one GPU at --per-gpu 1, 2, 4 and 8, side by side.
+
+Run on a machine with an NVIDIA GPU (TensorFlow, or JAX with ``KERAS_BACKEND=jax``)::
+
+    python bench/gpu_pack.py                      # 16 trials, per-gpu 1,2,4,8
+    KERAS_BACKEND=jax python bench/gpu_pack.py --trials 16 --per-gpu 1,4
+
+For each packing it runs the same 16 small Keras trials on one card and reports the
+makespan, trials per minute (and the speed-up over --per-gpu 1), the median trial's
+duration, each trial's cap and the most NVML showed any trial holding (from outside, by
+tests/gpu_watch.py, and sweeper's own ``gpu_mem_peak_mb``), the busiest-card GPU
+utilisation and the host CPU utilisation while it ran, and what bounds it:
+
+* ``GPU``: the card was busy (utilisation >= 85%), more trials at once cannot help;
+* ``host CPU``: the cores were (>= 85%): imports, Python and data feeding;
+* ``start-up``: neither was: trials spend their time importing and compiling, which
+  packing overlaps.
+
+Target (issue 14): at least 2x the trials per minute of --per-gpu 1 at 4 per GPU, every
+trial under its cap plus the stated margin. Exit 1 when a trial failed or went over its
+cap, or NVML never listed a trial (caps unchecked); 2 when there is no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # the outside watcher
+
+import sweeper  # noqa: E402
+from gpu_watch import MARGIN_MB, Watch  # noqa: E402
+
+
+def train(params):
+    """A small Keras MLP on random data: enough to allocate on the GPU and train."""
+    import keras
+    import numpy as np
+
+    rng = np.random.default_rng(params["i"])
+    x = rng.random((8192, 256), dtype=np.float32)
+    y = rng.integers(0, 10, 8192)
+    model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(params["units"], activation="relu"),
+                              keras.layers.Dense(params["units"], activation="relu"),
+                              keras.layers.Dense(10, activation="softmax")])
+    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = model.fit(x, y, epochs=params["epochs"], batch_size=256, verbose=0)
+    return {"accuracy": float(history.history["accuracy"][-1])}
+
+
+def bound(gpu_util: float, cpu_util: float) -> str:
+    if gpu_util >= 85:
+        return "GPU"
+    if cpu_util >= 85:
+        return "host CPU"
+    return "start-up"
+
+
+def run_one(per_gpu: int, trials: int, gpu: int, epochs: int) -> dict:
+    import psutil
+
+    grid = {"i": list(range(trials)), "units": 256, "epochs": epochs}
+    with tempfile.TemporaryDirectory() as out, Watch() as watch:
+        psutil.cpu_percent()  # start the host CPU's clock
+        t0 = time.monotonic()
+        df = sweeper.sweep(train, grid, gpus=[gpu], per_gpu=per_gpu, out=out, name=f"pack{per_gpu}",
+                           progress=False)
+        makespan = time.monotonic() - t0
+        cpu = psutil.cpu_percent()
+    caps = df.gpu_mem_cap_mb.dropna()
+    cap = int(caps.iloc[0]) if len(caps) else None
+    outside = max(watch.peaks.values(), default=0)
+    util = [u for u in watch.gpu_util if u >= 0]
+    gpu_util = statistics.mean(util) if util else float("nan")
+    return {
+        "per_gpu": per_gpu, "makespan_s": makespan, "per_min": 60 * len(df) / makespan,
+        "median_trial_s": float(df.duration_s.median()), "cap_mb": cap, "peak_mb": outside,
+        "sweeper_peak_mb": int(df.gpu_mem_peak_mb.max()) if df.gpu_mem_peak_mb.notna().any() else None,
+        "most_at_once": watch.most_at_once, "gpu_util": gpu_util, "cpu_util": cpu,
+        "bound": bound(gpu_util, cpu), "ok": int((df.status == "ok").sum()), "n": len(df),
+        "over_cap": cap is not None and outside > cap + MARGIN_MB,
+        "unseen": not watch.peaks,  # NVML listed no trial: the caps went unchecked
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=16)
+    ap.add_argument("--per-gpu", default="1,2,4,8", help="packings to compare, e.g. 1,4")
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--gpu", type=int, default=0, help="the card (index as nvidia-smi shows it)")
+    args = ap.parse_args()
+    from sweeper import gpus
+
+    cards = gpus.inventory()
+    card = next((g for g in cards if g.index == args.gpu), None)
+    if card is None:
+        print(f"gpu_pack: no GPU {args.gpu} here ({gpus.unavailable or f'NVML lists {len(cards)}'}); "
+              "nothing measured")
+        return 2
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    print(f"gpu_pack: {card.name} ({card.total_mb} MB), Keras on {backend}, {args.trials} trials of "
+          f"{args.epochs} epochs, {os.cpu_count()} cores; margin over a cap: {MARGIN_MB} MB")
+    rows = [run_one(int(k), args.trials, args.gpu, args.epochs) for k in args.per_gpu.split(",")]
+    base = next((r["per_min"] for r in rows if r["per_gpu"] == 1), rows[0]["per_min"])
+    head = ("per-gpu", "makespan s", "trials/min", "vs 1", "median trial s", "cap MB", "peak MB",
+            "sweeper peak", "at once", "GPU util %", "CPU util %", "bound", "ok")
+    print("  ".join(f"{h:>12}" for h in head))
+    failed = False
+    for r in rows:
+        failed |= r["over_cap"] or r["unseen"] or r["ok"] < r["n"]
+        cells = (r["per_gpu"], f"{r['makespan_s']:.1f}", f"{r['per_min']:.1f}", f"{r['per_min'] / base:.2f}x",
+                 f"{r['median_trial_s']:.1f}", r["cap_mb"], "unseen" if r["unseen"] else f"{r['peak_mb']}{' OVER' if r['over_cap'] else ''}",
+                 r["sweeper_peak_mb"], r["most_at_once"], f"{r['gpu_util']:.0f}", f"{r['cpu_util']:.0f}",
+                 r["bound"], f"{r['ok']}/{r['n']}")
+        print("  ".join(f"{c!s:>12}" for c in cells))
+    at4 = next((r for r in rows if r["per_gpu"] == 4), None)
+    if at4 is not None:
+        print(f"gpu_pack: --per-gpu 4 gives {at4['per_min'] / base:.2f}x the trials per minute of --per-gpu 1 "
+              f"(target >= 2x); bound by {at4['bound']}")
+    if any(r["unseen"] for r in rows):
+        print("gpu_pack: NVML never listed a trial's process (a container whose NVML reports the host's "
+              "pids?): the caps went unchecked")
+    print("gpu_pack: FAIL" if failed else "gpu_pack: PASS")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

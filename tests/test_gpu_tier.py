@@ -1,0 +1,161 @@
+"""The GPU tier: real trials on a real card, with NVML read from outside the trials.
+
+Every test here is marked ``gpu`` and skips, saying why, where NVML lists no GPU (or the
+machine is the fake one of tests/fake_machine). A framework that is not installed skips
+its own cases. Run the tier alone with ``python -m pytest -m gpu -v -rs`` (what
+``bench/gpu_check.py`` does). Keras runs on whichever backend it has: ``KERAS_BACKEND=jax``
+where TensorFlow is missing.
+
+What "the cap holds" means here: NVML, sampled every 20 ms by the test, never shows a
+trial's process above its cap plus :data:`MARGIN_MB`, the CUDA context and library
+handles that no framework's cap covers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+import sweeper
+import gpu_fns
+from gpu_watch import MARGIN_MB, Watch, released
+import sweep_fns
+from conftest import HERE, ROOT
+
+pytestmark = pytest.mark.gpu
+
+FRAMEWORKS = ["tensorflow", "jax", "torch"]
+
+
+def _real_cards():
+    if os.environ.get("SWEEPER_FAKE_NVML"):
+        pytest.skip("the fake GPU machine of tests/fake_machine: no real card")
+    from sweeper import gpus
+
+    found = gpus.inventory()
+    if not found:
+        pytest.skip(f"no GPU: {gpus.unavailable or 'NVML lists none'}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def cards():
+    """The real cards NVML lists (the user's CUDA_VISIBLE_DEVICES respected)."""
+    found = _real_cards()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        found = [g for g in found if str(g.index) in visible.split(",") or g.uuid in visible]
+    if not found:
+        pytest.skip(f"CUDA_VISIBLE_DEVICES={visible} hides every GPU")
+    return found
+
+
+def _installed(fw: str) -> None:
+    if importlib.util.find_spec(fw) is None:  # found, not imported: the parent stays off CUDA
+        pytest.skip(f"{fw} is not installed")
+
+
+def _keras_backend() -> str:
+    """The backend a Keras trial gets here: the user's choice, else TensorFlow, else JAX."""
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    if importlib.util.find_spec("keras") is None:
+        pytest.skip("keras is not installed")
+    for fw in ("tensorflow", "jax", "torch"):
+        if importlib.util.find_spec(fw) is not None:
+            return fw
+    pytest.skip("keras has no backend installed")
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_each_trial_sees_its_own_card_under_its_cap(tmp_path, cards, fw):
+    """Below its cap a trial is ok; beyond it, oom with the hint; NVML never shows it over."""
+    _installed(fw)
+    card = cards[0]
+    cap = int(0.95 / 4 * card.total_mb)  # --per-gpu 4
+    board = tmp_path / "board"
+    board.mkdir()
+    grid = {"fw": fw, "mb": [cap // 4, cap + 2048], "board": str(board)}
+    with Watch(str(board)) as watch:
+        df = sweeper.sweep(gpu_fns.allocate, grid, gpus=[card.index], per_gpu=4, out=str(tmp_path),
+                           progress=False)
+    rows = df.set_index("param_mb")
+    small, big = rows.loc[cap // 4], rows.loc[cap + 2048]
+    assert small.status == "ok", small.error
+    assert small.devices_seen == 1 and small.watched == 1, "NVML never listed the trial's process"
+    pid = int(small.pid)
+    assert watch.card_of[pid] == card.uuid == small.gpu_uuid  # its memory is on its own card
+    assert small.gpu_mem_cap_mb == cap
+    assert cap // 4 <= watch.peaks[pid] <= cap + MARGIN_MB
+    # the sampler's peak: filled, at least the allocation, at most what the watcher saw
+    assert cap // 4 <= small.gpu_mem_peak_mb <= watch.peaks[pid]
+    assert big.status == "oom", (big.status, big.error)
+    assert f"a cap of {cap} MB on gpu:{card.index}" in big.error
+    assert max(watch.peaks.values()) <= cap + MARGIN_MB, watch.peaks
+    assert released(set(watch.peaks)) == {}  # memory released on exit
+
+
+def test_four_trials_share_one_card_none_over_its_cap(tmp_path, cards):
+    fw = next((f for f in ("torch", "jax", "tensorflow") if importlib.util.find_spec(f)), None)
+    if fw is None:
+        pytest.skip("no GPU framework installed (torch, jax, tensorflow)")
+    card = cards[0]
+    cap = int(0.95 / 4 * card.total_mb)
+    board = tmp_path / "board"
+    board.mkdir()
+    # each holds its memory until four were on the card at once (or 30 s passed)
+    grid = {"fw": fw, "mb": cap // 4, "board": str(board), "wait_for": "full", "i": list(range(8))}
+    with Watch(str(board), full_at=4) as watch:
+        df = sweeper.sweep(gpu_fns.allocate, grid, gpus=[card.index], per_gpu=4, out=str(tmp_path),
+                           progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert watch.most_at_once == 4  # four at once, never five
+    assert max(watch.peaks.values()) <= cap + MARGIN_MB, watch.peaks
+    assert df.gpu_mem_peak_mb.notna().all()
+    assert released(set(watch.peaks)) == {}
+
+
+def test_free_skips_a_card_another_process_holds(tmp_path, cards):
+    fw = next((f for f in ("torch", "jax") if importlib.util.find_spec(f)), None)
+    if fw is None:
+        pytest.skip("needs torch or jax to hold memory from another process")
+    card = cards[0]
+    code = {"torch": "import torch; x = torch.ones(3 << 30, dtype=torch.uint8, device='cuda')",
+            "jax": "import jax.numpy as jnp; x = jnp.ones((3 << 28,)); x.block_until_ready()"}[fw]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": card.uuid, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    holder = subprocess.Popen([sys.executable, "-c", f"{code}; print('held', flush=True); input()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        from sweeper.capping import MemoryPolicy
+        from sweeper.slots import place
+
+        if len(cards) == 1:
+            with pytest.raises(sweeper.SweepError, match="no free GPU"):
+                place("free", MemoryPolicy(1, 0.95), None)
+        else:
+            df = sweeper.sweep(sweep_fns.echo, {"x": [1, 2]}, gpus="free",
+                               out=str(tmp_path), progress=False)
+            assert (df.status == "ok").all() and f"gpu:{card.index}" not in set(df.device)
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+
+
+def test_the_keras_example_runs_on_the_gpu(tmp_path, cards):
+    backend = _keras_backend()
+    if importlib.util.find_spec("sklearn") is None:
+        pytest.skip("the example needs scikit-learn (its digits)")
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": os.pathsep.join([ROOT, HERE])}
+    done = subprocess.run([sys.executable, "-m", "sweeper", os.path.join(ROOT, "experiments", "digits_mlp.py"),
+                           "--per-gpu", "2", "--gpus", str(cards[0].index), "--out", str(tmp_path), "--quiet"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    df = sweeper.load(str(tmp_path / "digits_mlp"))
+    assert (df.status == "ok").all() and set(df.device) == {f"gpu:{cards[0].index}"}
+    assert (df.gpu_mem_peak_mb > 0).all(), "NVML never saw a trial on the GPU"  # it trained there
+    assert df.val_accuracy.max() > 0.9
