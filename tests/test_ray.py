@@ -33,7 +33,7 @@ def test_two_trials_per_logical_gpu(tmp_path):
     assert (df.n_ids == 1).all() and set(df.cuda) == {0, 1}
     assert (df.device == "gpu:" + df.cuda.astype(int).astype(str)).all()
     assert _overlaps(df) <= 2
-    assert (df.xla_fraction == 0.475).all()
+    assert (df.xla_fraction == 0.475).all() and (df.pci_order == 1).all()  # Ray's ids are nvidia-smi's
     pids = sweeper.load(str(tmp_path / "sweep_fns"))  # every trial in its own worker process
     logs = [open(os.path.join(str(tmp_path), "sweep_fns", "trials", t, "log.txt")).readline() for t in pids.trial]
     assert len({line.split(" pid ")[1].split(",")[0] for line in logs}) == 8

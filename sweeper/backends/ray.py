@@ -112,7 +112,10 @@ class RayBackend:
         else:
             capacity = int(resources.get("CPU", 1) // cpus_per_trial)
         self.capacity = max(1, min(workers or capacity, capacity))
-        self.env = policy.env(None) if self.num_gpus else {"CUDA_VISIBLE_DEVICES": "-1"}
+        # Ray numbers a node's GPUs as nvidia-smi does; CUDA must too (else, on a node of
+        # unlike cards, fastest first), so the id Ray gives, the cap's card and NVML agree.
+        self.env = ({**policy.env(None), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if self.num_gpus
+                    else {"CUDA_VISIBLE_DEVICES": "-1"})
         self.fraction = self.env.get("SWEEPER_MEMORY_FRACTION")
         self.tasks: dict[str, _Task] = {}  #: by trial id
 
