@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the benchmark at --per-gpu 1,4 only")
+    ap.add_argument("--trials", type=int, default=16, help="trials per packing in the benchmark")
     args = ap.parse_args()
     from sweeper import gpus
 
@@ -34,7 +35,7 @@ def main() -> int:
     tier = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-rs", "-p", "no:cacheprovider",
                            os.path.join(ROOT, "tests", "test_gpu_tier.py")], cwd=ROOT)
     pack = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_pack.py"),
-                           *(["--per-gpu", "1,4"] if args.quick else [])], cwd=ROOT)
+                           "--trials", str(args.trials), *(["--per-gpu", "1,4"] if args.quick else [])], cwd=ROOT)
     print(f"gpu_check: tier exit {tier.returncode}, packing benchmark exit {pack.returncode}")
     return tier.returncode or pack.returncode
 

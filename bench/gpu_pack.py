@@ -103,7 +103,11 @@ def main() -> int:
         print(f"gpu_pack: no GPU {args.gpu} here ({gpus.unavailable or f'NVML lists {len(cards)}'}); "
               "nothing measured")
         return 2
-    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    import importlib.util
+
+    # Keras's own default is TensorFlow; where it is missing, the first backend installed
+    found = [fw for fw in ("tensorflow", "jax", "torch") if importlib.util.find_spec(fw)]
+    backend = os.environ.setdefault("KERAS_BACKEND", found[0] if found else "tensorflow")
     print(f"gpu_pack: {card.name} ({card.total_mb} MB), Keras on {backend}, {args.trials} trials of "
           f"{args.epochs} epochs, {os.cpu_count()} cores; margin over a cap: {MARGIN_MB} MB")
     rows = [run_one(int(k), args.trials, args.gpu, args.epochs) for k in args.per_gpu.split(",")]

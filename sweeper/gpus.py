@@ -41,10 +41,11 @@ class Gpu:
     @property
     def others_mb(self) -> int:
         """Memory held by other processes (ours are not running yet when this is read).
-        Where NVML lists a process but not its memory, the card's used memory stands in:
-        a process NVML lists holds a context, and a busy card must not pass for free."""
+        Where NVML lists no process, or one without its memory (a container whose NVML
+        cannot see the others, MIG), the card's used memory stands in: a busy card must not
+        pass for free. An idle card's used memory (the driver's reserve) is well under 1 GB."""
         known = sum(mb or 0 for _, mb in self.processes)
-        if any(mb is None for _, mb in self.processes):
+        if not self.processes or any(mb is None for _, mb in self.processes):
             return max(known, self.used_mb)
         return known
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 import time
 
+#: How long a trial keeps its memory once the watcher has seen it: three of sweeper's
+#: sampling periods (SAMPLE_EVERY, 0.5 s), so ``gpu_mem_peak_mb`` has its allocation too.
+HOLD_S = 1.5
+
 
 def _wait_seen(board: str, wait_for: str | None = None, bound: float = 30.0) -> float:
     """Hold until the watcher has seen this process (and, if given, ``wait_for`` exists):
@@ -52,5 +56,6 @@ def allocate(params):
     else:
         raise ValueError(f"fw is {fw!r}; give tensorflow, jax or torch")
     watched = _wait_seen(board, params.get("wait_for"))
+    time.sleep(HOLD_S)  # a measuring window for sweeper's own sampler, not a synchronisation
     del held
     return {"devices_seen": float(seen), "watched": watched, "pid": float(os.getpid())}

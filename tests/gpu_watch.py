@@ -30,6 +30,7 @@ class Watch(threading.Thread):
         self.card_of: dict[int, str] = {}
         self.most_at_once = 0
         self.gpu_util: list[int] = []  #: % of time a kernel ran, busiest card, per sample
+        self.error: Exception | None = None  #: what stopped the watcher early
         self.done = threading.Event()
 
     def listed(self) -> dict[int, tuple[str, int]]:
@@ -52,6 +53,12 @@ class Watch(threading.Thread):
             return -1
 
     def run(self) -> None:
+        try:
+            self._watch()
+        except Exception as exc:  # kept for the test to assert on: a dead watcher sees nothing
+            self.error = exc
+
+    def _watch(self) -> None:
         self.nvml.nvmlInit()
         try:
             while not self.done.is_set():
@@ -81,6 +88,8 @@ class Watch(threading.Thread):
     def __exit__(self, *exc) -> None:
         self.done.set()
         self.join()
+        if self.error is not None and exc[0] is None:
+            raise RuntimeError(f"the NVML watcher died: {self.error!r}") from self.error
 
 
 def released(pids: set[int], bound: float = 10.0) -> dict[int, int]:
@@ -101,3 +110,33 @@ def released(pids: set[int], bound: float = 10.0) -> dict[int, int]:
             time.sleep(0.1)
     finally:
         pynvml.nvmlShutdown()
+
+
+def pids_visible(holder_code: str, env: dict[str, str]) -> tuple[bool, str]:
+    """Whether NVML lists this machine's processes by the pids they have here: start one
+    that holds GPU memory (``holder_code`` prints "held" once it does) and look for it.
+    In some containers (gVisor) NVML names the sandbox instead, and nothing per process
+    can be checked from outside."""
+    import subprocess
+    import sys
+
+    import pynvml
+
+    holder = subprocess.Popen([sys.executable, "-c", f"{holder_code}; print('held', flush=True); input()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        if holder.stdout.readline().strip() != "held":
+            return False, "a process could not hold GPU memory"
+        pynvml.nvmlInit()
+        try:
+            listed = {p.pid for i in range(pynvml.nvmlDeviceGetCount())
+                      for p in pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i))}
+        finally:
+            pynvml.nvmlShutdown()
+        if holder.pid in listed:
+            return True, ""
+        return False, (f"NVML lists pids {sorted(listed)} but not the holder's {holder.pid}: "
+                       "its pids are not this pid namespace's (a container such as gVisor)")
+    finally:
+        holder.stdin.close()
+        holder.wait(60)

@@ -203,7 +203,12 @@ def test_free_skips_cards_other_processes_hold(fake_nvml):
     fake_nvml.cards[0].others = {4242: None}  # listed, its memory unknown: the card's use decides
     fake_nvml.cards[0].reserved_mb = 6000
     assert [s.gpu for s in place("free", MemoryPolicy(1, 0.95), None).slots] == ["1"]
+    fake_nvml.cards[0].others = {}  # none listed, yet 6000 MB used: NVML cannot see who holds it
+    assert [s.gpu for s in place("free", MemoryPolicy(1, 0.95), None).slots] == ["1"]
+    fake_nvml.cards[0].reserved_mb = 500  # the driver's reserve on an idle card
+    assert [s.gpu for s in place("free", MemoryPolicy(1, 0.95), None).slots] == ["0", "1"]
     fake_nvml.cards[1].others = {4343: 9000}
+    fake_nvml.cards[0].reserved_mb = 6000
     with pytest.raises(sweeper.SweepError, match="no free GPU"):
         place("free", MemoryPolicy(1, 0.95), None)
 
