@@ -144,6 +144,36 @@ def test_four_trials_share_one_card_none_over_its_cap(tmp_path, cards, per_proce
     assert released(set(watch.peaks)) == {}
 
 
+STANDBY_GRID = """
+import sys
+sys.path.insert(0, {here!r})
+import torch  # at the top: each standby imports it while the trial before it runs
+import gpu_fns
+
+def train(params):
+    return gpu_fns.allocate({{**params, "fw": "torch"}})
+
+grid = {{"mb": 512, "board": {board!r}, "i": [1, 2, 3, 4, 5, 6]}}
+"""
+
+
+def test_standbys_hold_no_gpu_memory_while_they_wait(tmp_path, cards, per_process):
+    """A standby imports the user's module (PyTorch at its top) beside the running trial;
+    PyTorch's cap, which initialises CUDA, waits for its trial: no context on the card
+    before then, so never more processes on the card than --per-gpu."""
+    _installed("torch")
+    board = tmp_path / "board"
+    board.mkdir()
+    grid = tmp_path / "standby_grid.py"
+    grid.write_text(STANDBY_GRID.format(here=HERE, board=str(board)))
+    with Watch(str(board)) as watch:
+        done = subprocess.run([sys.executable, "-m", "sweeper", str(grid), "--per-gpu", "2", "--gpus",
+                               str(cards[0].index), "--out", str(tmp_path / "out"), "--quiet"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 0 < watch.most_at_once <= 2, f"{watch.most_at_once} processes on the card at once with --per-gpu 2"
+
+
 def test_free_skips_a_card_another_process_holds(tmp_path, cards):
     fw = _holding_framework()
     card = cards[0]

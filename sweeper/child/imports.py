@@ -1,9 +1,10 @@
 """Caps and seeds, applied the moment a framework is imported in a trial process.
 
 :func:`install` puts a finder on ``sys.meta_path`` before the user's module is imported,
-so TensorFlow's and PyTorch's GPU memory caps (:mod:`sweeper.capping`) precede the
-module's own code, whatever it touches at its top; seeds for ``random``, NumPy,
-TensorFlow, Keras and PyTorch follow with the trial (a standby imports before it has one).
+so TensorFlow's GPU memory cap (:mod:`sweeper.capping`) precedes the module's own code,
+whatever it touches at its top; PyTorch's, which initialises CUDA, and the seeds for
+``random``, NumPy, TensorFlow, Keras and PyTorch follow with the trial (a standby imports
+before it has one, and must hold no GPU memory while it waits).
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def _seed_torch(mod: Any, seed: int) -> None:
 
 #: Caps come first: they must precede anything that touches the GPU.
 _CAPS: dict[str, Callable[[Any], None]] = {"tensorflow": _cap_tensorflow, "torch": _cap_torch}
+#: Caps that would put a CUDA context on the card (PyTorch's initialises CUDA): in a
+#: standby, applied when its trial begins, not at import, so a standby waiting beside a
+#: running trial holds no GPU memory (its context would come on top of the trial's cap).
+_CAPS_AT_TRIAL = {"torch"}
 _SEEDS: dict[str, Callable[[Any, int], None]] = {
     "numpy": _seed_numpy,
     "tensorflow": _seed_tensorflow,
@@ -74,8 +79,11 @@ class OnImport(importlib.abc.MetaPathFinder):
         return cls.current
 
     def set_seed(self, seed: int) -> None:
-        """Seed ``random`` and every framework imported so far; later ones on import."""
+        """The trial begins: caps left for it, then seeds ``random`` and every framework
+        imported so far; later ones on import."""
         self.seed = seed
+        for name in sorted(_CAPS_AT_TRIAL & self.done):
+            _CAPS[name](sys.modules[name])
         random.seed(seed)
         for name, seeder in _SEEDS.items():
             if name in self.done:
@@ -90,7 +98,7 @@ class OnImport(importlib.abc.MetaPathFinder):
 
     def _ready(self, name: str, module: Any) -> None:
         self.done.add(name)
-        if name in _CAPS:
+        if name in _CAPS and (self.seed is not None or name not in _CAPS_AT_TRIAL):
             _CAPS[name](module)
         if self.seed is not None:
             _SEEDS[name](module, self.seed)
