@@ -33,12 +33,12 @@ if TYPE_CHECKING:
 #: Columns of ``results.csv`` that are neither hyperparameters nor metrics.
 FIXED_COLUMNS = (
     "trial_id", "trial", "status", "seed", "device", "started_at", "duration_s",
-    "error", "attempts", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb",
+    "error", "attempts", "epochs_done", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb",
 )
 #: Columns of ``history.csv`` that are not per-epoch metrics.
 HISTORY_KEYS = ("trial_id", "trial", "epoch")
 #: Trial statuses in the order the report lists them (others follow, sorted).
-STATUSES = ("ok", "error", "oom", "crashed", "timeout", "interrupted")
+STATUSES = ("ok", "pruned", "error", "oom", "crashed", "timeout", "interrupted")
 TOP = 5
 
 _NEED_MPL = 'the report needs matplotlib: pip install "sweeper[report]" (or pip install matplotlib)'

@@ -42,10 +42,12 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
             trial: a template such as ``"python train.py --lr={lr}"`` or a
             :class:`sweeper.Command`.
         grid: a dict of lists (their cartesian product), a list of such dicts (their
-            union), or the points from :func:`sweeper.sample`.
+            union), or the points from :func:`sweeper.sample`. With ``search``, the space
+            searched: ``{name: uniform(..) | loguniform(..) | randint(..) | [choices] | value}``.
         **options: any field of :class:`sweeper.Options`: ``workers``, ``seed``,
             ``timeout``, ``retries``, ``gpus``, ``per_gpu``, ``name``, ``out``, ``fresh``,
-            ``skip_failed``, ``dry_run``, ``progress``...
+            ``skip_failed``, ``dry_run``, ``progress``; for an adaptive search (Optuna),
+            ``search="tpe"``, ``trials=20``, ``prune="asha"`` with ``metric`` (and ``mode``).
 
     Returns:
         One row per trial in grid order (see the README for the columns); the same
@@ -60,7 +62,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     show_messages(opts.progress)  # sweeper's lines (no GPU found, ...), quiet with progress=False
     if isinstance(fn, (str, Command)):  # a command per trial, e.g. "python train.py --lr={lr}"
         fn = Command.of(fn)
-        fn.check(expand(grid))
+        fn.check([dict.fromkeys(grid, 0)] if opts.search is not None and isinstance(grid, dict) else expand(grid))
         source, default_name = None, "command"
     else:
         label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"

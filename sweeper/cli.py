@@ -81,6 +81,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--address", help="with --backend ray: the cluster (auto, or HOST:6379); none starts a local Ray")
     p.add_argument("--cpus-per-trial", type=float, dest="cpus_per_trial",
                    help="with --backend ray: CPUs each trial asks for (default 1)")
+    p.add_argument("--search", help="search the grid file's space with Optuna: tpe, random, cmaes, qmc or gp")
+    p.add_argument("--trials", type=int, help="with --search: how many trials in all (a re-run resumes to it)")
+    p.add_argument("--prune", help="with --search: stop bad trials early: median, asha, hyperband or none")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     return p
 
@@ -123,7 +126,7 @@ def _main(argv: list[str]) -> int:
                                            "gpus", "per_gpu", "memory_fraction", "memory_growth",
                                            "fresh", "skip_failed", "dry_run", "metric", "mode",
                                            "prefetch", "start_method", "backend", "address",
-                                           "cpus_per_trial")}
+                                           "cpus_per_trial", "search", "trials", "prune")}
     flags = {k: v for k, v in flags.items() if v is not None}
     Options.build(flags, where="the command line")
     show_messages(not args.quiet)
@@ -155,8 +158,17 @@ def _main(argv: list[str]) -> int:
         if spare is not None:
             spare.close()
         raise
+    searched: Any = Points(grid.points)
+    if getattr(grid, "space", None) is not None:
+        if opts.search is None:
+            if spare is not None:
+                spare.close()
+            raise SweepError(f"{os.path.basename(grid.path)} defines space but neither samples = N nor a "
+                             "search; add samples = 20 for a random sample, or search = 'tpe' with "
+                             "trials = 20 (--search tpe --trials 20)")
+        searched = grid.space
     try:
-        outcome = runner.run(target, Points(grid.points), opts, default_name=stem,
+        outcome = runner.run(target, searched, opts, default_name=stem,
                              source_file=grid.path, listener=listener, what=what, spare=spare)
     finally:
         if listener is not None:
@@ -170,7 +182,7 @@ def _main(argv: list[str]) -> int:
         print(f"sweeper: interrupted; finished trials are saved in {outcome.csv_path}; "
               f"run the same command again to resume")
         return 128 + outcome.interrupted
-    failed = any(r.status is not Status.OK for r in outcome.results)
+    failed = any(not r.status.succeeded for r in outcome.results)  # pruned is no failure
     return EXIT_FAILED if failed or len(outcome.results) < len(outcome.specs) else EXIT_OK
 
 

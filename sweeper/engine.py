@@ -50,7 +50,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
@@ -119,8 +119,21 @@ class Hooks:
 
     listener: Listener | None = None  #: the console view
     on_record: Callable[[TrialResult], None] | None = None  #: a trial's result is in the ledger
+    on_final: Callable[[TrialResult], None] | None = None  #: ... and it will not be retried
     on_history: Callable[[], None] | None = None  #: per-epoch reports are in the ledger
     tick: Callable[[], float | None] | None = None  #: periodic work; seconds until it is due
+    #: A trial reported epochs: a reason to prune it now, or None (a search's pruner).
+    prune: Callable[[TrialSpec, list[dict[str, Any]]], str | None] | None = None
+
+
+class Feed(Protocol):
+    """Trials made on demand, as places free (a search asks its sampler for each)."""
+
+    #: How many more it will give (for standbys); 0 once it has given its last.
+    remaining: int
+
+    def next(self) -> TrialSpec | None:
+        """The next trial to start; None when there is none any more."""
 
 
 class Interrupted(Exception):
@@ -157,6 +170,8 @@ class _Trial:
     result: Result | None = None
     early: TrialResult | None = None  #: recorded when its result arrived
     reported: bool = False  #: sent per-epoch reports (then a returned History is not used)
+    epoch: int | None = None  #: the last epoch it reported
+    epoch_metrics: dict[str, Any] = field(default_factory=dict)  #: what it reported then
 
     def set_deadline(self, due: Due | None, at: float | None) -> None:
         self.due, self.deadline = due, at
@@ -171,6 +186,7 @@ class Engine:
         self.listener = hooks.listener
         self.timeout, self.retries = timeout, retries
         self.queue: deque[TrialSpec] = deque()
+        self.feed: Feed | None = None
         self.trials: dict[str, _Trial] = {}
         self.started: set[str] = set()  #: ids of the trials started (retries count once)
         self.signals: list[int] = []
@@ -184,17 +200,19 @@ class Engine:
 
     # -- the loop ---------------------------------------------------------------------
 
-    def run(self, specs: Sequence[TrialSpec]) -> None:
-        """Run every spec (and its retries) to a recorded result; raise Interrupted on a
-        signal, StorageError when the ledger could not be written."""
+    def run(self, specs: Sequence[TrialSpec], feed: Feed | None = None) -> None:
+        """Run every spec (and its retries), then what ``feed`` gives as places free, each
+        to a recorded result; raise Interrupted on a signal, StorageError when the ledger
+        could not be written."""
         self.queue.extend(specs)
+        self.feed = feed
         failed, seen = True, 0
         self.backend.open()
         wake_r, wake_w = os.pipe()  # the signal handler's way to wake the loop
         os.set_blocking(wake_w, False)
         try:
             with _catch(self.signals, wake_w):
-                while self.trials or (self.queue and self.taking_new):
+                while self.trials or (self._queued() and self.taking_new):
                     self._fill()
                     events = self.backend.wait(self._next_timeout(), wake_r)
                     if len(self.signals) > seen:  # Ctrl-C or SIGTERM came
@@ -218,9 +236,20 @@ class Engine:
         if self.storage_error is not None:
             raise self.storage_error
 
+    def _queued(self) -> int:
+        return len(self.queue) + (self.feed.remaining if self.feed is not None else 0)
+
+    def _next(self) -> TrialSpec | None:
+        if self.queue:
+            return self.queue.popleft()
+        return self.feed.next() if self.feed is not None and self.feed.remaining else None
+
     def _fill(self) -> None:
-        while self.queue and len(self.trials) < self.backend.capacity and self.taking_new:
-            spec = self.queue.popleft()
+        while self._queued() and len(self.trials) < self.backend.capacity and self.taking_new:
+            next_spec = self._next()
+            if next_spec is None:
+                break
+            spec = next_spec
             spec = replace(spec, env={**spec.env, **_trial_env(spec)})
             trial = _Trial(spec, "", time.monotonic())
             self.trials[spec.trial_id] = trial
@@ -232,7 +261,7 @@ class Engine:
                 self._began(trial, began)
             if self.listener:
                 self.listener.started(trial.spec)
-        self.backend.ahead(len(self.queue) if self.taking_new else 0)
+        self.backend.ahead(self._queued() if self.taking_new else 0)
 
     def _next_timeout(self) -> float | None:
         times = [t.deadline for t in self.trials.values() if t.deadline is not None]
@@ -248,6 +277,7 @@ class Engine:
     def _handle(self, events: list[tuple[str, Event]]) -> None:
         """Events in order; a fault of the whole sweep is raised after the rest are in."""
         fault: SweepError | None = None
+        prune: list[tuple[_Trial, str]] = []
         for trial_id, event in events:
             if isinstance(event, LoadFailed):  # every trial would fail alike
                 fault = fault or load_error(event.error)
@@ -262,13 +292,27 @@ class Engine:
                 self._began(trial, event)
             elif isinstance(event, Reports):
                 trial.reported = True
+                self._epochs(trial, event.items)
                 self.history(trial.spec, event.items)
+                why = self.hooks.prune(trial.spec, event.items) if self.hooks.prune and event.items else None
+                if why:
+                    prune.append((trial, why))
             elif isinstance(event, Result):
                 self._result(trial, event)
             elif isinstance(event, Exited):
                 self._exited(trial, event)
+        for trial, why in prune:  # after the batch: a result that came with it stands
+            if trial.spec.trial_id in self.trials and trial.stop is None and trial.result is None:
+                if self._stop(trial, Status.PRUNED, why):
+                    self._cancel(trial, hard=False)
         if fault is not None:
             raise fault
+
+    @staticmethod
+    def _epochs(trial: _Trial, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            if trial.epoch is None or item["epoch"] >= trial.epoch:
+                trial.epoch, trial.epoch_metrics = item["epoch"], dict(item["metrics"])
 
     def _began(self, trial: _Trial, began: Began) -> None:
         """The trial reached its process: its clock starts; status shows it running."""
@@ -288,6 +332,7 @@ class Engine:
         if trial.result is not None:
             return
         if result.history and not trial.reported:  # train returned a Keras History
+            self._epochs(trial, result.history)
             self.history(trial.spec, result.history)
         trial.result = result
         if trial.stop is None:
@@ -312,7 +357,8 @@ class Engine:
         tail: tuple[str, ...] = ()
         if trial.result is None and trial.stop is None:  # a crash: its last words
             tail = tuple(log_tail(spec.log_path, pid=pid)) if pid else ()  # this attempt's part
-        verdict = outcome.judge(outcome.Ending(began, how, trial.result, trial.stop, trial.why, tail))
+        verdict = outcome.judge(outcome.Ending(began, how, trial.result, trial.stop, trial.why, tail,
+                                               trial.epoch_metrics))
         duration = (trial.ended or time.monotonic()) - trial.t0
         if trial.stop is None and trial.result is not None and trial.result.duration_s is not None:
             duration = trial.result.duration_s
@@ -323,7 +369,7 @@ class Engine:
             started_at=trial.started_at, duration_s=duration, error=verdict.error, attempts=spec.attempt,
             pid=pid, exitcode=how.exitcode, log=spec.log_path, gpu_uuid=began.gpu_uuid,
             gpu_mem_cap_mb=how.cap_mb if how.cap_mb is not None else began.cap_mb,
-            gpu_mem_peak_mb=how.peak_mb,
+            gpu_mem_peak_mb=how.peak_mb, epochs_done=trial.epoch,
         )
 
     # -- stopping -------------------------------------------------------------------------
@@ -413,6 +459,8 @@ class Engine:
             self.queue.append(replace(spec, attempt=spec.attempt + 1))
         if self.hooks.on_record and stored:  # the tables show what the ledger holds
             self.hooks.on_record(result)
+        if self.hooks.on_final and not retrying:
+            self.hooks.on_final(result)
         if self.listener:
             self.listener.finished(result, retrying)
 

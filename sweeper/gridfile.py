@@ -37,6 +37,7 @@ class GridFile:
     attr: str = "train"  #: or "command"
     shell: bool = False
     what: str = ""  #: what the sweep runs, in words (:func:`sweeper.target.describe`)
+    space: dict[str, Any] | None = None  #: ``space`` without ``samples``: searched (``search``)
 
 
 def read_data(path: str, seed: int | None) -> GridFile:
@@ -115,7 +116,8 @@ def read(path: str, seed: int | None, env: dict[str, str] | None = None) -> tupl
     except BaseException:
         spare.close()
         raise
-    grid = GridFile(path, message.points, message.options, message.attr, message.shell, message.what)
+    grid = GridFile(path, message.points, message.options, message.attr, message.shell, message.what,
+                    message.space)
     return grid, spare
 
 
@@ -141,7 +143,7 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _examine(path: str, seed: int | None) -> dict[str, Any]:
-    from .grid import check_not_empty, expand, sample
+    from .grid import Points, check_not_empty, expand, sample
     from .options import Options
     from .target import check_signature, describe, load_file
 
@@ -174,9 +176,16 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     if hasattr(module, "grid") and hasattr(module, "space"):
         raise SweepError(f"{name} defines both grid and space; keep one (grid for every combination, "
                          "space with samples = N for random search)")
+    for key in ("search", "trials", "prune"):  # a search's settings, also as top-level names
+        if hasattr(module, key):
+            options = {**options, key: getattr(module, key)}
+    Options.build(options, where=name)
+    space = None
     if hasattr(module, "grid"):
         check_not_empty(module.grid)
         points = expand(module.grid)
+    elif hasattr(module, "space") and (options.get("search") is not None or not hasattr(module, "samples")):
+        points, space = Points(), dict(module.space)  # searched; without search = ..., the parent says what is missing
     elif hasattr(module, "space"):
         samples = getattr(module, "samples", None)
         if not isinstance(samples, int) or isinstance(samples, bool):
@@ -189,8 +198,8 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
         from .command import Command
 
         command = Command.of(command, shell)
-        command.check(points)
-    return {"points": [dict(p) for p in points], "options": dict(options),
+        command.check(points or [dict.fromkeys(space or {}, 0)])
+    return {"points": [dict(p) for p in points], "options": dict(options), "space": space,
             "attr": "train" if train is not None else "command", "shell": shell,
             "what": describe(train if train is not None else command)}
 

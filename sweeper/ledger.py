@@ -31,7 +31,7 @@ from .trial import Status, TrialResult, TrialSpec, current_id
 #: ``PRAGMA user_version`` of the ledgers this release writes. 0: before versions (trial
 #: ids without their ``t``, no ``grid`` table); 1: ids with it. Older ledgers are migrated
 #: when a sweep opens them, and read as migrated by ``load()`` and ``status``.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS trials (
@@ -53,7 +53,8 @@ CREATE TABLE IF NOT EXISTS trials (
     gpu_uuid TEXT,
     gpu_mem_cap_mb INTEGER,
     gpu_mem_peak_mb INTEGER,
-    recorded_at REAL NOT NULL
+    recorded_at REAL NOT NULL,
+    epochs_done INTEGER
 );
 CREATE TABLE IF NOT EXISTS running (
     trial_id TEXT PRIMARY KEY,
@@ -80,7 +81,7 @@ CREATE TABLE IF NOT EXISTS history (
 
 _COLUMNS = (
     "trial_id, idx, name, params, status, metrics, seed, device, started_at, "
-    "duration_s, error, attempts, pid, exitcode, log, gpu_uuid, gpu_mem_cap_mb, gpu_mem_peak_mb"
+    "duration_s, error, attempts, pid, exitcode, log, gpu_uuid, gpu_mem_cap_mb, gpu_mem_peak_mb, epochs_done"
 )
 
 
@@ -153,6 +154,10 @@ class Ledger:
             if version < 1:  # trial ids gain their "t"
                 for table in ("trials", "running", "history", "grid"):
                     self._db.execute(f"UPDATE {table} SET trial_id = 't' || trial_id WHERE trial_id NOT LIKE 't%'")
+            if version < 2:  # the epoch a trial reached (pruned trials stop early)
+                have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
+                if "epochs_done" not in have:
+                    self._db.execute("ALTER TABLE trials ADD COLUMN epochs_done INTEGER")
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _check(self) -> None:
@@ -195,6 +200,7 @@ class Ledger:
             result.gpu_uuid,
             result.gpu_mem_cap_mb,
             result.gpu_mem_peak_mb,
+            result.epochs_done,
         )
         db = self._db if durable else self._fast
         with db:  # one transaction: the row and the end of its running mark
@@ -307,11 +313,11 @@ class Ledger:
 
 def _result(row: tuple[Any, ...]) -> TrialResult:
     (tid, idx, name, params, status, metrics, seed, device, started_at,
-     duration_s, error, attempts, pid, exitcode, log, uuid, cap, peak) = row
+     duration_s, error, attempts, pid, exitcode, log, uuid, cap, peak, epochs) = row
     return TrialResult(
         trial_id=current_id(tid), name=name, index=idx, params=json.loads(params), status=Status(status),
         metrics=json.loads(metrics), seed=seed or 0, device=device or "",
         started_at=started_at or "", duration_s=duration_s or 0.0, error=error or "",
         attempts=attempts or 1, pid=pid or 0, exitcode=exitcode, log=log or "",
-        gpu_uuid=uuid or "", gpu_mem_cap_mb=cap, gpu_mem_peak_mb=peak,
+        gpu_uuid=uuid or "", gpu_mem_cap_mb=cap, gpu_mem_peak_mb=peak, epochs_done=epochs,
     )

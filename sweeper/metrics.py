@@ -13,7 +13,9 @@ FRONT_COLUMNS = ("trial_id", "trial", "status")
 BACK_COLUMNS = ("seed", "device", "started_at", "duration_s", "error", "attempts")
 #: Present when any trial ran on a GPU.
 GPU_COLUMNS = ("gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb")
-RESERVED = frozenset(FRONT_COLUMNS + BACK_COLUMNS + GPU_COLUMNS)
+#: Present when any trial reported epochs (a pruned trial's tells where it stopped).
+EPOCH_COLUMNS = ("epochs_done",)
+RESERVED = frozenset(FRONT_COLUMNS + BACK_COLUMNS + GPU_COLUMNS + EPOCH_COLUMNS)
 
 #: C0 and C1 control characters (and DEL): never in a console line or a CSV field.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

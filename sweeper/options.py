@@ -37,6 +37,9 @@ class Options:
     backend: str = "local"  #: "local", or "ray" (a Ray cluster places the trials)
     address: str | None = None  #: with backend="ray": "auto", "HOST:6379"; None starts a local Ray
     cpus_per_trial: float = 1.0  #: with backend="ray": CPUs each trial asks Ray for
+    search: Any = None  #: "tpe", "random", "cmaes", "qmc", "gp" or an Optuna sampler: grid is then a space
+    trials: int | None = None  #: with search: how many trials in all (a re-run resumes to this count)
+    prune: Any = None  #: with search: "median", "asha", "hyperband" or an Optuna pruner; None prunes nothing
 
     @classmethod
     def names(cls) -> list[str]:
@@ -80,13 +83,18 @@ class Options:
             raise SweepError(f"mode must be 'max' or 'min', got {self.mode!r}")
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise SweepError(f"name {self.name!r} cannot be a folder name; use letters, digits, - and _")
+        whole("trials", self.trials, 1)
         parse_gpus(self.gpus)
         self.memory_policy()
         return self
 
     def check_ranking(self) -> None:
-        """A named metric whose direction its name does not say needs a mode. Checked on
-        the options a sweep runs with (flags, file and code merged), before anything runs."""
+        """A named metric whose direction its name does not say needs a mode; trials and
+        prune need a search. Checked on the options a sweep runs with (flags, file and code
+        merged), before anything runs."""
+        if self.search is None and (self.trials is not None or self.prune is not None):
+            raise SweepError("trials and prune go with a search; add search='tpe' (--search tpe), or use "
+                             "sample(space, n) for a random sample")
         if self.metric is not None and self.mode is None and direction(self.metric) is None:
             from .analysis import unknown_direction
 

@@ -108,6 +108,7 @@ class Ending:
     stop: Status | None = None  #: a stop the parent asked for first (timeout, interrupted)
     why: str = ""  #: the stop's reason
     tail: tuple[str, ...] = ()  #: its log's last lines from this attempt
+    reported: dict[str, Any] = field(default_factory=dict)  #: its last per-epoch metrics
 
 
 def judge(ending: Ending) -> Verdict:
@@ -115,10 +116,14 @@ def judge(ending: Ending) -> Verdict:
 
     A stop the parent asked for decides the status even when the trial then returned
     metrics (a SIGTERM handler that stops training and returns): partial metrics are
-    kept, but never as ``ok``.
+    kept, but never as ``ok``. A ``pruned`` trial keeps the metrics of the last epoch it
+    reported (what the pruner judged it by), unless it returned some after the stop.
     """
     result = ending.result
-    if ending.stop is not None:
+    if ending.stop is Status.PRUNED:
+        metrics = dict(result.metrics) if result and result.metrics else dict(ending.reported)
+        verdict = Verdict(Status.PRUNED, ending.why, metrics)
+    elif ending.stop is not None:
         verdict = Verdict(ending.stop, ending.why, dict(result.metrics) if result else {})
     elif result is not None:
         verdict = Verdict(result.status, result.error, dict(result.metrics))

@@ -95,7 +95,7 @@ class PlainLines:
         if not retrying:
             self.tally.add(result)
         print(self.line(result, retrying), file=self.stream, flush=True)
-        if not result.ok and not retrying:
+        if not result.status.succeeded and not retrying:
             for line in failure_lines(result):
                 print(line, file=self.stream)
             self.stream.flush()
@@ -144,9 +144,10 @@ class LiveView(PlainLines):
         self.running.pop(result.trial_id, None)
         if not retrying:
             self.tally.add(result)
-        style = "green" if result.ok else ("yellow" if retrying else "red")
+        style = ("green" if result.ok else "blue" if result.status is Status.PRUNED
+                 else "yellow" if retrying else "red")
         self.console.print(self.line(result, retrying), style=style, markup=False, highlight=False)
-        if not result.ok and not retrying:
+        if not result.status.succeeded and not retrying:
             for line in failure_lines(result):
                 self.console.print(line, markup=False, highlight=False, style="dim")
 

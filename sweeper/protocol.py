@@ -91,6 +91,7 @@ class GridRead:
     attr: str  #: "train" or "command"
     shell: bool
     what: str  #: what the sweep runs, in words
+    space: dict[str, Any] | None = None  #: a search's space (then points is empty)
 
 
 @dataclass(frozen=True)

@@ -213,11 +213,17 @@ def _plan_and_run(target: Target, grid: Any, options: Options, default_name: str
                   listener: Any, what: str, spare: Spare | None) -> Outcome:
     start = time.monotonic()
     options.check_ranking()
-    check_not_empty(grid)
-    points = expand(grid)
     name = options.name or default_name
     folder = os.path.abspath(os.path.join(options.out, name))
-    specs = plan(points, folder, options.seed)
+    if options.search is not None:  # grid is the space; trials are asked for as places free
+        from .search import check
+
+        mode = check(grid, options.search, options.prune, options.trials, options.metric, options.mode)
+        options = replace(options, mode=mode)
+        specs: list[TrialSpec] = []
+    else:
+        check_not_empty(grid)
+        specs = plan(expand(grid), folder, options.seed)
     if options.backend == "ray":  # Ray places trials on its own nodes' GPUs
         placement = Placement([], [], options.memory_policy())
     else:
@@ -240,7 +246,7 @@ def _plan_and_run(target: Target, grid: Any, options: Options, default_name: str
         ledger = Ledger(folder)
         try:
             return _run(target, options, specs, placement, ledger, folder, source_file, listener, start, what,
-                        spare)
+                        spare, space=grid if options.search is not None else None)
         finally:
             ledger.close()
 
@@ -257,18 +263,23 @@ def _run(
     start: float,
     what: str,
     spare: Spare | None = None,
+    space: Any = None,
 ) -> Outcome:
     notes: list[str] = []
     ledger.clear_running()
     previous = ledger.results()
     check_definition(ledger, previous, options.seed, what, folder, source_file)
+    search = None
+    if space is not None:  # a search: the trials on record are its own, the rest it asks for
+        search, specs = _search(space, options, folder, ledger, previous)
     specs = keep_names(specs, {tid: r.name for tid, r in previous.items()})
     ledger.set_grid((s.trial_id, s.index, s.name) for s in specs)
     print_ = fingerprint(source_file)
     old_print = ledger.get("grid_fingerprint")
     if print_ and old_print and print_ != old_print and previous:
         notes.append(f"the grid file changed since the last run ({len(previous)} trials on record)")
-    facts = [("grid_fingerprint", print_ or ""), ("total", str(len(specs))),
+    total = options.trials if search is not None else len(specs)
+    facts = [("grid_fingerprint", print_ or ""), ("total", str(total)),
              ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))]
     # what status, report and load() rank by unless told otherwise: this run's choice
     facts += [("metric", options.metric or ""),
@@ -279,6 +290,10 @@ def _run(
     where = SweepPaths(folder)
     results: dict[str, TrialResult] = {}
     todo: list[TrialSpec] = []
+    feed = None
+    if search is not None:
+        feed = _Asked(search, specs, wanted, ledger)
+        specs = feed.specs
     for spec in specs:
         old = previous.get(spec.trial_id)
         if old is not None and keeps(old, options.skip_failed):
@@ -286,7 +301,8 @@ def _run(
         else:
             todo.append(spec)
     if results:
-        notes.append(f"resumed: {len(results)} trials already on record were kept; {len(todo)} to run")
+        to_run = len(todo) + (feed.remaining if feed is not None else 0)
+        notes.append(f"resumed: {len(results)} trials already on record were kept; {to_run} to run")
     others = len(set(previous) - wanted)
     if others:
         notes.append(f"{others} trials on record here are not in this grid; results.csv shows this grid's "
@@ -314,8 +330,9 @@ def _run(
         return min(waits) if waits else None
 
     if listener is not None:
-        listener.begin(len(todo), len(specs))
-    hooks = Hooks(listener=listener, on_record=on_record, on_history=files[1].mark, tick=tick)
+        listener.begin(len(todo) + (feed.remaining if feed else 0), total)
+    hooks = Hooks(listener=listener, on_record=on_record, on_history=files[1].mark, tick=tick,
+                  on_final=search.tell if search else None, prune=search.prune if search else None)
     backend: Backend
     if options.backend == "ray":
         from .backends.ray import RayBackend
@@ -331,7 +348,7 @@ def _run(
     engine = Engine(backend, ledger, hooks=hooks, timeout=options.timeout, retries=options.retries)
     interrupted = None
     try:
-        engine.run(todo)
+        engine.run(todo, feed)
     except Interrupted as exc:
         interrupted = exc.signum
     finally:
@@ -340,6 +357,44 @@ def _run(
             f.flush()
     return Outcome(folder, table.ordered(final), specs, placement, notes, len(engine.started),
                    time.monotonic() - start, interrupted)
+
+
+def _search(space: Any, options: Options, folder: str, ledger: Ledger,
+            previous: Mapping[str, TrialResult]) -> tuple[Any, list[TrialSpec]]:
+    """The study, rebuilt from the ledger, and the specs of the trials on record (kept, or
+    interrupted and to run again first)."""
+    from .search import Search
+
+    def make_spec(params: Mapping[str, Any], index: int) -> TrialSpec:
+        return replace(plan([params], folder, options.seed)[0], index=index)
+
+    search = Search(space, search=options.search, prune=options.prune, trials=options.trials or 0,
+                    seed=options.seed, metric=options.metric or "", mode=options.mode or "min",
+                    make_spec=make_spec)
+    history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for tid, epoch, metrics in ledger.history():
+        history.setdefault(tid, []).append((epoch, metrics))
+    kept, again = search.resume(previous, history)
+    specs = [replace(make_spec(r.params, r.index), name=r.name) for r in [*kept.values(), *again]]
+    return search, specs
+
+
+class _Asked:
+    """The engine's feed for a search: each point asked becomes a spec of this sweep."""
+
+    def __init__(self, search: Any, specs: list[TrialSpec], wanted: set[str], ledger: Ledger) -> None:
+        self.search, self.specs, self.wanted, self.ledger = search, specs, wanted, ledger
+        self.remaining = int(search.remaining)
+
+    def next(self) -> TrialSpec | None:
+        spec: TrialSpec | None = self.search.next()
+        if spec is not None:
+            spec = keep_names([spec], {s.trial_id: s.name for s in self.specs})[0]
+            self.specs.append(spec)
+            self.wanted.add(spec.trial_id)
+            self.ledger.set_grid((s.trial_id, s.index, s.name) for s in self.specs)
+        self.remaining = int(self.search.remaining)
+        return spec
 
 
 def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: int, what: str,
@@ -383,7 +438,7 @@ def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: 
 def keeps(old: TrialResult | None, skip_failed: bool) -> bool:
     """Whether a resume keeps a trial's row instead of running it again."""
     return old is not None and (
-        old.status is Status.OK or (skip_failed and old.status is not Status.INTERRUPTED))
+        old.status.succeeded or (skip_failed and old.status is not Status.INTERRUPTED))
 
 
 def _reindexed(old: TrialResult, spec: TrialSpec) -> TrialResult:
@@ -418,7 +473,7 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
             if missing:
                 lines.append(f"sweeper: {missing} ok trial{'s' if missing > 1 else ''} had a NaN {metric}, "
                              "ranked last")
-        failed = [r for r in outcome.results if not r.ok]
+        failed = [r for r in outcome.results if not r.status.succeeded]
         if failed:
             lines.append(f"sweeper: {len(failed)} not ok:")
             for r in failed:

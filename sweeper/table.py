@@ -2,8 +2,8 @@
 
 Columns, in order: ``trial_id``, ``trial``, ``status``, one ``param_<name>`` per
 hyperparameter (scikit-learn's ``cv_results_`` convention), one column per metric,
-then ``seed``, ``device``, ``started_at``, ``duration_s``, ``error``, ``attempts``, and,
-when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``, ``gpu_mem_peak_mb``.
+then ``seed``, ``device``, ``started_at``, ``duration_s``, ``error``, ``attempts``,
+``epochs_done`` when any trial reported epochs, and, when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``, ``gpu_mem_peak_mb``.
 Rows follow the grid's order. The CSV is written with the standard ``csv`` module (so
 the parent need not import pandas while trials run), to a temporary file renamed over
 the old one, so a reader never sees half a file.
@@ -21,7 +21,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from . import paths
-from .metrics import BACK_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS
+from .metrics import BACK_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS
 from .trial import TrialResult
 
 if TYPE_CHECKING:
@@ -37,7 +37,8 @@ def columns(results: Sequence[TrialResult]) -> list[str]:
         for k in r.metrics:
             metrics.setdefault(k, None)
     gpu = GPU_COLUMNS if any(r.device.startswith("gpu") for r in results) else ()
-    return [*FRONT_COLUMNS, *(f"param_{p}" for p in params), *metrics, *BACK_COLUMNS, *gpu]
+    epochs = EPOCH_COLUMNS if any(r.epochs_done is not None for r in results) else ()
+    return [*FRONT_COLUMNS, *(f"param_{p}" for p in params), *metrics, *BACK_COLUMNS, *epochs, *gpu]
 
 
 def row(result: TrialResult) -> dict[str, Any]:
@@ -54,6 +55,8 @@ def row(result: TrialResult) -> dict[str, Any]:
         error=result.error,
         attempts=result.attempts,
     )
+    if result.epochs_done is not None:
+        out["epochs_done"] = result.epochs_done
     if result.device.startswith("gpu"):
         out.update(gpu_uuid=result.gpu_uuid, gpu_mem_cap_mb=result.gpu_mem_cap_mb,
                    gpu_mem_peak_mb=result.gpu_mem_peak_mb)

@@ -37,6 +37,7 @@ class Status(str, enum.Enum):
     CRASHED = "crashed"  #: the process died without a result; retried.
     TIMEOUT = "timeout"  #: ran past ``timeout``; its process group was killed; retried.
     INTERRUPTED = "interrupted"  #: the sweep was stopped (Ctrl-C, SIGTERM) while it ran.
+    PRUNED = "pruned"  #: a search's pruner stopped it early; not a failure, never retried.
 
     def __str__(self) -> str:
         return self.value
@@ -45,6 +46,11 @@ class Status(str, enum.Enum):
     def retryable(self) -> bool:
         """Whether running the trial again may give another outcome."""
         return self in (Status.OOM, Status.CRASHED, Status.TIMEOUT)
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the trial ended as it should: trained to the end, or pruned by a search."""
+        return self in (Status.OK, Status.PRUNED)
 
 
 def canonical_json(params: Mapping[str, Any]) -> str:
@@ -180,6 +186,7 @@ class TrialResult:
     gpu_uuid: str = ""  #: the GPU's UUID, when NVML told it
     gpu_mem_cap_mb: int | None = None  #: the memory cap the trial ran under
     gpu_mem_peak_mb: int | None = None  #: its peak GPU memory, where NVML could see it
+    epochs_done: int | None = None  #: the last epoch it reported (None: it reported none)
 
     @property
     def ok(self) -> bool:

@@ -352,3 +352,15 @@ class _Exploding:
 
 def exploding_metric(params):
     return {"ok_metric": 1.0, "bad": _Exploding()}
+
+
+def descent(params):
+    """A synthetic training run for searches: ``epochs`` epochs of ``pace`` seconds of
+    work; the loss falls for good points (x < 0.5) and stays high for bad ones."""
+    loss = float("nan")
+    for epoch in range(1, int(params.get("epochs", 20)) + 1):
+        time.sleep(params.get("pace", 0.05))
+        x = params["x"]
+        loss = (1 + x) / epoch if x < 0.5 else 5 + x
+        sweeper.report(epoch=epoch, loss=loss)
+    return {"loss": loss}

@@ -1,0 +1,268 @@
+"""Adaptive search: Optuna's samplers and pruners over sweeper's fresh process per trial.
+
+The parent holds an Optuna study (in memory, through its ask-and-tell interface). When a
+place frees, :meth:`Search.next` asks the sampler for a point and makes it a trial like
+any other (its id from its parameters, its seed from the sweep's seed and the id). Each
+per-epoch report is the Optuna trial's intermediate value; when the pruner says so,
+:meth:`Search.prune` gives the engine a reason, and the engine stops the trial's process
+(SIGTERM, then SIGKILL after the grace), which frees its GPU at once. Each final result is
+told to the study. The ledger stays the source of truth: on a re-run the study is rebuilt
+from it (:meth:`Search.resume`), finished and pruned trials with their intermediate values.
+
+Optuna is imported here only, and only for a search (``pip install "sweeper[search]"``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import SweepError
+from .metrics import direction
+from .trial import Status, TrialResult, TrialSpec
+
+SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp")
+PRUNERS = ("median", "asha", "hyperband")
+#: Asks in a row that may land on points already tried before the space counts as spent.
+DUPLICATE_ASKS = 50
+
+_NEED_OPTUNA = 'search needs Optuna: pip install "sweeper[search]" (or pip install optuna)'
+
+
+def _optuna() -> Any:
+    try:
+        import optuna
+    except ImportError:
+        raise SweepError(_NEED_OPTUNA) from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Optuna distributions for the searched parameters, and the fixed ones. Refuses what
+    cannot be mapped, naming the parameter, before anything runs."""
+    optuna = _optuna()
+    from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+
+    from .grid import _normalise, loguniform, randint, uniform
+
+    if not isinstance(space, Mapping) or not space:
+        raise SweepError(f"a search needs space = {{name: distribution or list}}, got {type(space).__name__}; "
+                         "e.g. space = {'lr': sweeper.loguniform(1e-4, 1e-1), 'units': [32, 64]}")
+    dists: dict[str, Any] = {}
+    fixed: dict[str, Any] = {}
+    for name, value in space.items():
+        if not isinstance(name, str) or not name:
+            raise SweepError(f"space has the key {name!r}; parameter names are non-empty strings")
+        if isinstance(value, uniform):
+            dists[name] = FloatDistribution(value.low, value.high)
+        elif isinstance(value, loguniform):
+            dists[name] = FloatDistribution(value.low, value.high, log=True)
+        elif isinstance(value, randint):
+            dists[name] = IntDistribution(value.low, value.high - 1)
+        elif isinstance(value, BaseDistribution):
+            dists[name] = value
+        elif isinstance(value, (list, tuple)):
+            choices = [_normalise(v, name) for v in value]
+            bad = [c for c in choices if not (c is None or isinstance(c, (bool, int, float, str)))]
+            if not choices or bad:
+                raise SweepError(f"space[{name!r}] lists {bad[0]!r} if bad else 'nothing'; a search chooses among "
+                                 "numbers, strings, booleans and None: give those (e.g. [32, 64, 128])"
+                                 if bad else f"space[{name!r}] is an empty list; give at least one choice")
+            dists[name] = CategoricalDistribution(choices)
+        elif hasattr(value, "rvs"):
+            raise SweepError(
+                f"space[{name!r}] is {type(value).__name__}, a distribution a search cannot model; use "
+                "sweeper.uniform, sweeper.loguniform, sweeper.randint, a list of choices, or an Optuna "
+                "distribution")
+        else:
+            fixed[name] = _normalise(value, name)
+    del optuna
+    if not dists:
+        raise SweepError("space has nothing to search (every value is fixed); give a distribution or a list")
+    return dists, fixed
+
+
+def sampler(search: Any, seed: int) -> Any:
+    """An Optuna sampler from its name (seeded with the sweep's seed), or the instance given."""
+    optuna = _optuna()
+    if isinstance(search, optuna.samplers.BaseSampler):
+        return search
+    if search == "tpe":  # the constant liar: points asked while others run stay apart
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+    if search == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if search == "qmc":
+        return optuna.samplers.QMCSampler(seed=seed)
+    if search == "cmaes":
+        try:
+            import cmaes  # noqa: F401
+        except ImportError:
+            raise SweepError('search="cmaes" needs the cmaes package: pip install cmaes') from None
+        return optuna.samplers.CmaEsSampler(seed=seed)
+    if search == "gp":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise SweepError('search="gp" needs PyTorch (Optuna\'s GPSampler uses it): pip install torch') from None
+        return optuna.samplers.GPSampler(seed=seed)
+    raise SweepError(f"search is {search!r}; give one of {', '.join(SAMPLERS)} or an Optuna sampler")
+
+
+def pruner(prune: Any) -> Any:
+    """An Optuna pruner from its name, or the instance given; None prunes nothing."""
+    optuna = _optuna()
+    if prune is None or prune == "none":
+        return optuna.pruners.NopPruner()
+    if isinstance(prune, optuna.pruners.BasePruner):
+        return prune
+    if prune == "median":
+        return optuna.pruners.MedianPruner()
+    if prune == "asha":  # asynchronous successive halving
+        return optuna.pruners.SuccessiveHalvingPruner()
+    if prune == "hyperband":
+        return optuna.pruners.HyperbandPruner()
+    raise SweepError(f"prune is {prune!r}; give one of {', '.join(PRUNERS)}, None, or an Optuna pruner")
+
+
+def check(space: Any, search: Any, prune: Any, trials: Any, metric: str | None, mode: str | None) -> str:
+    """Everything a search needs, checked before anything runs; its direction."""
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise SweepError(f"a search needs trials = N (a whole number >= 1), got {trials!r}; e.g. --trials 20")
+    if metric is None:
+        raise SweepError("a search needs the metric it optimises: give metric='val_loss' (--metric val_loss)")
+    how = mode or direction(metric)
+    if how is None:
+        raise SweepError(f"the search's metric {metric!r} does not say whether higher is better; "
+                         "give mode='max' or mode='min' (--mode)")
+    distributions(space)
+    sampler(search, 0)
+    pruner(prune)
+    return how
+
+
+class Search:
+    """The study, and the engine's :class:`~sweeper.engine.Feed` of trials it asks for."""
+
+    def __init__(self, space: Any, *, search: Any, prune: Any, trials: int, seed: int, metric: str,
+                 mode: str, make_spec: Any) -> None:
+        optuna = _optuna()
+        self.optuna = optuna
+        self.dists, self.fixed = distributions(space)
+        self.metric, self.mode = metric, mode
+        self.make_spec = make_spec  #: params, index -> TrialSpec
+        self.total = trials
+        self.study = optuna.create_study(direction="maximize" if mode == "max" else "minimize",
+                                         sampler=sampler(search, seed), pruner=pruner(prune))
+        self.pruner_name = prune if isinstance(prune, str) else type(prune).__name__
+        self.asked: dict[str, list[Any]] = {}  #: trial id -> the Optuna trials waiting on it
+        self.known: dict[str, TrialResult] = {}  #: finished trials on record, by id
+        self.steps: dict[str, set[int]] = {}  #: epochs reported, by trial id
+        self.remaining = trials
+        self.index = 0
+
+    # -- resume -----------------------------------------------------------------------------
+
+    def resume(self, previous: Mapping[str, TrialResult], history: Mapping[str, list[tuple[int, dict[str, Any]]]],
+               ) -> tuple[dict[str, TrialResult], list[TrialResult]]:
+        """Rebuild the study from the ledger: every trial on record is told (with its
+        intermediate values), and counts toward ``trials``, except interrupted ones, whose
+        points are asked again first. Returns the rows kept, and those to run again."""
+        kept: dict[str, TrialResult] = {}
+        again: list[TrialResult] = []
+        for result in sorted(previous.values(), key=lambda r: r.index):
+            if result.status is Status.INTERRUPTED:
+                again.append(result)
+                continue
+            self._add(result, history.get(result.trial_id, []))
+            kept[result.trial_id] = result
+            self.known[result.trial_id] = result
+        for result in again:  # the same point, asked again now: its Optuna trial waits for it
+            self.study.enqueue_trial({k: v for k, v in result.params.items() if k in self.dists},
+                                     skip_if_exists=False)
+            self.asked[result.trial_id] = [self.study.ask(self.dists)]
+        self.index = 1 + max((r.index for r in previous.values()), default=-1)
+        self.remaining = max(0, self.total - len(kept) - len(again))
+        return kept, again
+
+    def _add(self, result: TrialResult, epochs: list[tuple[int, dict[str, Any]]]) -> None:
+        state, value = self._state(result)
+        intermediate = {e: float(m[self.metric]) for e, m in epochs if _finite(m.get(self.metric))}
+        try:
+            trial = self.optuna.trial.create_trial(
+                params={k: v for k, v in result.params.items() if k in self.dists},
+                distributions=self.dists, value=value, state=state, intermediate_values=intermediate)
+            self.study.add_trial(trial)
+        except (ValueError, TypeError):  # recorded under another space: not the study's
+            pass
+
+    def _state(self, result: TrialResult) -> tuple[Any, float | None]:
+        TrialState = self.optuna.trial.TrialState
+        value = result.metrics.get(self.metric)
+        if result.status is Status.OK and _finite(value):
+            return TrialState.COMPLETE, float(value)  # type: ignore[arg-type]
+        if result.status is Status.PRUNED:
+            return TrialState.PRUNED, None
+        return TrialState.FAIL, None
+
+    # -- the feed -----------------------------------------------------------------------------
+
+    def next(self) -> TrialSpec | None:
+        """Ask for a point; a point already tried is not trained again (the study is told
+        its outcome, or waits for it), and the sampler is asked anew."""
+        for _ in range(DUPLICATE_ASKS):
+            if self.remaining <= 0:
+                return None
+            trial = self.study.ask(self.dists)
+            params = {**self.fixed, **trial.params}
+            spec = self.make_spec(params, self.index)
+            if spec.trial_id in self.known:  # on record: told at once
+                self._tell(trial, self.known[spec.trial_id])
+                continue
+            if spec.trial_id in self.asked:  # running now: told when it ends
+                self.asked[spec.trial_id].append(trial)
+                continue
+            self.asked[spec.trial_id] = [trial]
+            self.remaining -= 1
+            self.index += 1
+            return spec
+        self.remaining = 0  # every ask lands on a point tried: the space is spent
+        return None
+
+    def prune(self, spec: TrialSpec, items: list[dict[str, Any]]) -> str | None:
+        """Report a trial's epochs to its Optuna trial; a reason to stop it, if the pruner says so."""
+        trials = self.asked.get(spec.trial_id)
+        if not trials:
+            return None
+        trial = trials[0]
+        for item in items:
+            value = item["metrics"].get(self.metric)
+            if not _finite(value):
+                continue
+            epoch = int(item["epoch"])
+            steps = self.steps.setdefault(spec.trial_id, set())
+            if epoch not in steps:  # a retry reports its epochs again: the first stand
+                steps.add(epoch)
+                trial.report(float(value), epoch)
+            if trial.should_prune():
+                return f"pruned by {self.pruner_name} at epoch {epoch} ({self.metric}={value:.6g})"
+        return None
+
+    def tell(self, result: TrialResult) -> None:
+        """A trial's final result: told to every Optuna trial that asked for its point."""
+        self.known[result.trial_id] = result
+        self.steps.pop(result.trial_id, None)
+        for trial in self.asked.pop(result.trial_id, []):
+            self._tell(trial, result)
+
+    def _tell(self, trial: Any, result: TrialResult) -> None:
+        state, value = self._state(result)
+        if state == self.optuna.trial.TrialState.COMPLETE:
+            self.study.tell(trial, value)
+        else:
+            self.study.tell(trial, state=state)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
