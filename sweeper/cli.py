@@ -227,6 +227,10 @@ def print_plan(outcome: runner.Outcome) -> None:
     out, specs = sys.stdout, outcome.specs
     for line in plan_lines(outcome.placement):
         out.write(f"sweeper: {line}\n")
+    for note in outcome.notes:
+        out.write(f"sweeper: {note}\n")
+    if not specs and outcome.notes:
+        return
     kept = f" ({len(outcome.kept)} on record, kept)" if outcome.kept else ""
     out.write(f"sweeper: {len(specs)} trials{kept}; folder {outcome.folder}\n")
     keys = sorted({k for s in specs for k in s.params})

@@ -237,7 +237,12 @@ def _plan_and_run(target: Target, grid: Any, options: Options, default_name: str
             finally:
                 ledger.close()
         kept = {s.trial_id for s in specs if keeps(previous.get(s.trial_id), options.skip_failed)}
-        return Outcome(folder, [], specs, placement, kept=kept)
+        notes = []
+        if options.search is not None:  # its points are asked for as it runs: none to list
+            from .search import describe
+
+            notes.append(describe(grid, options, len(previous)))
+        return Outcome(folder, [], specs, placement, notes, kept=kept)
     prepare_folder(folder)
     with locked(folder):
         if options.fresh:

@@ -142,6 +142,27 @@ def check(space: Any, search: Any, prune: Any, trials: Any, metric: str | None, 
     return how
 
 
+def describe(space: Any, options: Any, on_record: int) -> str:
+    """A search in one line, for a dry run."""
+    dists, fixed = distributions(space)
+    parts = [f"{k} {_shown(v)}" for k, v in dists.items()] + [f"{k}={v!r}" for k, v in fixed.items()]
+    how = options.search if isinstance(options.search, str) else type(options.search).__name__
+    pr = options.prune if options.prune is None or isinstance(options.prune, str) else type(options.prune).__name__
+    return (f"search: {how} over {', '.join(parts)}; {options.trials} trials ({on_record} on record); "
+            f"prune: {pr}; {options.metric} ({options.mode})")
+
+
+def _shown(dist: Any) -> str:
+    kind = type(dist).__name__
+    if kind == "FloatDistribution":
+        return f"{'log' if dist.log else ''}uniform [{dist.low:g}, {dist.high:g}]"
+    if kind == "IntDistribution":
+        return f"integer [{dist.low}, {dist.high}]"
+    if kind == "CategoricalDistribution":
+        return f"one of {list(dist.choices)}"
+    return kind
+
+
 class Search:
     """The study, and the engine's :class:`~sweeper.engine.Feed` of trials it asks for."""
 

@@ -1,0 +1,147 @@
+"""Adaptive search: Optuna's samplers and pruners driving a fresh process per trial.
+
+The synthetic ``descent`` (tests/sweep_fns.py) trains for 20 short epochs; points with
+x >= 0.5 are clearly bad (their loss stays above 5), the others' loss falls. No TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import optuna
+import pandas as pd
+import pytest
+
+import sweeper
+import sweep_fns
+from conftest import run_cli, write_grid
+from sweeper.trial import Status
+
+SPACE = {"x": sweeper.uniform(0.0, 1.0), "pace": 0.04}
+
+
+class Recording(optuna.samplers.RandomSampler):
+    """A seeded random sampler that notes every trial the study is told about."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed=seed)
+        self.told: list[tuple[dict, str]] = []
+
+    def after_trial(self, study, trial, state, values):
+        self.told.append((dict(trial.params), state.name))
+        super().after_trial(study, trial, state, values)
+
+
+def _search(tmp_path, name, **options):
+    opts = dict(search="tpe", trials=10, prune="median", metric="loss", workers=2, out=str(tmp_path),
+                name=name, progress=False)
+    opts.update(options)
+    return sweeper.sweep(sweep_fns.descent, SPACE, **opts)
+
+
+def test_bad_points_are_pruned_early_and_the_study_hears_every_trial(tmp_path):
+    sampler = Recording(seed=0)
+    df = _search(tmp_path, "s", search=sampler, trials=12)
+    assert len(df) == 12 and set(df.status) <= {"ok", "pruned"}, df[["status", "error"]]
+    pruned = df[df.status == "pruned"]
+    # stopped well before the 20th epoch (one running while the pruner's first five
+    # trials completed may be judged, and stopped, late)
+    assert (pruned.epochs_done <= 10).sum() >= 2, df[["param_x", "status", "epochs_done", "error"]]
+    assert (pruned.param_x >= 0.5).all()  # only bad points were stopped
+    assert (pruned.loss >= 5).all() and pruned.error.str.startswith("pruned by median at epoch").all()
+    assert (df[df.status == "ok"].epochs_done == 20).all()
+    told = {round(p["x"], 12): state for p, state in sampler.told}
+    assert told == {round(x, 12): {"ok": "COMPLETE", "pruned": "PRUNED"}[s]
+                    for x, s in zip(df.param_x, df.status)}
+    history = pd.read_csv(tmp_path / "s" / "history.csv")
+    last = history.groupby("trial").epoch.max()
+    assert (last[pruned.trial].values == pruned.epochs_done.values).all()  # where they stopped
+
+
+def test_the_same_seed_gives_the_same_points_with_one_worker(tmp_path):
+    a = _search(tmp_path, "a", workers=1, trials=6, seed=5, prune=None)
+    b = _search(tmp_path, "b", workers=1, trials=6, seed=5, prune=None)
+    c = _search(tmp_path, "c", workers=1, trials=6, seed=6, prune=None)
+    assert a.param_x.tolist() == b.param_x.tolist()
+    assert a.param_x.tolist() != c.param_x.tolist()
+    assert (a.seed == b.seed).all()  # trial seeds from the sweep's seed and the id
+
+
+def test_a_resumed_search_keeps_its_rows_and_runs_up_to_the_new_count(tmp_path):
+    first = _search(tmp_path, "r", trials=6, workers=1)
+    second = _search(tmp_path, "r", trials=10, workers=1)
+    assert len(second) == 10
+    kept = second.set_index("trial_id").loc[first.trial_id]
+    cols = ["status", "param_x", "loss", "started_at", "duration_s", "epochs_done"]
+    pd.testing.assert_frame_equal(kept[cols].reset_index(drop=True), first[cols].reset_index(drop=True))
+    new = second[~second.trial_id.isin(first.trial_id)]
+    assert len(new) == 4 and (new.started_at > first.started_at.max()).all()
+    third = _search(tmp_path, "r", trials=10, workers=1)
+    pd.testing.assert_frame_equal(third, second)  # nothing more to run
+
+
+def test_the_cli_flags_search_a_space_and_pruned_is_no_failure(tmp_path):
+    grid = write_grid(tmp_path, "from sweep_fns import descent as train\nimport sweeper\n"
+                                "space = {'x': sweeper.uniform(0, 1), 'pace': 0.04}\n")
+    done = run_cli(grid, "--search", "tpe", "--trials", "10", "--prune", "median", "--metric", "loss",
+                   "--workers", "2", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
+    assert len(df) == 10 and set(df.status) <= {"ok", "pruned"}
+    if (df.status == "pruned").any():
+        assert f"{(df.status == 'pruned').sum()} pruned" in done.stdout
+    assert not Status.PRUNED.retryable and Status.PRUNED.succeeded
+
+
+def test_a_grid_file_says_search_trials_and_prune_itself(tmp_path):
+    grid = write_grid(tmp_path, "from sweep_fns import descent as train\nimport sweeper\n"
+                                "space = {'x': sweeper.uniform(0, 1), 'pace': 0.02}\n"
+                                "search = 'random'\ntrials = 4\nprune = 'asha'\n"
+                                "options = {'metric': 'loss'}\n")
+    done = run_cli(grid, "--out", str(tmp_path / "out"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "4 of 4 trials on record" in done.stdout
+
+
+@pytest.mark.parametrize("body,flags,words", [
+    ("space = {'x': sweeper.uniform(0, 1)}\n", ["--search", "bogus", "--trials", "3", "--metric", "loss"],
+     "search is 'bogus'; give one of tpe, random"),
+    ("import scipy.stats\nspace = {'x': scipy.stats.uniform(0, 1)}\n",
+     ["--search", "tpe", "--trials", "3", "--metric", "loss"], "space['x'] is"),
+    ("space = {'x': sweeper.uniform(0, 1)}\n", ["--search", "tpe", "--trials", "3", "--metric", "widget"],
+     "whether a higher or a lower 'widget' is better"),
+    ("space = {'x': sweeper.uniform(0, 1)}\n", ["--search", "tpe", "--trials", "3"], "needs the metric"),
+    ("space = {'x': sweeper.uniform(0, 1)}\n", ["--search", "tpe", "--metric", "loss"], "needs trials = N"),
+    ("space = {'x': sweeper.uniform(0, 1)}\n", ["--trials", "3"], "neither samples = N nor a search"),
+    ("grid = {'x': [1, 2]}\n", ["--prune", "median"], "trials and prune go with a search"),
+])
+def test_bad_search_input_is_one_line_and_exit_2(tmp_path, body, flags, words):
+    grid = write_grid(tmp_path, f"from sweep_fns import descent as train\nimport sweeper\n{body}")
+    done = run_cli(grid, *flags, "--out", str(tmp_path / "out"))
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "out" / "grid" / "results.csv").exists()
+
+
+def test_command_trials_are_pruned_from_their_epoch_lines(tmp_path):
+    script = tmp_path / "fit.py"
+    script.write_text(
+        "import json, sys, time\n"
+        "x = float(sys.argv[1])\n"
+        "for epoch in range(1, 21):\n"
+        "    time.sleep(0.04)\n"
+        "    loss = (1 + x) / epoch if x < 0.5 else 5 + x\n"
+        "    print(json.dumps({'epoch': epoch, 'loss': loss}), flush=True)\n"
+        "print(json.dumps({'loss': loss}))\n")
+    df = sweeper.sweep(f"{sys.executable} {script} {{x}}", {"x": sweeper.uniform(0, 1)}, search="random",
+                       trials=10, prune="median", metric="loss", seed=1, workers=2, out=str(tmp_path),
+                       name="cmd", progress=False)
+    assert set(df.status) <= {"ok", "pruned"} and (df.status == "pruned").any(), df[["status", "error"]]
+    assert (df[df.status == "pruned"].epochs_done < 20).all()
+
+
+def test_a_search_dry_run_says_what_it_would_search(tmp_path):
+    plan = _search(tmp_path, "d", dry_run=True)
+    assert len(plan) == 0
+    assert not os.path.exists(tmp_path / "d")
