@@ -145,7 +145,7 @@ def leaderboard_lines(df: "pandas.DataFrame", metric: str | None, mode: str, top
 
 
 def failures(df: "pandas.DataFrame", folder: str | os.PathLike[str] | None = None) -> "pandas.DataFrame":
-    """The trials that did not finish ok, in the table's order.
+    """The trials that did not finish ok (nor were pruned by a search), in the table's order.
 
     Columns: ``trial``, ``status``, ``error`` (its first line, "" when there is
     none) and ``log`` (``<folder>/trials/<trial>/log.txt``; relative to the sweep
@@ -155,7 +155,7 @@ def failures(df: "pandas.DataFrame", folder: str | os.PathLike[str] | None = Non
 
     if "status" not in df.columns:
         return pandas.DataFrame(columns=["trial", "status", "error", "log"])
-    bad = df[df["status"] != "ok"]
+    bad = df[~df["status"].isin(["ok", "pruned"])]
     base = os.fspath(folder) if folder is not None else ""
     errors = bad["error"] if "error" in bad.columns else pandas.Series([""] * len(bad), index=bad.index)
     return pandas.DataFrame({
@@ -204,7 +204,16 @@ def write_html(folder: str | os.PathLike[str], metric: str | None = None, mode: 
 
     metric, mode = choose(df, metric, mode)
     history = _read_history(where.history)
-    page = _page(folder, df, history, metric, mode)
+    searched = "pruned" in set(df["status"].astype(str)) if "status" in df.columns else False
+    if where.exists():
+        from .ledger import Ledger
+
+        ledger = Ledger(folder, readonly=True)
+        try:
+            searched = searched or bool(ledger.get("search"))
+        finally:
+            ledger.close()
+    page = _page(folder, df, history, metric, mode, searched)
     with paths.atomic(where.report, encoding="utf-8") as f:
         f.write(page)
     return where.report
@@ -263,7 +272,7 @@ code{font-size:.85rem;word-break:break-all}
 
 
 def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None",
-          metric: str | None, mode: str) -> str:
+          metric: str | None, mode: str, searched: bool = False) -> str:
     e = html.escape
     name = os.path.basename(os.path.normpath(os.path.abspath(folder)))
     ok = df[df["status"] == "ok"] if "status" in df.columns else df.iloc[:0]
@@ -326,9 +335,18 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
             )
         out.append("</div>")
 
+    # a search: the best so far, trial after trial
+    if searched and metric is not None and not ok.empty:
+        png = _best_so_far_figure(df, metric, mode)
+        caption = f"best {metric} so far, by trial (pruned trials at their last reported value)"
+        out.append("<h2>Search progress</h2>")
+        out.append(f'<figure><img class="best-so-far" alt="{e(caption)}" src="{_data_uri(png)}">'
+                   f"<figcaption>{e(caption)}</figcaption></figure>")
+
     # learning curves
     out.append("<h2>Learning curves</h2>")
-    out.append(_curves_html(board, history, metric))
+    pruned = [str(t) for t in df.loc[df["status"] == "pruned", "trial"]] if searched else []
+    out.append(_curves_html(board, history, metric, pruned))
 
     # failures
     bad = failures(df, folder)
@@ -349,7 +367,8 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
     return "\n".join(out) + "\n"
 
 
-def _curves_html(board: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: str | None) -> str:
+def _curves_html(board: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: str | None,
+                 pruned: list[str] | None = None) -> str:
     e = html.escape
     if history is None:
         return ('<p class="note">No learning curves: history.csv is missing or empty '
@@ -359,11 +378,13 @@ def _curves_html(board: "pandas.DataFrame", history: "pandas.DataFrame | None", 
     metrics = _history_metrics(history)
     column = metric if metric in metrics else metrics[0]
     trials = [str(t) for t in board["trial"]]
-    png = _curves_figure(history, trials, column)
+    png = _curves_figure(history, trials, column, pruned or [])
     if png is None:
         return (f'<p class="note">No learning curves: history.csv has no {e(column)} values '
                 "for the top trials.</p>")
     caption = f"{column} per epoch, top {len(trials)} trials"
+    if pruned:
+        caption += f"; {len(pruned)} pruned trials in grey, x where each was stopped"
     return (f'<figure><img class="curves" alt="{e(caption)}" src="{_data_uri(png)}">'
             f"<figcaption>{e(caption)}</figcaption></figure>")
 
@@ -457,10 +478,18 @@ def _strip(ax: Any, x: "pandas.Series", y: "pandas.Series") -> str:
     return "one column per value"
 
 
-def _curves_figure(history: "pandas.DataFrame", trials: list[str], column: str) -> bytes | None:
+def _curves_figure(history: "pandas.DataFrame", trials: list[str], column: str,
+                   pruned: list[str] | None = None) -> bytes | None:
     fig = _figure()
     ax = fig.add_subplot()
     drawn = 0
+    for trial in pruned or []:  # under the top trials: grey, an x where the pruner stopped it
+        rows = history[history["trial"].astype(str) == trial]
+        rows = rows[rows[column].notna()]
+        if rows.empty:
+            continue
+        ax.plot(rows["epoch"], rows[column], color="#bbb", linewidth=0.8, zorder=1)
+        ax.plot(rows["epoch"].iloc[-1:], rows[column].iloc[-1:], "x", color="#888", markersize=6, zorder=2)
     for trial in trials:
         rows = history[history["trial"].astype(str) == trial]
         rows = rows[rows[column].notna()]
@@ -477,6 +506,34 @@ def _curves_figure(history: "pandas.DataFrame", trials: list[str], column: str) 
     ax.set_xlabel("epoch")
     ax.set_ylabel(column)
     ax.set_title(f"{column} per epoch (top {len(trials)} trials)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    return _png(fig)
+
+
+def _best_so_far_figure(df: "pandas.DataFrame", metric: str, mode: str) -> bytes:
+    """Each trial's metric in the order trials started, ok ones as dots, pruned ones as
+    crosses (at their last reported value), and the best ok value so far as a line."""
+    import numpy
+
+    fig = _figure()
+    ax = fig.add_subplot()
+    order = df.sort_values("started_at") if "started_at" in df.columns else df
+    n = numpy.arange(1, len(order) + 1)
+    values = order[metric].astype(float).to_numpy()
+    is_ok = (order["status"] == "ok").to_numpy()
+    is_pruned = (order["status"] == "pruned").to_numpy()
+    ax.scatter(n[is_ok], values[is_ok], s=22, color="#1f77b4", label="ok", zorder=3)
+    if is_pruned.any():
+        ax.scatter(n[is_pruned], values[is_pruned], s=22, marker="x", color="#888", label="pruned", zorder=2)
+    best, line = None, []
+    for v, good in zip(values, is_ok):
+        if good and not math.isnan(v) and (best is None or (v > best if mode == "max" else v < best)):
+            best = v
+        line.append(numpy.nan if best is None else best)
+    ax.step(n, line, where="post", color="#d62728", label=f"best so far ({mode})", zorder=4)
+    ax.set_xlabel("trial, in the order started")
+    ax.set_ylabel(metric)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     return _png(fig)

@@ -287,6 +287,8 @@ def _run(
     facts = [("grid_fingerprint", print_ or ""), ("total", str(total)),
              ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))]
     # what status, report and load() rank by unless told otherwise: this run's choice
+    if search is not None:
+        facts.append(("search", f"{search.sampler_name}, prune {search.pruner_name}"))
     facts += [("metric", options.metric or ""),
               ("mode", options.mode or (direction(options.metric) if options.metric else None) or "")]
     ledger.put_many(facts)

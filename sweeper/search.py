@@ -176,7 +176,8 @@ class Search:
         self.total = trials
         self.study = optuna.create_study(direction="maximize" if mode == "max" else "minimize",
                                          sampler=sampler(search, seed), pruner=pruner(prune))
-        self.pruner_name = prune if isinstance(prune, str) else type(prune).__name__
+        self.pruner_name = prune if isinstance(prune, str) or prune is None else type(prune).__name__
+        self.sampler_name = search if isinstance(search, str) else type(search).__name__
         self.asked: dict[str, list[Any]] = {}  #: trial id -> the Optuna trials waiting on it
         self.known: dict[str, TrialResult] = {}  #: finished trials on record, by id
         self.steps: dict[str, set[int]] = {}  #: epochs reported, by trial id
