@@ -10,10 +10,12 @@ Data flow of one sweep::
      sweep() / CLI               Engine (parent, one thread)             Backend
     ┌──────────────┐ TrialSpecs ┌─────────────────────────────────┐    ┌──────────────────────────┐
     │ grid → specs │──────────▶ │ queue ──▶ start(spec) ───────────┼──▶ │ local: a spawn process    │
-    │ minus rows   │            │                                 │    │  per trial (standby, fork │
-    │ already ok   │            │ wait(deadline, signal pipe) ◀────┼─── │  server, pidfd, process   │
-    └──────────────┘            │   Began      clock starts        │    │  group); Ray: a task      │
-                                │   Reports    history, live view  │    │        │ spec       ▲ messages
+    │ minus rows   │ or a Feed  │  (a Feed: a search asks Optuna   │    │  per trial (standby, fork │
+    │ already ok   │ (search)   │   for each point as places free) │    │  server, pidfd, process   │
+    └──────────────┘            │ wait(deadline, signal pipe) ◀────┼─── │  group); Ray: a task      │
+                                │   Began      clock starts        │    │                          │
+                                │   Reports    history, live view, │    │        │ spec       ▲ messages
+                                │              pruner: stop, cancel│    │        │            │
                                 │   Result     recorded at once    │    │        ▼            │
                                 │   Exited     judged, recorded ───┼─┐  │  trial process        │
                                 │ deadlines: timeout ▶ cancel ▶    │ │  │  (sweeper.child):     │
@@ -27,7 +29,12 @@ Data flow of one sweep::
 
 A trial's status is decided in one place, :func:`sweeper.outcome.judge`, from what the
 engine gathered: its :class:`~sweeper.protocol.Result` (if any), the stop the engine
-asked for (timeout, interrupted), and how its process ended (:class:`~sweeper.protocol.Exited`).
+asked for (timeout, interrupted, pruned), and how its process ended (:class:`~sweeper.protocol.Exited`).
+
+A search (:mod:`sweeper.search`) hooks in at two places: trials come from its
+:class:`Feed` as places free, and each batch of per-epoch reports is offered to its
+pruner (``Hooks.prune``); a trial it names is stopped as ``pruned`` and cancelled like a
+timed-out one (SIGTERM, then SIGKILL after the grace), so its GPU memory is freed at once.
 
 Deadlines, one per running trial, of three kinds (:class:`Due`):
 
