@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 #: Columns of ``results.csv`` that are neither hyperparameters nor metrics.
 FIXED_COLUMNS = (
     "trial_id", "trial", "status", "seed", "device", "started_at", "duration_s",
-    "error", "attempts", "epochs_done", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb",
+    "error", "attempts", "epoch_reached", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb",
 )
 #: Columns of ``history.csv`` that are not per-epoch metrics.
 HISTORY_KEYS = ("trial_id", "trial", "epoch")

@@ -376,7 +376,7 @@ class Engine:
             started_at=trial.started_at, duration_s=duration, error=verdict.error, attempts=spec.attempt,
             pid=pid, exitcode=how.exitcode, log=spec.log_path, gpu_uuid=began.gpu_uuid,
             gpu_mem_cap_mb=how.cap_mb if how.cap_mb is not None else began.cap_mb,
-            gpu_mem_peak_mb=how.peak_mb, epochs_done=trial.epoch,
+            gpu_mem_peak_mb=how.peak_mb, epoch_reached=trial.epoch,
         )
 
     # -- stopping -------------------------------------------------------------------------

@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS trials (
     gpu_mem_cap_mb INTEGER,
     gpu_mem_peak_mb INTEGER,
     recorded_at REAL NOT NULL,
-    epochs_done INTEGER
+    epoch_reached INTEGER
 );
 CREATE TABLE IF NOT EXISTS running (
     trial_id TEXT PRIMARY KEY,
@@ -81,7 +81,7 @@ CREATE TABLE IF NOT EXISTS history (
 
 _COLUMNS = (
     "trial_id, idx, name, params, status, metrics, seed, device, started_at, "
-    "duration_s, error, attempts, pid, exitcode, log, gpu_uuid, gpu_mem_cap_mb, gpu_mem_peak_mb, epochs_done"
+    "duration_s, error, attempts, pid, exitcode, log, gpu_uuid, gpu_mem_cap_mb, gpu_mem_peak_mb, epoch_reached"
 )
 
 
@@ -156,8 +156,8 @@ class Ledger:
                     self._db.execute(f"UPDATE {table} SET trial_id = 't' || trial_id WHERE trial_id NOT LIKE 't%'")
             if version < 2:  # the epoch a trial reached (pruned trials stop early)
                 have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
-                if "epochs_done" not in have:
-                    self._db.execute("ALTER TABLE trials ADD COLUMN epochs_done INTEGER")
+                if "epoch_reached" not in have:
+                    self._db.execute("ALTER TABLE trials ADD COLUMN epoch_reached INTEGER")
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _check(self) -> None:
@@ -200,7 +200,7 @@ class Ledger:
             result.gpu_uuid,
             result.gpu_mem_cap_mb,
             result.gpu_mem_peak_mb,
-            result.epochs_done,
+            result.epoch_reached,
         )
         db = self._db if durable else self._fast
         with db:  # one transaction: the row and the end of its running mark
@@ -214,7 +214,10 @@ class Ledger:
     def results(self) -> dict[str, TrialResult]:
         """Every finished trial on record, by id."""
         out = {}
-        for row in self._db.execute(f"SELECT {_COLUMNS} FROM trials"):
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
+        # a ledger opened read-only is not migrated: a column it lacks reads as NULL
+        select = ", ".join(c if c in have else "NULL" for c in _COLUMNS.split(", "))
+        for row in self._db.execute(f"SELECT {select} FROM trials"):
             out[row[0]] = _result(row)
         return out
 
@@ -319,5 +322,5 @@ def _result(row: tuple[Any, ...]) -> TrialResult:
         metrics=json.loads(metrics), seed=seed or 0, device=device or "",
         started_at=started_at or "", duration_s=duration_s or 0.0, error=error or "",
         attempts=attempts or 1, pid=pid or 0, exitcode=exitcode, log=log or "",
-        gpu_uuid=uuid or "", gpu_mem_cap_mb=cap, gpu_mem_peak_mb=peak, epochs_done=epochs,
+        gpu_uuid=uuid or "", gpu_mem_cap_mb=cap, gpu_mem_peak_mb=peak, epoch_reached=epochs,
     )

@@ -14,7 +14,7 @@ BACK_COLUMNS = ("seed", "device", "started_at", "duration_s", "error", "attempts
 #: Present when any trial ran on a GPU.
 GPU_COLUMNS = ("gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb")
 #: Present when any trial reported epochs (a pruned trial's tells where it stopped).
-EPOCH_COLUMNS = ("epochs_done",)
+EPOCH_COLUMNS = ("epoch_reached",)
 RESERVED = frozenset(FRONT_COLUMNS + BACK_COLUMNS + GPU_COLUMNS + EPOCH_COLUMNS)
 
 #: C0 and C1 control characters (and DEL): never in a console line or a CSV field.

@@ -3,7 +3,7 @@
 Columns, in order: ``trial_id``, ``trial``, ``status``, one ``param_<name>`` per
 hyperparameter (scikit-learn's ``cv_results_`` convention), one column per metric,
 then ``seed``, ``device``, ``started_at``, ``duration_s``, ``error``, ``attempts``,
-``epochs_done`` when any trial reported epochs, and, when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``, ``gpu_mem_peak_mb``.
+``epoch_reached`` when any trial reported epochs, and, when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``, ``gpu_mem_peak_mb``.
 Rows follow the grid's order. The CSV is written with the standard ``csv`` module (so
 the parent need not import pandas while trials run), to a temporary file renamed over
 the old one, so a reader never sees half a file.
@@ -37,7 +37,7 @@ def columns(results: Sequence[TrialResult]) -> list[str]:
         for k in r.metrics:
             metrics.setdefault(k, None)
     gpu = GPU_COLUMNS if any(r.device.startswith("gpu") for r in results) else ()
-    epochs = EPOCH_COLUMNS if any(r.epochs_done is not None for r in results) else ()
+    epochs = EPOCH_COLUMNS if any(r.epoch_reached is not None for r in results) else ()
     return [*FRONT_COLUMNS, *(f"param_{p}" for p in params), *metrics, *BACK_COLUMNS, *epochs, *gpu]
 
 
@@ -55,8 +55,8 @@ def row(result: TrialResult) -> dict[str, Any]:
         error=result.error,
         attempts=result.attempts,
     )
-    if result.epochs_done is not None:
-        out["epochs_done"] = result.epochs_done
+    if result.epoch_reached is not None:
+        out["epoch_reached"] = result.epoch_reached
     if result.device.startswith("gpu"):
         out.update(gpu_uuid=result.gpu_uuid, gpu_mem_cap_mb=result.gpu_mem_cap_mb,
                    gpu_mem_peak_mb=result.gpu_mem_peak_mb)

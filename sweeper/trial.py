@@ -186,7 +186,7 @@ class TrialResult:
     gpu_uuid: str = ""  #: the GPU's UUID, when NVML told it
     gpu_mem_cap_mb: int | None = None  #: the memory cap the trial ran under
     gpu_mem_peak_mb: int | None = None  #: its peak GPU memory, where NVML could see it
-    epochs_done: int | None = None  #: the last epoch it reported (None: it reported none)
+    epoch_reached: int | None = None  #: the last epoch it reported (None: it reported none)
 
     @property
     def ok(self) -> bool:

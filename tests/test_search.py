@@ -47,16 +47,16 @@ def test_bad_points_are_pruned_early_and_the_study_hears_every_trial(tmp_path):
     pruned = df[df.status == "pruned"]
     # stopped well before the 20th epoch (one running while the pruner's first five
     # trials completed may be judged, and stopped, late)
-    assert (pruned.epochs_done <= 10).sum() >= 2, df[["param_x", "status", "epochs_done", "error"]]
+    assert (pruned.epoch_reached <= 10).sum() >= 2, df[["param_x", "status", "epoch_reached", "error"]]
     assert (pruned.param_x >= 0.5).all()  # only bad points were stopped
     assert (pruned.loss >= 5).all() and pruned.error.str.startswith("pruned by median at epoch").all()
-    assert (df[df.status == "ok"].epochs_done == 20).all()
+    assert (df[df.status == "ok"].epoch_reached == 20).all()
     told = {round(p["x"], 12): state for p, state in sampler.told}
     assert told == {round(x, 12): {"ok": "COMPLETE", "pruned": "PRUNED"}[s]
                     for x, s in zip(df.param_x, df.status)}
     history = pd.read_csv(tmp_path / "s" / "history.csv")
     last = history.groupby("trial").epoch.max()
-    assert (last[pruned.trial].values == pruned.epochs_done.values).all()  # where they stopped
+    assert (last[pruned.trial].values == pruned.epoch_reached.values).all()  # where they stopped
 
 
 def test_the_same_seed_gives_the_same_points_with_one_worker(tmp_path):
@@ -73,7 +73,7 @@ def test_a_resumed_search_keeps_its_rows_and_runs_up_to_the_new_count(tmp_path):
     second = _search(tmp_path, "r", trials=10, workers=1)
     assert len(second) == 10
     kept = second.set_index("trial_id").loc[first.trial_id]
-    cols = ["status", "param_x", "loss", "started_at", "duration_s", "epochs_done"]
+    cols = ["status", "param_x", "loss", "started_at", "duration_s", "epoch_reached"]
     pd.testing.assert_frame_equal(kept[cols].reset_index(drop=True), first[cols].reset_index(drop=True))
     new = second[~second.trial_id.isin(first.trial_id)]
     assert len(new) == 4 and (new.started_at > first.started_at.max()).all()
@@ -138,7 +138,7 @@ def test_command_trials_are_pruned_from_their_epoch_lines(tmp_path):
                        trials=10, prune="median", metric="loss", seed=1, workers=2, out=str(tmp_path),
                        name="cmd", progress=False)
     assert set(df.status) <= {"ok", "pruned"} and (df.status == "pruned").any(), df[["status", "error"]]
-    assert (df[df.status == "pruned"].epochs_done < 20).all()
+    assert (df[df.status == "pruned"].epoch_reached < 20).all()
 
 
 def test_a_search_dry_run_says_what_it_would_search(tmp_path):
