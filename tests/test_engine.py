@@ -17,7 +17,7 @@ from conftest import ROOT, run_cli, write_grid
 EXAMPLE = os.path.join(ROOT, "experiments", "digits_mlp.py")
 COLUMNS = ["trial_id", "trial", "status", "param_batch_size", "param_epochs", "param_lr", "param_units",
            "val_accuracy", "val_loss", "train_accuracy", "epochs_run",
-           "seed", "device", "started_at", "duration_s", "error", "attempts"]
+           "seed", "device", "started_at", "duration_s", "error", "attempts", "epoch_reached"]
 SMALL = {"lr": [0.01], "units": [16, 64], "batch_size": [64], "epochs": 3}
 
 
@@ -36,7 +36,7 @@ def test_example_trains_real_models_reproducibly(tmp_path, example):
     assert list(first.columns) == COLUMNS
     assert (first.status == "ok").all() and first.error.isna().all()
     assert first.val_accuracy.between(0.6, 1.0).all(), first.val_accuracy
-    assert (first.device == "cpu").all() and (first.attempts == 1).all()
+    assert (first.device == "cpu").all() and (first.attempts == 1).all() and (first.epoch_reached == 3).all()
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "a" / "digits_mlp" / "results.csv",
                                               **READ_CSV), first)
     # each trial in its own process, none of them the parent

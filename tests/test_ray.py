@@ -114,3 +114,12 @@ def test_a_trial_that_ignores_sigterm_times_out(tmp_path):
     assert ignoring.exists(), "the trial did not get to ignore SIGTERM within its 2 s"
     for pid in [int(p) for p in ignoring.read_text().split()]:  # the trial, then its child
         assert_dead(pid, timeout=10)
+
+
+def test_a_search_on_ray_prunes_by_cancelling_the_task(tmp_path):
+    df = sweeper.sweep(sweep_fns.descent, {"x": sweeper.uniform(0.0, 1.0), "pace": 0.1}, search="random",
+                       trials=10, prune="median", metric="loss", seed=0, backend="ray", gpus="none",
+                       cpus_per_trial=0.5, workers=2, out=str(tmp_path), progress=False)
+    assert len(df) == 10 and set(df.status) <= {"ok", "pruned"}, df[["status", "error"]]
+    pruned = df[df.status == "pruned"]
+    assert len(pruned) >= 1 and (pruned.epoch_reached < 20).all(), df[["param_x", "status", "epoch_reached"]]
