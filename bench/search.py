@@ -7,7 +7,7 @@
 a  compute to a good model, on the digits MLP of experiments/digits_mlp.py (the space of
    experiments/digits_search.py, 20 epochs fixed): random search with no pruning against
    TPE + ASHA, the same number of trials, the same seed, 2 workers. Per method: epochs
-   trained (sum of epochs_done), wall time, best val_accuracy among ok trials, trials
+   trained (sum of epoch_reached), wall time, best val_accuracy among ok trials, trials
    pruned. The issue's target: TPE + ASHA's best within 0.005 of the full run's best with
    at most 40% of its epochs (checked per seed, as measured).
 b  memory over trials: Optuna's own study.optimize training small Keras MLPs (digits,
@@ -118,11 +118,11 @@ def role_sweep_a(spec: dict[str, Any]) -> dict[str, Any]:
                           out=spec["out"], name=spec["name"], progress=False)
     wall = time.perf_counter() - t0
     ok = frame[frame.status == "ok"]
-    return {"wall_s": wall, "trials": len(frame), "epochs": int(frame.epochs_done.fillna(0).sum()),
+    return {"wall_s": wall, "trials": len(frame), "epochs": int(frame.epoch_reached.fillna(0).sum()),
             "best": float(ok.val_accuracy.max()) if len(ok) else None,
             "pruned": int((frame.status == "pruned").sum()), "ok": len(ok),
             "other": int((~frame.status.isin(["ok", "pruned"])).sum()),
-            "pruned_at": sorted(int(e) for e in frame.loc[frame.status == "pruned", "epochs_done"].dropna())}
+            "pruned_at": sorted(int(e) for e in frame.loc[frame.status == "pruned", "epoch_reached"].dropna())}
 
 
 def _rss_mb() -> float:
@@ -363,7 +363,7 @@ def render(rows: list[list[str]], head: list[str]) -> str:
 
 NOTES = """\
 notes:
-  a  epochs trained = sum of epochs_done over all trials (a pruned trial counts every epoch it
+  a  epochs trained = sum of epoch_reached over all trials (a pruned trial counts every epoch it
      reported, those it finished between the pruner's call and its stop included). best = the
      highest final val_accuracy among ok trials (a pruned trial's number is from an unfinished
      run, so it does not count). Several seeds: the median, then each seed's figure in brackets.

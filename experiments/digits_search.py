@@ -8,7 +8,7 @@ Where digits_mlp.py trains every point of a fixed grid, here Optuna's TPE sample
 each next point from the results so far, and successive halving (ASHA) stops a trial
 whose per-epoch val_accuracy (sent by ``sweeper.keras.Report``) falls behind its peers
 at the same epoch: its process is ended, its row says ``pruned`` with its last reported
-metrics and ``epochs_done``. Needs Optuna (``pip install "sweeper[search]"``). The
+metrics and ``epoch_reached``. Needs Optuna (``pip install "sweeper[search]"``). The
 results land in results/digits_search/results.csv, per-epoch ones in history.csv.
 """
 
@@ -42,7 +42,6 @@ def train(params):
         verbose=2,
         callbacks=[sweeper.keras.Report()],
     )
-    return {
-        "val_accuracy": float(history.history["val_accuracy"][-1]),
-        "val_loss": float(history.history["val_loss"][-1]),
-    }
+    # the last epoch's metrics, under the names the epochs were reported with: a pruned
+    # trial's row (its last report) then has the same columns as a finished one's
+    return {name: float(values[-1]) for name, values in history.history.items()}

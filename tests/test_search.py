@@ -145,3 +145,22 @@ def test_a_search_dry_run_says_what_it_would_search(tmp_path):
     plan = _search(tmp_path, "d", dry_run=True)
     assert len(plan) == 0
     assert not os.path.exists(tmp_path / "d")
+
+
+@pytest.mark.slow
+def test_the_keras_example_searches_and_prunes(tmp_path):
+    """experiments/digits_search.py as a user runs it, fewer trials: real Keras models, TPE,
+    ASHA stopping some trials' processes early."""
+    from conftest import ROOT
+
+    example = os.path.join(ROOT, "experiments", "digits_search.py")
+    done = run_cli(example, "--trials", "8", "--workers", "2", "--out", str(tmp_path), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    df = pd.read_csv(tmp_path / "digits_search" / "results.csv")
+    assert len(df) == 8 and set(df.status) <= {"ok", "pruned"}, df[["status", "error"]]
+    assert (df.status == "ok").any() and (df.status == "pruned").any(), df[["status", "epoch_reached"]]
+    assert (df[df.status == "ok"].epoch_reached == 20).all()
+    assert (df[df.status == "pruned"].epoch_reached < 20).all()
+    assert set(df.columns) >= {"val_accuracy", "val_loss", "accuracy", "loss", "epoch_reached"}
+    assert df.loc[df.status == "ok", "val_accuracy"].max() > 0.9
+    assert "pruned" in done.stdout
