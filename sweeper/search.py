@@ -119,8 +119,8 @@ def pruner(prune: Any) -> Any:
         return prune
     if prune == "median":
         return optuna.pruners.MedianPruner()
-    if prune == "asha":  # asynchronous successive halving: rungs at epochs 2, 6, 18, ..., top third goes on
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=2, reduction_factor=3)
+    if prune == "asha":  # asynchronous successive halving, Optuna's defaults (rungs at 1, 4, 16, ...)
+        return optuna.pruners.SuccessiveHalvingPruner()
     if prune == "hyperband":
         return optuna.pruners.HyperbandPruner()
     raise SweepError(f"prune is {prune!r}; give one of {', '.join(PRUNERS)}, None, or an Optuna pruner")
