@@ -47,11 +47,11 @@ def build_model(units: int, lr: float) -> keras.Model:
     return model
 
 
-def train(params):
-    """One trial: build, fit, evaluate; return the metrics for the results table."""
+def fit(params) -> keras.callbacks.History:
+    """Build and fit one model, reporting each epoch's metrics to sweeper."""
     x_train, x_val, y_train, y_val = load_data()
     model = build_model(params["units"], params["lr"])
-    history = model.fit(
+    return model.fit(
         x_train,
         y_train,
         validation_data=(x_val, y_val),
@@ -60,6 +60,11 @@ def train(params):
         verbose=2,
         callbacks=[sweeper.keras.Report()],  # per-epoch metrics: live view and history.csv
     )
+
+
+def train(params):
+    """One trial: build, fit, evaluate; return the metrics for the results table."""
+    history = fit(params)
     return {
         "val_accuracy": float(history.history["val_accuracy"][-1]),
         "val_loss": float(history.history["val_loss"][-1]),

@@ -13,8 +13,7 @@ results land in results/digits_search/results.csv, per-epoch ones in history.csv
 """
 
 import sweeper
-import sweeper.keras
-from digits_mlp import build_model, load_data  # this file's folder is on sys.path
+from digits_mlp import fit  # this file's folder is on sys.path
 
 space = {
     "lr": sweeper.loguniform(1e-4, 1e-1),
@@ -30,18 +29,8 @@ options = {"metric": "val_accuracy"}  # what the search maximises, and the prune
 
 
 def train(params):
-    """One trial: build, fit with per-epoch reports (what the pruner sees), return the last epoch's metrics."""
-    x_train, x_val, y_train, y_val = load_data()
-    model = build_model(params["units"], params["lr"])
-    history = model.fit(
-        x_train,
-        y_train,
-        validation_data=(x_val, y_val),
-        epochs=params["epochs"],
-        batch_size=params["batch_size"],
-        verbose=2,
-        callbacks=[sweeper.keras.Report()],
-    )
-    # the last epoch's metrics, under the names the epochs were reported with: a pruned
-    # trial's row (its last report) then has the same columns as a finished one's
+    """One trial: fit with per-epoch reports (what the pruner sees); the last epoch's metrics."""
+    history = fit(params)
+    # under the names the epochs were reported with: a pruned trial's row (its last
+    # report) then has the same columns as a finished one's
     return {name: float(values[-1]) for name, values in history.history.items()}
