@@ -42,7 +42,7 @@ def _optuna() -> Any:
 def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Optuna distributions for the searched parameters, and the fixed ones. Refuses what
     cannot be mapped, naming the parameter, before anything runs."""
-    optuna = _optuna()
+    _optuna()  # installed, or one line saying how
     from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
     from .grid import _normalise, loguniform, randint, uniform
@@ -66,10 +66,11 @@ def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         elif isinstance(value, (list, tuple)):
             choices = [_normalise(v, name) for v in value]
             bad = [c for c in choices if not (c is None or isinstance(c, (bool, int, float, str)))]
-            if not choices or bad:
-                raise SweepError(f"space[{name!r}] lists {bad[0]!r} if bad else 'nothing'; a search chooses among "
-                                 "numbers, strings, booleans and None: give those (e.g. [32, 64, 128])"
-                                 if bad else f"space[{name!r}] is an empty list; give at least one choice")
+            if not choices:
+                raise SweepError(f"space[{name!r}] is an empty list; give at least one choice")
+            if bad:
+                raise SweepError(f"space[{name!r}] lists {bad[0]!r}; a search chooses among numbers, strings, "
+                                 "booleans and None: give those (e.g. [32, 64, 128])")
             dists[name] = CategoricalDistribution(choices)
         elif hasattr(value, "rvs"):
             raise SweepError(
@@ -78,7 +79,6 @@ def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
                 "distribution")
         else:
             fixed[name] = _normalise(value, name)
-    del optuna
     if not dists:
         raise SweepError("space has nothing to search (every value is fixed); give a distribution or a list")
     return dists, fixed

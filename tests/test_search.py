@@ -115,6 +115,10 @@ def test_a_grid_file_says_search_trials_and_prune_itself(tmp_path):
     ("space = {'x': sweeper.uniform(0, 1)}\n", ["--search", "tpe", "--metric", "loss"], "needs trials = N"),
     ("space = {'x': sweeper.uniform(0, 1)}\n", ["--trials", "3"], "neither samples = N nor a search"),
     ("grid = {'x': [1, 2]}\n", ["--prune", "median"], "trials and prune go with a search"),
+    ("space = {'x': [[1, 2], [3]]}\n", ["--search", "tpe", "--trials", "3", "--metric", "loss"],
+     "space['x'] lists [1, 2]; a search chooses among numbers"),
+    ("space = {'x': []}\n", ["--search", "tpe", "--trials", "3", "--metric", "loss"],
+     "space['x'] is an empty list"),
 ])
 def test_bad_search_input_is_one_line_and_exit_2(tmp_path, body, flags, words):
     grid = write_grid(tmp_path, f"from sweep_fns import descent as train\nimport sweeper\n{body}")
