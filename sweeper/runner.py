@@ -381,7 +381,7 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
     history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for tid, epoch, metrics in ledger.history():
         history.setdefault(tid, []).append((epoch, metrics))
-    kept, again = search.resume(previous, history)
+    kept, again = search.resume(previous, history, lambda r: keeps(r, options.skip_failed))
     specs = [replace(make_spec(r.params, r.index), name=r.name) for r in [*kept.values(), *again]]
     return search, specs
 

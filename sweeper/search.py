@@ -187,14 +187,16 @@ class Search:
     # -- resume -----------------------------------------------------------------------------
 
     def resume(self, previous: Mapping[str, TrialResult], history: Mapping[str, list[tuple[int, dict[str, Any]]]],
-               ) -> tuple[dict[str, TrialResult], list[TrialResult]]:
-        """Rebuild the study from the ledger: every trial on record is told (with its
-        intermediate values), and counts toward ``trials``, except interrupted ones, whose
-        points are asked again first. Returns the rows kept, and those to run again."""
+               keeps: Any) -> tuple[dict[str, TrialResult], list[TrialResult]]:
+        """Rebuild the study from the ledger: every trial on record that a re-run keeps
+        (``keeps``: ok and pruned ones; failed ones with skip_failed) is told, with its
+        intermediate values. The others (interrupted, failed) are asked again first, as
+        any sweep runs them again. Both count toward ``trials``. Returns the rows kept, and
+        those to run again."""
         kept: dict[str, TrialResult] = {}
         again: list[TrialResult] = []
         for result in sorted(previous.values(), key=lambda r: r.index):
-            if result.status is Status.INTERRUPTED:
+            if not keeps(result):
                 again.append(result)
                 continue
             self._add(result, history.get(result.trial_id, []))

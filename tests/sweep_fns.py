@@ -358,6 +358,10 @@ def descent(params):
     """A synthetic training run for searches: ``epochs`` epochs of ``pace`` seconds of
     work; the loss falls for good points (x < 0.5) and stays high for bad ones."""
     loss = float("nan")
+    marker = os.path.join(sweeper.current_trial().dir, "failed_once")
+    if params.get("fail_once") and not os.path.exists(marker):  # the first run of each point fails
+        open(marker, "w").close()
+        raise RuntimeError("the first attempt fails")
     for epoch in range(1, int(params.get("epochs", 20)) + 1):
         time.sleep(params.get("pace", 0.05))
         x = params["x"]

@@ -168,3 +168,18 @@ def test_the_keras_example_searches_and_prunes(tmp_path):
     assert set(df.columns) >= {"val_accuracy", "val_loss", "accuracy", "loss", "epoch_reached"}
     assert df.loc[df.status == "ok", "val_accuracy"].max() > 0.9
     assert "pruned" in done.stdout
+
+
+def test_failed_trials_of_a_search_run_again_on_resume_and_are_told(tmp_path):
+    """As in any sweep, a re-run runs failed trials again (their points asked anew, so the
+    pruner watches them and the study hears how they end); they count toward trials once."""
+    space = {**SPACE, "fail_once": True}
+    first = sweeper.sweep(sweep_fns.descent, space, search="random", trials=4, metric="loss", workers=2,
+                          out=str(tmp_path), name="f", progress=False)
+    assert (first.status == "error").all()
+    sampler = Recording(seed=0)
+    second = sweeper.sweep(sweep_fns.descent, space, search=sampler, trials=4, metric="loss", workers=2,
+                           out=str(tmp_path), name="f", progress=False)
+    assert len(second) == 4 and set(second.trial_id) == set(first.trial_id)
+    assert (second.status == "ok").all(), second[["status", "error"]]
+    assert sorted(state for _, state in sampler.told) == ["COMPLETE"] * 4
