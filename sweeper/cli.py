@@ -159,7 +159,7 @@ def _main(argv: list[str]) -> int:
             spare.close()
         raise
     searched: Any = Points(grid.points)
-    if getattr(grid, "space", None) is not None:
+    if grid.space is not None:
         if opts.search is None:
             if spare is not None:
                 spare.close()

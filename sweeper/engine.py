@@ -136,8 +136,9 @@ class Hooks:
 class Feed(Protocol):
     """Trials made on demand, as places free (a search asks its sampler for each)."""
 
-    #: How many more it will give (for standbys); 0 once it has given its last.
-    remaining: int
+    @property
+    def remaining(self) -> int:
+        """How many more it will give (for standbys); 0 once it has given its last."""
 
     def next(self) -> TrialSpec | None:
         """The next trial to start; None when there is none any more."""
@@ -253,10 +254,9 @@ class Engine:
 
     def _fill(self) -> None:
         while self._queued() and len(self.trials) < self.backend.capacity and self.taking_new:
-            next_spec = self._next()
-            if next_spec is None:
+            spec = self._next()
+            if spec is None:
                 break
-            spec = next_spec
             spec = replace(spec, env={**spec.env, **_trial_env(spec)})
             trial = _Trial(spec, "", time.monotonic())
             self.trials[spec.trial_id] = trial
@@ -299,8 +299,7 @@ class Engine:
                 self._began(trial, event)
             elif isinstance(event, Reports):
                 trial.reported = True
-                self._epochs(trial, event.items)
-                self.history(trial.spec, event.items)
+                self.history(trial, event.items)
                 why = self.hooks.prune(trial.spec, event.items) if self.hooks.prune and event.items else None
                 if why:
                     prune.append((trial, why))
@@ -314,12 +313,6 @@ class Engine:
                     self._cancel(trial, hard=False)
         if fault is not None:
             raise fault
-
-    @staticmethod
-    def _epochs(trial: _Trial, items: list[dict[str, Any]]) -> None:
-        for item in items:
-            if trial.epoch is None or item["epoch"] >= trial.epoch:
-                trial.epoch, trial.epoch_metrics = item["epoch"], dict(item["metrics"])
 
     def _began(self, trial: _Trial, began: Began) -> None:
         """The trial reached its process: its clock starts; status shows it running."""
@@ -339,8 +332,7 @@ class Engine:
         if trial.result is not None:
             return
         if result.history and not trial.reported:  # train returned a Keras History
-            self._epochs(trial, result.history)
-            self.history(trial.spec, result.history)
+            self.history(trial, result.history)
         trial.result = result
         if trial.stop is None:
             trial.ended = time.monotonic()
@@ -471,7 +463,12 @@ class Engine:
         if self.listener:
             self.listener.finished(result, retrying)
 
-    def history(self, spec: TrialSpec, items: list[dict[str, Any]]) -> None:
+    def history(self, trial: _Trial, items: list[dict[str, Any]]) -> None:
+        """A trial's per-epoch reports: into the ledger and the view; its last epoch noted."""
+        spec = trial.spec
+        for item in items:
+            if trial.epoch is None or item["epoch"] >= trial.epoch:
+                trial.epoch, trial.epoch_metrics = item["epoch"], dict(item["metrics"])
         self.store(self.ledger.add_history, spec.trial_id, items)
         if self.hooks.on_history:
             self.hooks.on_history()

@@ -170,16 +170,15 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     options = getattr(module, "options", {}) or {}
     if not isinstance(options, dict):
         raise SweepError(f"options in {name} is a {type(options).__name__}; make it a dict, e.g. options = {{'workers': 2}}")
+    for key in ("search", "trials", "prune"):  # a search's settings, also as top-level names
+        if hasattr(module, key):
+            options = {**options, key: getattr(module, key)}
     Options.build(options, where=name)
     if seed is None:
         seed = options.get("seed", 0)
     if hasattr(module, "grid") and hasattr(module, "space"):
         raise SweepError(f"{name} defines both grid and space; keep one (grid for every combination, "
                          "space with samples = N for random search)")
-    for key in ("search", "trials", "prune"):  # a search's settings, also as top-level names
-        if hasattr(module, key):
-            options = {**options, key: getattr(module, key)}
-    Options.build(options, where=name)
     space = None
     if hasattr(module, "grid"):
         check_not_empty(module.grid)

@@ -131,6 +131,7 @@ class Ledger:
             uri = f"file:{self.path}?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30)
             self._check()
+            self._select = self._readable()
             return
         self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -138,6 +139,7 @@ class Ledger:
         self._check()
         self._db.executescript(_SCHEMA)
         self._migrate()
+        self._select = self._readable()
         # Running marks, per-epoch reports and facts need no fsync of their own: losing the
         # last of them to a power cut costs nothing a re-run does not redo. They go through
         # a second connection without one (NORMAL in WAL mode survives a crash of sweeper).
@@ -159,6 +161,12 @@ class Ledger:
                 if "epoch_reached" not in have:
                     self._db.execute("ALTER TABLE trials ADD COLUMN epoch_reached INTEGER")
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _readable(self) -> str:
+        """The trials' columns to select: a ledger opened read-only is not migrated, and a
+        column it lacks (one a later schema added) reads as NULL."""
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
+        return ", ".join(c if c in have else "NULL" for c in _COLUMNS.split(", "))
 
     def _check(self) -> None:
         """A damaged file, or one a newer release wrote, is found now, in one line, not as a
@@ -214,10 +222,7 @@ class Ledger:
     def results(self) -> dict[str, TrialResult]:
         """Every finished trial on record, by id."""
         out = {}
-        have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
-        # a ledger opened read-only is not migrated: a column it lacks reads as NULL
-        select = ", ".join(c if c in have else "NULL" for c in _COLUMNS.split(", "))
-        for row in self._db.execute(f"SELECT {select} FROM trials"):
+        for row in self._db.execute(f"SELECT {self._select} FROM trials"):
             out[row[0]] = _result(row)
         return out
 

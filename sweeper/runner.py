@@ -391,7 +391,10 @@ class _Asked:
 
     def __init__(self, search: Any, specs: list[TrialSpec], wanted: set[str], ledger: Ledger) -> None:
         self.search, self.specs, self.wanted, self.ledger = search, specs, wanted, ledger
-        self.remaining = int(search.remaining)
+
+    @property
+    def remaining(self) -> int:
+        return int(self.search.remaining)
 
     def next(self) -> TrialSpec | None:
         spec: TrialSpec | None = self.search.next()
@@ -400,7 +403,6 @@ class _Asked:
             self.specs.append(spec)
             self.wanted.add(spec.trial_id)
             self.ledger.set_grid((s.trial_id, s.index, s.name) for s in self.specs)
-        self.remaining = int(self.search.remaining)
         return spec
 
 
