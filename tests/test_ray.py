@@ -122,4 +122,6 @@ def test_a_search_on_ray_prunes_by_cancelling_the_task(tmp_path):
                        cpus_per_trial=0.5, workers=2, out=str(tmp_path), progress=False)
     assert len(df) == 10 and set(df.status) <= {"ok", "pruned"}, df[["status", "error"]]
     pruned = df[df.status == "pruned"]
-    assert len(pruned) >= 1 and (pruned.epoch_reached < 20).all(), df[["param_x", "status", "epoch_reached"]]
+    # stopped before its last epoch (one running while the pruner's first five trials
+    # completed may be judged, and stopped, late: as in test_search)
+    assert (pruned.epoch_reached < 20).sum() >= 1, df[["param_x", "status", "epoch_reached"]]
