@@ -16,13 +16,14 @@ The CSV is derived from the ledger (see :mod:`sweeper.table`), never the other w
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import sqlite3
 import time
 from dataclasses import replace
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from .errors import SweepError
 from .paths import SweepPaths
@@ -286,6 +287,32 @@ class Ledger:
     def history(self) -> list[tuple[str, int, dict[str, Any]]]:
         rows = self._db.execute("SELECT trial_id, epoch, metrics FROM history ORDER BY trial_id, epoch")
         return [(current_id(tid), epoch, json.loads(m)) for tid, epoch, m in rows]
+
+    def last_epochs(self) -> dict[str, int]:
+        """Each trial's last reported epoch (cheap: read from the history's key)."""
+        rows = self._db.execute("SELECT trial_id, max(epoch) FROM history GROUP BY trial_id")
+        return {current_id(tid): epoch for tid, epoch in rows}
+
+    def epochs(self, trial_id: str, after: int | None = None) -> list[tuple[int, dict[str, Any], float | None]]:
+        """One trial's reports after epoch ``after``: (epoch, metrics, time reported)."""
+        ids = (trial_id, trial_id[1:] if trial_id.startswith("t") else trial_id)  # as an old ledger has it
+        rows = self._db.execute(
+            "SELECT epoch, metrics, t FROM history WHERE trial_id IN (?, ?) AND epoch > ? ORDER BY epoch",
+            (*ids, -(2**62) if after is None else after))
+        return [(epoch, json.loads(m), t) for epoch, m, t in rows]
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside see the ledger as it was at one moment (one read transaction)."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
+    def changed(self) -> int:
+        """A number that changes when another connection writes (``PRAGMA data_version``)."""
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
 
     def latest_epochs(self) -> dict[str, tuple[int, dict[str, Any]]]:
         """Each trial's last reported epoch and its metrics."""
