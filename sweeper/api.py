@@ -47,7 +47,8 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
         **options: any field of :class:`sweeper.Options`: ``workers``, ``seed``,
             ``timeout``, ``retries``, ``gpus``, ``per_gpu``, ``name``, ``out``, ``fresh``,
             ``skip_failed``, ``dry_run``, ``progress``; for an adaptive search (Optuna),
-            ``search="tpe"``, ``trials=20``, ``prune="asha"`` with ``metric`` (and ``mode``).
+            ``search="tpe"``, ``trials=20``, ``prune="asha"`` with ``metric`` (and ``mode``);
+            to show it elsewhere, ``tensorboard=True``, ``mlflow=True`` or ``mlflow="http://host:5000"``.
 
     Returns:
         One row per trial in grid order (see the README for the columns); the same

@@ -39,7 +39,8 @@ def parser() -> argparse.ArgumentParser:
         description="Run every trial of a grid file in its own fresh process; "
         "results go to <out>/<name>/results.csv. Re-running resumes.",
         epilog=f"commands: {prog} status <out>/<name> shows a sweep's progress (from another "
-        f"terminal too); {prog} report <out>/<name> prints its leaderboard and writes report.html. "
+        f"terminal too); {prog} report <out>/<name> prints its leaderboard and writes report.html; "
+        f"{prog} export <out>/<name> --mlflow [URI] --tensorboard replays a sweep into a tracker. "
         f"Each has its own --help.",
         allow_abbrev=False,
     )
@@ -84,6 +85,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--search", help="search the grid file's space with Optuna: tpe, random, cmaes, qmc or gp")
     p.add_argument("--trials", type=int, help="with --search: how many trials in all (a re-run resumes to it)")
     p.add_argument("--prune", help="with --search: stop bad trials early: median, asha, hyperband or none")
+    p.add_argument("--tensorboard", action="store_true", default=None,
+                   help="show the sweep in TensorBoard's HParams dashboard: tensorboard --logdir <out>/<name>")
+    p.add_argument("--mlflow", nargs="?", const=True, metavar="URI",
+                   help="a MLflow run per trial, nested in one per sweep; without URI a local store in "
+                        "<out>/<name>/mlflow.db (needs sweeper[mlflow])")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     return p
 
@@ -119,14 +125,19 @@ def _main(argv: list[str]) -> int:
         return status_main(argv[1:])
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
+    if argv[:1] == ["export"]:
+        return export_main(argv[1:])
     p = parser()
     args, unknown = p.parse_known_args(argv)
     _check_unknown(p, unknown)
+    if isinstance(args.mlflow, str) and args.mlflow.endswith(".py") and not args.grid_file:
+        args.grid_file, args.mlflow = args.mlflow, True  # --mlflow grid.py: the file, not a URI
     flags = {k: getattr(args, k) for k in ("name", "out", "workers", "seed", "timeout", "retries",
                                            "gpus", "per_gpu", "memory_fraction", "memory_growth",
                                            "fresh", "skip_failed", "dry_run", "metric", "mode",
                                            "prefetch", "start_method", "backend", "address",
-                                           "cpus_per_trial", "search", "trials", "prune")}
+                                           "cpus_per_trial", "search", "trials", "prune",
+                                           "tensorboard", "mlflow")}
     flags = {k: v for k, v in flags.items() if v is not None}
     Options.build(flags, where="the command line")
     show_messages(not args.quiet)
@@ -364,4 +375,42 @@ def report_main(argv: list[str]) -> int:
             print(f"  {row.status:<11} {row.trial}: {row.error}  (log: {row.log})")
     path = analysis.write_html(folder, metric, mode)
     print(f"report: {path}")
+    return EXIT_OK
+
+
+def export_main(argv: list[str]) -> int:
+    """Replay a sweep's ledger into TensorBoard files and MLflow runs (updating, not adding)."""
+    from . import tracking
+    from .ledger import Ledger
+    from .tracking.mirror import Mirror
+
+    p = _Parser(prog=f"{_prog()} export", allow_abbrev=False,
+                description="Show a sweep in TensorBoard and/or MLflow, from its ledger: runs and files "
+                            "an earlier export or the sweep itself wrote are updated, never duplicated.")
+    p.add_argument("folder", help="a sweep folder, <out>/<name> (e.g. results/digits_mlp)")
+    p.add_argument("--tensorboard", action="store_true", help="event files in <out>/<name>/tensorboard")
+    p.add_argument("--mlflow", nargs="?", const=True, metavar="URI",
+                   help="a tracking URI (default: a local store in <out>/<name>/mlflow.db)")
+    args = p.parse_args(argv)
+    if not args.tensorboard and not args.mlflow:
+        raise SweepError("export needs --tensorboard and/or --mlflow [URI]; e.g. "
+                         f"{_prog()} export {args.folder} --mlflow http://localhost:5000")
+    folder = runner.sweep_folder(args.folder)
+    opts = Options(tensorboard=args.tensorboard, mlflow=args.mlflow).checked()
+    tracking.check(opts)
+    ledger = Ledger(folder, readonly=True)
+    try:
+        uid = ledger.get("uid") or runner.default_uid(folder)
+        metric, mode, search = ledger.get("metric") or "", ledger.get("mode") or "", ledger.get("search") or ""
+        results = ledger.results()
+    finally:
+        ledger.close()
+    info = tracking.SweepInfo(name=os.path.basename(folder), folder=folder, uid=uid, metric=metric, mode=mode,
+                              search=search, domains=tracking.domains_of_points(r.params for r in results.values()))
+    trackers = tracking.make(opts, folder)
+    mirror = Mirror(folder, trackers, info, strict=True)
+    mirror.end("running" if runner.holder(folder) else "finished")
+    for t in trackers:
+        print(f"sweeper: {len(results)} trials shown in {t.label}")
+        print(f"sweeper: {t.hint}")
     return EXIT_OK

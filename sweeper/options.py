@@ -40,6 +40,8 @@ class Options:
     search: Any = None  #: "tpe", "random", "cmaes", "qmc", "gp" or an Optuna sampler: grid is then a space
     trials: int | None = None  #: with search: how many trials in all (a re-run resumes to this count)
     prune: Any = None  #: with search: "median", "asha", "hyperband" or an Optuna pruner; None prunes nothing
+    tensorboard: bool = False  #: show the sweep in TensorBoard (HParams, scalars): <out>/<name>/tensorboard
+    mlflow: Any = None  #: True (a local store in the sweep folder) or a tracking URI: a run per trial
 
     @classmethod
     def names(cls) -> list[str]:
@@ -84,6 +86,11 @@ class Options:
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise SweepError(f"name {self.name!r} cannot be a folder name; use letters, digits, - and _")
         whole("trials", self.trials, 1)
+        if not isinstance(self.tensorboard, bool):
+            raise SweepError(f"tensorboard must be True or False, got {self.tensorboard!r}")
+        if not (self.mlflow is None or isinstance(self.mlflow, bool) or (isinstance(self.mlflow, str) and self.mlflow)):
+            raise SweepError(f"mlflow must be True (a local store in the sweep folder) or a tracking URI such as "
+                             f"'http://localhost:5000', got {self.mlflow!r}")
         parse_gpus(self.gpus)
         self.memory_policy()
         return self

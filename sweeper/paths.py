@@ -6,6 +6,8 @@ A sweep folder, ``<out>/<name>/``::
     results.csv                  one row per trial of the grid last run here
     history.csv                  per-epoch reports
     report.html                  written by ``sweeper report``
+    tensorboard/<trial name>/    with --tensorboard: event files (HParams, per-epoch scalars)
+    mlflow.db, mlartifacts/      with --mlflow and no URI: the local MLflow store
     .lock                        held by the sweep running here; holds its pid
     trials/<trial name>/
         log.txt                  every attempt's output, each after a header line
@@ -35,6 +37,9 @@ RESULT = "result.json"
 METRICS = "metrics.json"
 #: Left in a sweep folder by sweeper < 0.2 (standbys' logs); removed when a sweep opens it.
 OLD_STANDBY = ".standby"
+TENSORBOARD = "tensorboard"
+MLFLOW_DB = "mlflow.db"
+MLFLOW_ARTIFACTS = "mlartifacts"
 
 #: Starts the line at the top of each attempt's part of a trial's log.
 LOG_HEADER = "=== sweeper:"
@@ -70,6 +75,20 @@ class SweepPaths:
     @property
     def trials(self) -> str:
         return os.path.join(self.folder, TRIALS)
+
+    @property
+    def tensorboard(self) -> str:
+        """``--tensorboard``'s event files: ``tensorboard --logdir`` this (or the sweep folder)."""
+        return os.path.join(self.folder, TENSORBOARD)
+
+    @property
+    def mlflow_uri(self) -> str:
+        """``--mlflow`` without a URI: a local store in the sweep folder (no server)."""
+        return f"sqlite:///{os.path.abspath(os.path.join(self.folder, MLFLOW_DB))}"
+
+    @property
+    def mlflow_artifacts(self) -> str:
+        return os.path.abspath(os.path.join(self.folder, MLFLOW_ARTIFACTS))
 
     def trial(self, name: str) -> str:
         """A trial's own folder."""

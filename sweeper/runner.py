@@ -12,11 +12,12 @@ import json
 import os
 import shutil
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from . import paths, table
+from . import paths, table, tracking
 from .errors import SweepError
 from .grid import check_not_empty, expand
 from .metrics import direction
@@ -45,6 +46,7 @@ class Outcome:
     elapsed_s: float = 0.0
     interrupted: int | None = None  #: the signal that stopped the sweep, if one did
     kept: set[str] = field(default_factory=set)  #: a dry run: ids a resume would keep
+    shown: list[str] = field(default_factory=list)  #: where else the sweep can be seen (trackers)
 
     def first_slots(self) -> list[str]:
         """A dry run: where each trial would start (``kept``, a slot's device, or ``queued``)."""
@@ -213,6 +215,7 @@ def _plan_and_run(target: Target, grid: Any, options: Options, default_name: str
                   listener: Any, what: str, spare: Spare | None) -> Outcome:
     start = time.monotonic()
     options.check_ranking()
+    tracking.check(options)
     name = options.name or default_name
     folder = os.path.abspath(os.path.join(options.out, name))
     if options.search is not None:  # grid is the space; trials are asked for as places free
@@ -284,7 +287,8 @@ def _run(
     if print_ and old_print and print_ != old_print and previous:
         notes.append(f"the grid file changed since the last run ({len(previous)} trials on record)")
     total = options.trials if search is not None else len(specs)
-    facts = [("grid_fingerprint", print_ or ""), ("total", str(total)),
+    uid = ledger.get("uid") or (default_uid(folder) if previous else uuid.uuid4().hex)
+    facts = [("grid_fingerprint", print_ or ""), ("total", str(total)), ("uid", uid),
              ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))]
     # what status, report and load() rank by unless told otherwise: this run's choice
     if search is not None:
@@ -353,6 +357,7 @@ def _run(
         backend = LocalBackend(target, placement.slots, workers=options.workers, prefetch=options.prefetch,
                                start_method=options.start_method, spare=spare)
     engine = Engine(backend, ledger, hooks=hooks, timeout=options.timeout, retries=options.retries)
+    shown = _trackers(options, folder, uid, space, specs, feed)
     interrupted = None
     try:
         engine.run(todo, feed)
@@ -362,8 +367,39 @@ def _run(
         final = [r for tid, r in results.items() if tid in wanted]
         for f in files:
             f.flush()
+        if shown is not None:
+            shown.close("finished" if interrupted is None else "interrupted")
     return Outcome(folder, table.ordered(final), specs, placement, notes, len(engine.started),
-                   time.monotonic() - start, interrupted)
+                   time.monotonic() - start, interrupted,
+                   shown=[t.hint for t in shown.mirror.trackers] if shown is not None else [])
+
+
+def default_uid(folder: str) -> str:
+    """The id of a sweep whose ledger has none (written by an older release)."""
+    return hashlib.sha256(os.path.abspath(folder).encode()).hexdigest()[:32]
+
+
+def _trackers(options: Options, folder: str, uid: str, space: Any, specs: list[TrialSpec],
+              feed: Any) -> Any:
+    """TensorBoard and MLflow, kept current from the ledger by a thread (None if neither)."""
+    trackers = tracking.make(options, folder)
+    if not trackers:
+        return None
+    from .tracking.mirror import Background, Mirror
+
+    domains = tracking.domains_of_space(space) if space is not None else tracking.domains_of_points(
+        s.params for s in specs)
+    info = tracking.SweepInfo(name=os.path.basename(folder), folder=folder, uid=uid, domains=domains,
+                              metric=options.metric or "", mode=options.mode or "",
+                              search=str(options.search or ""))
+    known: dict[str, TrialSpec] = {}
+
+    def spec_of(tid: str) -> TrialSpec | None:  # from the trackers' thread: the search adds specs
+        if tid not in known:
+            known.update((s.trial_id, s) for s in list(feed.specs if feed is not None else specs))
+        return known.get(tid)
+
+    return Background(Mirror(folder, trackers, info, spec_of))
 
 
 def _search(space: Any, options: Options, folder: str, ledger: Ledger,
@@ -490,4 +526,5 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
                 lines.append(f"  {r.status.value:<11} {r.name}: {first}")
                 lines.append(f"  {'':<11} log: {r.log}")
     lines.append(f"sweeper: results: {outcome.csv_path}")
+    lines += [f"sweeper: {hint}" for hint in outcome.shown]
     return lines

@@ -368,3 +368,19 @@ def descent(params):
         loss = (1 + x) / epoch if x < 0.5 else 5 + x
         sweeper.report(epoch=epoch, loss=loss)
     return {"loss": loss}
+
+
+def tracked(params):
+    """Three epochs reported, then a result; lr >= 0.3 fails after its epochs (with
+    ``fail_once``, only the first time: its rerun succeeds), by an exception, or with
+    ``die`` by exiting (a crash, which ``retries`` retries)."""
+    lr = params["lr"]
+    for epoch in range(1, 4):
+        sweeper.report(epoch=epoch, loss=1.0 / (epoch * lr), acc=lr * epoch)
+    marker = os.path.join(sweeper.current_trial().dir, "failed_once")
+    if lr >= 0.3 and not (params.get("fail_once") and os.path.exists(marker)):
+        open(marker, "w").close()
+        if params.get("die"):
+            os._exit(3)
+        raise ValueError("lr too high")
+    return {"acc": lr * 3, "loss": 1.0 / (3 * lr)}

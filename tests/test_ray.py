@@ -125,3 +125,17 @@ def test_a_search_on_ray_prunes_by_cancelling_the_task(tmp_path):
     # stopped before its last epoch (one running while the pruner's first five trials
     # completed may be judged, and stopped, late: as in test_search)
     assert (pruned.epoch_reached < 20).sum() >= 1, df[["param_x", "status", "epoch_reached"]]
+
+
+def test_trackers_are_fed_from_the_ledger_on_ray_too(tmp_path):
+    pytest.importorskip("mlflow")
+    from test_tracking import local_uri, mlflow_runs, tb_sessions
+
+    df = sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.3]}, backend="ray", gpus="none", tensorboard=True,
+                       mlflow=True, out=str(tmp_path), name="t", progress=False)
+    assert df.status.tolist() == ["ok", "error"]
+    _, sessions = tb_sessions(tmp_path / "t")
+    assert {s["status"] for s in sessions.values()} == {"STATUS_SUCCESS", "STATUS_FAILURE"}
+    assert all(len(s["scalars"]["epoch/loss"]) == 3 for s in sessions.values())
+    _, runs = mlflow_runs(local_uri(tmp_path / "t"), "t")
+    assert sorted(r.data.tags["status"] for r in runs) == ["error", "ok"]

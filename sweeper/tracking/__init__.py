@@ -1,0 +1,238 @@
+"""Trackers: a sweep shown where users already look (TensorBoard's HParams dashboard, MLflow).
+
+Fed by the parent from the ledger, never by the trial processes: what a tracker shows is
+what the ledger holds, crashed, timed-out and pruned trials included, for function and
+command trials, local and Ray alike. The ledger stays the source of truth; a tracker that
+fails is said once and left, and ``python -m sweeper export`` replays a sweep later.
+
+Each tracker keeps, per trial, the attempt it shows, the last epoch it was sent and the
+outcome it was told (:class:`Held`), in its own store (MLflow: the run's tags;
+TensorBoard: a small state file), so a resumed sweep or a second export updates what is
+there instead of adding to it. :mod:`sweeper.tracking.mirror` decides what to send.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Protocol, Sequence
+
+from ..errors import SweepError
+from ..trial import Status, TrialResult, TrialSpec
+
+#: The optional extra that brings each tracker's package, by option.
+EXTRAS = {"tensorboard": ("tensorboard", "sweeper[tensorboard]", "--tensorboard"),
+          "mlflow": ("mlflow", "sweeper[mlflow]", "--mlflow")}
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a trial, as the ledger has it (running, or its recorded row's)."""
+
+    trial_id: str
+    name: str
+    params: Mapping[str, Any]
+    seed: int
+    device: str
+    started_at: str  #: ISO 8601, UTC, as the engine stamps it
+    attempt: int
+    log: str = ""
+
+    @property
+    def key(self) -> str:
+        """Names this attempt: a retry or a rerun has another, and replaces what was shown."""
+        return f"{self.attempt}@{self.started_at}"
+
+
+@dataclass
+class Held:
+    """What a tracker shows of one trial."""
+
+    key: str  #: the attempt (:attr:`Attempt.key`)
+    epoch: int | None = None  #: the last epoch it was sent
+    final: str | None = None  #: the outcome it was told (:func:`digest`)
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values a hyperparameter takes: listed (a grid, a choice) or a range (a search)."""
+
+    values: tuple[Any, ...] = ()
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def kind(self) -> str:
+        """``bool``, ``number`` or ``string``: how a tracker types the parameter."""
+        if self.low is not None:
+            return "number"
+        if self.values and all(isinstance(v, bool) for v in self.values):
+            return "bool"
+        if self.values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values):
+            return "number"
+        return "string"
+
+
+@dataclass(frozen=True)
+class SweepInfo:
+    """The sweep a tracker shows: its name, where it is, what varies and what it ranks by."""
+
+    name: str
+    folder: str
+    uid: str  #: one sweep (a ``--fresh`` start is another): finds its MLflow parent run again
+    domains: Mapping[str, Domain] = field(default_factory=dict)
+    metric: str = ""
+    mode: str = ""
+    search: str = ""
+
+
+class Tracker(Protocol):
+    """A place a sweep is shown. Methods may raise: the mirror says so once and drops it."""
+
+    label: str  #: e.g. "MLflow at http://host:5000", for messages
+    flag: str  #: what ``export`` takes to replay into it, e.g. "--mlflow http://host:5000"
+    hint: str  #: how to look, e.g. "tensorboard --logdir results/digits_mlp"
+
+    def begin(self, sweep: SweepInfo) -> dict[str, Held]:
+        """Open the sweep (parent run, experiment); what it already shows, by trial id."""
+
+    def metrics_known(self, names: Sequence[str]) -> None:
+        """The trials' result metrics seen so far (TensorBoard declares them as columns)."""
+
+    def start(self, attempt: Attempt, held: Held | None) -> None:
+        """A new attempt: it replaces whatever was shown for the trial (``held``)."""
+
+    def epochs(self, attempt: Attempt, rows: list[tuple[int, dict[str, Any], float | None]], last: int) -> None:
+        """Per-epoch reports, in order, after those already sent; ``last`` is noted as sent."""
+
+    def finish(self, attempt: Attempt, result: TrialResult, final: str) -> None:
+        """The trial's recorded outcome; ``final`` (its digest) is noted as told."""
+
+    def end(self, state: str) -> None:
+        """The sweep stops here: ``running`` (another process goes on), ``finished`` or ``interrupted``."""
+
+
+def digest(result: TrialResult) -> str:
+    """What a tracker was told of an outcome: its status and metrics, in a few characters."""
+    text = f"{result.status.value} {sorted(result.metrics.items())!r} {result.epoch_reached}"
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def attempt_of(result: TrialResult) -> Attempt:
+    return Attempt(result.trial_id, result.name, result.params, result.seed, result.device,
+                   result.started_at, result.attempts, result.log)
+
+
+def attempt_running(row: Mapping[str, Any], spec: TrialSpec) -> Attempt:
+    """A running mark (``Ledger.running``) of a trial whose spec the sweep knows."""
+    return Attempt(spec.trial_id, row["name"], spec.params, spec.seed, row.get("device") or "",
+                   row["started_at"] or "", row.get("attempt") or 1, spec.log_path)
+
+
+def numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The metrics a tracker can plot: numbers (NaN and infinities kept), not text or None."""
+    out = {}
+    for k, v in metrics.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        out[str(k)] = float(v)
+    return out
+
+
+def finite(value: float) -> bool:
+    return not (math.isnan(value) or math.isinf(value))
+
+
+def domains_of_points(points: Iterable[Mapping[str, Any]]) -> dict[str, Domain]:
+    """Each parameter's values across points (a grid, or the trials on record)."""
+    seen: dict[str, list[Any]] = {}
+    for p in points:
+        for k, v in p.items():
+            values = seen.setdefault(str(k), [])
+            if not any(_same(v, w) for w in values):
+                values.append(v)
+    return {k: Domain(values=tuple(_sorted(vs))) for k, vs in seen.items()}
+
+
+def domains_of_space(space: Any) -> dict[str, Domain]:
+    """A search's parameters: ranges for distributions, the choices for lists."""
+    from ..search import distributions
+
+    dists, fixed = distributions(space)
+    out: dict[str, Domain] = {}
+    for name, dist in dists.items():
+        if hasattr(dist, "choices"):
+            out[name] = Domain(values=tuple(_sorted(list(dist.choices))))
+        else:
+            out[name] = Domain(low=float(dist.low), high=float(dist.high))
+    for name, value in fixed.items():
+        out[name] = Domain(values=(value,))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _sorted(values: list[Any]) -> list[Any]:
+    try:
+        return sorted(values)
+    except TypeError:  # mixed types: as first seen
+        return values
+
+
+def key_name(name: str) -> str:
+    """A name MLflow takes as a param or metric key (letters, digits, ``_ - . / space``)."""
+    out = re.sub(r"[^\w.\- /]", "_", str(name))
+    out = "/".join(part if part not in ("", ".", "..") else "_" for part in out.split("/"))
+    return out[:250]
+
+
+def check(options: Any) -> None:
+    """A tracker asked for whose package is missing is bad input, before anything runs."""
+    for option, (module, extra, flag) in EXTRAS.items():
+        if getattr(options, option) and importlib.util.find_spec(module) is None:
+            raise SweepError(f"{option}=... ({flag}) needs the {module} package, which is not installed; "
+                             f"pip install '{extra}'")
+
+
+def mlflow_uri(value: Any, folder: str) -> str:
+    """``--mlflow`` with no URI (or ``mlflow=True``): the local store in the sweep folder."""
+    from ..paths import SweepPaths
+
+    if value is True or value == "":
+        return SweepPaths(folder).mlflow_uri
+    text = str(value)
+    if "://" not in text and not text.startswith(("databricks", "file:", "sqlite:")):
+        text = "file:" + os.path.abspath(text)  # a folder: MLflow's file store there
+    return text
+
+
+def make(options: Any, folder: str) -> list[Tracker]:
+    """The trackers a sweep's options ask for."""
+    out: list[Tracker] = []
+    if options.tensorboard:
+        from .tb import TensorBoardFiles
+
+        out.append(TensorBoardFiles(folder))
+    if options.mlflow:
+        from .mlflow_runs import MlflowRuns
+
+        out.append(MlflowRuns(mlflow_uri(options.mlflow, folder), folder))
+    return out
+
+
+def tb_status(status: Status | None) -> str:
+    """TensorBoard's four session statuses: ok and pruned ended as asked (pruned trials
+    show their last epoch's metrics and ``epoch_reached``), interrupted is unknown."""
+    if status is None:
+        return "STATUS_RUNNING"
+    if status.succeeded:
+        return "STATUS_SUCCESS"
+    if status is Status.INTERRUPTED:
+        return "STATUS_UNKNOWN"
+    return "STATUS_FAILURE"

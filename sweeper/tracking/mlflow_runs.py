@@ -1,0 +1,207 @@
+"""``--mlflow [URI]``: a sweep as MLflow runs, one parent run and one nested run per trial.
+
+* The experiment is named after the sweep (``MLFLOW_EXPERIMENT_NAME`` overrides it). The
+  parent run is found again by the sweep's id (tag ``sweeper_uid``), so a resume or an
+  ``export`` updates it; a ``--fresh`` start is a new sweep and gets a new parent run.
+* A trial's run: its parameters, its per-epoch reports as metrics (step = epoch), its
+  result's metrics (at its last epoch), tags ``trial_id``, ``status``, ``device``,
+  ``seed``, ``attempt`` (and ``error`` when it failed), ``log.txt`` as an artifact, and
+  MLflow's status: ``FINISHED`` for ok and pruned, ``KILLED`` for interrupted, ``FAILED``
+  for the rest, ``RUNNING`` while it runs.
+* A trial has one run: found by ``trial_id`` among the parent's children. A new attempt
+  (a retry, a rerun after a failure) replaces it: its earlier run is deleted and a new
+  one made, since MLflow cannot take back metrics an attempt logged, and a chart mixing
+  two attempts would be a wrong picture.
+* Without a URI, the store is ``sqlite:///<sweep folder>/mlflow.db`` with artifacts in
+  ``<sweep folder>/mlartifacts`` (no server; ``mlflow ui --backend-store-uri`` shows it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Sequence
+
+from ..paths import SweepPaths
+from ..trial import Status, TrialResult
+from . import Attempt, Held, SweepInfo, key_name, numbers
+from .tb import seconds
+
+PARENT_TAG = "mlflow.parentRunId"
+#: MLflow's run status for each trial status.
+RUN_STATUS = {Status.OK: "FINISHED", Status.PRUNED: "FINISHED", Status.INTERRUPTED: "KILLED"}
+#: How long the first look at a tracking server may take before it counts as unreachable.
+PROBE_S = 5.0
+
+
+def _ms(seconds_: float) -> int:
+    return int(seconds_ * 1000)
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)] or [[]]
+
+
+class MlflowRuns:
+    """The MLflow tracker (see the module's docstring)."""
+
+    def __init__(self, uri: str, folder: str) -> None:
+        self.uri, self.folder = uri, folder
+        local = uri == SweepPaths(folder).mlflow_uri
+        self.label = f"MLflow at {uri}"
+        self.flag = "--mlflow" if local else f"--mlflow {uri}"
+        self.artifacts = SweepPaths(folder).mlflow_artifacts if local else None
+        self.hint = (f"MLflow: mlflow ui --backend-store-uri {uri}" if uri.startswith("sqlite:")
+                     else f"MLflow: {uri}")
+        self.client: Any = None
+        self.parent = ""
+        self.experiment = ""
+        self.runs: dict[str, str] = {}  # trial id -> run id
+        self.keys: dict[str, str] = {}  # a metric or param name -> the key MLflow takes
+
+    # -- the sweep --------------------------------------------------------------------
+
+    def begin(self, sweep: SweepInfo) -> dict[str, Held]:
+        self._probe()
+        for name in ("mlflow.store.db.utils", "alembic"):  # "Creating initial MLflow database tables..."
+            quiet = logging.getLogger(name)
+            if quiet.level == logging.NOTSET:  # unless the application set it
+                quiet.setLevel(logging.WARNING)
+        from mlflow import MlflowClient
+        from mlflow.entities import ViewType
+
+        self.client = client = MlflowClient(tracking_uri=self.uri)
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or sweep.name
+        found = client.get_experiment_by_name(name)
+        if found is not None and found.lifecycle_stage == "deleted":
+            client.restore_experiment(found.experiment_id)
+        if found is not None:
+            self.experiment = found.experiment_id
+        else:  # the UI's training-runs view (not its GenAI one) for an experiment of ours
+            self.experiment = client.create_experiment(
+                name, artifact_location=self.artifacts and f"file://{self.artifacts}",
+                tags={"mlflow.experimentKind": "custom_model_development"})
+        parents = self._search(f"tags.sweeper_uid = '{sweep.uid}'", ViewType.ACTIVE_ONLY)
+        tags = {"sweeper_uid": sweep.uid, "sweeper_folder": os.path.abspath(sweep.folder),
+                "metric": sweep.metric, "mode": sweep.mode, "search": sweep.search}
+        if parents:
+            self.parent = parents[0].info.run_id
+            client.update_run(self.parent, status="RUNNING")
+        else:
+            self.parent = client.create_run(self.experiment, run_name=sweep.name,
+                                            tags={k: v for k, v in tags.items() if v}).info.run_id
+        held: dict[str, Held] = {}
+        children = self._search(f"tags.`{PARENT_TAG}` = '{self.parent}'", ViewType.ACTIVE_ONLY)
+        for run in sorted(children, key=lambda r: r.info.start_time or 0, reverse=True):
+            tid = run.data.tags.get("trial_id")
+            if not tid:
+                continue
+            if tid in self.runs:  # a second run for one trial (left by a crash mid-replace)
+                client.delete_run(run.info.run_id)
+                continue
+            self.runs[tid] = run.info.run_id
+            tags_ = run.data.tags
+            epoch = tags_.get("sweeper_epoch")
+            held[tid] = Held(tags_.get("sweeper_key", ""), int(epoch) if epoch else None,
+                             tags_.get("sweeper_final") or None)
+        return held
+
+    def _probe(self) -> None:
+        """A server that does not answer is found in seconds, not after MLflow's retries."""
+        if not self.uri.startswith(("http://", "https://")):
+            return
+        try:
+            urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=PROBE_S).close()
+        except urllib.error.HTTPError:
+            pass  # it answered (a proxy, an older server without /health): go on
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ConnectionError(f"no answer from {self.uri}: {reason}") from None
+
+    def _search(self, where: str, view: Any) -> list[Any]:
+        out, token = [], None
+        while True:
+            page = self.client.search_runs([self.experiment], filter_string=where, run_view_type=view,
+                                           max_results=1000, page_token=token)
+            out += list(page)
+            token = page.token
+            if not token:
+                return out
+
+    def metrics_known(self, names: Sequence[str]) -> None:
+        pass
+
+    def end(self, state: str) -> None:
+        if self.client is not None and self.parent and state != "running":
+            self.client.set_terminated(self.parent, "KILLED" if state == "interrupted" else "FINISHED")
+
+    # -- a trial ----------------------------------------------------------------------
+
+    def start(self, attempt: Attempt, held: Held | None) -> None:
+        from mlflow.entities import Param
+
+        old = self.runs.pop(attempt.trial_id, None)
+        if old is not None:  # another attempt's run: this one replaces it
+            self.client.delete_run(old)
+        tags = {PARENT_TAG: self.parent, "trial_id": attempt.trial_id, "seed": str(attempt.seed),
+                "device": attempt.device, "status": "running", "attempt": str(attempt.attempt),
+                "sweeper_key": attempt.key}
+        run = self.client.create_run(self.experiment, start_time=_ms(seconds(attempt.started_at)),
+                                     tags=tags, run_name=attempt.name)
+        run_id = self.runs[attempt.trial_id] = run.info.run_id
+        params = [Param(self._key(k), _text(v)) for k, v in attempt.params.items()]
+        for chunk in _chunks(params, 100):
+            if chunk:
+                self.client.log_batch(run_id, params=chunk)
+
+    def epochs(self, attempt: Attempt, rows: list[tuple[int, dict[str, Any], float | None]], last: int) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        metrics = [Metric(self._key(k), v, _ms(t or time.time()), epoch)
+                   for epoch, values, t in rows for k, v in numbers(values).items()]
+        chunks = _chunks(metrics, 1000)
+        for i, chunk in enumerate(chunks):
+            tags = [RunTag("sweeper_epoch", str(last))] if i == len(chunks) - 1 else []
+            self.client.log_batch(self.runs[attempt.trial_id], metrics=chunk, tags=tags)
+
+    def finish(self, attempt: Attempt, result: TrialResult, final: str) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        run_id = self.runs[attempt.trial_id]
+        end = seconds(result.started_at) + result.duration_s
+        step = result.epoch_reached or 0
+        metrics = [Metric(self._key(k), v, _ms(end), step) for k, v in numbers(result.metrics).items()]
+        tags = {"status": result.status.value, "device": result.device, "attempt": str(result.attempts)}
+        if result.error:
+            tags["error"] = result.error[:5000]
+        if result.epoch_reached is not None:
+            tags["epoch_reached"] = str(result.epoch_reached)
+        for chunk in _chunks(metrics, 1000):
+            self.client.log_batch(run_id, metrics=chunk, tags=[RunTag(k, v) for k, v in tags.items()])
+        if result.log and os.path.isfile(result.log):
+            self.client.log_artifact(run_id, result.log)
+        self.client.set_terminated(run_id, RUN_STATUS.get(result.status, "FAILED"), end_time=_ms(end))
+        self.client.set_tag(run_id, "sweeper_final", final)  # last: told only once all of it is in
+
+    def _key(self, name: str) -> str:
+        """A name MLflow takes; two names that would become one key stay apart."""
+        key = self.keys.get(name)
+        if key is None:
+            key = key_name(name)
+            taken = set(self.keys.values())
+            n = 2
+            while key in taken:
+                key, n = f"{key_name(name)[:245]}~{n}", n + 1
+            self.keys[name] = key
+        return key
+
+
+def _text(value: Any) -> str:
+    """A parameter's value as MLflow keeps it (text, at most 6000 characters)."""
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 6000 else text[:5997] + "..."

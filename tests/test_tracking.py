@@ -1,0 +1,395 @@
+"""TensorBoard and MLflow, fed from the ledger: read back with each tool's own reader.
+
+The synthetic ``tracked`` (tests/sweep_fns.py) reports three epochs and fails for
+lr >= 0.3 (once only, with ``fail_once``). No TensorFlow in the trials.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+import sweeper
+import sweep_fns
+from conftest import ROOT, run_cli, write_grid
+
+pytest.importorskip("tensorboard")
+pytest.importorskip("mlflow")
+
+GRID = {"lr": [0.1, 0.2, 0.3], "act": ["relu", "tanh"]}
+
+
+# -- reading back, with the tools' own readers ----------------------------------------------
+
+
+def tb_sessions(folder) -> tuple[object, dict[str, dict]]:
+    """TensorBoard's view of ``<folder>/tensorboard``: the HParams experiment, and per run
+    (trial) its hparams, status and scalars, as TensorBoard's event multiplexer reads them."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+    from tensorboard.plugins.hparams import api_pb2, metadata
+
+    mux = EventMultiplexer()
+    mux.AddRunsFromDirectory(os.path.join(folder, "tensorboard"))
+    mux.Reload()
+    content = mux.PluginRunToTagToContent(metadata.PLUGIN_NAME)
+    experiment = None
+    out = {}
+    for run, tags in content.items():
+        if metadata.EXPERIMENT_TAG in tags:
+            experiment = metadata.parse_experiment_plugin_data(tags[metadata.EXPERIMENT_TAG])
+        if metadata.SESSION_START_INFO_TAG not in tags:
+            continue
+        start = metadata.parse_session_start_info_plugin_data(tags[metadata.SESSION_START_INFO_TAG])
+        hparams = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
+        status = None
+        if metadata.SESSION_END_INFO_TAG in tags:
+            end = metadata.parse_session_end_info_plugin_data(tags[metadata.SESSION_END_INFO_TAG])
+            status = api_pb2.Status.Name(end.status)
+        acc = mux.GetAccumulator(run)
+        scalars = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+        out[run] = {"hparams": hparams, "status": status, "scalars": scalars}
+    return experiment, out
+
+
+def mlflow_runs(uri: str, experiment: str, deleted: bool = False) -> tuple[list, list]:
+    """The sweep's parent runs and its trials' runs, as MLflow's client finds them."""
+    from mlflow import MlflowClient
+    from mlflow.entities import ViewType
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    view = ViewType.DELETED_ONLY if deleted else ViewType.ACTIVE_ONLY
+    runs = client.search_runs([exp.experiment_id], run_view_type=view, max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+def history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
+    from mlflow import MlflowClient
+
+    return sorted((m.step, m.value) for m in MlflowClient(tracking_uri=uri).get_metric_history(run_id, key))
+
+
+def ledger_epochs(folder) -> dict[str, list[tuple[int, dict]]]:
+    frame = pd.read_csv(os.path.join(folder, "history.csv"))
+    out: dict[str, list] = {}
+    for row in frame.itertuples():
+        out.setdefault(row.trial, []).append((row.epoch, {"loss": row.loss, "acc": row.acc}))
+    return out
+
+
+def pairs(got, want, rel: float = 1e-6) -> bool:
+    """(step, value) lists equal: the same steps, values equal to ``rel`` (events hold float32).
+    A point given twice (a result equal to its last epoch's report) counts once."""
+    got, want = _once(got), _once(want)
+    return [s for s, _ in got] == [s for s, _ in want] and all(
+        v == pytest.approx(w, rel=rel) for (_, v), (_, w) in zip(got, want))
+
+
+def _once(points):
+    out = []
+    for step, value in sorted(points):
+        if not out or out[-1][0] != step or out[-1][1] != pytest.approx(value, rel=1e-12):
+            out.append((step, value))
+    return out
+
+
+def local_uri(folder) -> str:
+    return f"sqlite:///{os.path.abspath(os.path.join(folder, 'mlflow.db'))}"
+
+
+# -- what each tool shows ---------------------------------------------------------------------
+
+
+def test_tensorboard_shows_every_trial_its_parameters_status_epochs_and_result(tmp_path):
+    df = sweeper.sweep(sweep_fns.tracked, GRID, tensorboard=True, workers=2, out=str(tmp_path), name="s",
+                       progress=False)
+    folder = tmp_path / "s"
+    assert sorted(df.status) == ["error", "error", "ok", "ok", "ok", "ok"]
+    experiment, sessions = tb_sessions(folder)
+    assert set(sessions) == set(df.trial)  # every trial, failed ones too
+    info = {h.name: h for h in experiment.hparam_infos}
+    assert [v.number_value for v in info["lr"].domain_discrete.values] == [0.1, 0.2, 0.3]
+    assert [v.string_value for v in info["act"].domain_discrete.values] == ["relu", "tanh"]
+    assert {m.name.tag for m in experiment.metric_infos} == {"acc", "loss", "epoch_reached"}
+    epochs = ledger_epochs(folder)
+    for row in df.itertuples():
+        shown = sessions[row.trial]
+        assert shown["hparams"] == {"lr": row.param_lr, "act": row.param_act}
+        assert shown["status"] == ("STATUS_SUCCESS" if row.status == "ok" else "STATUS_FAILURE")
+        want = [(e, m["loss"]) for e, m in epochs[row.trial]]
+        assert pairs(shown["scalars"]["epoch/loss"], want)
+        if row.status == "ok":
+            assert pairs(shown["scalars"]["acc"], [(3, row.acc)])
+        else:  # a failed trial has no result metrics: its epochs and its status show
+            assert "acc" not in shown["scalars"] and "loss" not in shown["scalars"]
+
+
+def test_mlflow_has_one_parent_run_and_a_nested_run_per_trial(tmp_path):
+    grid = write_grid(tmp_path, "from sweep_fns import tracked as train\n"
+                                f"grid = {GRID!r}\noptions = {{'tensorboard': True}}\n")
+    proc = run_cli("--mlflow", grid, "--out", str(tmp_path), "--name", "m", "--workers", "2")  # the file, not a URI
+    assert proc.returncode == 1, proc.stderr  # two trials failed
+    folder = tmp_path / "m"
+    uri = local_uri(folder)
+    assert f"mlflow ui --backend-store-uri {uri}" in proc.stdout
+    assert f"tensorboard --logdir {folder}" in proc.stdout  # asked for by the grid file's options
+    assert len(tb_sessions(folder)[1]) == 6
+    df = sweeper.load(str(folder))
+    parents, children = mlflow_runs(uri, "m")
+    assert len(parents) == 1 and len(children) == len(df) == 6
+    parent = parents[0]
+    assert parent.info.status == "FINISHED" and parent.info.run_name == "m"
+    epochs = ledger_epochs(folder)
+    by_trial = {r.data.tags["trial_id"]: r for r in children}
+    for row in df.itertuples():
+        run = by_trial[row.trial_id]
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.info.run_name == row.trial
+        assert run.data.params == {"lr": str(row.param_lr), "act": row.param_act}
+        assert run.data.tags["status"] == row.status
+        assert run.data.tags["seed"] == str(row.seed) and run.data.tags["device"] == row.device == "cpu"
+        assert run.info.status == ("FINISHED" if row.status == "ok" else "FAILED")
+        want = [(e, m["acc"]) for e, m in epochs[row.trial]]
+        if row.status == "ok":  # the result's metric at the last epoch, after the epochs' own
+            assert pairs(history(uri, run.info.run_id, "acc"), sorted(want + [(3, row.acc)]), rel=1e-12)
+            assert run.data.metrics["loss"] == pytest.approx(row.loss)
+        else:
+            assert pairs(history(uri, run.info.run_id, "acc"), want, rel=1e-12)
+            assert run.data.tags["error"] == row.error == "ValueError: lr too high"
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["log.txt"]
+        text = open(client.download_artifacts(run.info.run_id, "log.txt", str(tmp_path / "dl"))).read()
+        assert text == open(folder / "trials" / row.trial / "log.txt").read()
+
+
+def test_a_resume_updates_the_same_runs_and_a_rerun_keeps_one(tmp_path):
+    """Resumed with more trials: the kept trials' runs are the same runs, untouched; the
+    trial that failed and runs again has one run, of its new attempt only; nothing twice."""
+    opts = dict(tensorboard=True, mlflow=True, out=str(tmp_path), name="r", progress=False, workers=1)
+    first = sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.3], "fail_once": [True]}, **opts)
+    assert first.status.tolist() == ["ok", "error"]
+    folder = tmp_path / "r"
+    uri = local_uri(folder)
+    parents1, runs1 = mlflow_runs(uri, "r")
+    before = {r.data.tags["trial_id"]: r for r in runs1}
+    second = sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.2, 0.3], "fail_once": [True]}, **opts)
+    assert second.status.tolist() == ["ok", "ok", "ok"]
+    parents2, runs2 = mlflow_runs(uri, "r")
+    after = {r.data.tags["trial_id"]: r for r in runs2}
+    assert [p.info.run_id for p in parents2] == [p.info.run_id for p in parents1]  # the same sweep run
+    assert len(runs2) == len(after) == 3  # one run per trial
+    kept, rerun = first.trial_id[0], first.trial_id[1]
+    assert after[kept].info.run_id == before[kept].info.run_id
+    assert after[kept].data.to_dictionary() == before[kept].data.to_dictionary()  # untouched
+    assert after[rerun].data.tags["status"] == "ok" and after[rerun].info.status == "FINISHED"
+    assert pairs(history(uri, after[rerun].info.run_id, "loss"),
+                 [(1, 1 / 0.3), (2, 1 / 0.6), (3, 1 / 0.9), (3, 1 / 0.9)])  # this attempt's epochs, its result
+    _, deleted = mlflow_runs(uri, "r", deleted=True)
+    assert [r.data.tags["trial_id"] for r in deleted] == [rerun]  # the failed attempt's run, replaced
+    # TensorBoard: one session per trial, the rerun's status now success
+    _, sessions = tb_sessions(folder)
+    assert set(sessions) == set(second.trial)
+    assert {s["status"] for s in sessions.values()} == {"STATUS_SUCCESS"}
+    assert all(len(s["scalars"]["epoch/loss"]) == 3 for s in sessions.values())
+    # a third run with nothing to do changes nothing
+    sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.2, 0.3], "fail_once": [True]}, **opts)
+    _, runs3 = mlflow_runs(uri, "r")
+    assert ({r.info.run_id: r.data.to_dictionary() for r in runs3} ==
+            {r.info.run_id: r.data.to_dictionary() for r in runs2})
+
+
+def test_a_retried_trial_has_one_run_of_its_last_attempt(tmp_path):
+    """The mirror at each step of a retry, the ledger written as the engine writes it: the
+    first attempt shows (running, its epochs, failed), then the retry replaces it."""
+    from sweeper.ledger import Ledger
+    from sweeper.runner import plan
+    from sweeper.tracking import SweepInfo, domains_of_points, make
+    from sweeper.tracking.mirror import Mirror
+    from sweeper.options import Options
+    from sweeper.trial import Status, TrialResult
+
+    folder = str(tmp_path / "f")
+    os.makedirs(folder)
+    spec = plan([{"lr": 0.4}], folder, seed=0)[0]
+    ledger = Ledger(folder)
+    info = SweepInfo(name="f", folder=folder, uid="u1", domains=domains_of_points([spec.params]))
+    mirror = Mirror(folder, make(Options(tensorboard=True, mlflow=True), folder), info,
+                    lambda tid: spec if tid == spec.trial_id else None, strict=True)
+    uri = local_uri(folder)
+
+    def attempt(n, started, status, epochs):
+        ledger.clear_history(spec.trial_id)
+        ledger.mark_running(replace(spec, attempt=n), 100 + n, started)
+        assert mirror.sync()
+        running = [r for r in mlflow_runs(uri, "f")[1] if r.info.status == "RUNNING"]
+        assert len(running) == 1 and running[0].data.tags["attempt"] == str(n)
+        ledger.add_history(spec.trial_id, [{"epoch": e, "metrics": {"loss": v}, "t": 1.0 + e} for e, v in epochs])
+        ledger.record(TrialResult(spec.trial_id, spec.name, 0, spec.params, status,
+                                  {"loss": epochs[-1][1]} if status is Status.OK else {}, started_at=started,
+                                  attempts=n, duration_s=1.0, epoch_reached=epochs[-1][0],
+                                  error="" if status is Status.OK else "crashed: exit code 3"))
+        assert mirror.sync()
+        return mlflow_runs(uri, "f")[1]
+
+    first = attempt(1, "2026-01-01T00:00:00.000Z", Status.CRASHED, [(1, 9.0), (2, 8.0)])
+    assert len(first) == 1 and first[0].info.status == "FAILED" and first[0].data.tags["status"] == "crashed"
+    assert history(uri, first[0].info.run_id, "loss") == [(1, 9.0), (2, 8.0)]
+    runs = attempt(2, "2026-01-01T00:00:05.000Z", Status.OK, [(1, 3.0), (2, 2.0), (3, 1.0)])
+    assert len(runs) == 1 and runs[0].info.run_id != first[0].info.run_id
+    assert runs[0].info.status == "FINISHED" and runs[0].data.tags["attempt"] == "2"
+    assert pairs(history(uri, runs[0].info.run_id, "loss"), [(1, 3.0), (2, 2.0), (3, 1.0)])  # none of attempt 1's
+    assert not mirror.sync()  # nothing new: nothing sent
+    mirror.end("finished")
+    ledger.close()
+    _, sessions = tb_sessions(folder)
+    assert len(sessions) == 1
+    [shown] = sessions.values()
+    assert shown["status"] == "STATUS_SUCCESS" and shown["scalars"]["epoch/loss"] == [(1, 3.0), (2, 2.0), (3, 1.0)]
+
+
+def test_a_search_shows_its_ranges_and_its_pruned_trials(tmp_path):
+    pytest.importorskip("optuna")
+    df = sweeper.sweep(sweep_fns.descent, {"x": sweeper.uniform(0.0, 1.0), "pace": 0.04}, search="tpe",
+                       trials=12, prune="median", metric="loss", workers=2, tensorboard=True, mlflow=True,
+                       out=str(tmp_path), name="s", progress=False)
+    assert (df.status == "pruned").sum() >= 2, df[["status", "epoch_reached"]]
+    experiment, sessions = tb_sessions(tmp_path / "s")
+    info = {h.name: h for h in experiment.hparam_infos}
+    assert (info["x"].domain_interval.min_value, info["x"].domain_interval.max_value) == (0.0, 1.0)
+    assert [v.number_value for v in info["pace"].domain_discrete.values] == [0.04]
+    _, runs = mlflow_runs(local_uri(tmp_path / "s"), "s")
+    by_trial = {r.data.tags["trial_id"]: r for r in runs}
+    assert len(runs) == 12
+    for row in df.itertuples():
+        run, shown = by_trial[row.trial_id], sessions[row.trial]
+        assert run.data.tags["status"] == row.status and run.info.status == "FINISHED"
+        assert run.data.tags["epoch_reached"] == str(row.epoch_reached)
+        assert len(history(local_uri(tmp_path / "s"), run.info.run_id, "loss")) >= row.epoch_reached
+        assert shown["status"] == "STATUS_SUCCESS"  # pruned ended as the search meant: not a failure
+        assert shown["scalars"]["epoch_reached"][-1][1] == row.epoch_reached
+        assert len(shown["scalars"]["epoch/loss"]) == row.epoch_reached
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when this returns: nothing listens there
+
+
+def test_an_unreachable_tracking_server_is_one_warning_and_the_sweep_goes_on(tmp_path, caplog):
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    with caplog.at_level(logging.WARNING, logger="sweeper"):
+        df = sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.2]}, mlflow=uri, tensorboard=True,
+                           out=str(tmp_path), name="u", progress=False)
+    assert (df.status == "ok").all()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert uri in warnings[0] and f"python -m sweeper export {tmp_path / 'u'} --mlflow {uri}" in warnings[0]
+    _, sessions = tb_sessions(tmp_path / "u")  # the other tracker went on
+    assert len(sessions) == 2
+
+
+def test_export_replays_a_sweep_and_twice_is_once(tmp_path):
+    sweeper.sweep(sweep_fns.tracked, GRID, out=str(tmp_path), name="e", progress=False, workers=2)
+    folder = str(tmp_path / "e")
+    assert not os.path.exists(os.path.join(folder, "tensorboard"))
+    uri = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    for _ in range(2):
+        proc = run_cli("export", folder, "--mlflow", uri, "--tensorboard", cwd=str(tmp_path))  # mlruns/ here
+        assert proc.returncode == 0, proc.stderr
+        assert f"6 trials shown in MLflow at {uri}" in proc.stdout
+    parents, children = mlflow_runs(uri, "e")
+    assert len(parents) == 1 and len(children) == 6
+    assert sorted(r.data.tags["status"] for r in children) == ["error", "error", "ok", "ok", "ok", "ok"]
+    _, sessions = tb_sessions(folder)
+    assert len(sessions) == 6
+    assert all(len(os.listdir(os.path.join(folder, "tensorboard", t))) == 1 for t in sessions)  # not twice
+
+
+def test_command_trials_are_shown_too(tmp_path):
+    """Fed from the ledger: a command trial's metrics.json and its reports reach both tools."""
+    script = os.path.join(ROOT, "tests", "scripts", "argv_echo.py")
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"lr": [0.1, 0.2]}))
+    proc = run_cli("--command", f"{sys.executable} {script} --lr={{lr}}", "--grid", str(grid), "--out",
+                   str(tmp_path), "--name", "c", "--tensorboard", "--mlflow")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, sessions = tb_sessions(tmp_path / "c")
+    assert len(sessions) == 2 and all(s["scalars"]["epoch/loss"] for s in sessions.values())
+    _, children = mlflow_runs(local_uri(tmp_path / "c"), "c")
+    assert sorted(float(r.data.params["lr"]) for r in children) == [0.1, 0.2]
+    assert all(r.data.metrics["from_stdout"] == 1.0 for r in children)
+    assert all(history(local_uri(tmp_path / "c"), r.info.run_id, "loss") == [(1, 0.5), (2, 0.25)] for r in children)
+
+
+# -- hostile input, bad input ---------------------------------------------------------------------
+
+
+def test_hostile_names_and_values_reach_both_tools(tmp_path, caplog):
+    grid = {"drop out/rate": [0.5], "a:b..": [None], "../up": ["x" * 7000], "layers": [[64, 32]],
+            "flag": [True, False]}
+    with caplog.at_level(logging.WARNING, logger="sweeper"):
+        df = sweeper.sweep(sweep_fns.echo, grid, tensorboard=True, mlflow=True, out=str(tmp_path), name="h",
+                           progress=False)
+    assert (df.status == "ok").all() and not caplog.records, [r.getMessage() for r in caplog.records]
+    _, children = mlflow_runs(local_uri(tmp_path / "h"), "h")
+    assert len(children) == 2
+    params = children[0].data.params
+    assert params["drop out/rate"] == "0.5" and params["a_b.."] == "null" and params["_/up"].endswith("...")
+    assert params["layers"] == "[64, 32]"
+    _, sessions = tb_sessions(tmp_path / "h")
+    assert sorted(s["hparams"]["flag"] for s in sessions.values()) == [False, True]
+    assert {s["hparams"]["layers"] for s in sessions.values()} == {"[64, 32]"}
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("tensorboard", "yes", "tensorboard must be True or False"),
+    ("mlflow", "", "mlflow must be True"),
+    ("mlflow", 5, "mlflow must be True"),
+])
+def test_bad_tracker_options_are_one_line(tmp_path, option, value, says):
+    with pytest.raises(sweeper.SweepError, match=says):
+        sweeper.sweep(sweep_fns.echo, {"x": [1]}, out=str(tmp_path), **{option: value})
+
+
+@pytest.mark.parametrize("flag, extra", [("--tensorboard", "sweeper[tensorboard]"), ("--mlflow", "sweeper[mlflow]")])
+def test_a_tracker_that_is_not_installed_names_its_extra(tmp_path, flag, extra):
+    """As on a machine without the package: the CLI refuses before any trial, naming the extra."""
+    grid = write_grid(tmp_path, "from sweep_fns import echo as train\ngrid = {'x': [1]}\n")
+    module = flag[2:]
+    code = (f"import sys; sys.modules[{module!r}] = None; from sweeper.cli import main; "
+            f"sys.exit(main({[grid, '--out', str(tmp_path), flag]!r}))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith(f"pip install '{extra}'") and len(proc.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "grid")  # nothing ran
+
+
+def test_export_needs_a_tracker_and_a_sweep_folder(tmp_path):
+    proc = run_cli("export", str(tmp_path))
+    assert proc.returncode == 2 and "export needs --tensorboard and/or --mlflow" in proc.stderr
+    proc = run_cli("export", str(tmp_path), "--tensorboard")
+    assert proc.returncode == 2 and "is not a sweep folder" in proc.stderr
+
+
+def test_the_parent_imports_no_framework_for_its_trackers(tmp_path):
+    code = ("import sys, sweeper, sweep_fns\n"
+            f"sweeper.sweep(sweep_fns.tracked, {{'lr': [0.1]}}, tensorboard=True, mlflow=True, "
+            f"out={str(tmp_path)!r}, progress=False)\n"
+            "print(sorted(m for m in ('tensorflow', 'torch', 'jax', 'keras') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "tests"), ROOT])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
