@@ -251,12 +251,21 @@ def test_a_retried_trial_has_one_run_of_its_last_attempt(tmp_path):
     assert runs[0].info.status == "FINISHED" and runs[0].data.tags["attempt"] == "2"
     assert pairs(history(uri, runs[0].info.run_id, "loss"), [(1, 3.0), (2, 2.0), (3, 1.0)])  # none of attempt 1's
     assert not mirror.sync()  # nothing new: nothing sent
+    # the same attempt's row recorded again with another outcome (it sent its result, then
+    # did not exit cleanly): shown anew, with its epochs, never half of each
+    ledger.record(TrialResult(spec.trial_id, spec.name, 0, spec.params, Status.CRASHED, {"loss": 1.0},
+                              started_at="2026-01-01T00:00:05.000Z", attempts=2, duration_s=1.0, epoch_reached=3,
+                              error="crashed: exit code 3 after it sent its result"))
+    assert mirror.sync()
+    [run] = mlflow_runs(uri, "f")[1]
+    assert (run.info.status, run.data.tags["status"]) == ("FAILED", "crashed")
+    assert pairs(history(uri, run.info.run_id, "loss"), [(1, 3.0), (2, 2.0), (3, 1.0)])
     mirror.end("finished")
     ledger.close()
     _, sessions = tb_sessions(folder)
     assert len(sessions) == 1
     [shown] = sessions.values()
-    assert shown["status"] == "STATUS_SUCCESS" and shown["scalars"]["epoch/loss"] == [(1, 3.0), (2, 2.0), (3, 1.0)]
+    assert shown["status"] == "STATUS_FAILURE" and shown["scalars"]["epoch/loss"] == [(1, 3.0), (2, 2.0), (3, 1.0)]
 
 
 def test_a_search_shows_its_ranges_and_its_pruned_trials(tmp_path):
@@ -280,6 +289,46 @@ def test_a_search_shows_its_ranges_and_its_pruned_trials(tmp_path):
         assert shown["status"] == "STATUS_SUCCESS"  # pruned ended as the search meant: not a failure
         assert shown["scalars"]["epoch_reached"][-1][1] == row.epoch_reached
         assert len(shown["scalars"]["epoch/loss"]) == row.epoch_reached
+
+
+def test_ctrl_c_shows_running_trials_then_interrupted_and_a_resume_finishes_them(tmp_path):
+    """While trials run, MLflow shows them running (the live view); Ctrl-C ends the parent
+    run and theirs as KILLED, status interrupted; the resume replaces them, one run each."""
+    import signal
+    import time
+
+    release = tmp_path / "release"
+    grid = write_grid(tmp_path, "from sweep_fns import wait_for_file as train\n"
+                                f"grid = {{'x': [1, 2], 'release': [{str(release)!r}]}}\n")
+    args = [sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path), "--name", "i", "--workers", "2",
+            "--mlflow", "--tensorboard"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    uri = local_uri(tmp_path / "i")
+    deadline, running = time.monotonic() + 120, []
+    while time.monotonic() < deadline and proc.poll() is None and len(running) < 2:
+        if os.path.exists(tmp_path / "i" / "mlflow.db"):
+            try:
+                running = [r for r in mlflow_runs(uri, "i")[1] if r.info.status == "RUNNING"]
+            except Exception:  # the store is being created
+                running = []
+        time.sleep(0.2)  # polling the tracker itself: what a user watching it sees
+    assert len(running) == 2 and all(r.data.tags["status"] == "running" for r in running), proc.poll()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    parents, runs = mlflow_runs(uri, "i")
+    assert parents[0].info.status == "KILLED"
+    assert {(r.info.status, r.data.tags["status"]) for r in runs} == {("KILLED", "interrupted")} and len(runs) == 2
+    _, sessions = tb_sessions(tmp_path / "i")
+    assert {s["status"] for s in sessions.values()} == {"STATUS_UNKNOWN"}
+    release.touch()
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    parents, runs = mlflow_runs(uri, "i")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(runs) == 2 and {(r.info.status, r.data.tags["status"]) for r in runs} == {("FINISHED", "ok")}
+    _, sessions = tb_sessions(tmp_path / "i")
+    assert {s["status"] for s in sessions.values()} == {"STATUS_SUCCESS"}
 
 
 def _closed_port() -> int:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from ..errors import SweepError
-from ..trial import Status, TrialResult, TrialSpec
+from ..trial import TrialResult, TrialSpec
 
 #: The optional extra that brings each tracker's package, by option.
 EXTRAS = {"tensorboard": ("tensorboard", "sweeper[tensorboard]", "--tensorboard"),
@@ -225,14 +225,3 @@ def make(options: Any, folder: str) -> list[Tracker]:
         out.append(MlflowRuns(mlflow_uri(options.mlflow, folder), folder))
     return out
 
-
-def tb_status(status: Status | None) -> str:
-    """TensorBoard's four session statuses: ok and pruned ended as asked (pruned trials
-    show their last epoch's metrics and ``epoch_reached``), interrupted is unknown."""
-    if status is None:
-        return "STATUS_RUNNING"
-    if status.succeeded:
-        return "STATUS_SUCCESS"
-    if status is Status.INTERRUPTED:
-        return "STATUS_UNKNOWN"
-    return "STATUS_FAILURE"

@@ -93,7 +93,10 @@ class Mirror:
             result = None if tid in running else results[tid]
             attempt = running[tid] if result is None else attempt_of(result)
             mine = held.get(tid)
-            if mine is None or mine.key != attempt.key:
+            told_otherwise = result is not None and mine is not None and mine.final not in (None, digest(result))
+            if mine is None or mine.key != attempt.key or told_otherwise:
+                # a new attempt, or a row recorded again with another outcome (a trial that
+                # sent its result, then did not exit cleanly): shown anew, never half of each
                 tracker.start(attempt, mine)
                 mine = held[tid] = Held(attempt.key)
             if tid in last and (mine.epoch is None or last[tid] > mine.epoch):

@@ -31,8 +31,8 @@ from datetime import datetime
 from typing import IO, Any, Sequence
 
 from ..paths import SweepPaths, atomic
-from ..trial import TrialResult
-from . import Attempt, Domain, Held, SweepInfo, domains_of_points, numbers, tb_status
+from ..trial import Status, TrialResult
+from . import Attempt, Domain, Held, SweepInfo, domains_of_points, numbers
 
 STATE = ".sweeper.json"
 EXPERIMENT = ".sweeper-experiment"
@@ -261,3 +261,14 @@ def _value(value: Any, kind: str) -> Any:
         return struct_pb2.Value(number_value=float(value))
     return struct_pb2.Value(string_value=value if isinstance(value, str) else json.dumps(value))
 
+
+def tb_status(status: Status) -> str:
+    """TensorBoard's session statuses: ok and pruned ended as asked (pruned trials show
+    their last epoch's metrics and ``epoch_reached``), interrupted is unknown. A running
+    trial has none yet (TensorBoard shows it as unknown): TensorBoard keeps the first
+    status it reads of a session, so the one written is the last."""
+    if status.succeeded:
+        return "STATUS_SUCCESS"
+    if status is Status.INTERRUPTED:
+        return "STATUS_UNKNOWN"
+    return "STATUS_FAILURE"
