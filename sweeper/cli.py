@@ -396,6 +396,10 @@ def export_main(argv: list[str]) -> int:
         raise SweepError("export needs --tensorboard and/or --mlflow [URI]; e.g. "
                          f"{_prog()} export {args.folder} --mlflow http://localhost:5000")
     folder = runner.sweep_folder(args.folder)
+    running = runner.holder(folder)
+    if running:  # its trials' attempts change under an export: only the sweep itself shows them right
+        raise SweepError(f"a sweep (pid {running}) is running in {folder}; export it when it has ended, "
+                         "or start the sweep with --tensorboard / --mlflow to see it live")
     opts = Options(tensorboard=args.tensorboard, mlflow=args.mlflow).checked()
     tracking.check(opts)
     ledger = Ledger(folder, readonly=True)
@@ -409,7 +413,7 @@ def export_main(argv: list[str]) -> int:
                               search=search, domains=tracking.domains_of_points(r.params for r in results.values()))
     trackers = tracking.make(opts, folder)
     mirror = Mirror(folder, trackers, info, strict=True)
-    mirror.end("running" if runner.holder(folder) else "finished")
+    mirror.end("finished")
     for t in trackers:
         print(f"sweeper: {len(results)} trials shown in {t.label}")
         print(f"sweeper: {t.hint}")

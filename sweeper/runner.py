@@ -359,19 +359,21 @@ def _run(
     engine = Engine(backend, ledger, hooks=hooks, timeout=options.timeout, retries=options.retries)
     shown = _trackers(options, folder, uid, space, specs, feed)
     interrupted = None
+    state = "failed"  # unless the engine returns or is interrupted
     try:
         engine.run(todo, feed)
+        state = "finished"
     except Interrupted as exc:
-        interrupted = exc.signum
+        interrupted, state = exc.signum, "interrupted"
     finally:
         final = [r for tid, r in results.items() if tid in wanted]
         for f in files:
             f.flush()
-        if shown is not None:
-            shown.close("finished" if interrupted is None else "interrupted")
+        for each in shown:
+            each.close(state)
     return Outcome(folder, table.ordered(final), specs, placement, notes, len(engine.started),
                    time.monotonic() - start, interrupted,
-                   shown=[t.hint for t in shown.mirror.trackers] if shown is not None else [])
+                   shown=[t.hint for each in shown for t in each.mirror.trackers])
 
 
 def default_uid(folder: str) -> str:
@@ -380,11 +382,12 @@ def default_uid(folder: str) -> str:
 
 
 def _trackers(options: Options, folder: str, uid: str, space: Any, specs: list[TrialSpec],
-              feed: Any) -> Any:
-    """TensorBoard and MLflow, kept current from the ledger by a thread (None if neither)."""
+              feed: Any) -> list[Any]:
+    """TensorBoard and MLflow, each kept current from the ledger by its own thread (so a
+    slow server holds up neither the sweep nor the other)."""
     trackers = tracking.make(options, folder)
     if not trackers:
-        return None
+        return []
     from .tracking.mirror import Background, Mirror
 
     domains = tracking.domains_of_space(space) if space is not None else tracking.domains_of_points(
@@ -399,7 +402,7 @@ def _trackers(options: Options, folder: str, uid: str, space: Any, specs: list[T
             known.update((s.trial_id, s) for s in list(feed.specs if feed is not None else specs))
         return known.get(tid)
 
-    return Background(Mirror(folder, trackers, info, spec_of))
+    return [Background(Mirror(folder, [t], info, spec_of)) for t in trackers]
 
 
 def _search(space: Any, options: Options, folder: str, ledger: Ledger,

@@ -396,11 +396,40 @@ def test_hostile_names_and_values_reach_both_tools(tmp_path, caplog):
     _, children = mlflow_runs(local_uri(tmp_path / "h"), "h")
     assert len(children) == 2
     params = children[0].data.params
-    assert params["drop out/rate"] == "0.5" and params["a_b.."] == "null" and params["_/up"].endswith("...")
+    assert params["drop out/rate"] == "0.5" and params["a:b.."] == "null" and params["_/up"].endswith("...")
     assert params["layers"] == "[64, 32]"
     _, sessions = tb_sessions(tmp_path / "h")
     assert sorted(s["hparams"]["flag"] for s in sessions.values()) == [False, True]
     assert {s["hparams"]["layers"] for s in sessions.values()} == {"[64, 32]"}
+
+
+def test_the_result_is_what_mlflow_shows_even_when_it_is_not_the_last_epoch(tmp_path, caplog):
+    """A result unlike its last epoch (a restored best checkpoint), a metric too big for a
+    float, two names MLflow would make one key: the run shows the result, nothing is lost."""
+    with caplog.at_level(logging.WARNING, logger="sweeper"):
+        df = sweeper.sweep(sweep_fns.final_differs, {"x": [1]}, tensorboard=True, mlflow=True, out=str(tmp_path),
+                           name="d", progress=False)
+    assert df.status.tolist() == ["ok"] and not caplog.records, [r.getMessage() for r in caplog.records]
+    [run] = mlflow_runs(local_uri(tmp_path / "d"), "d")[1]
+    assert run.data.metrics["acc"] == 0.99  # not 0.3, the last epoch's
+    assert (run.data.metrics["a_b"], run.data.metrics["a_b_2"]) in [(1.0, 2.0), (2.0, 1.0)]
+    assert "huge" not in run.data.metrics
+    [shown] = tb_sessions(tmp_path / "d")[1].values()
+    assert shown["scalars"]["acc"][-1][1] == pytest.approx(0.99)
+
+
+def test_export_waits_for_a_running_sweep_to_end(tmp_path):
+    import fcntl
+
+    folder = tmp_path / "e"
+    sweeper.sweep(sweep_fns.tracked, {"lr": [0.1]}, out=str(tmp_path), name="e", progress=False)
+    with open(folder / ".lock", "w") as lock:  # as a sweep running there holds it
+        lock.write(str(os.getpid()))
+        lock.flush()
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = run_cli("export", str(folder), "--tensorboard")
+    assert proc.returncode == 2 and f"a sweep (pid {os.getpid()}) is running in" in proc.stderr
+    assert not os.path.exists(folder / "tensorboard")
 
 
 @pytest.mark.parametrize("option, value, says", [

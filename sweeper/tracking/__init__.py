@@ -139,7 +139,10 @@ def numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
     for k, v in metrics.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             continue
-        out[str(k)] = float(v)
+        try:
+            out[str(k)] = float(v)
+        except OverflowError:  # an int too big for a float: no tracker can plot it
+            continue
     return out
 
 
@@ -187,7 +190,7 @@ def _sorted(values: list[Any]) -> list[Any]:
 
 def key_name(name: str) -> str:
     """A name MLflow takes as a param or metric key (letters, digits, ``_ - . / space``)."""
-    out = re.sub(r"[^\w.\- /]", "_", str(name))
+    out = re.sub(r"[^\w.\- /:]", "_", str(name))
     out = "/".join(part if part not in ("", ".", "..") else "_" for part in out.split("/"))
     return out[:250]
 

@@ -81,8 +81,10 @@ class Mirror:
         running = {}
         for row in marks:
             spec = self.specs(row["trial_id"])
-            if spec is not None:
-                running[row["trial_id"]] = attempt_running(row, spec)
+            if spec is None:  # running, its parameters unknown here: its old row is not its state
+                results.pop(row["trial_id"], None)
+                continue
+            running[row["trial_id"]] = attempt_running(row, spec)
         return results, running, last
 
     def _sync_one(self, tracker: Tracker, results: Mapping[str, TrialResult], running: Mapping[str, Attempt],
@@ -160,11 +162,16 @@ class Background:
         finally:
             self._done.set()
 
-    def close(self, state: str, timeout: float = 120.0) -> None:
-        """The last outcomes sent and the sweep closed, waiting at most ``timeout`` seconds."""
+    def close(self, state: str, timeout: float = 60.0) -> None:
+        """The last outcomes sent and the sweep closed, waiting at most ``timeout`` seconds
+        (Ctrl-C ends the wait)."""
         self._state = state
         self._stop.set()
-        if not self._done.wait(timeout):
+        try:
+            done = self._done.wait(timeout)
+        except KeyboardInterrupt:
+            done = False
+        if not done:
             log.warning("sweeper: warning: %s still sending after %.0fs; left unfinished. Replay it with: "
                         "python -m sweeper export %s %s", ", ".join(t.label for t in self.mirror.trackers),
                         timeout, self.mirror.folder, " ".join(t.flag for t in self.mirror.trackers))

@@ -35,6 +35,8 @@ PARENT_TAG = "mlflow.parentRunId"
 RUN_STATUS = {Status.OK: "FINISHED", Status.PRUNED: "FINISHED", Status.INTERRUPTED: "KILLED"}
 #: How long the first look at a tracking server may take before it counts as unreachable.
 PROBE_S = 5.0
+#: MLflow's wait per request to a server, and its retries (its defaults: 120 s and 7).
+HTTP_TIMEOUT_S, HTTP_RETRIES = 15, 2
 
 
 def _ms(seconds_: float) -> int:
@@ -110,9 +112,13 @@ class MlflowRuns:
         return held
 
     def _probe(self) -> None:
-        """A server that does not answer is found in seconds, not after MLflow's retries."""
+        """A server that does not answer is found in seconds, not after MLflow's retries;
+        one that hangs later costs at most HTTP_TIMEOUT_S per try and HTTP_RETRIES retries
+        (unless the user set MLflow's own variables)."""
         if not self.uri.startswith(("http://", "https://")):
             return
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(HTTP_TIMEOUT_S))
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(HTTP_RETRIES))
         try:
             urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=PROBE_S).close()
         except urllib.error.HTTPError:
@@ -136,7 +142,7 @@ class MlflowRuns:
 
     def end(self, state: str) -> None:
         if self.client is not None and self.parent and state != "running":
-            self.client.set_terminated(self.parent, "KILLED" if state == "interrupted" else "FINISHED")
+            self.client.set_terminated(self.parent, {"interrupted": "KILLED", "failed": "FAILED"}.get(state, "FINISHED"))
 
     # -- a trial ----------------------------------------------------------------------
 
@@ -173,7 +179,10 @@ class MlflowRuns:
         run_id = self.runs[attempt.trial_id]
         end = seconds(result.started_at) + result.duration_s
         step = result.epoch_reached or 0
-        metrics = [Metric(self._key(k), v, _ms(end), step) for k, v in numbers(result.metrics).items()]
+        # at its last epoch and stamped now, after every epoch's point: MLflow shows a run's
+        # value at its highest step, then its latest time, so the result is what shows
+        now = _ms(time.time())
+        metrics = [Metric(self._key(k), v, now, step) for k, v in numbers(result.metrics).items()]
         tags = {"status": result.status.value, "device": result.device, "attempt": str(result.attempts)}
         if result.error:
             tags["error"] = result.error[:5000]
@@ -194,7 +203,7 @@ class MlflowRuns:
             taken = set(self.keys.values())
             n = 2
             while key in taken:
-                key, n = f"{key_name(name)[:245]}~{n}", n + 1
+                key, n = f"{key_name(name)[:245]}_{n}", n + 1
             self.keys[name] = key
         return key
 
