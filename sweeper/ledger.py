@@ -288,11 +288,6 @@ class Ledger:
         rows = self._db.execute("SELECT trial_id, epoch, metrics FROM history ORDER BY trial_id, epoch")
         return [(current_id(tid), epoch, json.loads(m)) for tid, epoch, m in rows]
 
-    def last_epochs(self) -> dict[str, int]:
-        """Each trial's last reported epoch (cheap: read from the history's key)."""
-        rows = self._db.execute("SELECT trial_id, max(epoch) FROM history GROUP BY trial_id")
-        return {current_id(tid): epoch for tid, epoch in rows}
-
     def epochs(self, trial_id: str, after: int | None = None) -> list[tuple[int, dict[str, Any], float | None]]:
         """One trial's reports after epoch ``after``: (epoch, metrics, time reported)."""
         ids = (trial_id, trial_id[1:] if trial_id.startswith("t") else trial_id)  # as an old ledger has it

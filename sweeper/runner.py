@@ -293,8 +293,8 @@ def _run(
     # what status, report and load() rank by unless told otherwise: this run's choice
     if search is not None:
         facts.append(("search", f"{search.sampler_name}, prune {search.pruner_name}"))
-    facts += [("metric", options.metric or ""),
-              ("mode", options.mode or (direction(options.metric) if options.metric else None) or "")]
+    mode = options.mode or (direction(options.metric) if options.metric else None) or ""
+    facts += [("metric", options.metric or ""), ("mode", mode)]
     ledger.put_many(facts)
 
     wanted = {s.trial_id for s in specs}
@@ -357,7 +357,7 @@ def _run(
         backend = LocalBackend(target, placement.slots, workers=options.workers, prefetch=options.prefetch,
                                start_method=options.start_method, spare=spare)
     engine = Engine(backend, ledger, hooks=hooks, timeout=options.timeout, retries=options.retries)
-    shown = _trackers(options, folder, uid, space, specs, feed)
+    shown = _trackers(options, folder, uid, mode, space, specs, feed)
     interrupted = None
     state = "failed"  # unless the engine returns or is interrupted
     try:
@@ -381,7 +381,7 @@ def default_uid(folder: str) -> str:
     return hashlib.sha256(os.path.abspath(folder).encode()).hexdigest()[:32]
 
 
-def _trackers(options: Options, folder: str, uid: str, space: Any, specs: list[TrialSpec],
+def _trackers(options: Options, folder: str, uid: str, mode: str, space: Any, specs: list[TrialSpec],
               feed: Any) -> list[Any]:
     """TensorBoard and MLflow, each kept current from the ledger by its own thread (so a
     slow server holds up neither the sweep nor the other)."""
@@ -393,7 +393,7 @@ def _trackers(options: Options, folder: str, uid: str, space: Any, specs: list[T
     domains = tracking.domains_of_space(space) if space is not None else tracking.domains_of_points(
         s.params for s in specs)
     info = tracking.SweepInfo(name=os.path.basename(folder), folder=folder, uid=uid, domains=domains,
-                              metric=options.metric or "", mode=options.mode or "",
+                              metric=options.metric or "", mode=mode,
                               search=str(options.search or ""))
     known: dict[str, TrialSpec] = {}
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import math
 import os
 import re
+import time
+from datetime import datetime
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
@@ -116,6 +117,14 @@ class Tracker(Protocol):
         """The sweep stops here: ``running`` (another process goes on), ``finished`` or ``interrupted``."""
 
 
+def seconds(stamp: str) -> float:
+    """An engine time stamp (ISO 8601, UTC, ``Z``) as seconds since the epoch."""
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time()
+
+
 def digest(result: TrialResult) -> str:
     """What a tracker was told of an outcome: its status and metrics, in a few characters."""
     text = f"{result.status.value} {sorted(result.metrics.items())!r} {result.epoch_reached}"
@@ -144,10 +153,6 @@ def numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
         except OverflowError:  # an int too big for a float: no tracker can plot it
             continue
     return out
-
-
-def finite(value: float) -> bool:
-    return not (math.isnan(value) or math.isinf(value))
 
 
 def domains_of_points(points: Iterable[Mapping[str, Any]]) -> dict[str, Domain]:

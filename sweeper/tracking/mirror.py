@@ -48,7 +48,6 @@ class Mirror:
         self.metrics: list[str] = []
         self._ledger: Ledger | None = None
         self._seen: int | None = None
-        self.sent = 0  #: trials whose outcome was told to every tracker, this session
 
     def sync(self) -> bool:
         """Send what the trackers are missing; False when the ledger did not change."""
@@ -77,7 +76,7 @@ class Mirror:
         with self._ledger.snapshot():  # one moment: a trial is running or recorded, not neither
             results = self._ledger.results()
             marks = self._ledger.running()
-            last = self._ledger.last_epochs()
+            last = {tid: epoch for tid, (epoch, _) in self._ledger.latest_epochs().items()}
         running = {}
         for row in marks:
             spec = self.specs(row["trial_id"])

@@ -27,8 +27,7 @@ from typing import Any, Sequence
 
 from ..paths import SweepPaths
 from ..trial import Status, TrialResult
-from . import Attempt, Held, SweepInfo, key_name, numbers
-from .tb import seconds
+from . import Attempt, Held, SweepInfo, key_name, numbers, seconds
 
 PARENT_TAG = "mlflow.parentRunId"
 #: MLflow's run status for each trial status.

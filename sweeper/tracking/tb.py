@@ -27,24 +27,15 @@ import os
 import shutil
 import socket
 import time
-from datetime import datetime
 from typing import IO, Any, Sequence
 
 from ..paths import SweepPaths, atomic
 from ..trial import Status, TrialResult
-from . import Attempt, Domain, Held, SweepInfo, domains_of_points, numbers
+from . import Attempt, Domain, Held, SweepInfo, domains_of_points, numbers, seconds
 
 STATE = ".sweeper.json"
 EXPERIMENT = ".sweeper-experiment"
 _COUNT = itertools.count()
-
-
-def seconds(stamp: str) -> float:
-    """An engine time stamp (ISO 8601, UTC, ``Z``) as seconds since the epoch."""
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return time.time()
 
 
 class _EventFile:
