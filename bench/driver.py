@@ -61,7 +61,7 @@ def main(spec_path: str, result_path: str) -> int:
         import importlib
 
         mod_name, fn_name = spec["fn"].split(":")
-        if runner is methods.run_sweeper:  # as a user's script does: import, then sweep(fn)
+        if runner is methods.run_sweeper or spec.get("import_fn"):  # as a user's script does: import, then run
             fn = getattr(importlib.import_module(mod_name), fn_name)
         else:
             fn = methods.ByName(mod_name, fn_name)

@@ -65,6 +65,7 @@ def run_sweeper(fn: Callable, points: Points, k: int, timeout: float, grid: dict
                 return {"na": f"this sweeper has no option {', '.join(options)} ({exc})"}
             raise
         wall = time.perf_counter() - t0
+        fired = _watchdog_fired(out)
     trials = []
     for row in frame.to_dict("records"):
         started = row.get("started_at")
@@ -72,8 +73,21 @@ def run_sweeper(fn: Callable, points: Points, k: int, timeout: float, grid: dict
                               duration_s=_float(row.get("duration_s")),
                               slot=_int(row.get("slot", -1))))
     n_ok = sum(1 for t in trials if t["status"] == "ok")
-    return {"wall_s": wall, "trials": trials, "n_ok": n_ok,
+    return {"wall_s": wall, "trials": trials, "n_ok": n_ok, "watchdog_fired": fired,
             "slot_env": any(t.get("slot", -1) >= 0 for t in trials)}
+
+
+def _watchdog_fired(out: str) -> int:
+    """Trials whose log says the fork watchdog fired (it writes its line there)."""
+    import glob
+
+    from sweeper.backends.local import WATCHDOG_MARK
+
+    fired = 0
+    for path in glob.glob(f"{out}/*/trials/*/log.txt"):
+        with open(path, errors="replace") as f:
+            fired += WATCHDOG_MARK in f.read()
+    return fired
 
 
 def _epoch(iso: Any) -> float | None:
@@ -175,23 +189,21 @@ def run_pool(fn: Callable, points: Points, k: int, timeout: float) -> dict[str, 
     return {"wall_s": wall, "trials": trials, "n_ok": sum(t["status"] == "ok" for t in trials)}
 
 
-# -- loky: joblib.Parallel(backend="loky"); workers are reused ------------------------------
+# -- loky: joblib's reusable executor; workers are reused --------------------------------
 
 def run_loky(fn: Callable, points: Points, k: int, timeout: float) -> dict[str, Any]:
-    import joblib
+    """loky's executor itself, not ``joblib.Parallel``: with ``n_jobs=1`` Parallel runs every
+    call in the calling process (no worker at all), which would not be a rival's figure."""
+    from joblib.externals.loky import get_reusable_executor
 
     t0 = time.perf_counter()
+    ex = get_reusable_executor(max_workers=k, timeout=timeout)
     try:
-        out = joblib.Parallel(n_jobs=k, backend="loky", timeout=timeout)(joblib.delayed(_pool_call)((fn, p))
-                                                                          for p in points)
+        out = list(ex.map(_pool_call, [(fn, p) for p in points], timeout=timeout * max(1, len(points))))
         wall = time.perf_counter() - t0
     finally:
         try:
-            from joblib.externals.loky import reusable_executor
-
-            ex = getattr(reusable_executor, "_executor", None)
-            if ex is not None:
-                ex.shutdown(wait=True, kill_workers=True)
+            ex.shutdown(wait=True, kill_workers=True)
         except Exception:  # noqa: BLE001 - the driver kills leftovers anyway
             traceback.print_exc()
     trials = [_record(v, status=kind) for kind, v in out]
@@ -232,6 +244,7 @@ RUNNERS: dict[str, tuple[Callable, dict[str, Any]]] = {
     "sweeper": (run_sweeper, {}),
     "sweeper --no-prefetch": (run_sweeper, {"prefetch": False}),
     "sweeper forkserver": (run_sweeper, {"start_method": "forkserver"}),
+    "sweeper spawn": (run_sweeper, {"start_method": "spawn"}),
     "naive": (run_naive, {}),
     "pool": (run_pool, {}),
     "loky": (run_loky, {}),

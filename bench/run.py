@@ -52,8 +52,9 @@ DRIVER = os.path.join(HERE, "driver.py")
 GRID_100K = os.path.join(HERE, "grid_100k.py")
 GRID_TF_FIRST = os.path.join(HERE, "grid_tf_first.py")
 
-ALL_METHODS = ["sweeper", "sweeper --no-prefetch", "sweeper forkserver", "naive", "pool", "loky", "ray tune"]
-SWEEPERS = ALL_METHODS[:3]
+ALL_METHODS = ["sweeper", "sweeper --no-prefetch", "sweeper forkserver", "sweeper spawn", "naive", "pool", "loky",
+               "ray tune"]
+SWEEPERS = ALL_METHODS[:4]
 SWEEPER_ONLY = {"D", "E"}  # scenarios that measure sweeper itself: --methods keeps only its variants
 LABEL = {"loky": "loky (reuses)"}
 
@@ -72,6 +73,9 @@ class Case:
     long: bool = False  # B and D: long runs, averaged over many trials; --long-repeats
     timeout_s: float = 300.0  # for one whole run, after which its process tree is killed
     check_rusage: bool = False
+    #: Every method's driver imports the trial's module before its clock, as a user's script
+    #: does (the baselines otherwise import it only in their workers).
+    import_fn: bool = False
 
     @property
     def ideal_s(self) -> float:
@@ -110,6 +114,12 @@ def cases(quick: bool) -> dict[str, list[Case]]:
         "D": [Case("D", f"{d_n} no-op trials, 2 slots: the parent's own cost", "trials:noop", d_n, 2,
                    methods=["sweeper", "sweeper forkserver"], long=True, timeout_s=60 + 1.0 * d_n,
                    check_rusage=True)],
+        # The short-trial workload, the same sizes quick or full: trials no longer
+        # than one TensorFlow import, where a fresh process per trial costs most.
+        "F": [Case(f"F{j}", f"{n} x sleep({s:g}) TF-importing trials, {k} slot{'s' * (k > 1)}", "tf_sleep:train", n, k,
+                   {"s": s}, methods=["sweeper", "sweeper spawn", "sweeper forkserver", "loky", "pool"],
+                   long=True, timeout_s=120 + n * (s + 30), import_fn=True)
+              for j, (n, s, k) in enumerate([(8, 4.0, 1), (16, 2.0, 2), (8, 4.0, 2), (16, 2.0, 1)], 1)],
         # The same sizes quick or full (only the repeats differ): what is measured is the
         # start of one command, not an average over trials.
         "E": [Case("E", "CLI start: command to first train, and a no-op resume; TF-importing grid file, "
@@ -172,7 +182,7 @@ def med(xs: list[float]) -> float | None:
 def figures(case: Case, method: str, res: dict) -> dict[str, Any]:
     wall, n, k = res["wall_s"], case.n, case.k
     trials = res.get("trials", [])
-    f: dict[str, Any] = {"wall_s": wall, "n_ok": res.get("n_ok"), "n": n,
+    f: dict[str, Any] = {"wall_s": wall, "n_ok": res.get("n_ok"), "n": n, "watchdog_fired": res.get("watchdog_fired"),
                          "parent_cpu_s": res.get("parent_cpu_s"), "children_cpu_s": res.get("children_cpu_s"),
                          "parent_maxrss_mb": res.get("maxrss_mb")}
     launch = [t["t_start"] - t["started_at"] for t in trials
@@ -203,6 +213,13 @@ def figures(case: Case, method: str, res: dict) -> dict[str, Any]:
         f["rss_before_sweep_mb"] = res.get("maxrss_before_mb")
         f["trials_per_s"] = n / wall
         f["rusage_check"] = res.get("rusage_check")
+    elif case.name.startswith("F"):
+        f["efficiency"] = case.ideal_s / wall
+        f["ideal_s"] = case.ideal_s
+        starts = [t["t_start"] for t in trials if isinstance(t.get("t_start"), (int, float))]
+        if starts and isinstance(res.get("command_t0"), (int, float)):  # the driver's import included
+            f["first_train_s"] = min(starts) - res["command_t0"]
+        f["pids"] = len({t.get("pid") for t in trials})  # a fresh process per trial: pids == n
     elif case.name == "E":
         for key in ("first_train_s", "first_launch_s", "launch_to_train_s", "resume_s", "resume_rc", "rc",
                     "resume_trials_run"):
@@ -294,7 +311,8 @@ class Runner:
 
     def driver(self, case: Case, method: str, rep: int) -> dict[str, Any]:
         spec = {"method": method, "fn": case.fn, "k": case.k, "points": case.points(), "grid": case.grid(),
-                "trial_timeout": max(60.0, case.timeout_s / 2), "check_rusage": case.check_rusage}
+                "trial_timeout": max(60.0, case.timeout_s / 2), "check_rusage": case.check_rusage,
+                "import_fn": case.import_fn}
         tag = f"{case.name}_{method.replace(' ', '_').replace('-', '')}_r{rep}"
         with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
             spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
@@ -307,6 +325,7 @@ class Runner:
                 res = json.load(f)
         if why:
             res["error"] = why
+        res["command_t0"] = self.t_start  # epoch, just before the driver's start
         return res
 
     def log(self, tag: str) -> str:
@@ -365,6 +384,10 @@ SHOWN = [
     ("D", "parent_cpu_ms_per_trial", "parent CPU ms/trial", "{:.2f}"),
     ("D", "peak_rss_mb", "parent peak RSS MB", "{:.0f}"),
     ("E", "first_train_s", "command -> 1st train s", "{:.2f}"),
+    ("F", "wall_s", "makespan s", "{:.1f}"),
+    ("F", "vs_loky", "makespan / loky's", "{:.2f}x"),
+    ("F", "first_train_s", "command -> 1st train s", "{:.2f}"),
+    ("F", "pids", "trial processes", "{:.0f}"),
     ("E", "resume_s", "no-op resume s", "{:.2f}"),
 ]
 
@@ -394,13 +417,16 @@ def table_rows(results: dict, quick: bool) -> list[list[str]]:
                 rows.append([cname, label, "-", "-", "failed", "-"])
                 continue
             wall = _fmt("{:.1f}", fig.get("wall_s"))
+            loky = entry["methods"].get("loky", {}).get("median", {}).get("wall_s")
+            if cname.startswith("F") and isinstance(loky, (int, float)) and isinstance(fig.get("wall_s"), (int, float)):
+                fig = {**fig, "vs_loky": fig["wall_s"] / loky}
             bad = "!" if any(r.get("n_ok") != r.get("n") or r.get("resume_trials_run") or r.get("resume_rc")
                              for r in m.get("runs", [])) else ""
             for prefix, key, name, fmt in SHOWN:
                 if not cname.startswith(prefix) or key not in fig:
                     continue
                 ratio = "-"
-                if method != "pool" and isinstance(pool.get(key), (int, float)) and pool[key] and \
+                if method != "pool" and key not in ("vs_loky", "pids") and isinstance(pool.get(key), (int, float)) and pool[key] and \
                         isinstance(fig.get(key), (int, float)):
                     ratio = f"{fig[key] / pool[key]:.2f}x"
                 rows.append([cname, label, wall, name, _fmt(fmt, fig.get(key)) + bad, ratio])
@@ -450,6 +476,12 @@ notes:
      finished folder, start to exit: the check's import and exit, then nothing to run. The JSON
      splits the first figure at the first trial's started_at (ledger, ms): first_launch_s.
      wall_s of E = the first command (all its trials), start to exit.
+  F  the issue's short trials (no longer than one TF import): makespan = wall time of the sweep call
+     (sweep(), Parallel(), Pool.imap) in a fresh driver that first imported the trial's module, as
+     a user's script does (every method alike). command -> 1st train = from just before the
+     driver's start to the first train's first statement. trial processes = distinct pids
+     (loky reuses 1 per slot; every other method starts one per trial). "sweeper" is the
+     default; "sweeper spawn" and "sweeper forkserver" force the start method.
   loky reuses its worker processes: no fresh process per trial, so it frees no GPU memory (nor
      any other state) between trials; its numbers are a floor, not a like-for-like rival.
   !  = some trials did not finish ok in at least one repeat (see the JSON and bench/out/logs/);
@@ -601,6 +633,14 @@ def main(argv: list[str] | None = None) -> int:
             for r in m["runs"]:
                 if "error" in r:
                     print(f"  error: {name}: {r['error']}")
+    fired = sum(r.get("watchdog_fired") or 0 for c in results["cases"].values() for m in c["methods"].values()
+                for r in m["runs"])
+    runs = sum(1 for c in results["cases"].values() for name, m in c["methods"].items() if name.startswith("sweeper")
+               for r in m["runs"] if "watchdog_fired" in r)
+    results["watchdog_fired"] = fired
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"  fork watchdog: fired in {fired} trial(s) over {runs} sweeper run(s)")
     print(f"\nfigures: {args.out}; logs: {logdir}; took {results['elapsed_s']:.0f} s")
     return 0
 

@@ -1,13 +1,121 @@
-"""Imported by the fork server (``start_method="forkserver"``): loads the grid file named
-by ``SWEEPER_PRELOAD_FILE`` so every forked trial starts with it (and its framework) imported."""
+"""Imported by a sweep's fork server (:mod:`sweeper.backends.forkserver`): imports what
+``train`` needs (the grid file named by ``SWEEPER_PRELOAD_FILE``, or the module named by
+``SWEEPER_PRELOAD_MODULE``; a script run as ``__main__`` multiprocessing imports itself),
+then tries one fork (:func:`_probe`), and says ``ok``, or why not, into the FIFO named by
+``SWEEPER_PRELOAD_READY``.
+
+On anything but ``ok`` nothing is forked: trials start as spawn processes (which report an
+import error the usual way).
+"""
 
 import os
 
-from .target import load_file
+from .child import bootstrap  # noqa: F401  (every fork starts there: imported once, here)
 
-_path = os.environ.get("SWEEPER_PRELOAD_FILE")
-if _path:
+
+def _import() -> str:
+    import sys
+    from importlib import import_module
+
+    from .target import load_file
+
+    # multiprocessing (3.11) does not give its fork server the sweep's sys.path: the parent's
+    # own entries (a folder it added, the script's) come through the environment
+    for entry in reversed(os.environ.pop("SWEEPER_PRELOAD_PATH", "").split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(0, entry)
+    # what importing prints (TensorFlow's C++ logs too) must not reach the sweep's console
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
     try:
-        load_file(_path)
-    except Exception:  # noqa: BLE001 - each trial loads it again and reports the error itself
-        pass
+        if os.environ.get("SWEEPER_PRELOAD_FILE"):
+            load_file(os.environ["SWEEPER_PRELOAD_FILE"])
+        elif os.environ.get("SWEEPER_PRELOAD_MODULE"):
+            import_module(os.environ["SWEEPER_PRELOAD_MODULE"])
+    except BaseException as exc:  # noqa: BLE001 - said to the sweep, which falls back to spawn
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return f"importing train's module failed there ({why})"
+    return _probe()
+
+
+#: Seconds the probe fork may take to compute with each framework (a first TensorFlow op
+#: takes under a second here).
+PROBE_S = 10.0
+
+
+def _probe() -> str:
+    """Fork once and compute a little with each framework the import loaded (their thread
+    pools included), as a trial would. Some libraries cannot run in a fork once their
+    threads have started (PyTorch after an op at the module's top level, whose OpenMP
+    threads are gone in the fork; JAX once its backends are up): such a fork hangs inside
+    ``train``, where no watchdog can tell it from training. So that is found out here,
+    once, before any trial forks: "ok", or why the sweep must spawn."""
+    import signal
+    import time
+
+    pid = os.fork()
+    if pid == 0:  # the probe: a fork like any trial's, minus the trial
+        code = 0
+        try:
+            _compute()
+        except BaseException:  # noqa: BLE001
+            code = 3
+        os._exit(code)
+    deadline = time.monotonic() + PROBE_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            return "ok" if code == 0 else f"a fork failed to compute with {_loaded()} (exit code {code})"
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return f"a fork hung computing with {_loaded()} for {PROBE_S:g} s (threads started before the fork)"
+        time.sleep(0.01)
+
+
+def _loaded() -> str:
+    import sys
+
+    return ", ".join(m for m in ("numpy", "tensorflow", "torch", "jax") if m in sys.modules) or "Python"
+
+
+def _compute() -> None:
+    """A small computation with each framework imported, through its thread pool."""
+    import sys
+
+    if "numpy" in sys.modules:
+        np = sys.modules["numpy"]
+        a = np.ones((256, 256))
+        float((a @ a).sum())
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        t = torch.ones(256, 256)
+        float((t @ t).sum())
+    if "tensorflow" in sys.modules:
+        tf = sys.modules["tensorflow"]
+        m = tf.ones((64, 64))
+        float(tf.reduce_sum(tf.linalg.matmul(m, m)).numpy())
+    if "jax" in sys.modules:
+        jnp = sys.modules["jax"].numpy
+        x = jnp.ones((64, 64))
+        float((x @ x).sum())
+
+
+def _tell(said: str) -> None:
+    path = os.environ.pop("SWEEPER_PRELOAD_READY", "")
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # the sweep is gone
+        return
+    try:
+        os.write(fd, (said + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+_tell(_import())

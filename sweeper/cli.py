@@ -198,16 +198,17 @@ def _main(argv: list[str]) -> int:
 
 
 def _trials_may_use_spare(opts: Options) -> bool:
-    """Whether a trial may run in the process that read the grid file: local spawned
-    trials with standbys (with --no-prefetch each trial imports after its seed is set)."""
-    return not opts.dry_run and opts.backend == "local" and opts.start_method == "spawn" and opts.prefetch
+    """Whether a trial may run in the process that read the grid file: local trials with
+    standbys (with --no-prefetch each trial imports after its seed is set). Under the fork
+    server it runs the first trial while the server imports the file."""
+    return not opts.dry_run and opts.backend == "local" and opts.prefetch
 
 
 def _first_slot_env(flags: dict[str, Any]) -> dict[str, str] | None:
     """The environment the first trial's process will likely start with, from the command
     line alone (the grid file's options are not known yet): the CLI's first process starts
-    with it, so it can run that trial. None where no trial runs in it (a dry run, Ray, a
-    fork server, --no-prefetch), for --gpus free (its free GPUs are read once, with no
+    with it, so it can run that trial. None where no trial runs in it (a dry run, Ray,
+    --no-prefetch), for --gpus free (its free GPUs are read once, with no
     process of ours on them), or where the command line cannot say; a wrong guess only
     costs the import."""
     import logging

@@ -315,7 +315,13 @@ class Engine:
             raise fault
 
     def _began(self, trial: _Trial, began: Began) -> None:
-        """The trial reached its process: its clock starts; status shows it running."""
+        """The trial reached its process: its clock starts; status shows it running. Told
+        again with ``moved``: it was moved to a new process before ``train`` began there
+        (the fork watchdog), so its clock starts again and the move is said."""
+        if began.moved and trial.began is not None and trial.stop is None and not trial.cancelled:
+            log.warning("sweeper: trial %s: %s", trial.spec.name, began.moved)
+            trial.began = None
+            trial.set_deadline(None, None)
         if trial.began is not None or trial.stop is not None or trial.cancelled:
             if trial.began is None:  # stopped before it began: where it was placed, no clock
                 trial.began = began

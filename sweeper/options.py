@@ -33,7 +33,7 @@ class Options:
     mode: str | None = None  #: "max" or "min" (default: from the metric's name, as Keras ranks it)
     progress: bool = True  #: print a line per finished trial
     prefetch: bool = True  #: start each slot's next process ahead, importing train while a trial runs
-    start_method: str = "spawn"  #: "spawn", or "forkserver" (trials fork from one process that imported train)
+    start_method: str = "forkserver"  #: "forkserver" (trials fork from one process that imported train), or "spawn"
     backend: str = "local"  #: "local", or "ray" (a Ray cluster places the trials)
     address: str | None = None  #: with backend="ray": "auto", "HOST:6379"; None starts a local Ray
     cpus_per_trial: float = 1.0  #: with backend="ray": CPUs each trial asks Ray for

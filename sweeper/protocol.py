@@ -114,6 +114,8 @@ class Began:
     gpu_uuid: str = ""
     cap_mb: int | None = None
     fraction: str | None = None  #: the memory fraction it runs under, when no MB cap is known
+    #: Why the trial began again in another process, when it did (the fork watchdog's words).
+    moved: str = ""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ needing a library only the parent has): the sweep must stop with one clear error
 
 import os
 
-if "SWEEPER_SLOT" in os.environ:
+if "SWEEPER_SWEEP" in os.environ:  # any process of a sweep (a trial's, the fork server)
     raise ImportError("libcudart.so.12: cannot open shared object file")
 
 

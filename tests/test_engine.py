@@ -57,7 +57,8 @@ def test_example_trains_real_models_reproducibly(tmp_path, example):
 
 
 def test_each_trial_is_its_own_spawned_process(tmp_path):
-    df = sweeper.sweep(sweep_fns.echo, {"x": [1, 2, 3, 4]}, out=str(tmp_path), workers=2, progress=False)
+    df = sweeper.sweep(sweep_fns.echo, {"x": [1, 2, 3, 4]}, out=str(tmp_path), workers=2, progress=False,
+                       start_method="spawn")
     assert df.value.tolist() == [2.0, 4.0, 6.0, 8.0]
     assert df.pid.nunique() == 4 and os.getpid() not in set(df.pid)
     assert (df.ppid == os.getpid()).all()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pandas as pd
+import pytest
 
 from conftest import run_cli, write_grid
 from sweeper.table import READ_CSV
@@ -31,18 +32,21 @@ def _imports(marks) -> list[int]:
     return [int(line) for line in marks.read_text().split()] if marks.exists() else []
 
 
-def test_the_checking_process_runs_the_first_trial(tmp_path):
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_the_checking_process_runs_the_first_trial(tmp_path, method):
     grid, marks = _grid(tmp_path, [1, 2, 3])
-    done = run_cli(grid, "--out", str(tmp_path / "out"), "--workers", "1", "--quiet")
+    done = run_cli(grid, "--out", str(tmp_path / "out"), "--workers", "1", "--quiet", "--start-method", method)
     assert done.returncode == 0, done.stderr
     df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
-    assert (df.status == "ok").all()
+    assert (df.status == "ok").all() and df.pid.nunique() == 3
     imports = _imports(marks)
-    # one import per trial process: none in a throwaway process, none in the parent
-    assert len(imports) == 3 and os.getpid() not in imports
-    assert sorted(df['pid']) == sorted(imports)
+    assert os.getpid() not in imports  # none in the parent, none in a throwaway process
     first = df.loc[df.param_x == 1, "pid"].item()
     assert first == imports[0]  # the first trial ran in the process that read the file
+    if method == "spawn":  # one import per trial process
+        assert sorted(df['pid']) == sorted(imports)
+    else:  # it, and the fork server every other trial forked from
+        assert len(imports) == 2 and set(df.loc[df.param_x > 1, "ppid"]) == {imports[1]}
     log = (tmp_path / "out" / "grid" / "trials" / "x=1" / "log.txt").read_text()
     assert "grid file imported" in log  # what it printed while importing is the trial's
 
@@ -58,8 +62,8 @@ def test_a_resume_with_nothing_to_run_imports_once(tmp_path):
 
 
 def test_when_the_file_asks_for_other_processes_the_checking_process_is_not_used(tmp_path):
-    # the command line could not know: the file's options ask for a fork server
-    grid, marks = _grid(tmp_path, [1, 2], extra='options = {"start_method": "forkserver"}')
+    # the command line could not know: the file's options ask for no standbys
+    grid, marks = _grid(tmp_path, [1, 2], extra='options = {"prefetch": False}')
     done = run_cli(grid, "--out", str(tmp_path / "out"), "--quiet")
     assert done.returncode == 0, done.stderr
     df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)

@@ -313,7 +313,7 @@ if "SWEEPER_SLOT" in os.environ:  # a worker importing the grid file: say so
     open(os.path.join({str(imported)!r}, str(os.getpid())), "w").close()
 from sweep_fns import wait_for_file as train
 grid = [{{"x": [1], "release": [{str(go)!r}]}}, {{"x": [2, 3, 4, 5], "release": [{str(hold)!r}]}}]
-options = {{"workers": 1}}
+options = {{"workers": 1, "start_method": "spawn"}}  # standbys that import, with output to hide
 """)
     imported.mkdir()
     proc = _cli(grid, "--out", str(tmp_path / "out"))

@@ -2,22 +2,28 @@
 
 Why not a pool: the stdlib ``Pool`` hangs for ever when a worker is killed, and
 ``ProcessPoolExecutor`` fails every running task when one process dies. Here each trial
-has its own ``Process`` (``spawn``, or a fork of a fork server that imported the user's
-module once); its death is seen through a pidfd and judged alone, so one trial's
-segfault is that trial's ``crashed`` row and nothing else. Processes are not daemonic (a
-trial may start its own workers), so this backend kills whatever is left of each
-trial's process group, and of its descendants, itself, on every way out.
+has its own process, a fork of the sweep's fork server (which imported the user's module
+once; :mod:`sweeper.backends.forkserver`) or a ``spawn`` process; its death is seen
+through a pidfd and judged alone, so one trial's segfault is that trial's ``crashed`` row
+and nothing else. Processes are not daemonic (a trial may start its own workers), so this
+backend kills whatever is left of each trial's process group, and of its descendants,
+itself, on every way out.
 
 Per slot (one trial's worth of a device, :mod:`sweeper.slots`)::
 
-    start(spec) ─▶ standby of the slot, or a fresh process ─▶ spec over its pipe
+    start(spec) ─▶ a standby of the slot, a fork, or a spawn process ─▶ spec over its pipe
+                   (while the fork server imports: the trial waits, its Began comes later)
     wait()      ◀─ pipe: messages     ◀─ pidfd: it exited   ◀─ standbys: ready / died
+                ◀─ the fork server: imported (FIFO) / died (pidfd)
+                ─▶ watchdog: a fork that has not reached train after FORK_WATCHDOG_S is
+                   killed and its trial handed to a spawn process (Began again, with why)
+    ahead(n)    ─▶ standbys for the next n trials: a fork per busy slot; spawn ones while
+                   measured idle cores allow (:mod:`sweeper.headroom`), never more than n
     cancel()    ─▶ SIGTERM / SIGKILL to its process group, its descendants, and the
                    orphans it left with the sweep's tag (this process is a subreaper)
 
-A *standby* is the next process of a busy slot, started once that slot's trial has its
-imports behind it, importing ``train`` while the trial runs; the slot's next trial then
-starts without waiting for TensorFlow to import.
+A *standby* is a slot's next process, started while the slot's trial runs: it has
+``train`` imported (a fork has it from the server) when the trial comes.
 """
 
 from __future__ import annotations
@@ -29,20 +35,34 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
-from .. import outcome, procs
+from .. import headroom, outcome, procs
 from ..child import bootstrap
-from ..engine import TERM_GRACE, no_main_guard
+from ..engine import TERM_GRACE, log, no_main_guard
 from ..gpus import MemorySampler
-from ..protocol import Began, Broken, Event, Exited, LoadFailed, Result, TrainStarted
+from ..protocol import Began, Broken, Event, Exited, LoadFailed, Ready, Result, TrainStarted
 from ..slots import Slot, pick
-from ..target import FileTarget, Target
+from ..target import Target
 from ..trial import TrialSpec
+from .forkserver import ForkServer
 
 #: Seconds between NVML reads of the trials' GPU memory, while trials run on GPUs.
 SAMPLE_EVERY = 0.5
+#: Seconds a forked trial may take from being handed its trial to calling ``train``: a fork
+#: has everything imported, so it takes well under a second (a GPU's first ``cuInit`` a few).
+#: Past this it is taken for deadlocked (a lock some thread held when the server forked):
+#: killed, and its trial runs in a spawn process; the rest of the sweep uses spawn.
+FORK_WATCHDOG_S = 30.0
+#: Seconds trials wait for the fork server's import before they start as spawn processes.
+SERVER_WAIT_S = 300.0
+#: The first words of the line a watchdog rescue writes into the trial's log.
+WATCHDOG_MARK = "sweeper: fork watchdog:"
+#: Standbys per slot at most (spawn ones, while cores are idle).
+MAX_AHEAD = 3
+#: Idle cores that must be measured, beyond what standbys started since took, for one more.
+IDLE_FOR_ONE = 0.8
 
 
 @dataclass
@@ -56,6 +76,9 @@ class Spare:
     env: dict[str, str]  #: what it was started with: only a slot with the same may use it
     tag: str = ""  #: the sweep tag in its environment
     closed: bool = False
+    forked: bool = False  #: a fork of the fork server (else a spawn process)
+    ready: bool = False  #: it has imported train (sent Ready)
+    born: float = field(default_factory=time.monotonic)
 
     def close(self) -> None:
         """It is not needed: end it and everything it started."""
@@ -79,8 +102,11 @@ class _Proc:
     process: Any
     conn: multiprocessing.connection.Connection | None
     exit_fd: int
+    forked: bool = False
+    handed: float = field(default_factory=time.monotonic)  #: when it was sent its trial
     fn_started: bool = False  #: its train() has begun (its imports are done)
     has_result: bool = False
+    cancelled: bool = False
 
 
 _TRACKER_STARTED: list[bool] = []
@@ -108,21 +134,32 @@ class LocalBackend:
     stop_word = "killed"
 
     def __init__(self, target: Target, slots: Sequence[Slot], *, workers: int | None = None,
-                 prefetch: bool = True, start_method: str = "spawn", spare: Spare | None = None) -> None:
+                 prefetch: bool = True, start_method: str = "forkserver", spare: Spare | None = None) -> None:
         self.target = target
         self.slots = list(slots)
         self.capacity = min(workers or len(self.slots), len(self.slots))
         self.prefetch = prefetch
         self.start_method = start_method
-        self.ctx = multiprocessing.get_context(start_method)
+        self.spawn_ctx = multiprocessing.get_context("spawn")
+        self.fork_ctx = multiprocessing.get_context("forkserver")
         #: Carried by every process of this sweep (and only this sweep), for :mod:`sweeper.procs`.
         self.tag = spare.tag if spare and spare.tag else new_tag()
-        self.standbys: dict[int, Spare] = {}
+        self.standbys: dict[int, list[Spare]] = {}  #: by slot index, oldest first
         self._standby_deaths = 0
         if spare is not None:
             self._adopt(spare)
         self._tags = {self.tag}
         self.running: dict[str, _Proc] = {}  #: by trial id
+        self.pending: dict[str, tuple[TrialSpec, Slot]] = {}  #: waiting for the fork server
+        self._events: list[tuple[str, Event]] = []  #: for the next wait()
+        self.server: ForkServer | None = None
+        self.no_forks = start_method != "forkserver"  #: spawn only (asked, or after a fallback)
+        self.watchdog_fired = 0
+        self.idle: headroom.IdleCpu | None = None  #: measured once spawn standbys are considered
+        self._recheck_at: float | None = None  #: when to measure idle cores again
+        self._import_s: list[float] = []  #: standbys' import times, newest last
+        self._trial_s: list[float] = []  #: trials' run times, newest last
+        self._standby_mb = 0.0  #: the largest resident memory of a ready standby
         self._adopted: set[int] = set()  #: orphans of trials, come back to this subreaper
         self._before: set[int] = set()
         self._subreaper: contextlib.ExitStack | None = None
@@ -134,10 +171,11 @@ class LocalBackend:
         slot = next((s for s in self.slots[:self.capacity] if s.env == {k: v for k, v in spare.env.items()
                                                                         if k != procs.SWEEP_VAR}), None)
         # With prefetch off, every trial imports train after its seed is set: so does the first.
-        if slot is None or self.start_method != "spawn" or not self.prefetch:
+        if slot is None or not self.prefetch:
             spare.close()
         else:
-            self.standbys[slot.index] = spare
+            spare.ready = True
+            self.standbys[slot.index] = [spare]
 
     # -- the Backend protocol ------------------------------------------------------------
 
@@ -149,46 +187,61 @@ class LocalBackend:
             sampler = MemorySampler()
             self.sampler = sampler if sampler.start() else None
 
-    def start(self, spec: TrialSpec) -> Began:
-        if self.start_method == "forkserver" and _FORKSERVER_TAG[0] not in self._tags:
+    def start(self, spec: TrialSpec) -> Began | None:
+        if not self.no_forks and self.server is None:
             # now, not before: a sweep with nothing to run starts no server (its import)
-            _start_forkserver(self.ctx, self.target, f"{os.getpid()}-forkserver")
-            self._tags.add(_FORKSERVER_TAG[0])
-        busy = {p.slot.index for p in self.running.values()}
-        free = [s for s in self.slots if s.index not in busy]
-        slot = pick(free, (p.slot for p in self.running.values()), prefer=set(self.standbys))
-        process = self.standbys.pop(slot.index, None) or self._spawn(slot)
-        process.closed = True  # a trial's process now: ended as one
-        spec = replace(spec, device=slot.device)
-        self.running[spec.trial_id] = _Proc(spec, slot, process.process, process.conn, process.exit_fd)
-        try:
-            process.conn.send(spec)
-        except OSError:  # it died in its bootstrap; its exit is judged like any other
-            pass
-        fraction = slot.env.get("SWEEPER_MEMORY_FRACTION")
-        return Began(process.process.pid, slot.device, slot.uuid, slot.cap_mb, fraction)
+            self.server = ForkServer(self.fork_ctx, self.target, self.tag, _common_env(self.slots))
+            if self.server.state == "failed":
+                self._stop_forking(self.server.why)
+        taken = {p.slot.index for p in self.running.values()} | {s.index for _, s in self.pending.values()}
+        free = [s for s in self.slots if s.index not in taken]
+        slot = pick(free, [p.slot for p in self.running.values()] + [s for _, s in self.pending.values()],
+                    prefer={i for i, sbs in self.standbys.items() if sbs})
+        queue = self.standbys.get(slot.index, [])
+        if queue:
+            process = next((sb for sb in queue if sb.ready), queue[0])
+            queue.remove(process)
+        elif self._server_starting():  # its import is under way: the trial waits for a fork
+            self.pending[spec.trial_id] = (spec, slot)
+            return None
+        else:
+            process = self._new_process(slot)
+        return self._hand(spec, slot, process)
 
     def wait(self, timeout: float | None, wake: int) -> list[tuple[str, Event]]:
         waits: list[Any] = [wake]
-        for sb in self.standbys.values():
+        for sb in self._all_standbys():
             waits += [sb.exit_fd, sb.conn]
         for p in self.running.values():
             waits.append(p.exit_fd)
             if p.conn is not None:
                 waits.append(p.conn)
-        if self.sampler and self.running:
-            due = max(0.0, self._next_sample - time.monotonic())
-            timeout = due if timeout is None else min(timeout, due)
+        if self.server is not None:
+            waits += self.server.waits()
+        now = time.monotonic()
+        due = [self._next_sample] if self.sampler and self.running else []
+        due += [p.handed + FORK_WATCHDOG_S for p in self.running.values() if self._watched(p)]
+        due += [self._recheck_at] if self._recheck_at is not None else []
+        due += [self.server.started + SERVER_WAIT_S] if self.pending and self.server else []
+        if self._events:
+            due.append(now)
+        if due:
+            soon = max(0.0, min(due) - now)
+            timeout = soon if timeout is None else min(timeout, soon)
         ready = set(multiprocessing.connection.wait(waits, timeout))
-        events: list[tuple[str, Event]] = []
-        for index, sb in list(self.standbys.items()):
-            events += self._standby_event(index, sb, ready)
+        events, self._events = self._events, []
+        events += self._server_event(ready)
+        for index, queue in list(self.standbys.items()):
+            for sb in list(queue):
+                events += self._standby_event(index, sb, ready)
         for tid, p in list(self.running.items()):
             if p.conn is not None and p.conn in ready:
                 events += self._receive(p)
             if p.exit_fd in ready:
                 events += self._exited(p)
         now = time.monotonic()
+        for p in [p for p in self.running.values() if self._watched(p) and now >= p.handed + FORK_WATCHDOG_S]:
+            events += self._rescue(p)
         if self.sampler and now >= self._next_sample:
             self.sampler.sample({p.process.pid for p in self.running.values()})
             self._next_sample = now + SAMPLE_EVERY
@@ -201,29 +254,41 @@ class LocalBackend:
         return self._receive(p)
 
     def cancel(self, trial_id: str, hard: bool) -> None:
+        if self.pending.pop(trial_id, None) is not None:  # it had no process yet
+            self._events.append((trial_id, Exited(cancelled=True)))
+            return
         p = self.running.get(trial_id)
         if p is not None:
+            p.cancelled = True
             self._signal(p, signal.SIGKILL if hard else signal.SIGTERM)
 
     def ahead(self, queued: int) -> None:
-        """One standby per busy slot, as long as queued trials will need them."""
-        for index in list(self.standbys)[max(0, queued):]:  # more standbys than trials left
-            self.standbys.pop(index).close()
-        if not self.prefetch:
+        """Standbys for the next ``queued`` trials, never more: a fork per busy slot at once
+        (it costs no import); spawn ones, which import, as measured idle cores allow."""
+        queued = max(0, queued - len(self.pending))
+        standbys = self._all_standbys()
+        for sb in sorted(standbys, key=lambda sb: (sb.ready, -sb.born))[:max(0, len(standbys) - queued)]:
+            self._drop(sb)  # more standbys than trials left: those still importing go first
+        self._recheck_at = None
+        if not self.prefetch or self._server_starting():
             return
+        forks = not self.no_forks
         for p in self.running.values():
-            if len(self.standbys) >= queued:
-                break
-            # Only once the slot's trial has its imports behind it: two processes importing
-            # TensorFlow at once on few cores slow each other, and the first wave most.
-            if p.slot.index not in self.standbys and p.fn_started:
-                self.standbys[p.slot.index] = self._spawn(p.slot, standby=True)
+            if len(self._all_standbys()) >= queued:
+                return
+            # A spawn standby only once the slot's trial has its imports behind it: two
+            # processes importing TensorFlow at once on few cores slow each other.
+            if not self.standbys.get(p.slot.index) and (forks or p.fn_started):
+                self.standbys.setdefault(p.slot.index, []).append(self._new_process(p.slot, standby=True))
+        if not forks:
+            self._more_standbys(queued)
 
     def close(self) -> list[tuple[str, Event]]:
         """Last resort on any way out: nothing of a trial outlives the sweep."""
-        events: list[tuple[str, Event]] = []
+        events: list[tuple[str, Event]] = [(tid, Exited(cancelled=True)) for tid in self.pending]
+        self.pending.clear()
         try:
-            for sb in self.standbys.values():
+            for sb in self._all_standbys():
                 sb.close()
             self.standbys.clear()
             for p in self.running.values():
@@ -234,6 +299,8 @@ class LocalBackend:
                     events += self._exited(p)
                 else:
                     self._forget(p)
+            if self.server is not None:
+                self.server.stop()
             self._reap_adopted(final=True)
         finally:
             if self._subreaper is not None:
@@ -244,11 +311,131 @@ class LocalBackend:
 
     # -- processes ----------------------------------------------------------------------
 
-    def _spawn(self, slot: Slot, standby: bool = False) -> Spare:
-        """Start a worker process for a slot, with the slot's GPU and cap in its environment."""
-        boot = bootstrap.Boot(os.getpid(), self.target, slot.env, standby, self.start_method != "forkserver")
+    def _new_process(self, slot: Slot, standby: bool = False) -> Spare:
+        """Start a worker process for a slot, with the slot's GPU and cap in its environment:
+        a fork of the fork server once it is ready, else a spawn process."""
+        forked = not self.no_forks and self.server is not None and self.server.state == "ready"
+        boot = bootstrap.Boot(os.getpid(), self.target, slot.env, standby, check_ppid=not forked)
         env = {**slot.env, procs.SWEEP_VAR: self.tag}
-        return spawn(self.ctx, boot, env, f"sweeper-slot{slot.index}")
+        sb = spawn(self.fork_ctx if forked else self.spawn_ctx, boot, env, f"sweeper-slot{slot.index}")
+        sb.forked = forked
+        return sb
+
+    def _hand(self, spec: TrialSpec, slot: Slot, process: Spare) -> Began:
+        """Give a trial to a process: its pipe gets the spec; the trial's clock starts."""
+        process.closed = True  # a trial's process now: ended as one
+        spec = replace(spec, device=slot.device)
+        self.running[spec.trial_id] = _Proc(spec, slot, process.process, process.conn, process.exit_fd,
+                                            forked=process.forked)
+        try:
+            process.conn.send(spec)
+        except OSError:  # it died in its bootstrap; its exit is judged like any other
+            pass
+        fraction = slot.env.get("SWEEPER_MEMORY_FRACTION")
+        return Began(process.process.pid, slot.device, slot.uuid, slot.cap_mb, fraction)
+
+    def _all_standbys(self) -> list[Spare]:
+        return [sb for queue in self.standbys.values() for sb in queue]
+
+    def _drop(self, sb: Spare) -> None:
+        for queue in self.standbys.values():
+            if sb in queue:
+                queue.remove(sb)
+        sb.close()
+
+    def _more_standbys(self, queued: int) -> None:
+        """Spawn standbys beyond one per busy slot, each only while a whole idle core is
+        measured for it (those started since the measurement count as busy), up to the
+        depth that keeps a slot fed, and while memory allows another standby."""
+        if self.idle is None:
+            self.idle = headroom.IdleCpu()
+        cores = self.idle.sample()
+        busy = [p.slot for p in self.running.values() if p.fn_started]
+        depth = self._depth()
+        while len(self._all_standbys()) < queued:
+            short = [s for s in busy if len(self.standbys.get(s.index, [])) < depth]
+            if not short:
+                return
+            if cores is None:  # a window has not passed yet, or cannot be measured here
+                self._recheck_at = time.monotonic() + headroom.WINDOW_S
+                return
+            since = sum(1 for sb in self._all_standbys() if sb.born > self.idle.measured_at - headroom.WINDOW_S)
+            mem = headroom.available_mb()
+            if cores - since < IDLE_FOR_ONE or (mem is not None and mem < 3 * max(self._standby_mb, 512.0)):
+                self._recheck_at = time.monotonic() + headroom.WINDOW_S
+                return
+            slot = min(short, key=lambda s: (len(self.standbys.get(s.index, [])), s.index))
+            self.standbys.setdefault(slot.index, []).append(self._new_process(slot, standby=True))
+
+    def _depth(self) -> int:
+        """Standbys a slot needs to be fed: one per trial that ends during one import, plus
+        one; the most until a trial and an import have been timed."""
+        if not self._import_s or not self._trial_s:
+            return MAX_AHEAD
+        import math
+        import statistics
+
+        ratio = statistics.median(self._import_s[-8:]) / max(0.1, statistics.median(self._trial_s[-8:]))
+        return max(1, min(MAX_AHEAD, math.ceil(ratio) + 1))
+
+    # -- the fork server --------------------------------------------------------------
+
+    def _server_starting(self) -> bool:
+        return not self.no_forks and self.server is not None and self.server.state == "starting"
+
+    def _server_event(self, ready: set[Any]) -> list[tuple[str, Event]]:
+        """The fork server's import ended (or it died, or is too slow): trials waiting for it start."""
+        server = self.server
+        if server is None or self.no_forks:
+            return []
+        if server.check(ready) and server.state == "failed":
+            self._stop_forking(server.why)
+        elif server.state == "starting" and self.pending and time.monotonic() - server.started >= SERVER_WAIT_S:
+            log.warning("sweeper: the fork server has not imported train's module after %.0f s; "
+                        "waiting trials start in fresh spawn processes", SERVER_WAIT_S)
+        elif server.state == "starting":
+            return []
+        events: list[tuple[str, Event]] = []
+        for tid, (spec, slot) in list(self.pending.items()):
+            del self.pending[tid]
+            events.append((tid, self._hand(spec, slot, self._new_process(slot))))
+        return events
+
+    def _stop_forking(self, why: str) -> None:
+        """Spawn from now on: close forked standbys, end the server."""
+        if not self.no_forks:  # slower from now on, never wrong: said once
+            log.warning("sweeper: %s; trials start in fresh spawn processes", why)
+        self.no_forks = True
+        for sb in [sb for sb in self._all_standbys() if sb.forked]:
+            self._drop(sb)
+        if self.server is not None:
+            self.server.stop()
+
+    def _watched(self, p: _Proc) -> bool:
+        return p.forked and not p.fn_started and not p.has_result and not p.cancelled
+
+    def _rescue(self, p: _Proc) -> list[tuple[str, Event]]:
+        """A forked trial has not reached train in FORK_WATCHDOG_S: take it for deadlocked,
+        kill it, say why in its log, and give its trial to a spawn process (Began again)."""
+        self.watchdog_fired += 1
+        pid, spec = p.process.pid, p.spec
+        why = (f"its forked process (pid {pid}) had not reached train {FORK_WATCHDOG_S:g} s after it was "
+               "handed the trial (a lock held when the fork server forked?); it was killed and the trial "
+               "runs again in a fresh spawn process, as do the rest of the sweep's trials")
+        procs.kill_group_and_tree(pid, signal.SIGKILL)
+        join(p.process, p.exit_fd, TERM_GRACE)
+        self._forget(p)
+        try:
+            os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
+            with open(spec.log_path, "a") as f:
+                f.write(f"{WATCHDOG_MARK} {why}\n")
+        except OSError:
+            pass
+        self._stop_forking("the fork watchdog fired")
+        began = self._hand(spec, p.slot, self._new_process(p.slot))
+        return [(spec.trial_id, replace(began, moved=why))]
+
+    # -- standbys and trials ----------------------------------------------------------
 
     def _standby_event(self, index: int, sb: Spare, ready: set[Any]) -> list[tuple[str, Event]]:
         events: list[tuple[str, Event]] = []
@@ -258,13 +445,17 @@ class LocalBackend:
                     message = sb.conn.recv()  # Ready, or why it cannot import train
                     if isinstance(message, LoadFailed):
                         events.append(("", message))
+                    elif isinstance(message, Ready) and not sb.ready:
+                        sb.ready = True
+                        if not sb.forked:
+                            self._import_s = [*self._import_s[-15:], time.monotonic() - sb.born]
+                            self._standby_mb = max(self._standby_mb, headroom.rss_mb(sb.process.pid) or 0.0)
             except (EOFError, OSError):
                 pass
         if sb.exit_fd in ready:  # died before it had a trial: forget it; give up after a few
             if sb.process.exitcode == bootstrap.NO_MAIN_GUARD:
                 events.append(("", Broken(str(no_main_guard()))))
-            self.standbys.pop(index, None)
-            sb.close()
+            self._drop(sb)
             self._standby_deaths += 1
             if self._standby_deaths >= 3:
                 self.prefetch = False
@@ -304,6 +495,8 @@ class LocalBackend:
         events = self._receive(p) if p.conn is not None else []
         peak = self.sampler.peaks.pop(p.process.pid, None) if self.sampler else None
         exitcode = p.process.exitcode
+        if p.fn_started:  # how long trials run, for how many standbys keep a slot fed
+            self._trial_s = [*self._trial_s[-15:], time.monotonic() - p.handed]
         self._forget(p)
         if exitcode == bootstrap.NO_MAIN_GUARD and not p.has_result and not p.fn_started:
             # the sweep's problem, not this trial's: no row (it runs next time)
@@ -330,7 +523,7 @@ class LocalBackend:
     def _known(self) -> set[int]:
         """This process's own children that are sweeper's workers or helpers, never strays."""
         known = {p.process.pid for p in self.running.values()}
-        known |= {sb.process.pid for sb in self.standbys.values()}
+        known |= {sb.process.pid for sb in self._all_standbys()}
         return known | _mp_helpers()
 
     def _reap_adopted(self, final: bool = False) -> None:
@@ -366,32 +559,16 @@ def environ(extra: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-#: The tag the fork server was started with (its forked trials carry it; one server per process).
-_FORKSERVER_TAG = [""]
-
-
-def _start_forkserver(ctx: Any, target: Target, tag: str) -> None:
-    """Start the fork server with the user's module imported, and no GPU visible to it.
-
-    Each trial is then a fork of that server: the import (TensorFlow's seconds) is paid
-    once. The server never touches the GPU; a child pins its own before its framework
-    does. The server is one per process: a later sweep with another module keeps the
-    first preload, which is only slower, never wrong (each child imports what it lacks).
-    """
-    import multiprocessing.forkserver
-
-    if not _FORKSERVER_TAG[0]:
-        _FORKSERVER_TAG[0] = tag
-    env = {"CUDA_VISIBLE_DEVICES": "-1", procs.SWEEP_VAR: _FORKSERVER_TAG[0]}
-    if isinstance(target, FileTarget):
-        preload = ["sweeper.child.bootstrap", "sweeper._preload"]
-        env["SWEEPER_PRELOAD_FILE"] = target.path
-    else:
-        module = target.module
-        preload = ["sweeper.child.bootstrap"] + ([module] if module and module != "__main__" else [])
-    ctx.set_forkserver_preload(preload)
-    with environ(env):
-        multiprocessing.forkserver.ensure_running()
+def _common_env(slots: Sequence[Slot]) -> dict[str, str]:
+    """What every slot's environment sets alike (thread counts, device order): the fork
+    server starts with it, as variables a framework reads at import must be set by then.
+    What differs per slot (the GPU, the cap, the slot's number) each fork sets itself."""
+    envs = [s.env for s in slots]
+    common = dict(envs[0]) if envs else {}
+    for env in envs[1:]:
+        common = {k: v for k, v in common.items() if env.get(k) == v}
+    common.pop("SWEEPER_SLOT", None)
+    return common
 
 
 def join(process: Any, exit_fd: int, timeout: float) -> bool:
