@@ -118,7 +118,7 @@ def cases(quick: bool) -> dict[str, list[Case]]:
         # than one TensorFlow import, where a fresh process per trial costs most.
         "F": [Case(f"F{j}", f"{n} x sleep({s:g}) TF-importing trials, {k} slot{'s' * (k > 1)}", "tf_sleep:train", n, k,
                    {"s": s}, methods=["sweeper", "sweeper spawn", "sweeper forkserver", "loky", "pool"],
-                   long=True, timeout_s=120 + n * (s + 30), import_fn=True)
+                   timeout_s=120 + n * (s + 30), import_fn=True)
               for j, (n, s, k) in enumerate([(8, 4.0, 1), (16, 2.0, 2), (8, 4.0, 2), (16, 2.0, 1)], 1)],
         # The same sizes quick or full (only the repeats differ): what is measured is the
         # start of one command, not an average over trials.

@@ -2,7 +2,7 @@
 lock in a thread of its own now and then when the process forks (the case the fork
 watchdog is for).
 
-At import a thread takes ``_lock`` and keeps it; ``os.register_at_fork`` makes every fork
+At import in a sweep's process (the fork server, a trial) a thread takes ``_lock`` and keeps it; ``os.register_at_fork`` makes every fork
 but the first (the fork server's probe, which this lock happens to miss) take ``_lock``
 first thing. In such a fork the thread is gone and the lock stays taken: the child never
 reaches ``train``. A spawned process imports this afresh (its own thread, its
@@ -40,7 +40,8 @@ def _in_parent() -> None:
     _forks[0] += 1
 
 
-os.register_at_fork(after_in_child=_in_child, after_in_parent=_in_parent)
+if os.environ.get("SWEEPER_SWEEP"):  # only in a sweep's processes, never in the test's own
+    os.register_at_fork(after_in_child=_in_child, after_in_parent=_in_parent)
 
 if os.environ.get("FORK_DEADLOCK_MARKS"):
     with open(os.environ["FORK_DEADLOCK_MARKS"], "a") as f:
