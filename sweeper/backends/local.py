@@ -265,7 +265,6 @@ class LocalBackend:
     def ahead(self, queued: int) -> None:
         """Standbys for the next ``queued`` trials, never more: a fork per busy slot at once
         (it costs no import); spawn ones, which import, as measured idle cores allow."""
-        queued = max(0, queued - len(self.pending))
         standbys = self._all_standbys()
         for sb in sorted(standbys, key=lambda sb: (sb.ready, -sb.born))[:max(0, len(standbys) - queued)]:
             self._drop(sb)  # more standbys than trials left: those still importing go first

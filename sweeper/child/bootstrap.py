@@ -1,12 +1,13 @@
 """The trial process, from spawn to exit: one bootstrap for local and Ray trials.
 
 Small on purpose (as submitit's worker is). Locally the parent starts :func:`main` in a
-fresh ``spawn`` process and sends it one :class:`~sweeper.trial.TrialSpec` over a pipe;
+fresh fork of its fork server or a ``spawn`` process and sends it one :class:`~sweeper.trial.TrialSpec` over a pipe;
 on Ray, :func:`ray_main` is the task. Either way the child, in this order:
 
 1. (locally) becomes the leader of its own process group, so a timeout or Ctrl-C can
-   kill the trial with everything it started, and arranges to die with its parent
-   (``PR_SET_PDEATHSIG`` plus a thread watching the parent's sentinel);
+   kill the trial with everything it started, and arranges to die with the sweep (a
+   thread watching the sweep's sentinel, plus ``PR_SET_PDEATHSIG`` where the sweep is
+   its parent: not for a fork, whose parent is the fork server);
 2. sets the slot's environment (GPU pinning, memory cap) and installs the import hook
    (:mod:`sweeper.child.imports`): caps now for frameworks already imported, and the
    moment any other is imported; seeds follow with the trial;
@@ -293,11 +294,14 @@ def _guard(parent_pid: int | None) -> None:
     # terminal's Ctrl-C reaches our group, give the trial Python's usual behaviour back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGHUP, _kill_own_group)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the watcher thread still works
-        pass
+    # A fork's parent is the fork server, whose end must not end the trial: only the
+    # watcher below (on the sweep's own pipe) ties a fork to the sweep.
+    if parent_pid is not None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0)
+        except (OSError, AttributeError):  # not Linux: the watcher thread still works
+            pass
     if parent_pid is not None and os.getppid() != parent_pid:  # died before prctl took effect
         _kill_own_group()
     parent = multiprocessing.parent_process()
