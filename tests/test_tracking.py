@@ -337,6 +337,36 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # closed again when this returns: nothing listens there
 
 
+def test_the_local_store_appears_with_its_tables_made_for_a_client_watching_it(tmp_path):
+    """A second client opening mlflow.db the moment it exists (mlflow ui, a watching script)
+    finds it whole: were it made in place, both would make its tables and one would fail."""
+    import sqlite3
+    import threading
+
+    db, seen, done = tmp_path / "w" / "mlflow.db", [], threading.Event()
+
+    def tables_at_first_sight() -> None:
+        while not done.is_set() and not db.exists():
+            pass  # no sleep: the file must not be caught between its creation and its tables
+        if db.exists():
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+                seen.append({r[0] for r in con.execute("select name from sqlite_master where type='table'")})
+
+    watcher = threading.Thread(target=tables_at_first_sight)
+    watcher.start()
+    try:
+        df = sweeper.sweep(sweep_fns.tracked, {"lr": [0.1]}, mlflow=True, out=str(tmp_path), name="w",
+                           progress=False)
+    finally:
+        done.set()
+        watcher.join()
+    assert (df.status == "ok").all()
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        final = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+    assert seen == [final], (seen, final)
+    assert not [p for p in os.listdir(db.parent) if p.endswith(".part")]
+
+
 def test_an_unreachable_tracking_server_is_one_warning_and_the_sweep_goes_on(tmp_path, caplog):
     uri = f"http://127.0.0.1:{_closed_port()}"
     with caplog.at_level(logging.WARNING, logger="sweeper"):

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -40,6 +41,29 @@ HTTP_TIMEOUT_S, HTTP_RETRIES = 15, 2
 
 def _ms(seconds_: float) -> int:
     return int(seconds_ * 1000)
+
+
+def _create_whole(db: str) -> None:
+    """Make the sweep's local store appear with its tables made, never half made: MLflow
+    makes them on first use, and a second client opening the file meanwhile (``mlflow ui``,
+    a script watching the sweep) migrates it too, and one of them fails ("table
+    _alembic_tmp_... already exists"). So the tables are made in a file of their own,
+    linked into place only if no store is there yet."""
+    if os.path.exists(db):
+        return
+    from mlflow import MlflowClient
+
+    part = f"{db}.{os.getpid()}.part"
+    try:
+        client = MlflowClient(tracking_uri=f"sqlite:///{part}")
+        client.search_experiments(max_results=1)
+        with contextlib.suppress(Exception):  # its connections to the part file: not needed
+            client._tracking_client.store.engine.dispose()
+        with contextlib.suppress(FileExistsError):  # one came meanwhile: that one is used
+            os.link(part, db)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(part)
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
@@ -74,6 +98,8 @@ class MlflowRuns:
         from mlflow import MlflowClient
         from mlflow.entities import ViewType
 
+        if self.artifacts is not None:
+            _create_whole(self.uri.removeprefix("sqlite:///"))
         self.client = client = MlflowClient(tracking_uri=self.uri)
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or sweep.name
         found = client.get_experiment_by_name(name)
