@@ -65,21 +65,26 @@ def test_by_default_every_trial_is_a_fresh_fork_of_one_import(tmp_path, monkeypa
         assert_dead(pid, timeout=1)
 
 
-def test_a_fork_that_never_reaches_train_is_killed_and_its_trial_run_under_spawn(tmp_path, monkeypatch, caplog):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_fork_that_never_reaches_train_is_killed_and_its_trial_run_under_spawn(tmp_path, monkeypatch, caplog,
+                                                                                  workers):
     monkeypatch.setattr(local, "FORK_WATCHDOG_S", 2.0)
     with caplog.at_level("WARNING", logger="sweeper"):
-        df = sweeper.sweep(fork_deadlock.train, {"x": [1, 2, 3]}, workers=1, out=str(tmp_path), progress=False)
+        df = sweeper.sweep(fork_deadlock.train, {"x": [1, 2, 3, 4]}, workers=workers, out=str(tmp_path),
+                           progress=False)
     assert (df.status == "ok").all(), df.error.tolist()
     assert (df.attempts == 1).all()  # a rescue is not a retry
-    # the hung fork's trial and every later one ran in spawn processes: children of this one
-    assert (df.ppid == os.getpid()).all() and df.pid.nunique() == 3
+    # the hung forks' trials and every later one ran in spawn processes: children of this one
+    assert (df.ppid == os.getpid()).all() and df.pid.nunique() == 4
     logs = {t: (tmp_path / "fork_deadlock" / "trials" / t / "log.txt").read_text() for t in df.trial}
     fired = [t for t, text in logs.items() if local.WATCHDOG_MARK in text]
-    assert fired == ["x=1"], fired  # once: after it the sweep stopped forking
-    text = logs["x=1"]
-    assert text.index(local.WATCHDOG_MARK) < text.index(f"pid {df.pid[0]}")  # why, then the new process
+    hung = ["x=1", "x=2"][:workers]  # the forks made before the first rescue; none after it
+    assert fired == hung, fired
+    for t in hung:  # why, then the header of the process that ran it
+        pid = df.loc[df.trial == t, "pid"].item()
+        assert logs[t].index(local.WATCHDOG_MARK) < logs[t].index(f"pid {pid},")
     warned = [r.getMessage() for r in caplog.records if "had not reached train" in r.getMessage()]
-    assert len(warned) == 1 and "x=1" in warned[0]
+    assert len(warned) == workers and all(any(t in w for w in warned) for t in hung)
 
 
 def test_ctrl_c_while_the_fork_server_imports_ends_waiting_trials_as_interrupted(tmp_path):

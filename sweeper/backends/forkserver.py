@@ -127,6 +127,11 @@ class ForkServer:
                     os.kill(self._server._forkserver_pid, signal.SIGKILL)
                 with contextlib.suppress(OSError, AttributeError):
                     self._server._stop()  # closes the lifeline, reaps it
+                if self._server._forkserver_pid is not None:  # _stop gave up midway (reaped already)
+                    with contextlib.suppress(OSError, TypeError):
+                        os.close(self._server._forkserver_alive_fd)
+                    self._server._forkserver_pid = self._server._forkserver_alive_fd = None
+                    self._server._forkserver_address = None
         finally:
             for fd in (self.fd, self.exit_fd):
                 if fd is not None:

@@ -390,8 +390,7 @@ class LocalBackend:
         if server.check(ready) and server.state == "failed":
             self._stop_forking(server.why)
         elif server.state == "starting" and self.pending and time.monotonic() - server.started >= SERVER_WAIT_S:
-            log.warning("sweeper: the fork server has not imported train's module after %.0f s; "
-                        "waiting trials start in fresh spawn processes", SERVER_WAIT_S)
+            self._stop_forking(f"the fork server has not imported train's module after {SERVER_WAIT_S:.0f} s")
         elif server.state == "starting":
             return []
         events: list[tuple[str, Event]] = []
@@ -407,7 +406,8 @@ class LocalBackend:
         self.no_forks = True
         for sb in [sb for sb in self._all_standbys() if sb.forked]:
             self._drop(sb)
-        if self.server is not None:
+        # A fork's exit code comes through the server: while forks run, it stays (to close()).
+        if self.server is not None and not any(p.forked for p in self.running.values()):
             self.server.stop()
 
     def _watched(self, p: _Proc) -> bool:
