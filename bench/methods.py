@@ -243,7 +243,6 @@ def run_ray(fn: Callable, points: Points, k: int, timeout: float) -> dict[str, A
 RUNNERS: dict[str, tuple[Callable, dict[str, Any]]] = {
     "sweeper": (run_sweeper, {}),
     "sweeper --no-prefetch": (run_sweeper, {"prefetch": False}),
-    "sweeper forkserver": (run_sweeper, {"start_method": "forkserver"}),
     "sweeper spawn": (run_sweeper, {"start_method": "spawn"}),
     "naive": (run_naive, {}),
     "pool": (run_pool, {}),

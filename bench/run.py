@@ -12,6 +12,8 @@ Scenarios (trial functions: bench/trials.py, bench/tf_sleep.py, bench/keras_mlp.
   C   end to end: tiny Keras MLPs, 2 slots; trials/min
   D   the sweep parent's own CPU per trial and peak RSS (sweeper only), and the time of
       ``python -m sweeper grid.py --dry-run`` on a 100,000-point grid
+  F   the short trials of issue 17 (no longer than one TF import): 8 x 4 s and 16 x 2 s, on
+      1 and 2 slots, against loky (which reuses its workers) and pool
   E   CLI start (sweeper only): ``python -m sweeper bench/grid_tf_first.py --workers 1``, a
       grid file that imports TensorFlow at its top, 2 trials whose train does nothing.
       "command -> 1st train" runs from ``time.time()`` in this process just before it starts
@@ -22,7 +24,7 @@ Scenarios (trial functions: bench/trials.py, bench/tf_sleep.py, bench/keras_mlp.
       the end of its top level (its exit is shown too), timed the same way before and after
       the methods in each repeat (median of all); the ratio column of E is against it (not
       against pool). Methods: the CLI flags of bench/methods.py's options (--no-prefetch,
-      --start-method forkserver). Same sizes in --quick; ``--only E`` runs it alone.
+      --start-method spawn). Same sizes in --quick; ``--only E`` runs it alone.
 
 Each (scenario, method, repeat) runs in a fresh ``bench/driver.py`` process under a
 timeout; whatever it leaves behind is killed (this process is a child subreaper, so
@@ -52,9 +54,8 @@ DRIVER = os.path.join(HERE, "driver.py")
 GRID_100K = os.path.join(HERE, "grid_100k.py")
 GRID_TF_FIRST = os.path.join(HERE, "grid_tf_first.py")
 
-ALL_METHODS = ["sweeper", "sweeper --no-prefetch", "sweeper forkserver", "sweeper spawn", "naive", "pool", "loky",
-               "ray tune"]
-SWEEPERS = ALL_METHODS[:4]
+ALL_METHODS = ["sweeper", "sweeper --no-prefetch", "sweeper spawn", "naive", "pool", "loky", "ray tune"]
+SWEEPERS = ALL_METHODS[:3]
 SWEEPER_ONLY = {"D", "E"}  # scenarios that measure sweeper itself: --methods keeps only its variants
 LABEL = {"loky": "loky (reuses)"}
 
@@ -96,7 +97,7 @@ def cases(quick: bool) -> dict[str, list[Case]]:
     pays a TensorFlow import. So by default naive joins B only in the full run, and the
     --no-prefetch variant runs where it differs from the default (B; in quick, B2 only).
     """
-    std = ["sweeper", "sweeper forkserver", "pool", "loky", "ray tune"]
+    std = ["sweeper", "sweeper spawn", "pool", "loky", "ray tune"]
     if quick:
         a_n, b1, b2, c_n, d_n = 60, (6, 3.0), (4, 3.0), 6, 300
         b1_m, b2_m = std, ["sweeper", "sweeper --no-prefetch", "pool", "ray tune"]
@@ -112,12 +113,12 @@ def cases(quick: bool) -> dict[str, list[Case]]:
         "C": [Case("C", f"{c_n} tiny Keras MLPs (2 epochs), 2 slots", "keras_mlp:train", c_n, 2,
                    methods=std, timeout_s=120 + c_n * 60)],
         "D": [Case("D", f"{d_n} no-op trials, 2 slots: the parent's own cost", "trials:noop", d_n, 2,
-                   methods=["sweeper", "sweeper forkserver"], long=True, timeout_s=60 + 1.0 * d_n,
+                   methods=["sweeper", "sweeper spawn"], long=True, timeout_s=60 + 1.0 * d_n,
                    check_rusage=True)],
         # The issue's short-trial workload, the same sizes quick or full: trials no longer
         # than one TensorFlow import, where a fresh process per trial costs most.
         "F": [Case(f"F{j}", f"{n} x sleep({s:g}) TF-importing trials, {k} slot{'s' * (k > 1)}", "tf_sleep:train", n, k,
-                   {"s": s}, methods=["sweeper", "sweeper spawn", "sweeper forkserver", "loky", "pool"],
+                   {"s": s}, methods=["sweeper", "sweeper spawn", "loky", "pool"],
                    timeout_s=120 + n * (s + 30), import_fn=True)
               for j, (n, s, k) in enumerate([(8, 4.0, 1), (16, 2.0, 2), (8, 4.0, 2), (16, 2.0, 1)], 1)],
         # The same sizes quick or full (only the repeats differ): what is measured is the
@@ -458,7 +459,7 @@ notes:
      worker's code) and, for sweeper, its per-trial bookkeeping (ledger fsync, trial folder, log).
      On 2 cores two start-ups compete for the same CPUs, so overhead ~= CPU cost of one start.
   B  ideal = trials * sleep / slots. What is lost per trial is the TF import (~3-4 s of CPU
-     here) unless it overlaps the previous trial's sleep (prefetch/forkserver) or is paid once
+     here) unless it overlaps the previous trial's sleep (standbys, or one import in the fork server) or is paid once
      (loky: workers reused). gap = next fn start - previous fn end within a slot.
   C  on 2 cores bound by total CPU work (TF import + graph building + fit per trial); overlap
      cannot help much when both cores are already busy.
@@ -470,10 +471,10 @@ notes:
      the same way before and after the methods of each repeat (median); its exit (TF's
      teardown included) is the "-> exited" row.
      command -> 1st train runs from time.time() here just before the command starts to
-     time.time() as the first trial's train's first statement: the CLI's check of the grid file
-     (an import in a throwaway process, which the CLI waits out to its exit) plus the trial's own
-     import (forkserver: the fork server's). no-op resume = the same command again on the
-     finished folder, start to exit: the check's import and exit, then nothing to run. The JSON
+     time.time() as the first trial's train's first statement: the CLI reads the grid file in a
+     process started as the first slot's, which then runs the first trial (one import in all).
+     no-op resume = the same command again on the finished folder, start to exit: that one
+     import, then nothing to run. The JSON
      splits the first figure at the first trial's started_at (ledger, ms): first_launch_s.
      wall_s of E = the first command (all its trials), start to exit.
   F  the issue's short trials (no longer than one TF import): makespan = wall time of the sweep call
@@ -481,7 +482,7 @@ notes:
      a user's script does (every method alike). command -> 1st train = from just before the
      driver's start to the first train's first statement. trial processes = distinct pids
      (loky reuses 1 per slot; every other method starts one per trial). "sweeper" is the
-     default; "sweeper spawn" and "sweeper forkserver" force the start method.
+     default (the fork server); "sweeper spawn" is --start-method spawn.
   loky reuses its worker processes: no fresh process per trial, so it frees no GPU memory (nor
      any other state) between trials; its numbers are a floor, not a like-for-like rival.
   !  = some trials did not finish ok in at least one repeat (see the JSON and bench/out/logs/);
