@@ -611,6 +611,10 @@ def main(argv: list[str] | None = None) -> int:
     head = ["scenario", "method", "wall_s", "metric", "value", "vs pool"]
     rows = table_rows(results, args.quick)
     results["table"] = [dict(zip(head, r)) for r in rows]
+    sweeper_runs = [r for c in results["cases"].values() for name, m in c["methods"].items()
+                    if name.startswith("sweeper") for r in m["runs"] if "watchdog_fired" in r]
+    fired, runs = sum(r["watchdog_fired"] or 0 for r in sweeper_runs), len(sweeper_runs)
+    results["watchdog_fired"] = fired
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
 
@@ -634,13 +638,6 @@ def main(argv: list[str] | None = None) -> int:
             for r in m["runs"]:
                 if "error" in r:
                     print(f"  error: {name}: {r['error']}")
-    fired = sum(r.get("watchdog_fired") or 0 for c in results["cases"].values() for m in c["methods"].values()
-                for r in m["runs"])
-    runs = sum(1 for c in results["cases"].values() for name, m in c["methods"].items() if name.startswith("sweeper")
-               for r in m["runs"] if "watchdog_fired" in r)
-    results["watchdog_fired"] = fired
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
     print(f"  fork watchdog: fired in {fired} trial(s) over {runs} sweeper run(s)")
     print(f"\nfigures: {args.out}; logs: {logdir}; took {results['elapsed_s']:.0f} s")
     return 0

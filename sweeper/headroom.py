@@ -90,26 +90,26 @@ def _cgroup_quota() -> float | None:
 
 
 def _cgroup_usage_s() -> float | None:
+    usec = _number("/sys/fs/cgroup/cpu.stat", "usage_usec ")
+    return None if usec is None else usec / 1e6
+
+
+def _number(path: str, key: str) -> float | None:
+    """The number after ``key`` on its line of a /proc or /sys file, None if not there."""
     try:
-        with open("/sys/fs/cgroup/cpu.stat") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("usage_usec "):
-                    return float(line.split()[1]) / 1e6
-    except (OSError, ValueError):
+                if line.startswith(key):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
         pass
     return None
 
 
 def available_mb() -> float | None:
     """Memory the kernel could give without swapping (``MemAvailable``), None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    kb = _number("/proc/meminfo", "MemAvailable:")
+    return None if kb is None else kb / 1024
 
 
 def rss_mb(pid: int) -> float | None:

@@ -2,12 +2,12 @@
 lock in a thread of its own now and then when the process forks (the case the fork
 watchdog is for).
 
-At import in a sweep's process (the fork server, a trial) a thread takes ``_lock`` and keeps it; ``os.register_at_fork`` makes every fork
-but the first (the fork server's probe, which this lock happens to miss) take ``_lock``
-first thing. In such a fork the thread is gone and the lock stays taken: the child never
-reaches ``train``. A spawned process imports this afresh (its own thread, its
-own lock) and never forks, so there ``train`` runs. Each process that imports it appends its
-pid to ``$FORK_DEADLOCK_MARKS`` (if set).
+At import a thread takes ``_lock`` and keeps it. In a sweep's processes (the fork server,
+a trial) ``os.register_at_fork`` makes every fork but the first (the fork server's probe,
+which this lock happens to miss) take ``_lock`` first thing: in such a fork the thread is
+gone and the lock stays taken, so the child never reaches ``train``. A spawned process
+imports this afresh (its own thread, its own lock) and never forks, so there ``train``
+runs. Each process that imports it appends its pid to ``$FORK_DEADLOCK_MARKS`` (if set).
 """
 
 import os

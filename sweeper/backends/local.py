@@ -29,10 +29,12 @@ A *standby* is a slot's next process, started while the slot's trial runs: it ha
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -139,7 +141,6 @@ class LocalBackend:
         self.slots = list(slots)
         self.capacity = min(workers or len(self.slots), len(self.slots))
         self.prefetch = prefetch
-        self.start_method = start_method
         self.spawn_ctx = multiprocessing.get_context("spawn")
         self.fork_ctx = multiprocessing.get_context("forkserver")
         #: Carried by every process of this sweep (and only this sweep), for :mod:`sweeper.procs`.
@@ -154,7 +155,6 @@ class LocalBackend:
         self._events: list[tuple[str, Event]] = []  #: for the next wait()
         self.server: ForkServer | None = None
         self.no_forks = start_method != "forkserver"  #: spawn only (asked, or after a fallback)
-        self.watchdog_fired = 0
         self.idle: headroom.IdleCpu | None = None  #: measured once spawn standbys are considered
         self._recheck_at: float | None = None  #: when to measure idle cores again
         self._import_s: list[float] = []  #: standbys' import times, newest last
@@ -231,9 +231,8 @@ class LocalBackend:
         ready = set(multiprocessing.connection.wait(waits, timeout))
         events, self._events = self._events, []
         events += self._server_event(ready)
-        for index, queue in list(self.standbys.items()):
-            for sb in list(queue):
-                events += self._standby_event(index, sb, ready)
+        for sb in self._all_standbys():
+            events += self._standby_event(sb, ready)
         for tid, p in list(self.running.items()):
             if p.conn is not None and p.conn in ready:
                 events += self._receive(p)
@@ -371,9 +370,6 @@ class LocalBackend:
         one; the most until a trial and an import have been timed."""
         if not self._import_s or not self._trial_s:
             return MAX_AHEAD
-        import math
-        import statistics
-
         ratio = statistics.median(self._import_s[-8:]) / max(0.1, statistics.median(self._trial_s[-8:]))
         return max(1, min(MAX_AHEAD, math.ceil(ratio) + 1))
 
@@ -416,7 +412,6 @@ class LocalBackend:
     def _rescue(self, p: _Proc) -> list[tuple[str, Event]]:
         """A forked trial has not reached train in FORK_WATCHDOG_S: take it for deadlocked,
         kill it, say why in its log, and give its trial to a spawn process (Began again)."""
-        self.watchdog_fired += 1
         pid, spec = p.process.pid, p.spec
         why = (f"its forked process (pid {pid}) had not reached train {FORK_WATCHDOG_S:g} s after it was "
                "handed the trial (a lock held when the fork server forked?); it was killed and the trial "
@@ -436,7 +431,7 @@ class LocalBackend:
 
     # -- standbys and trials ----------------------------------------------------------
 
-    def _standby_event(self, index: int, sb: Spare, ready: set[Any]) -> list[tuple[str, Event]]:
+    def _standby_event(self, sb: Spare, ready: set[Any]) -> list[tuple[str, Event]]:
         events: list[tuple[str, Event]] = []
         if sb.conn in ready:
             try:
@@ -566,7 +561,7 @@ def _common_env(slots: Sequence[Slot]) -> dict[str, str]:
     common = dict(envs[0]) if envs else {}
     for env in envs[1:]:
         common = {k: v for k, v in common.items() if env.get(k) == v}
-    common.pop("SWEEPER_SLOT", None)
+    common.pop(procs.SLOT_VAR, None)
     return common
 
 
