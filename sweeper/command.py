@@ -9,6 +9,13 @@ trial's log, and the same statuses, retries, resume and ledger.
 Metrics come from ``$SWEEPER_TRIAL_DIR/metrics.json`` if the command writes it, else from
 the last line of its stdout that is a JSON object. Lines that are JSON objects with an
 ``epoch`` key are per-epoch reports (live view, ``history.csv``).
+
+Under ``shell=True`` no value is ever part of the text ``/bin/sh`` parses: each
+placeholder becomes a reference to an environment variable (``SWEEPER_ARG_0``, ... in
+the order the placeholders first appear; ``{flags}`` one ``SWEEPER_FLAG_<n>`` per
+parameter, or ``SWEEPER_FLAGS`` joined inside quotes) that holds the value, so the shell
+expands it once and never reads it as code. :func:`shell_pieces` reads the template as
+the shell will, to write each reference as its context needs.
 """
 
 from __future__ import annotations
@@ -24,11 +31,13 @@ from typing import Any, Callable, Mapping, Sequence
 from . import paths
 from .errors import SweepError
 from .metrics import BadResult
-from .outcome import TrialFailed, command_exit
+from .outcome import TrialFailed, attempt_tail, command_exit
 from .trial import Status
 
 #: A placeholder that expands to every parameter as ``--name=value``.
 FLAGS = "flags"
+#: Placeholders sweeper defines itself: no parameter may take one of these names.
+SWEEPER_PLACEHOLDERS = frozenset({FLAGS})
 
 
 def text(value: Any) -> str:
@@ -46,9 +55,12 @@ def flags(params: Mapping[str, Any]) -> list[str]:
 @dataclass(frozen=True)
 class Command:
     """A command per trial: a template such as ``"python train.py --lr={lr}"``, or a
-    module-level function ``params -> argv``. ``shell=True`` runs the template through
-    ``/bin/sh`` with each value shell-quoted; otherwise no shell is involved and each
-    value lands in exactly one argument, whatever characters it holds."""
+    module-level function ``params -> argv``. Without a shell each value lands in exactly
+    one argument, whatever characters it holds. ``shell=True`` runs the template through
+    ``/bin/sh``, values never in its text: each placeholder becomes a reference to an
+    environment variable holding the value (``"${SWEEPER_ARG_0}"`` where it stands bare,
+    ``${SWEEPER_ARG_0}`` inside ``"..."`` or a here-document), which the shell expands
+    once and never reads as code."""
 
     template: str | None = None
     build: Callable[[dict[str, Any]], Sequence[str]] | None = None
@@ -96,44 +108,10 @@ class Command:
                              "braces") from None
         return names
 
-    def check_bare(self) -> None:
-        """Under a shell, every placeholder must stand outside quotes and escapes.
-
-        sweeper shell-quotes each value (``shlex.quote``), which is safe only where the
-        shell reads it bare: inside ``"..."`` the quotes would be literal and ``$(...)`` or
-        backticks in a value would run; inside ``'...'`` a quote in a value would end the
-        string; after a backslash the first quote would be escaped. Refused before anything
-        runs, with the fix.
-        """
-        assert self.template is not None
-        state, escaped, nested, prev = "", False, 0, ""  # state: "" outside quotes, or the quote
-        for literal, name, _, _ in string.Formatter().parse(self.template):
-            for ch in literal:
-                if escaped:
-                    escaped = False
-                elif ch == "\\" and state != "'":
-                    escaped = True
-                elif state == "" and ch in "'\"`":
-                    state = ch
-                elif ch == state:
-                    state = ""
-                elif state == "" and ch == "(" and prev == "$":
-                    nested += 1
-                elif state == "" and ch == ")" and nested:
-                    nested -= 1
-                prev = ch
-            if name is None:
-                continue
-            if state or escaped or nested:
-                where = (f"inside {state}...{state}" if state else
-                         "after a backslash" if escaped else "inside $(...)")
-                raise SweepError(
-                    f"the shell command has {{{name}}} {where}, where a value could run as shell code; "
-                    f"write it bare (e.g. --{name}={{{name}}}): sweeper quotes each value for the shell"
-                )
-
     def check(self, points: Sequence[Mapping[str, Any]]) -> None:
-        """Refuse unknown or unused placeholders (or a bad argv function) before any trial."""
+        """Refuse unknown or unused placeholders, a parameter named like sweeper's own
+        placeholders, a placeholder where a shell could not expand it as itself (or a bad
+        argv function) before any trial."""
         if not points:
             return
         if self.template is None:
@@ -145,15 +123,20 @@ class Command:
                 raise SweepError(f"the command function returned {argv!r}; return a list of strings, "
                                  "e.g. ['python', 'train.py', *sweeper.flags(params)]")
             return
-        if self.shell:
-            self.check_bare()
         used = set(self.placeholders())
+        names = set().union(*(p.keys() for p in points))
+        taken = sorted(names & SWEEPER_PLACEHOLDERS)
+        if taken:
+            raise SweepError(f"parameter {taken[0]!r} has the name of sweeper's own {{{taken[0]}}} placeholder "
+                             f"(every parameter as --name=value); rename it in the grid (e.g. "
+                             f"'{taken[0]}_') and write --{taken[0]}={{{taken[0]}_}}")
+        if self.shell:
+            shell_pieces(self.template)  # a placeholder where its value cannot stand is refused here
         if FLAGS in used:
             used.discard(FLAGS)
             used_all = True
         else:
             used_all = False
-        names = set().union(*(p.keys() for p in points))
         unknown = sorted(u for u in used if any(u not in p for p in points))
         if unknown:
             raise SweepError(f"the command uses {{{unknown[0]}}}, which is not a parameter of every "
@@ -162,18 +145,19 @@ class Command:
         if unused and not used_all:
             raise SweepError(f"parameter {unused[0]!r} is not used by the command; add e.g. "
                              f"--{unused[0]}={{{unused[0]}}} (or {{flags}} for every parameter)")
-        self.argv(dict(points[0]))  # a template that shlex cannot split fails here, not later
+        if not self.shell:
+            self.argv(dict(points[0]))  # a template that shlex cannot split fails here, not later
 
     # -- in the trial process -----------------------------------------------------------
 
     def argv(self, params: dict[str, Any]) -> list[str] | str:
+        """The argument list; under a shell, the script alone (it runs only with the
+        environment :meth:`shell_script` gives, which holds the values)."""
         if self.build is not None:
             return [str(a) for a in self.build(params)]
         assert self.template is not None
         if self.shell:
-            quoted = {k: shlex.quote(text(v)) for k, v in params.items()}
-            quoted[FLAGS] = " ".join(shlex.quote(f) for f in flags(params))
-            return self.template.format(**quoted)
+            return self.shell_script(params)[0]
         try:
             words = shlex.split(self.template)
         except ValueError as exc:
@@ -187,6 +171,34 @@ class Command:
                 argv.append(word.format(**{k: text(v) for k, v in params.items()}, flags=" ".join(flags(params))))
         return argv
 
+    def shell_script(self, params: dict[str, Any]) -> tuple[str, dict[str, str], str]:
+        """Under a shell: the script ``/bin/sh`` runs (each placeholder a variable reference,
+        no value in it), the variables' values for its environment, and the script as a
+        person would type it with the values in place (for the log only)."""
+        assert self.template is not None and self.shell
+        pieces = shell_pieces(self.template)
+        order = list(dict.fromkeys(p.name for p in pieces if isinstance(p, _Slot) and p.name != FLAGS))
+        var = {name: f"SWEEPER_ARG_{i}" for i, name in enumerate(order)}
+        env = {var[name]: text(params[name]) for name in order}
+        every = flags(params)
+        if any(isinstance(p, _Slot) and p.name == FLAGS for p in pieces):
+            env.update({f"SWEEPER_FLAG_{j}": flag for j, flag in enumerate(every)})
+            env["SWEEPER_FLAGS"] = " ".join(every)
+        script, shown = [], []
+        for piece in pieces:
+            if isinstance(piece, str):
+                script.append(piece)
+                shown.append(piece)
+            elif piece.name == FLAGS and piece.context == BARE:  # one word per parameter
+                script.append(" ".join(f'"${{SWEEPER_FLAG_{j}}}"' for j in range(len(every))))
+                shown.append(" ".join(shlex.quote(flag) for flag in every))
+            else:
+                name = "SWEEPER_FLAGS" if piece.name == FLAGS else var[piece.name]
+                value = " ".join(every) if piece.name == FLAGS else text(params[piece.name])
+                script.append(f'"${{{name}}}"' if piece.context == BARE else f"${{{name}}}")
+                shown.append(shlex.quote(value) if piece.context == BARE else _escaped(value, piece.context))
+        return "".join(script), env, "".join(shown)
+
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
         from .context import current_trial, report
 
@@ -195,14 +207,19 @@ class Command:
         metrics_file = paths.metrics_file(folder)
         if os.path.exists(metrics_file):  # an earlier attempt's
             os.remove(metrics_file)
-        argv = self.argv(params)
-        shown = argv if isinstance(argv, str) else shlex.join(argv)
-        print(f"sweeper: running {shown}", flush=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        argv: list[str] | str
+        if self.shell:  # the values reach /bin/sh in its environment, never in its script
+            argv, values, shown = self.shell_script(params)
+            env.update(values)
+        else:
+            argv = self.argv(params)
+            shown = shlex.join(argv)
+        print(f"sweeper: running {shown}", flush=True)
         try:
             proc = subprocess.Popen(argv, shell=self.shell, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                     env=env)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL character in a value
             raise TrialFailed(Status.ERROR, f"could not start the command: {exc}") from None
         last: dict[str, Any] | None = None
         assert proc.stdout is not None
@@ -220,7 +237,7 @@ class Command:
                     pass
         code = proc.wait()
         if code != 0:
-            verdict = command_exit(code, _log_tail())
+            verdict = command_exit(code, attempt_tail())
             raise TrialFailed(verdict.status, verdict.error)
         if os.path.exists(metrics_file):
             with open(metrics_file) as f:
@@ -249,8 +266,230 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _log_tail() -> list[str]:
-    from .context import current_trial
+def _escaped(value: str, context: str) -> str:
+    """``value`` as typed inside ``"..."`` (or a here-document's body), for the log's line."""
+    specials = "\\$`\"" if context == DOUBLE else "\\$`"
+    return "".join("\\" + c if c in specials else c for c in value)
 
-    trial = current_trial()
-    return paths.log_tail(trial.log_path, 20, pid=os.getpid()) if trial else []
+
+# -- under a shell: values as environment variables ------------------------------------------
+
+#: Where a placeholder stands in a shell template, which decides how its variable is written.
+BARE, DOUBLE, HEREDOC = "bare", "double-quoted", "here-document"
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """A placeholder in a shell template, and the context it stands in."""
+
+    name: str
+    context: str  # BARE, DOUBLE or HEREDOC
+
+
+class _Frame:
+    """One nesting level of the shell's lexer: the command line, a quote, a substitution."""
+
+    __slots__ = ("kind", "depth", "delim", "strip", "line_start")
+
+    def __init__(self, kind: str, delim: str = "", strip: bool = False) -> None:
+        self.kind = kind  # "cmd" "$(" "`" '"' "'" "${" "((" "#" "<<" "<<'"
+        self.depth = 0  # parentheses (or braces) opened inside it
+        self.delim, self.strip, self.line_start = delim, strip, True
+
+
+_COMMANDS = ("cmd", "$(", "`")  # where words, comments and here-document operators are read
+_WORD_START = frozenset(" \t\n;&|()<>")
+_OPERATOR = _WORD_START
+
+
+def shell_pieces(template: str) -> list[str | _Slot]:
+    """The template as the shell will read it: literal text, and each placeholder with its
+    context, read as POSIX ``sh`` reads quotes, escapes, comments, ``$(...)``, ``${...}``,
+    arithmetic and here-documents. A placeholder where its variable cannot stand as itself
+    is refused (a :class:`SweepError` naming where, and the fix) before anything runs.
+    """
+    tokens: list[str | _Slot] = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        tokens.extend(literal)
+        if name is not None:
+            tokens.append(_Slot(name, ""))
+    out: list[str | _Slot] = []
+    frames = [_Frame("cmd")]
+    pending: list[_Frame] = []  # here-documents whose bodies start at the next newline
+    escaped, prev, i = False, "\n", 0
+
+    def refuse(name: str, where: str, fix: str = "") -> SweepError:
+        fix = fix or (f"write it bare (e.g. --{name}={{{name}}}) or inside \"...\"; sweeper gives each value "
+                      "to the shell as an environment variable")
+        return SweepError(f"the shell command has {{{name}}} {where}; {fix}")
+
+    def at(j: int) -> str | _Slot | None:
+        return tokens[j] if j < len(tokens) else None
+
+    while i < len(tokens):
+        tok, top = tokens[i], frames[-1]
+        if top.kind in ("<<", "<<'") and top.line_start:  # is this line the delimiter?
+            end = next((j for j in range(i, len(tokens)) if tokens[j] == "\n"), len(tokens))
+            line = tokens[i:end]
+            if all(isinstance(t, str) for t in line) and \
+                    "".join(line).lstrip("\t" if top.strip else "") == top.delim:  # type: ignore[arg-type]
+                out.extend(tokens[i:end + 1])
+                frames.pop()
+                i, prev, escaped = end + 1, "\n", False
+                continue
+            top.line_start = False
+        if isinstance(tok, _Slot):
+            name = tok.name
+            kinds = {f.kind for f in frames}
+            if escaped:
+                raise refuse(name, "after a backslash, which would escape it")
+            if top.kind == "'":
+                raise refuse(name, "inside '...', where the shell expands nothing")
+            if top.kind == "#":
+                raise refuse(name, "in a # comment, where it reaches nothing", "move it out of the comment")
+            if top.kind == "<<'":
+                raise refuse(name, "in a here-document whose delimiter is quoted (<<'EOF'), where nothing "
+                             "expands", "leave the delimiter unquoted (<<EOF)")
+            if "((" in kinds:
+                raise refuse(name, "inside arithmetic ((...)), where the shell would evaluate the value as an "
+                             "expression", "pass it to the script as an argument and compute there")
+            if "${" in kinds:
+                raise refuse(name, "inside ${...}")
+            if "`" in kinds:
+                raise refuse(name, "inside `...`", "use $(...) instead of backquotes")
+            if prev == "$":
+                raise refuse(name, "right after $, where the shell would read ${...}",
+                             f"write {{{name}}} alone for the value, or ${{{{{name}}}}} for the shell's "
+                             f"own ${name}")
+            context = DOUBLE if top.kind == '"' else HEREDOC if top.kind == "<<" else BARE
+            out.append(_Slot(name, context))
+            i, prev = i + 1, "x"
+            continue
+        ch, nxt, kind = tok, at(i + 1), top.kind
+        i += 1
+        out.append(ch)
+        if escaped:
+            escaped, prev = False, "x"
+            continue
+        if kind in ("'", "<<'"):
+            if kind == "'" and ch == "'":
+                frames.pop()
+            elif ch == "\n":
+                top.line_start = True
+            prev = ch
+            continue
+        if kind == "#":
+            if ch == "\n":  # the newline ends the comment, and is the command line's
+                frames.pop()
+                out.pop()
+                i -= 1
+            continue
+        if ch == "\\":
+            escaped = True
+            continue
+        if ch == "$" and nxt in ("(", "{"):
+            out.append(nxt)
+            i += 1
+            if nxt == "(" and at(i) == "(":
+                out.append("(")
+                i += 1
+                frames.append(_Frame("(("))
+            else:
+                frames.append(_Frame("$(" if nxt == "(" else "${"))
+            prev = "("
+            continue
+        if ch == "`":
+            if kind == "`":
+                frames.pop()
+            else:
+                frames.append(_Frame("`"))
+            prev = "`"
+            continue
+        if kind in ('"', "<<"):
+            if kind == '"' and ch == '"':
+                frames.pop()
+            elif kind == "<<" and ch == "\n":
+                top.line_start = True
+            prev = ch
+            continue
+        if kind in ("((", "${"):
+            opening, closing = ("(", ")") if kind == "((" else ("{", "}")
+            if ch in "'\"" and kind == "${":
+                frames.append(_Frame(ch))
+            elif ch == opening:
+                top.depth += 1
+            elif ch == closing and top.depth:
+                top.depth -= 1
+            elif ch == closing:
+                if kind == "((" and nxt == ")":
+                    out.append(")")
+                    i += 1
+                frames.pop()
+            prev = ch
+            continue
+        # the command line, $(...) or `...`
+        if ch in "'\"":
+            frames.append(_Frame(ch))
+        elif ch == "#" and prev in _WORD_START:
+            frames.append(_Frame("#"))
+        elif ch == "(" and nxt == "(" and prev in _WORD_START:  # bash's arithmetic command
+            out.append("(")
+            i += 1
+            frames.append(_Frame("(("))
+        elif ch == "(" and kind == "$(":
+            top.depth += 1
+        elif ch == ")" and kind == "$(":
+            if top.depth:
+                top.depth -= 1
+            else:
+                frames.pop()
+        elif ch == "<" and nxt == "<" and at(i + 1) == "<":  # bash's here-string, <<<word
+            out += ["<", "<"]
+            i += 2
+        elif ch == "<" and nxt == "<":
+            i = _here_document(tokens, i, out, pending, refuse)
+        elif ch == "\n" and pending:
+            frames.extend(reversed(pending))
+            pending.clear()
+        prev = ch
+    return out
+
+
+def _here_document(tokens: list[Any], i: int, out: list[Any], pending: list[_Frame], refuse: Any) -> int:
+    """Read ``<<`` (or ``<<-``) and its delimiter word from ``tokens[i]`` (the second ``<``);
+    the here-document joins ``pending``. Returns the index after the word."""
+    out.append(tokens[i])
+    i += 1
+    strip = i < len(tokens) and tokens[i] == "-"
+    if strip:
+        out.append("-")
+        i += 1
+    while i < len(tokens) and tokens[i] in (" ", "\t"):
+        out.append(tokens[i])
+        i += 1
+    word, quoted, quote = [], False, ""
+    while i < len(tokens):
+        tok = tokens[i]
+        if isinstance(tok, _Slot):
+            raise refuse(tok.name, "in a here-document's delimiter", "write the delimiter as plain text (<<EOF)")
+        if not quote and (tok in _OPERATOR):
+            break
+        out.append(tok)
+        i += 1
+        if quote:
+            if tok == quote:
+                quote = ""
+            else:
+                word.append(tok)
+        elif tok in "'\"":
+            quote, quoted = tok, True
+        elif tok == "\\" and i < len(tokens) and isinstance(tokens[i], str):
+            quoted = True
+            word.append(tokens[i])
+            out.append(tokens[i])
+            i += 1
+        else:
+            word.append(tok)
+    if word or quoted:
+        pending.append(_Frame("<<'" if quoted else "<<", "".join(word), strip))
+    return i

@@ -42,17 +42,21 @@ def _number(name: str, value: Any) -> int | float:
             f"metric {name!r} is {type(value).__name__} {value!r}, not a number; "
             "return numbers only (put text in the trial's log or folder)"
         )
-    if isinstance(value, numbers.Integral):
+    if isinstance(value, numbers.Integral):  # every NumPy int width too
         return int(value)
-    if isinstance(value, float):
+    if isinstance(value, numbers.Real):  # float subclasses, every NumPy float width (longdouble too)
         return float(value)
+    if isinstance(value, numbers.Complex):  # complex and NumPy complex: float() would drop the imaginary part
+        raise _complex(name, value)
     item = getattr(value, "item", None)
-    if callable(item):  # NumPy scalars and 0-d arrays, torch and JAX scalars
+    if callable(item):  # NumPy 0-d arrays, torch and JAX scalars
         try:
             plain = item()
         except Exception:  # noqa: BLE001 - not a one-element value; try float() below
             plain = None
-        if plain is not None and not isinstance(plain, (str, bytes, complex)) and plain is not value:
+        if isinstance(plain, numbers.Complex) and not isinstance(plain, numbers.Real):
+            raise _complex(name, value)
+        if isinstance(plain, numbers.Number) and type(plain) is not type(value):
             return _number(name, plain)
     try:  # scalar tensors (TensorFlow) and other types that define __float__
         number = float(value)
@@ -62,6 +66,11 @@ def _number(name: str, value: Any) -> int | float:
             "return plain numbers, e.g. float(history.history['val_accuracy'][-1])"
         ) from None
     return number
+
+
+def _complex(name: str, value: Any) -> BadResult:
+    return BadResult(f"metric {name!r} is the complex number {value!r}; return a real number, e.g. abs(z) "
+                     "or z.real")
 
 
 def check_metric_name(name: Any, final: bool = True) -> str:
@@ -115,8 +124,8 @@ def epochs_of(value: Any) -> list[dict[str, Any]]:
             if len(rows) <= i:
                 rows.append({"epoch": i + 1, "metrics": {}})
             try:
-                rows[i]["metrics"][str(name)] = float(v)
-            except (TypeError, ValueError):
+                rows[i]["metrics"][str(name)] = float(_number(str(name), v))
+            except (TypeError, ValueError):  # BadResult too: not a real number
                 pass
     return rows
 

@@ -3,7 +3,9 @@
 Every status is decided here, for both backends and for command trials:
 
 * in the trial process, :func:`returned` and :func:`raised` judge what ``train`` returned
-  or raised (``ok``, ``error``, ``oom``, or the status a :class:`TrialFailed` names);
+  or raised (``ok``, ``error``, ``oom``, or the status a :class:`TrialFailed` names); a
+  child process of the trial that failed (``CalledProcessError``) saying memory ran out,
+  in its captured output or in the trial's log, is ``oom`` too (:func:`child_oom`);
 * for a command trial, :func:`command_exit` judges the command's exit code and log;
 * in the parent, :func:`judge` turns what is known of an ended trial into its verdict:
   a stop the parent asked for (timeout, Ctrl-C) wins over anything the trial said
@@ -17,7 +19,9 @@ A new way to end (search pruning a trial, say) is a new branch here and nowhere 
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,13 +78,68 @@ def returned(value: Any) -> Verdict:
 
 
 def raised(exc: BaseException) -> Verdict:
-    """What ``train`` raised: ``oom`` for out-of-memory (any framework), the status of a
-    :class:`TrialFailed`, else ``error`` with the exception's last line."""
+    """What ``train`` raised: ``oom`` for out-of-memory (any framework, or a child process
+    of the trial that failed saying so), the status of a :class:`TrialFailed`, else
+    ``error`` with the exception's last line."""
     if isinstance(exc, TrialFailed):
         return Verdict(exc.status, str(exc))
     if isinstance(exc, BadResult):
         return Verdict(Status.ERROR, str(exc))
-    return Verdict(Status.OOM if is_oom(exc) else Status.ERROR, last_line(exc))
+    if is_oom(exc):
+        return Verdict(Status.OOM, last_line(exc))
+    said = child_oom(exc)
+    if said:
+        return Verdict(Status.OOM, f"a child process ran out of memory ({said}): {last_line(exc)}"[:MAX_ERROR])
+    return Verdict(Status.ERROR, last_line(exc))
+
+
+def child_oom(exc: BaseException) -> str:
+    """The line that says memory ran out, from a child process whose failure ``exc`` reports
+    (a ``subprocess.CalledProcessError``, raised or in its chain); "" if none says so.
+
+    The child's words are where its stderr went: in the error's captured ``stderr`` /
+    ``stdout`` (``capture_output=True``), else inherited into the trial's log, so the tail
+    of this attempt's log is read. Only for a failed child: a trial's own warnings in its
+    log never turn an unrelated exception into ``oom``.
+    """
+    failed = [e for e in _chain(exc) if isinstance(e, subprocess.CalledProcessError)]
+    if not failed:
+        return ""
+    for err in failed:
+        for output in (err.stderr, err.stdout):
+            if isinstance(output, bytes):
+                output = output.decode("utf-8", "replace")
+            if isinstance(output, str):
+                line = _oom_line(output[-16384:].splitlines())
+                if line:
+                    return line
+    return _oom_line(attempt_tail())
+
+
+def attempt_tail(lines: int = 20) -> list[str]:
+    """The last lines of the running trial's log from this attempt (this process's); [] outside a trial."""
+    from . import paths
+    from .context import current_trial
+
+    trial = current_trial()
+    return paths.log_tail(trial.log_path, lines, pid=os.getpid()) if trial else []
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling, each once."""
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or any(e is s for s in seen):
+            continue
+        seen.append(e)
+        todo += [e.__cause__, e.__context__]
+    return seen
+
+
+def _oom_line(lines: list[str]) -> str:
+    return next((line.strip() for line in lines if text_says_oom(line)), "")
 
 
 def last_line(exc: BaseException) -> str:
