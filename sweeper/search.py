@@ -195,6 +195,9 @@ class Search:
         those to run again."""
         kept: dict[str, TrialResult] = {}
         again: list[TrialResult] = []
+        index = 1 + max((r.index for r in previous.values()), default=-1)
+        # only rows of this space count: a grid's, or another space's, are not this search's
+        previous = {tid: r for tid, r in previous.items() if self.fits(r.params)}
         for result in sorted(previous.values(), key=lambda r: r.index):
             if not keeps(result):
                 again.append(result)
@@ -206,20 +209,31 @@ class Search:
             self.study.enqueue_trial({k: v for k, v in result.params.items() if k in self.dists},
                                      skip_if_exists=False)
             self.asked[result.trial_id] = [self.study.ask(self.dists)]
-        self.index = 1 + max((r.index for r in previous.values()), default=-1)
+        self.index = index
         self.remaining = max(0, self.total - len(kept) - len(again))
         return kept, again
+
+    def fits(self, params: Mapping[str, Any]) -> bool:
+        """Whether a point lies in this search's space: the same parameters, its fixed
+        values, and each searched value inside its distribution."""
+        if set(params) != set(self.dists) | set(self.fixed):
+            return False
+        if any(params[k] != v for k, v in self.fixed.items()):
+            return False
+        try:  # Optuna's own check that each value lies in its distribution
+            self.optuna.trial.create_trial(params={k: params[k] for k in self.dists}, distributions=self.dists,
+                                           value=0.0)
+        except (ValueError, TypeError):
+            return False
+        return True
 
     def _add(self, result: TrialResult, epochs: list[tuple[int, dict[str, Any]]]) -> None:
         state, value = self._state(result)
         intermediate = {e: float(m[self.metric]) for e, m in epochs if _finite(m.get(self.metric))}
-        try:
-            trial = self.optuna.trial.create_trial(
-                params={k: v for k, v in result.params.items() if k in self.dists},
-                distributions=self.dists, value=value, state=state, intermediate_values=intermediate)
-            self.study.add_trial(trial)
-        except (ValueError, TypeError):  # recorded under another space: not the study's
-            pass
+        trial = self.optuna.trial.create_trial(
+            params={k: v for k, v in result.params.items() if k in self.dists},
+            distributions=self.dists, value=value, state=state, intermediate_values=intermediate)
+        self.study.add_trial(trial)
 
     def _state(self, result: TrialResult) -> tuple[Any, float | None]:
         TrialState = self.optuna.trial.TrialState

@@ -183,3 +183,22 @@ def test_failed_trials_of_a_search_run_again_on_resume_and_are_told(tmp_path):
     assert len(second) == 4 and set(second.trial_id) == set(first.trial_id)
     assert (second.status == "ok").all(), second[["status", "error"]]
     assert sorted(state for _, state in sampler.told) == ["COMPLETE"] * 4
+
+
+@pytest.mark.parametrize("before", ["grid", "fixed"])
+def test_a_search_counts_only_rows_of_its_own_space(tmp_path, before):
+    """Rows another grid or space left in the folder (x outside the space, or another fixed
+    value) are not the search's: they are not counted toward trials nor ranked."""
+    first = {"grid": 'grid = {"x": [5.0, 6.0, 7.0, 8.0], "epochs": 2}',
+             "fixed": 'space = {"x": sweeper.uniform(0, 1), "epochs": 3}\nsearch = "random"\ntrials = 2'}[before]
+    body = 'import sweeper\nfrom sweep_fns import descent as train\noptions = {"metric": "loss", "mode": "min"}\n'
+    grid = write_grid(tmp_path, body + first + "\n")
+    r = run_cli(grid, "--out", str(tmp_path / "out"), "--quiet")
+    assert r.returncode == 0, r.stdout + r.stderr
+    write_grid(tmp_path, body + 'space = {"x": sweeper.uniform(0, 1), "epochs": 2}\nsearch = "random"\ntrials = 3\n')
+    r = run_cli(grid, "--out", str(tmp_path / "out"), "--quiet")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3 of 3 trials on record" in r.stdout and "(3 run this time" in r.stdout, r.stdout
+    assert "not in this search's space" in r.stdout, r.stdout
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
+    assert len(df) == 3 and df.param_x.between(0, 1).all() and (df.param_epochs == 2).all(), df
