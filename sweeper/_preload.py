@@ -1,8 +1,8 @@
-"""Imported by a sweep's fork server (:mod:`sweeper.backends.forkserver`): imports what
-``train`` needs (the grid file named by ``SWEEPER_PRELOAD_FILE``, or the module named by
-``SWEEPER_PRELOAD_MODULE``; a script run as ``__main__`` multiprocessing imports itself),
-then tries one fork (:func:`_probe`), and says ``ok``, or why not, into the FIFO named by
-``SWEEPER_PRELOAD_READY``.
+"""Imported by a sweep's fork server (:mod:`sweeper.backends.forkserver`): imports the
+installed modules ``train`` needs (candidates listed one a line in the file named by
+``SWEEPER_PRELOAD_LIST``; :mod:`sweeper.modules` keeps the installed ones), never the
+user's own module, which each trial imports itself; then tries one fork (:func:`_probe`),
+and says ``ok``, or why not, into the FIFO named by ``SWEEPER_PRELOAD_READY``.
 
 On anything but ``ok`` nothing is forked: trials start as spawn processes (which report an
 import error the usual way).
@@ -17,7 +17,7 @@ def _import() -> str:
     import sys
     from importlib import import_module
 
-    from .target import load_file
+    from .modules import installed
 
     # multiprocessing (3.11) does not give its fork server the sweep's sys.path: the parent's
     # own entries (a folder it added, the script's) come through the environment
@@ -30,13 +30,17 @@ def _import() -> str:
     os.dup2(null, 2)
     os.close(null)
     try:
-        if os.environ.get("SWEEPER_PRELOAD_FILE"):
-            load_file(os.environ["SWEEPER_PRELOAD_FILE"])
-        elif os.environ.get("SWEEPER_PRELOAD_MODULE"):
-            import_module(os.environ["SWEEPER_PRELOAD_MODULE"])
-    except BaseException as exc:  # noqa: BLE001 - said to the sweep, which falls back to spawn
-        why = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        return f"importing train's module failed there ({why})"
+        with open(os.environ.pop("SWEEPER_PRELOAD_LIST", os.devnull)) as f:
+            names = f.read().split()
+    except OSError as exc:
+        return f"its list of modules could not be read ({exc.strerror})"
+    for name in names:
+        if name in sys.modules or not installed(name):
+            continue
+        try:
+            import_module(name)
+        except BaseException:  # noqa: BLE001 - an alias or a private module: the trial imports it
+            continue
     return _probe()
 
 

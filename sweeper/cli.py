@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, NoReturn, Sequence
 
-from . import __version__, gridfile, runner
+from . import __version__, gridfile, procs, runner
 from .errors import SweepError
 from .messages import show_messages
 from .grid import Points
@@ -51,7 +51,7 @@ def parser() -> argparse.ArgumentParser:
                    "'python train.py --lr={lr}'; the grid comes from --grid")
     p.add_argument("--grid", dest="grid_data", help="with --command: a .json or .yaml file holding the grid")
     p.add_argument("--shell", action="store_true", help="with --command: run it through /bin/sh "
-                   "(values are shell-quoted)")
+                   "(values reach it as environment variables, never as shell text)")
     p.add_argument("--name", help="sweep folder name (default: the grid file's stem)")
     p.add_argument("--out", help="folder for sweep folders (default: results)")
     p.add_argument("--workers", type=int, help="trials at once (default: GPU slots, else CPU count)")
@@ -141,6 +141,18 @@ def _main(argv: list[str]) -> int:
     flags = {k: v for k, v in flags.items() if v is not None}
     Options.build(flags, where="the command line")
     show_messages(not args.quiet)
+    tags: list[str] = []  #: the sweep's, once its grid reader has one
+    # from the grid reader on: an orphan of any process of the sweep comes back to this
+    # one, so a daemon the grid file's import starts ends with the sweep at the latest
+    with procs.subreaper():
+        try:
+            return _sweep(args, flags, tags)
+        finally:
+            procs.end_strays(tags)
+
+
+def _sweep(args: argparse.Namespace, flags: dict[str, Any], tags: list[str]) -> int:
+    """Run (or plan) the sweep the command line names."""
     spare = None
     if args.command is not None:
         if args.grid_file or not args.grid_data:
@@ -157,7 +169,8 @@ def _main(argv: list[str]) -> int:
         if args.grid_data or args.shell:
             raise SweepError("--grid and --shell go with --command; a grid .py file defines grid itself")
         grid, spare = gridfile.read(args.grid_file, args.seed, _first_slot_env(flags))
-        target = FileTarget(grid.path, grid.attr, grid.shell)
+        tags.append(spare.tag)
+        target = FileTarget(grid.path, grid.attr, grid.shell, preload=grid.modules)
         what = grid.what
     try:
         opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)

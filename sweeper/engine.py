@@ -63,9 +63,9 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from . import outcome
 from .errors import SweepError
-from .ledger import Ledger, StorageError
+from .ledger import Ledger, StorageError, storage_error
 from .paths import log_tail
-from .protocol import Began, Broken, Event, Exited, LoadFailed, Reports, Result
+from .protocol import Began, Broken, Event, Exited, LoadFailed, Reports, Result, Unwritable
 from .trial import Status, TrialResult, TrialSpec
 
 log = logging.getLogger("sweeper")
@@ -303,6 +303,8 @@ class Engine:
                 why = self.hooks.prune(trial.spec, event.items) if self.hooks.prune and event.items else None
                 if why:
                     prune.append((trial, why))
+            elif isinstance(event, Unwritable):
+                self._unwritable(trial, event)
             elif isinstance(event, Result):
                 self._result(trial, event)
             elif isinstance(event, Exited):
@@ -332,6 +334,14 @@ class Engine:
         if self.timeout and trial.due is None:
             trial.set_deadline(Due.TIMEOUT, trial.t0 + self.timeout)
         self.store(self.ledger.mark_running, trial.spec, began.pid, trial.started_at)
+
+    def _unwritable(self, trial: _Trial, event: Unwritable) -> None:
+        """A trial could not write its files: no new trial starts (as for the ledger). One
+        that had not begun training is stopped as ``interrupted``: it runs on resume."""
+        self._storage_failed(storage_error(event.path, event.error))
+        if trial.result is None and trial.stop is None:
+            trial.stop, trial.why = Status.INTERRUPTED, f"could not write {event.path} ({event.error})"
+            trial.ended = time.monotonic()
 
     def _result(self, trial: _Trial, result: Result) -> None:
         """The trial's own account: recorded at once (durable now, not when it has exited)."""
@@ -370,7 +380,7 @@ class Engine:
         return TrialResult(
             trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
             status=verdict.status, metrics=verdict.metrics, seed=spec.seed,
-            device=(how.device if how.device is not None else began.device) or "?",
+            device=(how.device if how.device is not None else began.device) or "",  # "": it never had one
             started_at=trial.started_at, duration_s=duration, error=verdict.error, attempts=spec.attempt,
             pid=pid, exitcode=how.exitcode, log=spec.log_path, gpu_uuid=began.gpu_uuid,
             gpu_mem_cap_mb=how.cap_mb if how.cap_mb is not None else began.cap_mb,
@@ -451,10 +461,14 @@ class Engine:
             write(*args, **kwargs)
             return True
         except StorageError as exc:
-            if self.storage_error is None:
-                self.storage_error = exc
-                log.warning("sweeper: %s; no new trials start", str(exc).split("; ")[0])
+            self._storage_failed(exc)
             return False
+
+    def _storage_failed(self, exc: StorageError) -> None:
+        """The first failed write of the sweep's files stops new trials; said once."""
+        if self.storage_error is None:
+            self.storage_error = exc
+            log.warning("sweeper: %s; no new trials start", str(exc).split("; ")[0])
 
     def conclude(self, spec: TrialSpec, result: TrialResult, durable: bool = True) -> None:
         """Record a trial's outcome (before its place is reused), queue a retry, tell the view."""

@@ -38,6 +38,7 @@ class GridFile:
     shell: bool = False
     what: str = ""  #: what the sweep runs, in words (:func:`sweeper.target.describe`)
     space: dict[str, Any] | None = None  #: ``space`` without ``samples``: searched (``search``)
+    modules: tuple[str, ...] = ()  #: what importing the file imported (:mod:`sweeper.modules`)
 
 
 def read_data(path: str, seed: int | None) -> GridFile:
@@ -117,7 +118,7 @@ def read(path: str, seed: int | None, env: dict[str, str] | None = None) -> tupl
         spare.close()
         raise
     grid = GridFile(path, message.points, message.options, message.attr, message.shell, message.what,
-                    message.space)
+                    message.space, tuple(message.modules))
     return grid, spare
 
 
@@ -143,11 +144,15 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _examine(path: str, seed: int | None) -> dict[str, Any]:
+    import sys
+
     from .grid import Points, check_not_empty, expand, sample
+    from .modules import imported_since
     from .options import Options
     from .target import check_signature, describe, load_file
 
     name = os.path.basename(path)
+    before = list(sys.modules)
     try:
         module = load_file(path)
     except SyntaxError as exc:
@@ -200,5 +205,5 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
         command.check(points or [dict.fromkeys(space or {}, 0)])
     return {"points": [dict(p) for p in points], "options": dict(options), "space": space,
             "attr": "train" if train is not None else "command", "shell": shell,
-            "what": describe(train if train is not None else command)}
+            "what": describe(train if train is not None else command), "modules": imported_since(before)}
 

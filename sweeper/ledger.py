@@ -101,16 +101,19 @@ def _writes(method: _F) -> _F:
         try:
             return method(self, *args, **kwargs)
         except (sqlite3.Error, OSError) as exc:
-            text = str(exc).lower()
-            fix = ("free space" if "full" in text or "space" in text else
-                   "make the folder writable" if "readonly" in text or "read-only" in text or
-                   "permission" in text else "fix what the error names")
-            raise StorageError(
-                f"cannot write to {self.path} ({exc}); {fix}, then run the same command again "
-                "to resume (every trial recorded so far is kept)"
-            ) from None
+            raise storage_error(self.path, str(exc)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def storage_error(path: str, why: str) -> StorageError:
+    """A file of the sweep could not be written: one line naming it, the fix, and resume."""
+    text = why.lower()
+    fix = ("free space" if "full" in text or "space" in text else
+           "make the folder writable" if "readonly" in text or "read-only" in text or
+           "permission" in text else "fix what the error names")
+    return StorageError(f"cannot write to {path} ({why}); {fix}, then run the same command again "
+                        "to resume (every trial recorded so far is kept)")
 
 
 class Ledger:

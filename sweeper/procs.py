@@ -8,8 +8,11 @@ it is re-parented and leads a session of its own. Two things bring it back withi
   trials run: an orphan anywhere below it is re-parented to it, not to init;
 * every trial process starts with ``SWEEPER_SWEEP`` (this sweep's tag) and ``SWEEPER_SLOT``
   in its environment, which forks and execs inherit, so an adopted orphan is attributed
-  to this sweep and to the slot whose trial made it (under the fork server, whose
-  children share its environment, to the sweep alone: they are ended when it ends).
+  to this sweep and to the slot whose trial made it. ``/proc/<pid>/environ`` shows the
+  environment a process was *started* with: a fork of the fork server shows the server's,
+  so the server starts with a placeholder slot (``SLOT_PLACEHOLDER``) that each fork
+  overwrites in place with its own (:func:`tag_slot`) before the trial's code runs; its
+  forks copy that memory, and whatever it execs gets ``os.environ``, slot included.
 
 So a trial is stopped by signalling its group, every process below its own (a live
 tree, walked through ``/proc``) and every adopted orphan of its slot. Linux only; on
@@ -28,6 +31,36 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 SLOT_VAR = "SWEEPER_SLOT"
 SWEEP_VAR = "SWEEPER_SWEEP"
+#: The fork server's slot: room for a fork to write its own slot into (:func:`tag_slot`).
+SLOT_PLACEHOLDER = "-" * 12
+
+
+def tag_slot(slot: str) -> bool:
+    """In a fork of the fork server: make ``/proc/self/environ`` (and so that of every fork
+    of this process) show ``SWEEPER_SLOT=<slot>``, by writing it over the placeholder the
+    server started with, in the memory that file shows. False where that cannot be done."""
+    key = f"{SLOT_VAR}={SLOT_PLACEHOLDER}".encode()
+    value = slot.encode().ljust(len(SLOT_PLACEHOLDER), b" ")
+    if len(value) > len(SLOT_PLACEHOLDER):
+        return False
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        env_start, env_end = int(fields[47]), int(fields[48])  # fields 50, 51 of proc_pid_stat(5)
+        with open("/proc/self/environ", "rb") as f:
+            block = f.read()
+    except (OSError, IndexError, ValueError):
+        return False
+    if not env_start or env_end - env_start != len(block):  # not the memory that file shows
+        return False
+    if block.startswith(key + b"\0"):
+        at = 0
+    else:
+        at = block.find(b"\0" + key + b"\0") + 1
+        if at == 0:
+            return False
+    ctypes.memmove(env_start + at + len(SLOT_VAR) + 1, value, len(value))
+    return True
 
 
 def children(pid: int) -> list[int]:
@@ -70,7 +103,7 @@ def tags(pid: int) -> dict[str, str]:
     for item in env.split(b"\0"):
         key, _, value = item.partition(b"=")
         if key in (b"SWEEPER_SLOT", b"SWEEPER_SWEEP"):
-            out[key.decode()] = value.decode(errors="replace")
+            out[key.decode()] = value.decode(errors="replace").rstrip()
     return out
 
 
@@ -90,6 +123,26 @@ def strays(sweep_tags: Iterable[str], slot: int | None, known: Iterable[int]) ->
             continue
         out += [child, *descendants(child)]
     return out
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time a process has used (all its threads), or None if /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def end_strays(sweep_tags: Iterable[str], wait: float = 5.0) -> None:
+    """Kill the orphans of these sweeps that came back to this process, and reap them."""
+    tags = set(sweep_tags)
+    if not tags:
+        return
+    left = strays(tags, None, ())
+    signal_all(left, signal.SIGKILL)
+    reap(left, wait=wait)
 
 
 def zombies(pids: Iterable[int]) -> list[int]:

@@ -39,6 +39,15 @@ class LoadFailed:
 
 
 @dataclass(frozen=True)
+class Unwritable:
+    """A file of the trial's (its log, ``result.json``) could not be written: the folder
+    became read-only, or the disk is full. The sweep starts no new trial."""
+
+    path: str
+    error: str  #: the system's words (``strerror``)
+
+
+@dataclass(frozen=True)
 class TrainStarted:
     """``train`` was called: the trial's imports are behind it."""
 
@@ -92,6 +101,7 @@ class GridRead:
     shell: bool
     what: str  #: what the sweep runs, in words
     space: dict[str, Any] | None = None  #: a search's space (then points is empty)
+    modules: list[str] = field(default_factory=list)  #: what importing it imported (a fork server's preload)
 
 
 @dataclass(frozen=True)
@@ -102,7 +112,8 @@ class GridRefused:
 
 
 #: What a trial process sends.
-Message = Union[Ready, LoadFailed, TrainStarted, Reports, Result, Placed, Exiting, GridRead, GridRefused]
+Message = Union[Ready, LoadFailed, Unwritable, TrainStarted, Reports, Result, Placed, Exiting, GridRead,
+                GridRefused]
 
 
 @dataclass(frozen=True)

@@ -316,8 +316,9 @@ def _run(
         notes.append(f"resumed: {len(results)} trials already on record were kept; {to_run} to run")
     others = len(set(previous) - wanted)
     if others:
-        notes.append(f"{others} trials on record here are not in this grid; results.csv shows this grid's "
-                     "(load(folder, every=True) shows all)")
+        this = "search's space" if search is not None else "grid"
+        notes.append(f"{others} trials on record here are not in this {this}, and count for nothing in this run; "
+                     f"results.csv shows this {this}'s (load(folder, every=True) shows all)")
 
     def write_results() -> None:
         table.write_csv([r for tid, r in results.items() if tid in wanted], where.results)
@@ -355,7 +356,7 @@ def _run(
         from .backends.local import LocalBackend
 
         backend = LocalBackend(target, placement.slots, workers=options.workers, prefetch=options.prefetch,
-                               start_method=options.start_method, spare=spare)
+                               start_method=options.start_method, spare=spare, timeout=options.timeout)
     engine = Engine(backend, ledger, hooks=hooks, timeout=options.timeout, retries=options.retries)
     shown = _trackers(options, folder, uid, mode, space, specs, feed)
     interrupted = None

@@ -5,9 +5,14 @@ function must be found again by import. Two kinds of target:
 
 * :class:`FunctionTarget` for ``sweep(fn, ...)``: ``fn`` pickled by reference
   (module and qualified name), checked in the parent before anything runs;
-* :class:`FileTarget` for ``python -m sweeper grid.py``: the grid file loaded as a
-  module under a stable name, with its folder on ``sys.path`` (never ``runpy`` as
-  ``__main__``, which a spawned child could not import).
+* :class:`FileTarget` for ``python -m sweeper grid.py``: the grid file loaded in the
+  trial process as its main module (``__mp_main__``, aliased as ``__main__``, as
+  ``multiprocessing`` loads a script in its children), with its folder on ``sys.path``;
+  so ``train`` may start processes of its own (``Pool``, ``ProcessPoolExecutor``, any
+  start method) whose children find its functions again, as in a plain script.
+
+Each names the installed modules ``train`` needs (``preload``): a fork server imports
+those ahead, never the user's own code (:mod:`sweeper.modules`).
 """
 
 from __future__ import annotations
@@ -15,43 +20,51 @@ from __future__ import annotations
 import importlib.util
 import os
 import pickle
-import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
 from .errors import SweepError
 
 
-GRID_MODULE_PREFIX = "_sweeper_grid_"
-
-
-def module_name_for(path: str) -> str:
-    """The stable module name a grid file is loaded under, in the parent and in children."""
-    stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
-    return f"{GRID_MODULE_PREFIX}{stem}"
+#: What a grid file's module is called in a trial process: the name ``multiprocessing``
+#: gives a script in its children, so theirs import the file again and find what it defines.
+MAIN_NAME = "__mp_main__"
 
 
 def load_file(path: str) -> ModuleType:
-    """Import a Python file as a module with a stable name; its folder joins ``sys.path``."""
+    """Import a grid file as this process's main module; its folder joins ``sys.path``.
+
+    Only in a process of sweeper's own (a trial, the CLI's grid reader, a Ray task): it
+    becomes ``__main__`` there, so a child that ``train`` starts under spawn or forkserver
+    imports the file (not sweeper's bootstrap) and unpickles its functions by name. Its
+    ``if __name__ == "__main__":`` block does not run, as in ``multiprocessing``'s children.
+    """
     path = os.path.abspath(path)
-    name = module_name_for(path)
-    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == path:
-        return sys.modules[name]
+    loaded = sys.modules.get(MAIN_NAME)
+    if loaded is not None and getattr(loaded, "__file__", None) == path:
+        return loaded
     folder = os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(MAIN_NAME, path)
     if spec is None or spec.loader is None:
         raise SweepError(f"{path} is not a Python file; give a .py file that defines train and grid")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    saved = {name: sys.modules.get(name) for name in ("__main__", MAIN_NAME)}
+    sys.modules["__main__"] = sys.modules[MAIN_NAME] = module
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules[name]
+        for name, old in saved.items():
+            if old is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = old
         raise
+    # a script's __spec__ is None: multiprocessing then finds the main module by its path
+    module.__spec__ = None
     return module
 
 
@@ -62,6 +75,8 @@ class FileTarget:
     path: str
     attr: str = "train"
     shell: bool = False  #: for a command template: run it through /bin/sh
+    #: Installed modules the file imports (found where it was read): a fork server's preload.
+    preload: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def load(self) -> Callable[..., Any]:
         value = getattr(load_file(self.path), self.attr)
@@ -126,11 +141,9 @@ def describe(what: Any) -> str:
         bound = [repr(a) for a in what.args] + [f"{k}={v!r}" for k, v in sorted(what.keywords.items())]
         return f"functools.partial({', '.join([describe(what.func), *bound])})"
     module = getattr(what, "__module__", None) or "?"
-    if module == "__main__":
-        main_file = getattr(sys.modules.get("__main__"), "__file__", None) or "__main__"
+    if module in ("__main__", MAIN_NAME):
+        main_file = getattr(sys.modules.get(module), "__file__", None) or "__main__"
         module = os.path.splitext(os.path.basename(main_file))[0]
-    elif module.startswith(GRID_MODULE_PREFIX):
-        module = module[len(GRID_MODULE_PREFIX):]
     return f"{module}.{getattr(what, '__qualname__', type(what).__name__)}"
 
 

@@ -132,3 +132,23 @@ def run_fake_cli(fake, *args: str, timeout: float = 240):
     env = {**os.environ, "SWEEPER_FAKE_NVML": fake.to_json()}
     return subprocess.run([sys.executable, os.path.join(HERE, "fake_nvml.py"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def install_module(site, name: str, source: str | None) -> str:
+    """``name`` as an installed distribution lays it out in the folder ``site`` (a module and
+    its ``.dist-info``), as a third-party library is: a fork server may import it ahead.
+    Put ``site`` on sys.path (or PYTHONPATH for a CLI run) to use it; returns its path.
+    ``source=None``: the metadata alone (the module lies elsewhere on sys.path)."""
+    site = str(site)
+    os.makedirs(os.path.join(site, f"{name}-1.0.dist-info"), exist_ok=True)
+    if source is not None:
+        with open(os.path.join(site, f"{name}.py"), "w") as f:
+            f.write(source)
+    info = os.path.join(site, f"{name}-1.0.dist-info")
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    with open(os.path.join(info, "top_level.txt"), "w") as f:
+        f.write(f"{name}\n")
+    with open(os.path.join(info, "RECORD"), "w") as f:
+        f.write(f"{name}.py,,\n{name}-1.0.dist-info/METADATA,,\n")
+    return site

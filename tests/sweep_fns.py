@@ -392,3 +392,50 @@ def final_differs(params):
     for epoch in range(1, 4):
         sweeper.report(epoch=epoch, acc=0.1 * epoch)
     return {"acc": 0.99, "huge": 10**400, "a@b": 1.0, "a_b": 2.0}
+
+
+def daemon_then_check(params):
+    """Leaves a double-forked daemon, then waits (at most 20 s, on pidfds) for the daemons
+    that earlier trials of the sweep left to be gone; says how many outlived their trial."""
+    import select
+
+    here = sweeper.current_trial().dir
+    _daemon(os.path.join(here, "daemon.pid"))
+    folder = os.path.dirname(here)
+    fds, earlier = [], 0
+    for name in os.listdir(folder):
+        pid_file = os.path.join(folder, name, "daemon.pid")
+        if name == os.path.basename(here) or not os.path.exists(pid_file):
+            continue
+        earlier += 1
+        try:
+            fds.append(os.pidfd_open(int(open(pid_file).read())))
+        except ProcessLookupError:  # gone already
+            continue
+    deadline = time.monotonic() + 20
+    alive = list(fds)
+    while alive and time.monotonic() < deadline:
+        ready, _, _ = select.select(alive, [], [], deadline - time.monotonic())
+        alive = [fd for fd in alive if fd not in ready]
+    return {"earlier": float(earlier), "outlived": float(len(alive))}
+
+
+def server_killer(params):
+    """x=1 (a fork) kills the fork server it was forked from, tells x=2, and exits with 7;
+    x=2 waits for that, then returns; later trials just return."""
+    import select
+
+    flag = os.path.join(os.path.dirname(sweeper.current_trial().dir), "server.killed")
+    forked = os.getppid() != params["sweep"]
+    if params["x"] == 1 and forked:
+        server = os.getppid()
+        fd = os.pidfd_open(server)
+        os.kill(server, signal.SIGKILL)
+        select.select([fd], [], [], 30)
+        open(flag, "w").close()
+        os._exit(7)
+    if params["x"] == 2:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling the flag file x=1 writes
+    return {"forked": float(forked), "ppid": os.getppid()}

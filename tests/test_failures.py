@@ -21,7 +21,7 @@ import pytest
 import sweeper
 from sweeper.table import READ_CSV
 import sweep_fns
-from conftest import ROOT, assert_dead, write_grid
+from conftest import ROOT, assert_dead, run_cli, write_grid
 
 CASES = [
     # how, status, words the error must contain
@@ -302,3 +302,89 @@ def test_ctrl_c_kills_a_trial_that_ignores_sigterm(tmp_path, method, timeout):
     assert "SIGINT" in df.error[0]
     for pid in _ignoring_pids(ignoring):
         assert_dead(pid, timeout=1)
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_daemon_ends_with_its_trial_not_with_the_sweep(tmp_path, method):
+    """A forked trial's daemon carries the fork server's environment as /proc shows it; the
+    trial's slot is written there too, so the daemon is found when its trial ends."""
+    df = sweeper.sweep(sweep_fns.daemon_then_check, {"x": [1, 2, 3]}, out=str(tmp_path), workers=1,
+                       start_method=method, progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert df.earlier.tolist() == [0, 1, 2]
+    assert df.outlived.tolist() == [0, 0, 0]
+
+
+def test_a_daemon_started_by_the_grid_files_import_ends_with_the_sweep(tmp_path):
+    """Wherever the file is imported (the CLI's grid reader, the fork server's trials), a
+    daemon its top level starts is gone when the command returns."""
+    marks = tmp_path / "daemons"
+    grid = write_grid(tmp_path, f"""import os
+from sweep_fns import _daemon, echo as train
+_daemon({str(marks)!r} + "." + str(os.getpid()))
+grid = {{"x": [1, 2, 3]}}
+""")
+    r = run_cli(grid, "--out", str(tmp_path / "out"), "--workers", "1", "--quiet", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pids = [int(p.read_text()) for p in tmp_path.glob("daemons.*")]
+    assert len(pids) >= 3  # the reader's (which ran the first trial) and each later trial's
+    for pid in pids:
+        assert_dead(pid, timeout=5)
+
+
+def _unprivileged() -> list[str]:
+    """A command prefix that runs a process the file permissions bind (root without the
+    capabilities that bypass them), or a skip saying why there is none here."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv (util-linux): no process here is refused a read-only folder")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+
+
+@pytest.mark.parametrize("which", ["trials", "own"])
+def test_a_folder_made_read_only_mid_sweep_stops_new_trials_and_resumes(tmp_path, which):
+    """The first trial file that cannot be written (the next trial's log, or a running
+    trial's result.json) stops new trials in one line naming it; rows so far stay; resume."""
+    prefix = _unprivileged()
+    go, started = tmp_path / "go", tmp_path / "started"
+    grid = write_grid(tmp_path, f"""import os, time
+from sweep_fns import echo
+
+def train(params):
+    if params["x"] == 1 and not os.path.exists({str(go)!r}):
+        open({str(started)!r}, "w").close()
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.02)  # polling the test's own sentinel file
+    return echo(params)
+
+grid = {{"x": [1, 2, 3, 4]}}
+""")
+    out = tmp_path / "out"
+    cmd = [*prefix, sys.executable, "-m", "sweeper", grid, "--out", str(out), "--workers", "1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the trial's sentinel file
+        assert started.exists(), proc.communicate(timeout=30)
+        locked = out / "grid" / "trials" / ("x=1" if which == "own" else "")
+        locked.chmod(0o555)
+        go.touch()
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, stdout + stderr
+    said = [line for line in (stdout + stderr).splitlines() if "no new trials start" in line]
+    assert len(said) == 1 and str(locked).rstrip("/") in said[0] and "Permission denied" in said[0], said
+    df = pd.read_csv(out / "grid" / "results.csv", **READ_CSV)
+    expected = {1: "ok"} if which == "own" else {1: "ok", 2: "interrupted"}
+    assert df.set_index("param_x").status.to_dict() == expected, df.error.tolist()
+    locked.chmod(0o755)
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    df = pd.read_csv(out / "grid" / "results.csv", **READ_CSV)
+    assert (df.status == "ok").all() and len(df) == 4

@@ -15,9 +15,8 @@ import pandas as pd
 import psutil
 import pytest
 
-import fork_deadlock
 import sweeper
-from conftest import HERE, ROOT, assert_dead, write_grid
+from conftest import HERE, ROOT, assert_dead, install_module, run_cli, write_grid
 from sweeper.backends import local
 from sweeper.table import READ_CSV
 
@@ -38,9 +37,9 @@ def train(params):
 """
 
 
-def _counted(tmp_path, monkeypatch, name: str, import_s: float = 0.0):
+def _counted(tmp_path, monkeypatch, name: str, import_s: float = 0.0, extra: str = ""):
     marks = tmp_path / f"{name}.marks"
-    (tmp_path / f"{name}.py").write_text(COUNTED.format(import_s=import_s, marks=str(marks)))
+    (tmp_path / f"{name}.py").write_text(extra + COUNTED.format(import_s=import_s, marks=str(marks)))
     monkeypatch.syspath_prepend(str(tmp_path))  # a folder only the sweep's own sys.path has
     module = __import__(name)
     return module, marks
@@ -51,32 +50,99 @@ def _marks(marks, kind: str) -> list[tuple[int, float, float]]:
     return [(int(pid), float(a), float(b)) for pid, k, a, b in rows if k == kind]
 
 
-def test_by_default_every_trial_is_a_fresh_fork_of_one_import(tmp_path, monkeypatch):
-    module, marks = _counted(tmp_path, monkeypatch, "counted_default")
+def test_every_trial_is_a_fresh_fork_that_runs_the_users_module_itself(tmp_path, monkeypatch):
+    """The fork server imports what the module imports from installed libraries, once; the
+    module's own top level runs in each trial, as under spawn."""
+    site = install_module(tmp_path / "site", "noted_lib", NOTED_LIB.format(marks=str(tmp_path / "lib.marks")))
+    monkeypatch.syspath_prepend(site)
+    module, marks = _counted(tmp_path, monkeypatch, "counted_default", import_s=0.0, extra="import noted_lib\n")
     marks.unlink()  # this process's own import does not count
+    (tmp_path / "lib.marks").unlink()
     df = sweeper.sweep(module.train, {"x": [1, 2, 3, 4, 5]}, workers=2, out=str(tmp_path / "o"), progress=False)
     assert (df.status == "ok").all(), df.error.tolist()
-    imports = [pid for pid, *_ in _marks(marks, "import")]
-    assert len(imports) == 1, imports  # the fork server's import, and no other
     assert df.pid.nunique() == 5 and os.getpid() not in set(df.pid)  # a fresh process per trial
-    assert set(df.ppid) == set(imports)  # each forked from the server that imported it
-    assert_dead(imports[0])  # the server ends with its sweep
+    assert {pid for pid, *_ in _marks(marks, "import")} == set(df.pid)  # each ran the module itself
+    lib = [int(line) for line in (tmp_path / "lib.marks").read_text().split()]
+    assert len(lib) == 1 and set(df.ppid) == set(lib)  # the library: once, in the server they forked from
+    assert_dead(lib[0])  # the server ends with its sweep
     for pid in df.pid:
         assert_dead(pid, timeout=1)
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+#: An installed library that notes each process that imports it.
+NOTED_LIB = """import os
+with open({marks!r}, "a") as f:
+    f.write(f"{{os.getpid()}}\\n")
+"""
+
+
+def test_what_the_users_module_makes_at_import_is_each_trials_own(tmp_path):
+    """Random generators, ids, threads, locks, connections made at the grid file's import:
+    under the fork server as under spawn, each trial has its own."""
+    grid = write_grid(tmp_path, """import os, random, sqlite3, threading, time, uuid
+import numpy as np
+RNG = np.random.default_rng()
+R = random.Random()
+RUN_ID = uuid.uuid4().hex
+IMPORTED_IN = os.getpid()
+DB = sqlite3.connect(":memory:")
+LOCK = threading.Lock()
+
+def _hold():  # a thread of the module's that holds its lock most of the time
+    while True:
+        with LOCK:
+            time.sleep(0.05)
+        time.sleep(0.001)
+
+threading.Thread(target=_hold, daemon=True).start()
+
+def train(params):
+    with LOCK:
+        pass
+    DB.execute("select 1")
+    return {"rng": float(RNG.random()), "r": R.random(), "run_id": int(RUN_ID[:12], 16),
+            "own_import": int(IMPORTED_IN == os.getpid()), "pid": os.getpid()}
+
+grid = {"x": [1, 2, 3, 4, 5, 6]}
+""")
+    for method in ("forkserver", "spawn"):
+        r = run_cli(grid, "--out", str(tmp_path / "out"), "--name", method, "--workers", "2", "--quiet",
+                    "--start-method", method, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        df = pd.read_csv(tmp_path / "out" / method / "results.csv", **READ_CSV)
+        assert (df.status == "ok").all() and len(df) == 6, df.error.tolist()
+        assert (df.own_import == 1).all(), method
+        for column in ("rng", "r", "run_id", "pid"):
+            assert df[column].nunique() == 6, (method, column, df[column].tolist())
+
+
+def _deadlocking_library(tmp_path, monkeypatch):
+    """tests/fork_deadlock.py as an installed library (the fork server imports it ahead),
+    and a user's module whose train comes from it."""
+    monkeypatch.syspath_prepend(install_module(tmp_path / "site", "fork_deadlock", None))
+    (tmp_path / "deadlock_user.py").write_text("from fork_deadlock import train as _train\n\n\n"
+                                               "def train(params):\n    return _train(params)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import deadlock_user
+
+    return deadlock_user
+
+
+@pytest.mark.parametrize("workers, watchdog, timeout", [(1, 2.0, None), (2, 2.0, None), (1, None, 5.0)])
 def test_a_fork_that_never_reaches_train_is_killed_and_its_trial_run_under_spawn(tmp_path, monkeypatch, caplog,
-                                                                                  workers):
-    monkeypatch.setattr(local, "FORK_WATCHDOG_S", 2.0)
+                                                                                  workers, watchdog, timeout):
+    """Whatever the timeout: with --timeout 5 the watchdog (30 s) looks at half the timeout."""
+    if watchdog is not None:
+        monkeypatch.setattr(local, "FORK_WATCHDOG_S", watchdog)
+    user = _deadlocking_library(tmp_path, monkeypatch)
     with caplog.at_level("WARNING", logger="sweeper"):
-        df = sweeper.sweep(fork_deadlock.train, {"x": [1, 2, 3, 4]}, workers=workers, out=str(tmp_path),
-                           progress=False)
+        df = sweeper.sweep(user.train, {"x": [1, 2, 3, 4]}, workers=workers, out=str(tmp_path / "o"),
+                           progress=False, timeout=timeout)
     assert (df.status == "ok").all(), df.error.tolist()
     assert (df.attempts == 1).all()  # a rescue is not a retry
     # the hung forks' trials and every later one ran in spawn processes: children of this one
     assert (df.ppid == os.getpid()).all() and df.pid.nunique() == 4
-    logs = {t: (tmp_path / "fork_deadlock" / "trials" / t / "log.txt").read_text() for t in df.trial}
+    logs = {t: (tmp_path / "o" / "deadlock_user" / "trials" / t / "log.txt").read_text() for t in df.trial}
     fired = [t for t, text in logs.items() if local.WATCHDOG_MARK in text]
     hung = ["x=1", "x=2"][:workers]  # the forks made before the first rescue; none after it
     assert fired == hung, fired
@@ -89,15 +155,18 @@ def test_a_fork_that_never_reaches_train_is_killed_and_its_trial_run_under_spawn
 
 def test_ctrl_c_while_the_fork_server_imports_ends_waiting_trials_as_interrupted(tmp_path):
     ready = tmp_path / "server_importing"
-    grid = write_grid(tmp_path, f"""import os, time
+    site = install_module(tmp_path / "site", "slow_lib", f"""import os, time
 if os.environ.get("SWEEPER_PRELOAD_READY"):  # the fork server's import, and only its
     open({str(ready)!r}, "w").close()
     time.sleep(600)
-from sweep_fns import echo as train
-grid = {{"x": [1, 2, 3]}}
 """)
+    grid = write_grid(tmp_path, """import slow_lib
+from sweep_fns import echo as train
+grid = {"x": [1, 2, 3]}
+""")
+    env = {**os.environ, "PYTHONPATH": site}
     proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out"), "--workers", "2",
-                             "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 120
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -147,3 +216,62 @@ def test_spawn_standbys_import_ahead_together_only_while_cores_are_idle(tmp_path
         assert together >= 2, imports
     else:
         assert together == 0, imports
+
+
+def test_when_the_fork_server_dies_its_forks_keep_their_exit_codes_and_the_rest_spawn(tmp_path, capsys):
+    """The kernel's OOM killer may pick the server: one line says so, a running fork's own
+    exit code (not multiprocessing's 255) is recorded, and later trials are spawned."""
+    import sweep_fns
+
+    df = sweeper.sweep(sweep_fns.server_killer, {"x": [1, 2, 3, 4], "sweep": os.getpid()}, workers=2,
+                       out=str(tmp_path), progress=False)
+    by_x = df.set_index("param_x")
+    assert by_x.status.to_dict() == {1: "crashed", 2: "ok", 3: "ok", 4: "ok"}, df.error.tolist()
+    assert "exit code 7" in by_x.error[1], by_x.error[1]
+    assert (by_x.ppid[[3, 4]] == os.getpid()).all()  # spawned: children of the sweep
+    said = capsys.readouterr()
+    died = [line for line in (said.out + said.err).splitlines() if "fork server" in line and "died" in line]
+    assert len(died) == 1 and "SIGKILL" in died[0], died
+
+
+def test_a_killed_sweep_leaves_no_temporary_folders_once_the_next_one_starts(tmp_path):
+    """A SIGKILL gives the sweep no chance to clean up; the next sweep removes the folders
+    of sweeps that are gone (and only theirs)."""
+    import pathlib
+    import shutil
+    import tempfile
+
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="sw-", dir="/tmp"))  # short: a socket's path lies in it
+    (tmp / "sweeper-forkserver-1-alive").mkdir()  # pid 1 lives: not a dead sweep's
+    started = tmp_path / "started"
+    grid = write_grid(tmp_path, f"""import os, time
+from sweep_fns import echo
+
+def train(params):
+    if params["x"] == 1 and not os.path.exists({str(started)!r}):
+        open({str(started)!r}, "w").close()
+        time.sleep(600)
+    return echo(params)
+
+grid = {{"x": [1, 2]}}
+""")
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    cmd = [sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out"), "--quiet", "--workers", "2"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the trial's own sentinel file
+        assert started.exists()
+        assert len(list(tmp.glob("sweeper-forkserver-*-*"))) == 2, sorted(tmp.iterdir())
+        proc.kill()
+        proc.wait()
+    finally:
+        proc.kill()
+    try:
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        left = sorted(p.name for p in tmp.iterdir())
+        assert left == ["sweeper-forkserver-1-alive"], left
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

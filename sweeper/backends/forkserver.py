@@ -3,8 +3,11 @@
 multiprocessing's ``forkserver`` does the forking; this adds what makes it fit a sweep:
 
 * it is started with **no GPU visible** (``CUDA_VISIBLE_DEVICES=-1``) and the sweep's tag,
-  and imports ``train``'s module (:mod:`sweeper._preload`), so a trial forks with its
-  framework imported and pins its own GPU before the framework looks at one;
+  and imports the *installed* modules ``train``'s module needs (:mod:`sweeper._preload`,
+  :mod:`sweeper.modules`), never the user's module itself: each trial runs that, so what
+  its top level makes (random generators, ids, threads, connections) is the trial's own,
+  as under spawn; a trial forks with its framework imported and pins its own GPU before
+  the framework looks at one;
 * it says when its import is done, **without blocking the sweep**: the preload writes
   ``ok`` (or why not) into a FIFO whose read end the sweep's loop waits on beside the
   trials' pipes; its death is seen through a pidfd. Until then trials wait for it or
@@ -29,17 +32,64 @@ import time
 from typing import Any
 
 from .. import procs
-from ..target import FileTarget, Target
 
 #: One fork server per process (multiprocessing keeps one): a second sweep running at the
 #: same time in this process (another thread) uses spawn.
 _IN_USE = threading.Lock()
+#: A sweep's temporary folder (its FIFO, the server's socket): ``<prefix><pid>-<random>``,
+#: so a later sweep removes the folders of sweeps that were killed (:func:`clean_temp`).
+TEMP_PREFIX = "sweeper-forkserver-"
+
+
+def _temp_base() -> str:
+    """The temporary folder, unless its path is too long for the server's socket in it
+    (AF_UNIX paths end at 107 bytes): then /tmp, as Python 3.12's multiprocessing does."""
+    base = tempfile.gettempdir()
+    return base if len(base) + len(f"/{TEMP_PREFIX}4194304-12345678/listener-12345678") < 100 else "/tmp"
+
+
+def clean_temp() -> None:
+    """Remove the temporary folders that sweeps killed before they could clean up left
+    (their pid is gone). A folder of a live process is left alone."""
+    import glob
+
+    for folder in glob.glob(os.path.join(_temp_base(), f"{TEMP_PREFIX}*-*")):
+        pid = os.path.basename(folder)[len(TEMP_PREFIX):].split("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:  # another user's live process
+            continue
+
+
+def _own_mp_temp(folder: str) -> str | None:
+    """Have multiprocessing put its own temporary files (the server's socket) in the sweep's
+    folder, so a SIGKILL leaves no ``pymp-*`` folder of its own behind. Returns a marker to
+    undo it with, or None where multiprocessing has its folder already."""
+    from multiprocessing import process
+
+    config: dict[str, Any] = getattr(process.current_process(), "_config")  # private: get_temp_dir()'s folder
+    if config.get("tempdir") is not None:
+        return None
+    config["tempdir"] = folder
+    return folder
+
+
+def _restore_mp_temp(marker: str | None) -> None:
+    from multiprocessing import process
+
+    config: dict[str, Any] = getattr(process.current_process(), "_config")
+    if marker is not None and config.get("tempdir") == marker:
+        del config["tempdir"]
 
 
 class ForkServer:
-    """Starting, ready or failed; ``fd`` becomes readable when its import has ended."""
+    """Starting, ready, failed or dead; ``fd`` becomes readable when its import has ended."""
 
-    def __init__(self, ctx: Any, target: Target, tag: str, env: dict[str, str]) -> None:
+    def __init__(self, ctx: Any, preload: list[str], tag: str, env: dict[str, str]) -> None:
         import multiprocessing.forkserver
 
         self.state = "starting"
@@ -48,27 +98,28 @@ class ForkServer:
         self.import_s: float | None = None  #: how long its import took
         self._server: Any = getattr(multiprocessing.forkserver, "_forkserver")  # its pid and _stop: private
         self._owned = _IN_USE.acquire(blocking=False)
-        self._dir = tempfile.mkdtemp(prefix="sweeper-forkserver-")
+        clean_temp()
+        self._dir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=_temp_base())
         fifo = os.path.join(self._dir, "ready")
         os.mkfifo(fifo, 0o600)
         # O_RDWR: the FIFO never reads as ended (no writer yet is not EOF); only data wakes us
         self.fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
         self.exit_fd: int | None = None
+        self._mp_temp: str | None = None
         if not self._owned or self._server._forkserver_pid is not None:
             self._fail("another sweep in this process is using the fork server")
             return
-        preload = ["sweeper._preload"]
+        listing = os.path.join(self._dir, "modules")
+        with open(listing, "w") as f:
+            f.write("\n".join(preload))
         import sys
 
         server_env = {**env, "CUDA_VISIBLE_DEVICES": "-1", procs.SWEEP_VAR: tag, "SWEEPER_PRELOAD_READY": fifo,
+                      procs.SLOT_VAR: procs.SLOT_PLACEHOLDER, "SWEEPER_PRELOAD_LIST": listing,
                       "SWEEPER_PRELOAD_PATH": os.pathsep.join(p for p in sys.path if p)}
-        if isinstance(target, FileTarget):
-            server_env["SWEEPER_PRELOAD_FILE"] = target.path
-        elif target.module == "__main__":
-            preload = ["__main__", *preload]  # multiprocessing imports the script as __mp_main__
-        elif target.module:
-            server_env["SWEEPER_PRELOAD_MODULE"] = target.module
-        ctx.set_forkserver_preload(preload)
+        # never the user's module (not even a script run as __main__: each fork imports it)
+        ctx.set_forkserver_preload(["sweeper._preload"])
+        self._mp_temp = _own_mp_temp(self._dir)
         from .local import environ
 
         try:
@@ -89,13 +140,18 @@ class ForkServer:
         return pid
 
     def waits(self) -> list[int]:
-        """Descriptors for the sweep's loop while it starts."""
-        if self.state != "starting":
-            return []
-        return [self.fd] + ([self.exit_fd] if self.exit_fd is not None else [])
+        """Descriptors for the sweep's loop: its import's end while it starts, its death
+        while it starts or serves."""
+        fds = [self.fd] if self.state == "starting" else []
+        if self.state in ("starting", "ready") and self.exit_fd is not None:
+            fds.append(self.exit_fd)
+        return fds
 
     def check(self, ready: set[Any]) -> bool:
-        """Read what it said, if anything; True when its state changed now."""
+        """Read what it said, if anything, or see it died; True when its state changed now."""
+        if self.state == "ready" and self.exit_fd is not None and self.exit_fd in ready:
+            self.state, self.why = "dead", f"the fork server (pid {self.pid}) died{self._how()}"
+            return True
         if self.state != "starting":
             return False
         if self.fd in ready:
@@ -117,6 +173,31 @@ class ForkServer:
     def _fail(self, why: str) -> None:
         self.state, self.why = "failed", why
 
+    def _forget_server(self) -> None:
+        """multiprocessing's record of a server that is gone, cleared as its own code does."""
+        with contextlib.suppress(OSError, TypeError):
+            os.close(self._server._forkserver_alive_fd)
+        self._server._forkserver_pid = self._server._forkserver_alive_fd = None
+        self._server._forkserver_address = None
+
+    def _how(self) -> str:
+        """How the (dead) server ended, as its parent can tell: " (killed by SIGKILL)"."""
+        pid = self.pid
+        if pid is None:
+            return ""
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return ""
+        if not done:
+            return ""
+        self._forget_server()  # reaped here: multiprocessing must not wait for it
+        code = os.waitstatus_to_exitcode(status)
+        if code < 0:
+            name = signal.Signals(-code).name
+            return f" (killed by {name}{': the kernel OOM killer?' if name == 'SIGKILL' else ''})"
+        return f" (exit code {code})"
+
     def stop(self) -> None:
         """End it (and its import, if still going) with the sweep."""
         try:
@@ -128,16 +209,16 @@ class ForkServer:
                 with contextlib.suppress(OSError, AttributeError):
                     self._server._stop()  # closes the lifeline, reaps it
                 if self._server._forkserver_pid is not None:  # _stop gave up midway (reaped already)
-                    with contextlib.suppress(OSError, TypeError):
-                        os.close(self._server._forkserver_alive_fd)
-                    self._server._forkserver_pid = self._server._forkserver_alive_fd = None
-                    self._server._forkserver_address = None
+                    self._forget_server()
+            elif self._owned and self._server._forkserver_alive_fd is not None:  # reaped by _how
+                self._forget_server()
         finally:
             for fd in (self.fd, self.exit_fd):
                 if fd is not None:
                     with contextlib.suppress(OSError):
                         os.close(fd)
             self.fd, self.exit_fd = -1, None
+            _restore_mp_temp(self._mp_temp)
             shutil.rmtree(self._dir, ignore_errors=True)
             if self._owned:
                 self._owned = False

@@ -46,7 +46,7 @@ from ..engine import TERM_GRACE, log, no_main_guard
 from ..gpus import MemorySampler
 from ..protocol import Began, Broken, Event, Exited, LoadFailed, Ready, Result, TrainStarted
 from ..slots import Slot, pick
-from ..target import Target
+from ..target import FileTarget, Target
 from ..trial import TrialSpec
 from .forkserver import ForkServer
 
@@ -59,6 +59,9 @@ SAMPLE_EVERY = 0.5
 FORK_WATCHDOG_S = 30.0
 #: Seconds trials wait for the fork server's import before they start as spawn processes.
 SERVER_WAIT_S = 300.0
+#: A fork not in train yet that used less CPU than this share of the watchdog's period
+#: since its last look is taken for deadlocked.
+STUCK_CPU = 0.05
 #: The first words of the line a watchdog rescue writes into the trial's log.
 WATCHDOG_MARK = "sweeper: fork watchdog:"
 #: Standbys per slot at most (spawn ones, while cores are idle).
@@ -106,6 +109,8 @@ class _Proc:
     exit_fd: int
     forked: bool = False
     handed: float = field(default_factory=time.monotonic)  #: when it was sent its trial
+    watch_at: float = 0.0  #: a fork: when the watchdog looks at it next (if not in train yet)
+    cpu_s: float = 0.0  #: a fork: the CPU time it had used when the watchdog last looked
     fn_started: bool = False  #: its train() has begun (its imports are done)
     has_result: bool = False
     cancelled: bool = False
@@ -136,8 +141,12 @@ class LocalBackend:
     stop_word = "killed"
 
     def __init__(self, target: Target, slots: Sequence[Slot], *, workers: int | None = None,
-                 prefetch: bool = True, start_method: str = "forkserver", spare: Spare | None = None) -> None:
+                 prefetch: bool = True, start_method: str = "forkserver", spare: Spare | None = None,
+                 timeout: float | None = None) -> None:
         self.target = target
+        #: A fork that has not reached train is looked at this long after it was handed its
+        #: trial: before the trial's timeout could pass, however short.
+        self.watch_s = min(FORK_WATCHDOG_S, timeout / 2) if timeout else FORK_WATCHDOG_S
         self.slots = list(slots)
         self.capacity = min(workers or len(self.slots), len(self.slots))
         self.prefetch = prefetch
@@ -190,7 +199,7 @@ class LocalBackend:
     def start(self, spec: TrialSpec) -> Began | None:
         if not self.no_forks and self.server is None:
             # now, not before: a sweep with nothing to run starts no server (its import)
-            self.server = ForkServer(self.fork_ctx, self.target, self.tag, _common_env(self.slots))
+            self.server = ForkServer(self.fork_ctx, preload_of(self.target), self.tag, _common_env(self.slots))
             if self.server.state == "failed":
                 self._stop_forking(self.server.why)
         taken = {p.slot.index for p in self.running.values()} | {s.index for _, s in self.pending.values()}
@@ -220,7 +229,7 @@ class LocalBackend:
             waits += self.server.waits()
         now = time.monotonic()
         due = [self._next_sample] if self.sampler and self.running else []
-        due += [p.handed + FORK_WATCHDOG_S for p in self.running.values() if self._watched(p)]
+        due += [p.watch_at for p in self.running.values() if self._watched(p)]
         due += [self._recheck_at] if self._recheck_at is not None else []
         due += [self.server.started + SERVER_WAIT_S] if self.pending and self.server else []
         if self._events:
@@ -239,8 +248,9 @@ class LocalBackend:
             if p.exit_fd in ready:
                 events += self._exited(p)
         now = time.monotonic()
-        for p in [p for p in self.running.values() if self._watched(p) and now >= p.handed + FORK_WATCHDOG_S]:
-            events += self._rescue(p)
+        for p in [p for p in self.running.values() if self._watched(p) and now >= p.watch_at]:
+            if self._stuck(p, now):
+                events += self._rescue(p)
         if self.sampler and now >= self._next_sample:
             self.sampler.sample({p.process.pid for p in self.running.values()})
             self._next_sample = now + SAMPLE_EVERY
@@ -324,7 +334,7 @@ class LocalBackend:
         process.closed = True  # a trial's process now: ended as one
         spec = replace(spec, device=slot.device)
         self.running[spec.trial_id] = _Proc(spec, slot, process.process, process.conn, process.exit_fd,
-                                            forked=process.forked)
+                                            forked=process.forked, watch_at=time.monotonic() + self.watch_s)
         try:
             process.conn.send(spec)
         except OSError:  # it died in its bootstrap; its exit is judged like any other
@@ -383,7 +393,7 @@ class LocalBackend:
         server = self.server
         if server is None or self.no_forks:
             return []
-        if server.check(ready) and server.state == "failed":
+        if server.check(ready) and server.state in ("failed", "dead"):
             self._stop_forking(server.why)
         elif server.state == "starting" and self.pending and time.monotonic() - server.started >= SERVER_WAIT_S:
             self._stop_forking(f"the fork server has not imported train's module after {SERVER_WAIT_S:.0f} s")
@@ -409,13 +419,27 @@ class LocalBackend:
     def _watched(self, p: _Proc) -> bool:
         return p.forked and not p.fn_started and not p.has_result and not p.cancelled
 
+    def _stuck(self, p: _Proc, now: float) -> bool:
+        """A fork not in train yet, looked at by the watchdog: stuck if it used almost no CPU
+        since the last look (a deadlock sleeps on its lock); one still importing the user's
+        module computes, and is looked at again later."""
+        cpu = procs.cpu_seconds(p.process.pid)
+        if cpu is None:  # cannot be read here: the time alone decides
+            return True
+        if cpu - p.cpu_s >= STUCK_CPU * self.watch_s:
+            p.cpu_s, p.watch_at = cpu, now + self.watch_s
+            return False
+        return True
+
     def _rescue(self, p: _Proc) -> list[tuple[str, Event]]:
-        """A forked trial has not reached train in FORK_WATCHDOG_S: take it for deadlocked,
-        kill it, say why in its log, and give its trial to a spawn process (Began again)."""
+        """A forked trial has not reached train and stopped computing: take it for
+        deadlocked, kill it, say why in its log, and give its trial to a spawn process
+        (Began again)."""
         pid, spec = p.process.pid, p.spec
-        why = (f"its forked process (pid {pid}) had not reached train {FORK_WATCHDOG_S:g} s after it was "
-               "handed the trial (a lock held when the fork server forked?); it was killed and the trial "
-               "runs again in a fresh spawn process, as do the rest of the sweep's trials")
+        why = (f"its forked process (pid {pid}) had not reached train {time.monotonic() - p.handed:.0f} s after "
+               "it was handed the trial, and was not computing (a lock held when the fork server forked?); it "
+               "was killed and the trial runs again in a fresh spawn process, as do the rest of the sweep's "
+               "trials")
         procs.kill_group_and_tree(pid, signal.SIGKILL)
         join(p.process, p.exit_fd, TERM_GRACE)
         self._forget(p)
@@ -485,10 +509,11 @@ class LocalBackend:
         # Unreaped, the process keeps its pid and group id, so neither can name a stranger yet.
         self._signal(p, signal.SIGKILL)  # anything it left in its group, or left as a daemon
         self._reap_adopted()
+        own = self._orphan_exit(p)
         join(p.process, p.exit_fd, TERM_GRACE)
         events = self._receive(p) if p.conn is not None else []
         peak = self.sampler.peaks.pop(p.process.pid, None) if self.sampler else None
-        exitcode = p.process.exitcode
+        exitcode = p.process.exitcode if own is None else own
         if p.fn_started:  # how long trials run, for how many standbys keep a slot fed
             self._trial_s = [*self._trial_s[-15:], time.monotonic() - p.handed]
         self._forget(p)
@@ -496,6 +521,20 @@ class LocalBackend:
             # the sweep's problem, not this trial's: no row (it runs next time)
             return events + [("", Broken(str(no_main_guard())))]
         return events + [(p.spec.trial_id, Exited(exitcode, peak_mb=peak))]
+
+    def _orphan_exit(self, p: _Proc) -> int | None:
+        """A fork's exit code comes through the fork server; once the server is dead, its
+        forks are this subreaper's children, and their own exit code is read here (else
+        multiprocessing would say 255)."""
+        if not p.forked or self.server is None or self.server.state != "dead":
+            return None
+        if not multiprocessing.connection.wait([p.exit_fd], TERM_GRACE):
+            return None
+        try:
+            done, status = os.waitpid(p.process.pid, os.WNOHANG)
+        except ChildProcessError:  # not adopted (no subreaper here)
+            return None
+        return os.waitstatus_to_exitcode(status) if done else None
 
     def _forget(self, p: _Proc) -> None:
         self.running.pop(p.spec.trial_id, None)
@@ -531,6 +570,19 @@ class LocalBackend:
         came = set(procs.children(os.getpid())) - self._before - self._known()
         self._adopted |= set(procs.zombies(came))
         self._adopted = procs.reap(self._adopted, wait=TERM_GRACE if final else 0.0)
+
+
+def preload_of(target: Target) -> list[str]:
+    """What the fork server may import ahead for ``target`` (candidates; the server keeps
+    the installed ones): the grid file's imports, noted where it was read, or the modules
+    that ``train``'s module (imported here already) holds."""
+    import sys
+
+    from .. import modules
+
+    if isinstance(target, FileTarget):
+        return list(target.preload)
+    return modules.needed_by(sys.modules.get(target.module)) if target.module else []
 
 
 def new_tag() -> str:

@@ -42,9 +42,9 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NoReturn
 
-from .. import context, outcome, paths
+from .. import context, outcome, paths, procs
 from ..metrics import BadResult, epochs_of
-from ..protocol import Exiting, LoadFailed, Placed, Ready, Result
+from ..protocol import Exiting, LoadFailed, Placed, Ready, Result, Unwritable
 from ..trial import TrialSpec
 from . import imports
 
@@ -74,6 +74,8 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     """Entry point of a trial process (the ``target`` of its ``Process``)."""
     _guard(boot.parent_pid if boot.check_ppid else None)
     os.environ.update(boot.env)
+    if not boot.check_ppid:  # a fork: /proc shows the server's environment, made this slot's
+        procs.tag_slot(boot.env.get(procs.SLOT_VAR, ""))
     hook = imports.install()
     fn = None
     prelog: int | None = None
@@ -95,7 +97,11 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     except EOFError:  # a standby the sweep no longer needs
         return
     started = time.monotonic()
-    _redirect_output(spec, prelog)
+    try:
+        _redirect_output(spec, prelog)
+    except OSError as exc:  # the folder became read-only, or the disk is full: said, not run
+        conn.send(Unwritable(exc.filename or spec.log_path, exc.strerror or str(exc)))
+        return
     os.environ.update(spec.env)
     hook.set_seed(spec.seed)  # before the module loads (unless a standby loaded it already)
     if fn is None:
@@ -105,11 +111,13 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     context._start_reporting(conn.send)
     result = run_trial(spec, fn, hook, started)
     context._stop_reporting()  # its last batch goes before the result
-    _write_result(spec, result)
+    unwritten = _write_result(spec, result)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
         conn.send(result)
+        if unwritten is not None:  # after the result, which stands
+            conn.send(unwritten)
     except OSError:  # the parent is gone; the watcher will end us
         pass
     conn.close()
@@ -264,15 +272,18 @@ def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: imports.OnImport, s
     return Result(verdict.status, verdict.metrics, verdict.error, time.monotonic() - started, history)
 
 
-def _write_result(spec: TrialSpec, result: Result) -> None:
+def _write_result(spec: TrialSpec, result: Result) -> Unwritable | None:
     """``result.json``, whole or not at all (the ledger, not this file, makes a result
-    durable, so no fsync)."""
+    durable, so no fsync); if it cannot be written, what to tell the parent (which then
+    starts no new trial, and still records the result)."""
     path = paths.result_file(spec.dir)
     try:
         with paths.atomic(path, fsync=False) as f:
             json.dump(result.to_json(spec.trial_id), f)
-    except OSError as exc:  # a full disk: the parent's ledger still gets the result
+    except OSError as exc:
         print(f"sweeper: could not write {path} ({exc.strerror})", file=sys.stderr)
+        return Unwritable(path, exc.strerror or str(exc))
+    return None
 
 
 # -- staying with the parent -------------------------------------------------------------

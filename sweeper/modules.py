@@ -1,0 +1,107 @@
+"""Which modules a fork server may import ahead of the trials: installed ones, never the user's.
+
+A fork of a process that imported the user's module shares what that module made at import
+(its random generators, ids, threads, connections, locks), so under the fork server every
+trial runs the user's module itself, as a spawned one does. What may come ahead is what
+the module imports from elsewhere: the standard library and *installed* distributions
+(TensorFlow, Keras, NumPy, ...), the seconds of a trial's start. A distribution installed
+in editable mode is the user's own code under development, and is not preloaded either.
+
+Candidates are found where the module was imported anyway: the CLI's grid reader notes
+what importing the grid file added to ``sys.modules`` (:func:`imported_since`); for
+``sweep(train, ...)`` the parent, which imported ``train``'s module already, looks through
+the names that module and the user's modules it imports hold (:func:`needed_by`). The fork
+server keeps those that are :func:`installed` (reading the installed distributions takes
+a few hundred ms: there, not in the parent).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from types import ModuleType
+from typing import Any, Iterable
+
+
+@functools.lru_cache(maxsize=1)
+def _installed() -> frozenset[str]:
+    """Top-level import names of the installed distributions that are not editable."""
+    from importlib import metadata
+
+    tops: set[str] = set()
+    for dist in metadata.distributions():
+        try:
+            editable = json.loads(dist.read_text("direct_url.json") or "{}").get("dir_info", {}).get("editable")
+        except Exception:  # noqa: BLE001 - unreadable metadata: not a reason to fail a sweep
+            editable = False
+        if editable:
+            continue
+        names = (dist.read_text("top_level.txt") or "").split()
+        if not names:  # no top_level.txt: the top-level entries of its files
+            names = [str(f).split("/")[0].removesuffix(".py") for f in (dist.files or [])
+                     if not str(f).startswith(("..", "/")) and ".dist-info" not in str(f)
+                     and ".egg-info" not in str(f)]
+        tops.update(n for n in names if n.isidentifier())
+    return frozenset(tops)
+
+
+def installed(name: str) -> bool:
+    """Whether module ``name`` comes from the standard library or an installed,
+    non-editable distribution (never the user's own files)."""
+    top = name.partition(".")[0]
+    if top in ("__main__", "__mp_main__", "sweeper"):
+        return False
+    return top in sys.stdlib_module_names or top in _installed()
+
+
+def imported_since(before: Iterable[str]) -> list[str]:
+    """The modules imported since ``before`` (names of ``sys.modules``), in the order they
+    were imported: candidates, the user's own among them."""
+    seen = set(before)
+    return [name for name in list(sys.modules) if name not in seen]
+
+
+def needed_by(module: ModuleType | None) -> list[str]:
+    """The modules a module uses, through the names it holds (``import numpy as np``,
+    ``from sklearn.datasets import load_digits``) and those of the modules it holds that
+    lie outside the library folders (the user's own), followed as deep as they go."""
+    out: dict[str, None] = {}
+    todo = [module] if module is not None else []
+    seen: set[int] = set()
+    libraries = _library_folders()
+    while todo:
+        mod = todo.pop()
+        if id(mod) in seen:
+            continue
+        seen.add(id(mod))
+        for value in list(vars(mod).values()):
+            name = _module_of(value)
+            held = sys.modules.get(name) if name else None
+            if held is None or name.startswith(("sweeper", "__")):
+                continue
+            out.setdefault(name, None)
+            where = getattr(held, "__file__", None)
+            if where and not where.startswith(libraries):
+                todo.append(held)
+    return list(out)
+
+
+def _library_folders() -> tuple[str, ...]:
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    folders = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    folders.update(getattr(site, "getsitepackages", lambda: [])())
+    return tuple(f for f in folders if f)
+
+
+def _module_of(value: Any) -> str:
+    if isinstance(value, ModuleType):
+        return value.__name__
+    try:
+        name = getattr(value, "__module__", None)
+    except Exception:  # noqa: BLE001 - a proxy object that refuses attribute lookups
+        return ""
+    return name if isinstance(name, str) else ""
