@@ -183,6 +183,7 @@ grid = {"x": [1, 2, 3]}
     df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
     # x=1 ran in the process that read the grid file; the others waited for the server
     assert df.set_index("param_x").status.to_dict() == {1: "ok", 2: "interrupted", 3: "interrupted"}, df.error
+    assert df.device.isna().tolist() == [False, True, True]  # no slot was theirs: no device, not "?"
     assert len(server) == 1
     assert_dead(server[0].pid, timeout=5)
 
@@ -275,3 +276,37 @@ grid = {{"x": [1, 2]}}
         assert left == ["sweeper-forkserver-1-alive"], left
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_train_may_use_multiprocessing_as_a_plain_script_may(tmp_path, method):
+    """A Pool with the default start method, ProcessPoolExecutor, spawn and forkserver
+    children: each finds the grid file's functions again, as under plain python."""
+    grid = write_grid(tmp_path, """import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+
+def square(x):
+    return x * x
+
+def train(params):
+    with mp.Pool(2) as pool:
+        default = sum(pool.map(square, range(4)))
+    with ProcessPoolExecutor(2) as ex:
+        executor = sum(ex.map(square, range(4)))
+    with mp.get_context("spawn").Pool(1) as pool:
+        spawned = sum(pool.map(square, range(4)))
+    with mp.get_context("forkserver").Pool(1) as pool:
+        forkserved = sum(pool.map(square, range(4)))
+    return {"default": default, "executor": executor, "spawned": spawned, "forkserved": forkserved}
+
+if __name__ == "__main__":
+    raise SystemExit("the grid file's main block ran in a trial")
+
+grid = {"x": [1, 2]}
+""")
+    r = run_cli(grid, "--out", str(tmp_path / "out"), "--quiet", "--start-method", method, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
+    assert (df.status == "ok").all(), df.error.tolist()
+    for column in ("default", "executor", "spawned", "forkserved"):
+        assert (df[column] == 14).all(), (column, df[column].tolist())

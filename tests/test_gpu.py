@@ -315,17 +315,17 @@ def test_dry_run_shows_the_gpu_plan(tmp_path, fake_nvml):
 
 def test_on_a_gpu_the_cli_imports_the_grid_file_once_per_trial(tmp_path, fake_nvml):
     """The process that checks the grid file starts pinned like the first GPU slot, so it
-    runs that trial: three trials, two imports (it, and the fork server the others fork
-    from), on GPU machines as on CPU ones."""
+    runs that trial: three trials, three imports, each in the trial's own process (the
+    fork server imports installed libraries only), on GPU machines as on CPU ones."""
     marks = tmp_path / "imports.txt"
     grid = write_grid(tmp_path, f"import os\nopen({str(marks)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
                                 "from sweep_fns import gpu_env as train\ngrid = {'x': [1, 2, 3], 'hold': 0}\n")
     done = run_fake_cli(fake_nvml, grid, "--per-gpu", "2", "--quiet", "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     imports = [int(pid) for pid in marks.read_text().split()]
-    assert len(imports) == 2
     headers = [p.read_text().splitlines()[0] for p in (tmp_path / "out" / "grid" / "trials").glob("*/log.txt")]
-    assert sum(f"pid {imports[0]}," in h for h in headers) == 1  # the checking process ran a trial
+    assert len(imports) == 3 and all(sum(f"pid {pid}," in h for h in headers) == 1 for pid in imports)
+    assert f"pid {imports[0]}," in " ".join(headers)  # the checking process ran a trial
     uuids = {json.loads(p.read_text())["CUDA_VISIBLE_DEVICES"]
              for p in (tmp_path / "out" / "grid" / "trials").glob("*/seen.json")}
     assert uuids <= {c.uuid for c in fake_nvml.cards} and len(uuids) == 2

@@ -391,10 +391,12 @@ class LocalBackend:
     def _server_event(self, ready: set[Any]) -> list[tuple[str, Event]]:
         """The fork server's import ended (or it died, or is too slow): trials waiting for it start."""
         server = self.server
-        if server is None or self.no_forks:
+        if server is None:
             return []
         if server.check(ready) and server.state in ("failed", "dead"):
-            self._stop_forking(server.why)
+            self._stop_forking(server.why)  # also once spawning already: it was still seen
+        elif self.no_forks:
+            return []
         elif server.state == "starting" and self.pending and time.monotonic() - server.started >= SERVER_WAIT_S:
             self._stop_forking(f"the fork server has not imported train's module after {SERVER_WAIT_S:.0f} s")
         elif server.state == "starting":
@@ -409,6 +411,8 @@ class LocalBackend:
         """Spawn from now on: close forked standbys, end the server."""
         if not self.no_forks:  # slower from now on, never wrong: said once
             log.warning("sweeper: %s; trials start in fresh spawn processes", why)
+        elif self.server is not None and self.server.state == "dead":
+            log.warning("sweeper: %s", why)
         self.no_forks = True
         for sb in [sb for sb in self._all_standbys() if sb.forked]:
             self._drop(sb)
