@@ -193,22 +193,30 @@ def _overlaps(spans: list[tuple[int, float, float]]) -> int:
     return sum(1 for i, a in enumerate(spans) for b in spans[i + 1:] if a[1] < b[2] and b[1] < a[2])
 
 
+class _Measured:
+    """Idle cores as :class:`sweeper.headroom.IdleCpu` would measure them, injected: the
+    test is of sweeper's policy, not of how busy this machine is."""
+
+    def __init__(self, cores: float) -> None:
+        self.cores, self.measured_at = cores, 0.0
+
+    def sample(self) -> float:
+        self.measured_at = time.monotonic()
+        return self.cores
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("machine", ["idle", "busy"])
 def test_spawn_standbys_import_ahead_together_only_while_cores_are_idle(tmp_path, monkeypatch, machine):
+    from sweeper import headroom
+
     module, marks = _counted(tmp_path, monkeypatch, f"counted_{machine}", import_s=1.5)
     marks.unlink()
-    burners = []
-    if machine == "busy":  # every core taken (as by colleagues' jobs, or by trials using the CPU)
-        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                   for _ in range(len(os.sched_getaffinity(0)))]
-    try:
-        df = sweeper.sweep(module.train, {"x": list(range(6)), "s": 0.5}, workers=1, start_method="spawn",
-                           out=str(tmp_path / "o"), progress=False)
-    finally:
-        for b in burners:
-            b.kill()
-            b.wait()
+    # busy: every core taken (as by colleagues' jobs, or by trials using the CPU)
+    monkeypatch.setattr(headroom, "IdleCpu", lambda: _Measured(4.0 if machine == "idle" else 0.0))
+    monkeypatch.setattr(headroom, "available_mb", lambda: 64000.0)
+    df = sweeper.sweep(module.train, {"x": list(range(6)), "s": 0.5}, workers=1, start_method="spawn",
+                       out=str(tmp_path / "o"), progress=False)
     assert (df.status == "ok").all(), df.error.tolist()
     imports = _marks(marks, "import")
     assert len(imports) == 6  # never more standbys than trials left: none started in vain
