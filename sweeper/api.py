@@ -82,6 +82,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     if opts.dry_run:
         return plan_frame(outcome)
     frame = table.dataframe(outcome.results)
+    frame.attrs.update(metric=outcome.ranking[0], mode=outcome.ranking[1])  # as load() of the folder says
     if opts.progress:
         for line in runner.summary(outcome, opts.metric, opts.mode):
             print(line, flush=True)
@@ -121,7 +122,7 @@ def _source_file(fn: Any) -> str | None:
         return None
 
 
-def load(path: str, every: bool = False) -> "pandas.DataFrame":
+def load(path: "str | os.PathLike[str]", every: bool = False) -> "pandas.DataFrame":
     """The results table of a sweep folder (or its ``results.csv``), read from the ledger.
 
     The same rows as ``results.csv``: the trials of the grid last run there. With

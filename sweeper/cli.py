@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import os
 import sys
@@ -110,14 +111,50 @@ def entry() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Closable(sys.stdout), _Closable(sys.stderr)
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except SweepError as exc:
         print(f"sweeper: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except BrokenPipeError:  # `python -m sweeper grid.py --dry-run | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+class _Closable:
+    """The console, once its reader may be gone (``python -m sweeper grid.py | head``):
+    what would be printed after that is dropped, and the sweep goes on as if nothing
+    happened (every trial's output is in its log, every row in the ledger and the CSV), so
+    its exit code says how the trials went, as without the pipe. ``--dry-run | head`` is
+    quiet for the same reason."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            written: int = self._stream.write(text)
+            return written
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def _drop(self) -> None:
+        with contextlib.suppress(OSError, ValueError):  # what the stream still buffers lands nowhere
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        self._stream = open(os.devnull, "w")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _main(argv: list[str]) -> int:

@@ -15,16 +15,16 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from . import paths, table, tracking
 from .errors import SweepError
 from .grid import check_not_empty, expand
 from .metrics import direction
-from .ledger import Ledger
+from .ledger import Ledger, StorageError
 from .options import Options
 from .paths import SweepPaths
-from .engine import Backend, Engine, Hooks, Interrupted
+from .engine import Backend, Engine, Hooks, Interrupted, log
 from .slots import Placement, Slot, parse_gpus, place
 from .target import Target
 from .trial import Status, TrialResult, TrialSpec, trial_id, trial_name, trial_seed
@@ -47,6 +47,8 @@ class Outcome:
     interrupted: int | None = None  #: the signal that stopped the sweep, if one did
     kept: set[str] = field(default_factory=set)  #: a dry run: ids a resume would keep
     shown: list[str] = field(default_factory=list)  #: where else the sweep can be seen (trackers)
+    #: What the folder records as its ranking (metric, mode), as load() reads it.
+    ranking: tuple[str | None, str | None] = (None, None)
 
     def first_slots(self) -> list[str]:
         """A dry run: where each trial would start (``kept``, a slot's device, or ``queued``)."""
@@ -156,8 +158,10 @@ def holder(folder: str) -> int | None:
         os.close(fd)
 
 
-def sweep_folder(path: str) -> str:
-    """The sweep folder a user named (``<out>/<name>`` or its ``results.csv``), checked."""
+def sweep_folder(path: "str | os.PathLike[str]") -> str:
+    """The sweep folder a user named (``<out>/<name>`` or its ``results.csv``; a string or a
+    ``pathlib.Path``), checked."""
+    path = os.fspath(path)
     folder = os.path.dirname(path) if path.endswith(".csv") else path
     if not SweepPaths(folder).exists():
         raise SweepError(f"{folder} is not a sweep folder (no {paths.LEDGER}); give <out>/<name>, "
@@ -294,8 +298,8 @@ def _run(
     if search is not None:
         facts.append(("search", f"{search.sampler_name}, prune {search.pruner_name}"))
     mode = options.mode or (direction(options.metric) if options.metric else None) or ""
-    facts += [("metric", options.metric or ""), ("mode", mode)]
-    ledger.put_many(facts)
+    ranking = _Ranking(ledger, options.metric, mode, search)
+    ledger.put_many(facts + ranking.facts())
 
     wanted = {s.trial_id for s in specs}
     where = SweepPaths(folder)
@@ -332,8 +336,11 @@ def _run(
     files = [table.Throttled(write_results, path=where.results),
              table.Throttled(write_history, path=where.history)]
 
+    ranking.seen(results.values())  # the rows kept may have the metric already
+
     def on_record(result: TrialResult) -> None:
         results[result.trial_id] = result
+        ranking.seen([result])
         files[0].mark()
         files[0].tick()
 
@@ -372,9 +379,49 @@ def _run(
             f.flush()
         for each in shown:
             each.close(state)
+    if ranking.fault is not None:
+        raise ranking.fault
     return Outcome(folder, table.ordered(final), specs, placement, notes, len(engine.started),
-                   time.monotonic() - start, interrupted,
+                   time.monotonic() - start, interrupted, ranking=ledger.ranking(),
                    shown=[t.hint for each in shown for t in each.mirror.trackers])
+
+
+class _Ranking:
+    """What the folder records as the sweep's ranking. A metric the user named is recorded
+    only once a successful result has it, so a mistyped one never becomes what ``status``,
+    ``report`` and ``load()`` rank by (the folder keeps what it had). The first successful
+    result without it is said at once, in one line naming what that result has; a search,
+    which cannot optimise it, takes no more trials and ends with that error."""
+
+    def __init__(self, ledger: Ledger, metric: str | None, mode: str, search: Any) -> None:
+        self.ledger, self.metric, self.mode, self.search = ledger, metric, mode, search
+        self.settled = metric is None
+        self.fault: SweepError | None = None
+
+    def facts(self) -> list[tuple[str, str]]:
+        """What is recorded at the start: no metric named, this run's choice (none)."""
+        return [("metric", ""), ("mode", self.mode)] if self.metric is None else []
+
+    def seen(self, results: Iterable[TrialResult]) -> None:
+        if self.settled:
+            return
+        for r in results:
+            if r.status is not Status.OK or not r.metrics:
+                continue
+            self.settled = True
+            if self.metric in r.metrics:
+                with contextlib.suppress(StorageError):  # the engine says a failed write itself
+                    self.ledger.put_many([("metric", self.metric or ""), ("mode", self.mode)])
+                return
+            said = (f"no metric {self.metric!r} in what trial {r.name} returned ({', '.join(sorted(r.metrics))}), "
+                    "so nothing is ranked by it")
+            if self.search is not None:
+                self.search.remaining = 0
+                self.fault = SweepError(f"{said}; a search cannot optimise it, so it took no more trials: give "
+                                        "--metric (metric=) one of those, or report it from train")
+            else:
+                log.warning("sweeper: %s; give --metric (metric=) one of those", said)
+            return
 
 
 def default_uid(folder: str) -> str:

@@ -1,0 +1,90 @@
+"""What sweeper records, prints, returns and reports about a sweep agree (issue "One story"),
+tested from the user's side: the CLI, ``sweep()`` and ``load()``."""
+
+from __future__ import annotations
+
+import pytest
+
+import sweeper
+import sweep_fns
+from conftest import run_cli, write_grid
+from sweeper.errors import SweepError
+
+SCORED = """from sweep_fns import scored as train
+grid = {"x": [1, 2, 3]}
+"""
+
+
+def test_a_mistyped_metric_is_said_at_once_and_never_becomes_the_ranking(tmp_path):
+    grid = write_grid(tmp_path, SCORED)
+    out = str(tmp_path / "out")
+    first = run_cli(grid, "--out", out, "--metric", "f1", "--quiet")
+    assert first.returncode == 0, first.stderr
+    again = run_cli(grid, "--out", out, "--metric", "val_acc", "--fresh", "--quiet")
+    assert again.returncode == 0, again.stdout + again.stderr  # a grid's rows are right: it carries on
+    said = [line for line in (again.stdout + again.stderr).splitlines() if "no metric 'val_acc'" in line]
+    assert said and "(f1, val_auc, value)" in said[0], again.stdout + again.stderr
+    frame = sweeper.load(tmp_path / "out" / "grid")
+    assert frame.attrs == {"metric": None, "mode": None}  # --fresh: a new ledger, and nothing ranked by val_acc
+    resumed = run_cli(grid, "--out", out, "--metric", "val_acc", "--quiet")
+    assert resumed.returncode == 0 and "no metric 'val_acc'" in resumed.stdout + resumed.stderr
+    assert sweeper.load(tmp_path / "out" / "grid").attrs == {"metric": None, "mode": None}
+
+
+def test_a_metric_on_record_stays_when_a_later_run_mistypes_it(tmp_path):
+    out = str(tmp_path)
+    sweeper.sweep(sweep_fns.scored, {"x": [1, 2]}, out=out, metric="f1", progress=False)
+    df = sweeper.sweep(sweep_fns.scored, {"x": [1, 2, 3]}, out=out, metric="val_acc", progress=False)
+    assert df.attrs == {"metric": "f1", "mode": "max"}
+    assert sweeper.load(tmp_path / "sweep_fns").attrs == df.attrs
+
+
+def test_a_search_with_a_metric_no_trial_reports_stops_and_fails(tmp_path):
+    with pytest.raises(SweepError, match="no metric 'val_los'.*a search cannot optimise it"):
+        sweeper.sweep(sweep_fns.descent, {"x": sweeper.uniform(0, 1), "epochs": 2, "pace": 0.0},
+                      search="random", trials=8, metric="val_los", mode="min", workers=1, out=str(tmp_path),
+                      progress=False)
+    ran = sweeper.load(tmp_path / "sweep_fns", every=True)
+    assert 1 <= len(ran) < 8  # it stopped taking trials at the first result
+
+
+def test_sweep_returns_the_attrs_load_reads(tmp_path):
+    df = sweeper.sweep(sweep_fns.scored, {"x": [1, 2, 3]}, out=str(tmp_path), progress=False)
+    assert df.attrs == sweeper.load(tmp_path / "sweep_fns").attrs
+    df = sweeper.sweep(sweep_fns.scored, {"x": [1, 2, 3]}, out=str(tmp_path), name="m", metric="val_auc",
+                       progress=False)
+    assert df.attrs == {"metric": "val_auc", "mode": "max"} == sweeper.load(tmp_path / "m").attrs
+
+
+def test_a_closed_output_drops_the_console_and_every_trial_still_runs(tmp_path):
+    """``python -m sweeper grid.py | head -1``: the console is dropped once its reader has
+    gone; every trial runs and is recorded, and the exit code says how they went."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from conftest import ROOT
+    from sweeper.table import READ_CSV
+
+    grid = write_grid(tmp_path, """import time
+from sweep_fns import echo
+
+def train(params):
+    time.sleep(0.3)
+    return echo(params)
+
+grid = {"x": [1, 2, 3, 4, 5]}
+""")
+    for args in ([], ["--dry-run"]):
+        proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out"),
+                                 "--workers", "2", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        proc.stdout.readline()  # as `| head -1` does: one line, then the reader is gone
+        proc.stdout.close()
+        err = proc.stderr.read() if proc.stderr else ""
+        assert proc.wait(timeout=120) == 0, err
+        assert err == "", err
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
+    assert len(df) == 5 and (df.status == "ok").all(), df.error.tolist()
