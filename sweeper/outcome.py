@@ -175,19 +175,19 @@ def judge(ending: Ending) -> Verdict:
 
     A stop the parent asked for decides the status even when the trial then returned
     metrics (a SIGTERM handler that stops training and returns): partial metrics are
-    kept, but never as ``ok``. A ``pruned`` trial keeps the metrics of the last epoch it
-    reported (what the pruner judged it by), unless it returned some after the stop.
+    kept, but never as ``ok``. Whatever the status, a row's metrics are those of the last
+    epoch the trial reported, overridden by what ``train`` returned: so every row has the
+    columns its trial reported (a ``pruned`` one, what the pruner judged it by).
     """
     result = ending.result
-    if ending.stop is Status.PRUNED:
-        metrics = dict(result.metrics) if result and result.metrics else dict(ending.reported)
-        verdict = Verdict(Status.PRUNED, ending.why, metrics)
-    elif ending.stop is not None:
-        verdict = Verdict(ending.stop, ending.why, dict(result.metrics) if result else {})
+    metrics = {**ending.reported, **(result.metrics if result is not None else {})}
+    if ending.stop is not None:
+        verdict = Verdict(ending.stop, ending.why, metrics)
     elif result is not None:
-        verdict = Verdict(result.status, result.error, dict(result.metrics))
+        verdict = Verdict(result.status, result.error, metrics)
     else:
         verdict = exited(ending.exited, list(ending.tail))
+        verdict = Verdict(verdict.status, verdict.error, metrics)
     error = verdict.error
     if verdict.status is Status.OOM:
         place = ending.began

@@ -88,3 +88,14 @@ grid = {"x": [1, 2, 3, 4, 5]}
         assert err == "", err
     df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
     assert len(df) == 5 and (df.status == "ok").all(), df.error.tolist()
+
+
+def test_every_row_has_the_columns_its_trial_reported(tmp_path):
+    """A row carries its last reported epoch's metrics, overridden by what train returned:
+    an ok row is not missing what a pruned one has."""
+    df = sweeper.sweep(sweep_fns.reporter, {"x": [1, 2]}, out=str(tmp_path), progress=False)
+    assert (df.status == "ok").all()
+    assert df.loss.tolist() == [1 / 3, 1 / 3]  # the last epoch's, never returned
+    assert df.acc.tolist() == [3.0, 6.0]  # what train returned
+    csv = __import__("pandas").read_csv(tmp_path / "sweep_fns" / "results.csv")
+    assert csv.loss.notna().all()
