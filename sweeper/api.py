@@ -34,7 +34,9 @@ class SweepInterrupted(KeyboardInterrupt):
 
 
 def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pandas.DataFrame":
-    """Run ``fn(params)`` once per point of ``grid``, each in a fresh spawned process.
+    """Run ``fn(params)`` once per point of ``grid``, each in a fresh process (a fork of the
+    sweep's fork server, which imported only installed libraries, or with
+    ``start_method="spawn"`` a spawned interpreter).
 
     Args:
         fn: a module-level function taking the parameter dict and returning a dict of

@@ -54,12 +54,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shell", action="store_true", help="with --command: run it through /bin/sh "
                    "(values reach it as environment variables, never as shell text)")
     p.add_argument("--name", help="sweep folder name (default: the grid file's stem)")
-    p.add_argument("--out", help="folder for sweep folders (default: results)")
+    p.add_argument("--out", help=f"folder for sweep folders (default {_default('out')})")
     p.add_argument("--workers", type=int, help="trials at once (default: GPU slots, else CPU count)")
-    p.add_argument("--seed", type=int, help="sweep seed (default 0); trial seeds derive from it")
+    p.add_argument("--seed", type=int, help=f"sweep seed (default {_default('seed')}); trial seeds derive from it")
     p.add_argument("--timeout", type=float, help="seconds a trial may run before it is killed")
-    p.add_argument("--retries", type=int, help="extra attempts for crashed, oom or timed-out trials")
-    p.add_argument("--gpus", help="all (default), none, or ids such as 0,2")
+    p.add_argument("--retries", type=int,
+                   help=f"extra attempts for crashed, oom or timed-out trials (default {_default('retries')})")
+    p.add_argument("--gpus", help="all (default), none, free (those no process uses now), or GPUs by index "
+                   "or UUID, such as 0,2 or GPU-5f3c...")
     p.add_argument("--per-gpu", type=int, dest="per_gpu", help="trials sharing one GPU (default 1)")
     p.add_argument("--memory-fraction", type=float, dest="memory_fraction",
                    help="cap each trial at this share of its GPU's memory (default 0.95 / per-gpu)")
@@ -76,13 +78,15 @@ def parser() -> argparse.ArgumentParser:
                         "auc, f1, r2, scores max)")
     p.add_argument("--no-prefetch", action="store_false", default=None, dest="prefetch",
                    help="do not start each slot's next trial process ahead of time")
-    p.add_argument("--start-method", choices=["spawn", "forkserver"], dest="start_method",
-                   help="spawn (default): a fresh interpreter per trial; forkserver: trials fork "
-                        "from one process that imported the grid file once")
-    p.add_argument("--backend", choices=["local", "ray"], help="local (default) or ray: trials as Ray tasks")
+    p.add_argument("--start-method", choices=["forkserver", "spawn"], dest="start_method",
+                   help=f"(default {_default('start_method')}) forkserver: each trial is a fresh fork of one "
+                        "process that imported the installed libraries the grid file uses, and runs the grid "
+                        "file itself; spawn: a fresh interpreter per trial")
+    p.add_argument("--backend", choices=["local", "ray"],
+                   help=f"(default {_default('backend')}) local, or ray: trials as Ray tasks")
     p.add_argument("--address", help="with --backend ray: the cluster (auto, or HOST:6379); none starts a local Ray")
     p.add_argument("--cpus-per-trial", type=float, dest="cpus_per_trial",
-                   help="with --backend ray: CPUs each trial asks for (default 1)")
+                   help=f"with --backend ray: CPUs each trial asks for (default {_default('cpus_per_trial'):g})")
     p.add_argument("--search", help="search the grid file's space with Optuna: tpe, random, cmaes, qmc or gp")
     p.add_argument("--trials", type=int, help="with --search: how many trials in all (a re-run resumes to it)")
     p.add_argument("--prune", help="with --search: stop bad trials early: median, asha, hyperband or none")
@@ -93,6 +97,11 @@ def parser() -> argparse.ArgumentParser:
                         "<out>/<name>/mlflow.db (needs sweeper[mlflow])")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     return p
+
+
+def _default(name: str) -> Any:
+    """An option's default as :class:`Options` has it: --help says what the code does."""
+    return Options.__dataclass_fields__[name].default
 
 
 def _check_unknown(p: argparse.ArgumentParser, unknown: list[str]) -> None:

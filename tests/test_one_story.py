@@ -99,3 +99,37 @@ def test_every_row_has_the_columns_its_trial_reported(tmp_path):
     assert df.acc.tolist() == [3.0, 6.0]  # what train returned
     csv = __import__("pandas").read_csv(tmp_path / "sweep_fns" / "results.csv")
     assert csv.loss.notna().all()
+
+
+def test_help_states_each_default_as_options_has_it():
+    """--help's defaults come from Options itself, so they cannot drift from the code."""
+    import dataclasses
+
+    from sweeper.cli import parser
+    from sweeper.options import Options
+
+    defaults = {f.name: f.default for f in dataclasses.fields(Options)}
+    checked = 0
+    for action in parser()._actions:
+        value = defaults.get(action.dest, None)
+        if value is None or isinstance(value, bool) or not action.help:
+            continue
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        assert f"default {shown}" in action.help, (action.dest, action.help)
+        checked += 1
+    assert checked >= 6
+
+
+def test_readme_and_docstrings_say_what_the_code_does():
+    import os
+
+    from conftest import ROOT
+
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert "fresh process of the `spawn` start method" not in readme
+    from sweeper.cli import parser
+
+    assert "spawn (default)" not in parser().format_help()
+    assert "fork" in (sweeper.sweep.__doc__ or "").split("Args:")[0]
+    # the sample output shows only lines the program prints
+    assert "sweeper: best " not in readme.split("## The grid file")[0]
