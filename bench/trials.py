@@ -30,3 +30,15 @@ def sleep(params):
     t0 = time.time()
     time.sleep(float(params["s"]))
     return stamp(t0)
+
+
+def epochs(params):
+    """Reports ``params['epochs']`` epochs as fast as it can (no work between them); returns
+    how long the reporting took inside the trial, per epoch, in ms."""
+    import sweeper
+
+    t0 = time.perf_counter()
+    for epoch in range(1, int(params["epochs"]) + 1):
+        sweeper.report(epoch=epoch, loss=1.0 / epoch + params["x"])
+    per_epoch_ms = 1000 * (time.perf_counter() - t0) / int(params["epochs"])
+    return stamp(time.time(), loss=1.0 / int(params["epochs"]) + params["x"], per_epoch_ms=per_epoch_ms)

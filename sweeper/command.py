@@ -223,18 +223,23 @@ class Command:
             raise TrialFailed(Status.ERROR, f"could not start the command: {exc}") from None
         last: dict[str, Any] | None = None
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            os.write(1, raw)  # into the trial's log, as the script printed it
-            obj = _json_object(raw)
-            if obj is None:
-                continue
-            last = obj
-            if "epoch" in obj:
-                numbers = {k: v for k, v in obj.items() if k != "epoch" and _is_number(v)}
-                try:
-                    report(epoch=int(obj["epoch"]), **numbers)
-                except (TypeError, ValueError, BadResult):
-                    pass
+        try:
+            for raw in proc.stdout:
+                os.write(1, raw)  # into the trial's log, as the script printed it
+                obj = _json_object(raw)
+                if obj is None:
+                    continue
+                last = obj
+                if "epoch" in obj:
+                    numbers = {k: v for k, v in obj.items() if k != "epoch" and _is_number(v)}
+                    try:
+                        report(epoch=int(obj["epoch"]), **numbers)
+                    except (TypeError, ValueError, BadResult):
+                        pass
+        except BaseException:  # pruned at that epoch (or stopped): the command stops there too
+            proc.kill()
+            proc.wait()
+            raise
         code = proc.wait()
         if code != 0:
             verdict = command_exit(code, attempt_tail())

@@ -27,24 +27,38 @@ def report(epoch: int | None = None, **metrics: Any) -> None:
     """Send intermediate metrics (say, after each epoch) to the sweep while the trial runs.
 
     They feed the live view and ``<out>/<name>/history.csv``. ``epoch`` defaults to 1, 2,
-    ... in call order. Never blocks training: reports are batched and sent by a thread.
-    Outside a trial (``train`` run by hand) it does nothing.
+    ... in call order. Outside a trial (``train`` run by hand) it does nothing.
+
+    Without a pruner it never blocks training: reports are batched and sent by a thread.
+    In a search with a pruner each report waits for the pruner's verdict (a round trip to
+    the parent, a few ms; at most ``VERDICT_WAIT_S``, after which training goes on and a
+    late verdict applies at the next report); a trial the pruner stops raises
+    :class:`sweeper.outcome.TrialFailed` (status ``pruned``) from this call, so it ends at
+    the epoch it was judged at.
     """
     if _reporter is not None:
         _reporter.add(epoch, metrics)
 
 
+#: Seconds a report waits for the pruner's verdict before training goes on.
+VERDICT_WAIT_S = 2.0
+
+
 class _Reporter:
-    """Batches reports and sends them from a thread, so ``report`` never waits on the parent."""
+    """Batches reports and sends them from a thread, so ``report`` never waits on the
+    parent; or, given ``receive`` (a search with a pruner), sends each at once and waits
+    for the pruner's verdict on it (:class:`~sweeper.protocol.PruneVerdict`, one per batch)."""
 
     INTERVAL = 0.25
 
-    def __init__(self, send: Any) -> None:
+    def __init__(self, send: Any, receive: Any = None) -> None:
         from .metrics import _number, check_metric_name
 
         self._number = _number
         self._name = check_metric_name
         self._send = send
+        self._receive = receive  #: seconds -> the parent's next message, or None when none came
+        self._sent = self._answered = 0  #: batches sent, verdicts received
         self._lock = threading.Lock()  # guards the list; held only for an append or a swap
         self._pipe = threading.Lock()  # one sender on the pipe at a time
         self._items: list[dict[str, Any]] = []
@@ -52,7 +66,8 @@ class _Reporter:
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="sweeper-report", daemon=True)
-        self._thread.start()
+        if receive is None:  # with verdicts every batch is sent by report() itself, in order
+            self._thread.start()
 
     def add(self, epoch: int | None, metrics: dict[str, Any]) -> None:
         self._count += 1
@@ -60,6 +75,26 @@ class _Reporter:
         item = {"epoch": self._count if epoch is None else int(epoch), "metrics": values, "t": time.time()}
         with self._lock:
             self._items.append(item)
+        if self._receive is not None:
+            self._verdicts(0.0)  # a verdict that came late applies now, before another epoch counts
+            self.flush()
+            self._verdicts(VERDICT_WAIT_S)
+
+    def _verdicts(self, wait: float) -> None:
+        """Read the verdicts on the batches sent so far (waiting at most ``wait`` s); a stop
+        ends the trial here, as pruned."""
+        deadline = time.monotonic() + wait
+        while self._answered < self._sent:
+            message = self._receive(max(0.0, deadline - time.monotonic()))
+            if message is None:  # not yet: training goes on, the verdict applies later
+                return
+            self._answered += 1
+            why = getattr(message, "why", "")
+            if why:
+                from .outcome import TrialFailed
+                from .trial import Status
+
+                raise TrialFailed(Status.PRUNED, why)
 
     def _take(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -77,6 +112,7 @@ class _Reporter:
             if items:
                 try:
                     self._send(Reports(items))
+                    self._sent += 1
                 except OSError:  # the parent is gone
                     pass
 
@@ -91,7 +127,8 @@ class _Reporter:
         """Send what is left; the result follows on the same pipe, after it."""
         self._stop = True
         self._wake.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         self.flush()
 
 
@@ -100,9 +137,9 @@ def _set(spec: TrialSpec | None) -> None:
     _current = spec
 
 
-def _start_reporting(send: Any) -> None:
+def _start_reporting(send: Any, receive: Any = None) -> None:
     global _reporter
-    _reporter = _Reporter(send)
+    _reporter = _Reporter(send, receive)
 
 
 def _announce_start() -> None:

@@ -65,7 +65,7 @@ from . import outcome
 from .errors import SweepError
 from .ledger import Ledger, StorageError, storage_error
 from .paths import log_tail
-from .protocol import Began, Broken, Event, Exited, LoadFailed, Reports, Result, Unwritable
+from .protocol import Began, Broken, Event, Exited, LoadFailed, PruneVerdict, Reports, Result, Unwritable
 from .trial import Status, TrialResult, TrialSpec
 
 log = logging.getLogger("sweeper")
@@ -89,6 +89,8 @@ class Backend(Protocol):
     capacity: int
     #: What a timeout does to a trial, in the error column ("killed", "cancelled").
     stop_word: str
+    #: Whether :meth:`tell` reaches a running trial (then a pruner's verdict waits for it).
+    answers: bool
 
     def open(self) -> None:
         """Before the first trial."""
@@ -108,6 +110,9 @@ class Backend(Protocol):
 
     def ahead(self, queued: int) -> None:
         """``queued`` more trials will start soon (a backend may prepare processes)."""
+
+    def tell(self, trial_id: str, message: Any) -> None:
+        """Send a running trial a message (the pruner's verdict), where ``answers``."""
 
     def close(self) -> list[tuple[str, Event]]:
         """End everything still running; the events of trials that ended meanwhile."""
@@ -131,6 +136,8 @@ class Hooks:
     tick: Callable[[], float | None] | None = None  #: periodic work; seconds until it is due
     #: A trial reported epochs: a reason to prune it now, or None (a search's pruner).
     prune: Callable[[TrialSpec, list[dict[str, Any]]], str | None] | None = None
+    #: The pruner may stop trials: each report waits for its verdict (where the backend answers).
+    verdicts: bool = False
 
 
 class Feed(Protocol):
@@ -257,7 +264,8 @@ class Engine:
             spec = self._next()
             if spec is None:
                 break
-            spec = replace(spec, env={**spec.env, **_trial_env(spec)})
+            spec = replace(spec, env={**spec.env, **_trial_env(spec)},
+                           verdicts=self.hooks.verdicts and getattr(self.backend, "answers", False))
             trial = _Trial(spec, "", time.monotonic())
             self.trials[spec.trial_id] = trial
             began = self.backend.start(spec)
@@ -301,6 +309,8 @@ class Engine:
                 trial.reported = True
                 self.history(trial, event.items)
                 why = self.hooks.prune(trial.spec, event.items) if self.hooks.prune and event.items else None
+                if trial.spec.verdicts:  # it waits for the verdict: answered at once
+                    self.backend.tell(trial_id, PruneVerdict(why or ""))
                 if why:
                     prune.append((trial, why))
             elif isinstance(event, Unwritable):
@@ -312,7 +322,10 @@ class Engine:
         for trial, why in prune:  # after the batch: a result that came with it stands
             if trial.spec.trial_id in self.trials and trial.stop is None and trial.result is None:
                 if self._stop(trial, Status.PRUNED, why):
-                    self._cancel(trial, hard=False)
+                    if trial.spec.verdicts:  # it stops by itself, at that epoch; if not, it is ended
+                        trial.set_deadline(Due.EXIT, time.monotonic() + TERM_GRACE)
+                    else:
+                        self._cancel(trial, hard=False)
         if fault is not None:
             raise fault
 

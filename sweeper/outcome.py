@@ -180,7 +180,8 @@ def judge(ending: Ending) -> Verdict:
     columns its trial reported (a ``pruned`` one, what the pruner judged it by).
     """
     result = ending.result
-    metrics = {**ending.reported, **(result.metrics if result is not None else {})}
+    returned = dict(result.metrics) if result is not None else {}
+    metrics = {**returned, **{k: v for k, v in ending.reported.items() if k not in returned}}  # returned first
     if ending.stop is not None:
         verdict = Verdict(ending.stop, ending.why, metrics)
     elif result is not None:

@@ -48,6 +48,14 @@ class Unwritable:
 
 
 @dataclass(frozen=True)
+class PruneVerdict:
+    """(Parent to trial) the pruner's verdict on the trial's last batch of reports: go on
+    (``why`` empty), or stop now, pruned for ``why``."""
+
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class TrainStarted:
     """``train`` was called: the trial's imports are behind it."""
 

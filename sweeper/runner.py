@@ -351,7 +351,8 @@ def _run(
     if listener is not None:
         listener.begin(len(todo) + (feed.remaining if feed else 0), total)
     hooks = Hooks(listener=listener, on_record=on_record, on_history=files[1].mark, tick=tick,
-                  on_final=search.tell if search else None, prune=search.prune if search else None)
+                  on_final=search.tell if search else None, prune=search.prune if search else None,
+                  verdicts=search is not None and search.prunes)
     backend: Backend
     if options.backend == "ray":
         from .backends.ray import RayBackend

@@ -177,6 +177,8 @@ class Search:
         self.study = optuna.create_study(direction="maximize" if mode == "max" else "minimize",
                                          sampler=sampler(search, seed), pruner=pruner(prune))
         self.pruner_name = prune if isinstance(prune, str) or prune is None else type(prune).__name__
+        #: Whether its pruner can stop a trial (then each report waits for its verdict).
+        self.prunes = not isinstance(self.study.pruner, optuna.pruners.NopPruner)
         self.sampler_name = search if isinstance(search, str) else type(search).__name__
         self.asked: dict[str, list[Any]] = {}  #: trial id -> the Optuna trials waiting on it
         self.known: dict[str, TrialResult] = {}  #: finished trials on record, by id
@@ -274,6 +276,7 @@ class Search:
         if not trials:
             return None
         trial = trials[0]
+        judged = None
         for item in items:
             value = item["metrics"].get(self.metric)
             if not _finite(value):
@@ -283,8 +286,11 @@ class Search:
             if epoch not in steps:  # a retry reports its epochs again: the first stand
                 steps.add(epoch)
                 trial.report(float(value), epoch)
-            if trial.should_prune():
-                return f"pruned by {self.pruner_name} at epoch {epoch} ({self.metric}={value:.6g})"
+            judged = (epoch, value)
+        # judged at the batch's last epoch, where the trial is now (and, waiting for the
+        # verdict, stops): the error, epoch_reached and the row's metrics name one epoch
+        if judged is not None and trial.should_prune():
+            return f"pruned by {self.pruner_name} at epoch {judged[0]} ({self.metric}={judged[1]:.6g})"
         return None
 
     def tell(self, result: TrialResult) -> None:

@@ -156,6 +156,9 @@ class TrialSpec:
     attempt: int = 1
     device: str = "cpu"  #: ``cpu`` or ``gpu:<index>``
     env: dict[str, str] = field(default_factory=dict, hash=False)  #: set in the child
+    #: Each report waits for the pruner's verdict (a search with a pruner, on a backend
+    #: that can answer), so a pruned trial stops at the very epoch it was judged at.
+    verdicts: bool = False
 
     @property
     def log_path(self) -> str:

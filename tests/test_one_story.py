@@ -133,3 +133,28 @@ def test_readme_and_docstrings_say_what_the_code_does():
     assert "fork" in (sweeper.sweep.__doc__ or "").split("Args:")[0]
     # the sample output shows only lines the program prints
     assert "sweeper: best " not in readme.split("## The grid file")[0]
+
+
+def test_a_pruned_trial_stops_at_the_epoch_it_was_judged_and_a_seeded_search_repeats(tmp_path):
+    """Each report waits for the pruner's verdict: error, epoch_reached, the row's metrics
+    and history.csv name one epoch, and one worker gives the same rows twice."""
+    import re
+
+    import pandas as pd
+
+    space = {"x": sweeper.uniform(0, 1), "epochs": 12, "pace": 0.01}
+    frames = []
+    for name in ("a", "b"):
+        df = sweeper.sweep(sweep_fns.descent, space, search="tpe", trials=8, prune="median", metric="loss",
+                           mode="min", workers=1, seed=3, out=str(tmp_path), name=name, progress=False)
+        frames.append(df)
+        pruned = df[df.status == "pruned"]
+        assert len(pruned) >= 1, df[["status", "error"]]
+        history = pd.read_csv(tmp_path / name / "history.csv")
+        for _, row in pruned.iterrows():
+            judged = int(re.search(r"at epoch (\d+)", row.error).group(1))
+            epochs = history[history.trial_id == row.trial_id]
+            assert judged == row.epoch_reached == epochs.epoch.max(), (row.error, row.epoch_reached, epochs)
+            assert row.loss == epochs[epochs.epoch == judged].loss.item()
+    same = ["trial", "status", "param_x", "loss", "error", "epoch_reached"]
+    pd.testing.assert_frame_equal(frames[0][same], frames[1][same])

@@ -139,6 +139,7 @@ class LocalBackend:
     """Trials as processes of this machine, on its slots (see the module docstring)."""
 
     stop_word = "killed"
+    answers = True
 
     def __init__(self, target: Target, slots: Sequence[Slot], *, workers: int | None = None,
                  prefetch: bool = True, start_method: str = "forkserver", spare: Spare | None = None,
@@ -261,6 +262,12 @@ class LocalBackend:
         if p is None or p.conn is None or p.has_result:
             return []
         return self._receive(p)
+
+    def tell(self, trial_id: str, message: Any) -> None:
+        p = self.running.get(trial_id)
+        if p is not None and p.conn is not None:
+            with contextlib.suppress(OSError):  # it died meanwhile: its exit is judged as usual
+                p.conn.send(message)
 
     def cancel(self, trial_id: str, hard: bool) -> None:
         if self.pending.pop(trial_id, None) is not None:  # it had no process yet

@@ -108,7 +108,7 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
         fn = _load(target.load, conn.send)
         if fn is None:
             return
-    context._start_reporting(conn.send)
+    context._start_reporting(conn.send, _receiver(conn) if spec.verdicts else None)
     result = run_trial(spec, fn, hook, started)
     context._stop_reporting()  # its last batch goes before the result
     unwritten = _write_result(spec, result)
@@ -122,6 +122,18 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
         pass
     conn.close()
     _exit_now()
+
+
+def _receiver(conn: multiprocessing.connection.Connection) -> Callable[[float], Any]:
+    """The parent's next message on the trial's pipe, waiting at most so many seconds."""
+
+    def receive(wait: float) -> Any:
+        try:
+            return conn.recv() if conn.poll(wait) else None
+        except (EOFError, OSError):  # the parent is gone: its watcher ends us
+            return None
+
+    return receive
 
 
 def _exit_now() -> None:
