@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import difflib
 import os
+import signal
 import sys
 from typing import Any, NoReturn, Sequence
 
@@ -127,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SweepError as exc:
         print(f"sweeper: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # before a sweep's own handling (say, while the grid file imports)
+        print("sweeper: interrupted while no trial was running; finished trials are kept: run the same "
+              "command again to resume", file=sys.stderr)
+        return 128 + signal.SIGINT
     finally:
         sys.stdout, sys.stderr = saved
 

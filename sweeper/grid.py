@@ -149,6 +149,9 @@ def _check_name(name: object, where: str, example: str) -> str:
             f"{where} has a parameter name {name!r} of type {_type_name(name)}; "
             f"parameter names must be non-empty strings, {example}"
         )
+    if _CONTROL.search(name):
+        raise SweepError(f"{where} has a parameter name '{printable(name)}' with control characters, which "
+                         "would garble the console, folder names and the CSV header; use a plain name")
     return name
 
 

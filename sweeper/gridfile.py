@@ -37,7 +37,7 @@ class GridFile:
     attr: str = "train"  #: or "command"
     shell: bool = False
     what: str = ""  #: what the sweep runs, in words (:func:`sweeper.target.describe`)
-    space: dict[str, Any] | None = None  #: ``space`` without ``samples``: searched (``search``)
+    space: Any = None  #: ``space`` without ``samples``: searched (``search``)
     modules: tuple[str, ...] = ()  #: what importing the file imported (:mod:`sweeper.modules`)
 
 
@@ -189,7 +189,8 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
         check_not_empty(module.grid)
         points = expand(module.grid)
     elif hasattr(module, "space") and (options.get("search") is not None or not hasattr(module, "samples")):
-        points, space = Points(), dict(module.space)  # searched; without search = ..., the parent says what is missing
+        # searched (its checks are the search's, in the parent); without search = ..., the parent says what is missing
+        points, space = Points(), (dict(module.space) if isinstance(module.space, dict) else module.space)
     elif hasattr(module, "space"):
         samples = getattr(module, "samples", None)
         if not isinstance(samples, int) or isinstance(samples, bool):

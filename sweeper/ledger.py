@@ -125,8 +125,9 @@ class Ledger:
             self._open(readonly)
         except sqlite3.Error as exc:
             self.close()
+            said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SweepError(
-                f"{self.path} cannot be read as a sweep ledger ({exc}); move it away, or start over "
+                f"{self.path} cannot be read as a sweep ledger ({said}); move it away, or start over "
                 "with --fresh (fresh=True), which keeps the damaged file aside"
             ) from None
 

@@ -73,14 +73,19 @@ def _complex(name: str, value: Any) -> BadResult:
                      "or z.real")
 
 
+#: history.csv's own columns: never a reported metric's name.
+HISTORY_COLUMNS = ("trial_id", "trial", "epoch")
+
+
 def check_metric_name(name: Any, final: bool = True) -> str:
     """A metric name that can be a column: a non-empty string without control characters,
-    and for a final metric (not a per-epoch report) none of the table's own columns."""
+    none of the results table's own columns for a final metric, none of history.csv's for
+    a per-epoch report."""
     if not isinstance(name, str) or not name:
         raise BadResult(f"metric name {name!r} is not a non-empty string; name each metric")
     if _CONTROL.search(name):
         raise BadResult(f"metric name '{printable(name)}' holds control characters; use a plain name")
-    if final and (name in RESERVED or name.startswith("param_")):
+    if final and (name in RESERVED or name.startswith("param_")) or not final and name in HISTORY_COLUMNS:
         raise BadResult(
             f"metric {name!r} clashes with the table's own column of that name; rename it"
         )

@@ -143,7 +143,9 @@ def _oom_line(lines: list[str]) -> str:
 
 
 def last_line(exc: BaseException) -> str:
-    return traceback.format_exception_only(type(exc), exc)[-1].strip().splitlines()[-1]
+    """The exception's last line (a carriage return does not end a line here: the text
+    before it stays, escaped when printed)."""
+    return traceback.format_exception_only(type(exc), exc)[-1].strip().split("\n")[-1]
 
 
 def command_exit(code: int, tail: list[str]) -> Verdict:

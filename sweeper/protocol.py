@@ -108,7 +108,7 @@ class GridRead:
     attr: str  #: "train" or "command"
     shell: bool
     what: str  #: what the sweep runs, in words
-    space: dict[str, Any] | None = None  #: a search's space (then points is empty)
+    space: Any = None  #: a search's space (then points is empty)
     modules: list[str] = field(default_factory=list)  #: what importing it imported (a fork server's preload)
 
 

@@ -47,9 +47,13 @@ def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
     from .grid import _normalise, loguniform, randint, uniform
 
-    if not isinstance(space, Mapping) or not space:
-        raise SweepError(f"a search needs space = {{name: distribution or list}}, got {type(space).__name__}; "
-                         "e.g. space = {'lr': sweeper.loguniform(1e-4, 1e-1), 'units': [32, 64]}")
+    example = "e.g. space = {'lr': sweeper.loguniform(1e-4, 1e-1), 'units': [32, 64]}"
+    if isinstance(space, Mapping) and not space:
+        raise SweepError(f"a search's space is empty; give each parameter a distribution or a list, {example}")
+    if not isinstance(space, Mapping):
+        what = ("a grid (a search reads space = {...}, not grid or samples)"
+                if type(space).__name__ == "Points" else f"a {type(space).__name__}")
+        raise SweepError(f"a search needs space = {{name: distribution or list}}, got {what}; {example}")
     dists: dict[str, Any] = {}
     fixed: dict[str, Any] = {}
     for name, value in space.items():

@@ -21,7 +21,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from . import paths
-from .metrics import BACK_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS
+from .metrics import BACK_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS, HISTORY_COLUMNS
 from .trial import TrialResult
 
 if TYPE_CHECKING:
@@ -178,6 +178,6 @@ def write_history_csv(rows: Sequence[tuple[str, str, int, dict[str, Any]]], path
             names.setdefault(k, None)
     with paths.atomic(path) as f:
         writer = csv.writer(f)
-        writer.writerow(["trial_id", "trial", "epoch", *names])
+        writer.writerow([*HISTORY_COLUMNS, *names])
         for tid, name, epoch, metrics in rows:
             writer.writerow([tid, name, epoch, *(_cell(metrics.get(k)) for k in names)])

@@ -158,3 +158,77 @@ def test_a_pruned_trial_stops_at_the_epoch_it_was_judged_and_a_seeded_search_rep
             assert row.loss == epochs[epochs.epoch == judged].loss.item()
     same = ["trial", "status", "param_x", "loss", "error", "epoch_reached"]
     pd.testing.assert_frame_equal(frames[0][same], frames[1][same])
+
+
+def test_a_parameter_name_with_control_characters_is_refused_in_one_line(tmp_path):
+    path = write_grid(tmp_path, 'from sweep_fns import echo as train\ngrid = {"a\\x1b[31m": [1, 2]}\n')
+    r = run_cli(path, "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and "control characters" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "\x1b" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("body, flags, words", [
+    ('grid = {"x": [1, 2]}', ["--search", "tpe", "--trials", "2", "--metric", "value", "--mode", "max"],
+     "got a grid (a search reads space"),
+    ('space = {}\nsearch = "tpe"\ntrials = 2', ["--metric", "value", "--mode", "max"], "space is empty"),
+    ('space = [1, 2]\nsearch = "tpe"\ntrials = 2', ["--metric", "value", "--mode", "max"], "got a list"),
+])
+def test_a_search_without_a_space_is_one_clear_line(tmp_path, body, flags, words):
+    path = write_grid(tmp_path, f"from sweep_fns import echo as train\n{body}\n")
+    r = run_cli(path, "--out", str(tmp_path / "out"), *flags)
+    assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "Points" not in r.stderr and "TypeError" not in r.stderr
+
+
+def test_a_report_named_like_historys_own_columns_is_refused():
+    from sweeper.metrics import BadResult, check_metric_name
+
+    for name in ("trial_id", "trial", "epoch"):
+        with pytest.raises(BadResult, match="clashes"):
+            check_metric_name(name, final=False)
+
+
+def test_an_error_with_a_carriage_return_keeps_its_whole_text():
+    from sweeper.outcome import last_line, raised
+
+    exc = ValueError("loss went NaN\rat step 40")
+    assert "loss went NaN" in last_line(exc) and "at step 40" in last_line(exc)
+    assert "loss went NaN" in raised(exc).error
+
+
+def test_a_damaged_ledger_is_one_line(tmp_path):
+    folder = tmp_path / "out" / "grid"
+    folder.mkdir(parents=True)
+    (folder / "ledger.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x01" * 4000)
+    path = write_grid(tmp_path, 'from sweep_fns import echo as train\ngrid = {"x": [1]}\n')
+    r = run_cli(path, "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--fresh" in r.stderr, r.stderr
+
+
+def test_ctrl_c_while_the_grid_file_imports_is_one_line(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    importing = tmp_path / "importing"
+    path = write_grid(tmp_path, f"""import time
+open({str(importing)!r}, "w").close()
+time.sleep(600)
+from sweep_fns import echo as train
+grid = {{"x": [1]}}
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "sweeper", path, "--out", str(tmp_path / "out")], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not importing.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the grid file's own sentinel
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err and err.count("\n") == 1 and "interrupted" in err, err
