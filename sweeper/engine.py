@@ -485,7 +485,8 @@ class Engine:
 
     def conclude(self, spec: TrialSpec, result: TrialResult, durable: bool = True) -> None:
         """Record a trial's outcome (before its place is reused), queue a retry, tell the view."""
-        retrying = result.status.retryable and spec.attempt <= self.retries and self.taking_new
+        retrying = (result.status.retryable and spec.attempt - spec.first_attempt < self.retries
+                    and self.taking_new)
         stored = self.store(self.ledger.record, result, durable=durable)
         if retrying:
             self.queue.append(replace(spec, attempt=spec.attempt + 1))

@@ -313,6 +313,8 @@ def _run(
         old = previous.get(spec.trial_id)
         if old is not None and keeps(old, options.skip_failed):
             results[spec.trial_id] = _reindexed(old, spec)
+        elif old is not None:  # run again: its attempts go on counting (its log says which)
+            todo.append(replace(spec, attempt=old.attempts + 1, first_attempt=old.attempts + 1))
         else:
             todo.append(spec)
     if results:

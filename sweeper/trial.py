@@ -153,7 +153,8 @@ class TrialSpec:
     params: dict[str, Any] = field(hash=False)
     seed: int
     dir: str  #: the trial's own folder, ``<out>/<name>/trials/<trial>/``
-    attempt: int = 1
+    attempt: int = 1  #: counted over every run of the sweep (a resumed trial goes on counting)
+    first_attempt: int = 1  #: this run's first attempt: ``retries`` more follow it at most
     device: str = "cpu"  #: ``cpu`` or ``gpu:<index>``
     env: dict[str, str] = field(default_factory=dict, hash=False)  #: set in the child
     #: Each report waits for the pruner's verdict (a search with a pruner, on a backend

@@ -232,3 +232,15 @@ grid = {{"x": [1]}}
         proc.kill()
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err and err.count("\n") == 1 and "interrupted" in err, err
+
+
+def test_a_trial_run_again_on_resume_counts_its_attempts_on(tmp_path):
+    """A crashed trial run again by the next run is attempt 2, in its row and its log's
+    second header, and still gets this run's retries."""
+    first = sweeper.sweep(sweep_fns.flaky, {"x": [1]}, out=str(tmp_path), progress=False)
+    assert first.status.tolist() == ["crashed"] and first.attempts.tolist() == [1]
+    again = sweeper.sweep(sweep_fns.flaky, {"x": [1]}, out=str(tmp_path), progress=False)
+    assert again.status.tolist() == ["ok"] and again.attempts.tolist() == [2]
+    log = (tmp_path / "sweep_fns" / "trials" / "x=1" / "log.txt").read_text()
+    headers = [line for line in log.splitlines() if line.startswith("=== sweeper: trial")]
+    assert [("attempt 1," in h, "attempt 2," in h) for h in headers] == [(True, False), (False, True)], headers
