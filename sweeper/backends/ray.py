@@ -11,8 +11,15 @@ Data flow::
     driver (this process)                          Ray worker (one per trial, any node)
     start: submit ray_main(spec, train, env) ────▶ env, cap, seeds, log → train(params)
     wait: ray.wait(refs) ◀── result + log ──────── return {result, log, pid, device}
+          writes result.json, appends log.txt
           channel.get_nowait_batch() ◀── Placed, Reports, Exiting ── channel.put(...)
     cancel: ray.cancel(force=True) (timeout, Ctrl-C)
+    close: where a killed task had a temporary folder, a task on its node removes it
+
+The trial's folder is the sweep's own where the node sees it (this machine, or a shared
+filesystem at the same path); elsewhere a temporary folder on the node, removed when the
+task ends (see :func:`sweeper.child.bootstrap.ray_main`). Either way the driver writes
+``result.json`` and ``log.txt`` into the sweep's folder, as a local trial does.
 
 User code travels: when sweeper opens the connection it ships the grid file's folder as
 the job's ``working_dir``; when the caller already ran ``ray.init``, the module defining
@@ -22,6 +29,7 @@ own ``runtime_env`` cannot upload local files.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -31,12 +39,14 @@ from typing import Any
 
 from ..capping import MemoryPolicy
 from ..errors import SweepError
-from ..protocol import Began, Event, Exited, Exiting, LoadFailed, Placed
+from ..protocol import Began, Event, Exited, Exiting, LoadFailed, Placed, Unwritable
 from ..target import FileTarget, FunctionTarget, Target
 from ..trial import TrialSpec
 
 #: Seconds between looks at the report queue while tasks run.
 POLL = 0.2
+#: Seconds a node's clean-up waits for a killed trial's process to be gone, at the end.
+CLEAN_WAIT = 5.0
 
 
 def connect(address: str | None, target: Target) -> tuple[Any, Any]:
@@ -87,12 +97,15 @@ class _Task:
     ref: Any
     exitcode: int | None = None  #: told by the trial as it called os._exit (Ray does not say)
     cancelled: bool = False
+    node: str | None = None  #: where the trial keeps a temporary folder, if it does
 
 
 class RayBackend:
     """Trials as Ray tasks (see the module docstring)."""
 
     stop_word = "cancelled"
+    #: A task has no way back from the driver: a pruner's verdict cancels it (see ``cancel``).
+    answers = False
 
     def __init__(self, target: Target, policy: MemoryPolicy, *, address: str | None = None,
                  gpus: bool = True, cpus_per_trial: float = 1.0, workers: int | None = None) -> None:
@@ -102,6 +115,8 @@ class RayBackend:
         from ..child.bootstrap import ray_main
 
         self.channel = Queue()
+        #: Nodes where a task with a temporary folder was killed: they remove it at the end.
+        self.litter: set[str] = set()
         # a fresh worker process per trial; retries are sweeper's (they follow --retries)
         self.remote = self.ray.remote(max_calls=1, max_retries=0)(ray_main)
         resources = self.ray.cluster_resources()
@@ -123,8 +138,10 @@ class RayBackend:
         pass
 
     def start(self, spec: TrialSpec) -> None:
+        from ..child.bootstrap import _sweep_token
+
         ref = self.remote.options(num_cpus=self.cpus, num_gpus=self.num_gpus).remote(
-            spec, self.target, self.env, self.channel)
+            spec, self.target, self.env, self.channel, _sweep_token(spec.dir))
         self.tasks[spec.trial_id] = _Task(spec, ref)
         return None  # Began comes when the task starts on its worker (Placed)
 
@@ -160,21 +177,53 @@ class RayBackend:
     def ahead(self, queued: int) -> None:
         pass
 
+    def tell(self, trial_id: str, message: Any) -> None:
+        pass  # never called: ``answers`` is False
+
     def close(self) -> list[tuple[str, Event]]:
+        with contextlib.suppress(Exception):  # (Ray may be what failed)
+            self._drain_channel()  # which nodes the tasks still here keep folders on
         for task in list(self.tasks.values()):
             self.ray.cancel(task.ref, force=True)
+            if task.node is not None:
+                self.litter.add(task.node)
         self.tasks.clear()
+        self._clean(self.litter)
         return []
+
+    def _clean(self, nodes: set[str]) -> None:
+        """Have each node remove the temporary folders its killed tasks left (a SIGKILL
+        gives them no chance to); best effort, bounded in time."""
+        if not nodes:
+            return
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from ..child.bootstrap import _remove_leftovers
+
+        with contextlib.suppress(Exception):
+            alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
+            clean = self.ray.remote(num_cpus=0, max_retries=0)(_remove_leftovers)
+            refs = [clean.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+                    .remote(CLEAN_WAIT) for node in sorted(nodes & alive)]
+            if not refs:
+                return
+            _, late = self.ray.wait(refs, num_returns=len(refs), timeout=CLEAN_WAIT + 10)
+            for ref in late:
+                self.ray.cancel(ref, force=True)
 
     # -- events ---------------------------------------------------------------------------
 
     def _drain_channel(self) -> list[tuple[str, Event]]:
+        from ..child.bootstrap import _ScratchOn
+
         events: list[tuple[str, Event]] = []
         for tid, message in self.channel.get_nowait_batch(self.channel.qsize()):
             task = self.tasks.get(tid)
             if task is None:
                 continue
-            if isinstance(message, Placed):  # it began on its worker: its time starts now
+            if isinstance(message, _ScratchOn):
+                task.node = message.node
+            elif isinstance(message, Placed):  # it began on its worker: its time starts now
                 events.append((tid, Began(message.pid, message.device, "", message.cap_mb, self.fraction)))
             elif isinstance(message, Exiting):
                 task.exitcode = message.code
@@ -191,16 +240,41 @@ class RayBackend:
         try:
             out = self.ray.get(task.ref)
         except TaskCancelledError:
+            if task.node is not None:
+                self.litter.add(task.node)
             return [(tid, Exited(task.exitcode, cancelled=True))]
         except RayError as exc:  # the worker or its node died: WorkerCrashedError, NodeDiedError...
+            if task.node is not None:
+                self.litter.add(task.node)
             kind = type(exc).__name__
             note = kind if task.exitcode is not None else f"{kind}: {str(exc).strip().splitlines()[0]}"
             return [(tid, Exited(task.exitcode, note=note))]
-        os.makedirs(spec.dir, exist_ok=True)
-        with open(spec.log_path, "a") as f:
-            f.write(out.get("log", ""))
+        unwritten = self._write(spec, out)
         if "load_error" in out:
             return [(tid, LoadFailed(out["load_error"]))]
-        return [(tid, out["result"]),
+        return [(tid, out["result"]), *[(tid, u) for u in unwritten],
                 (tid, Exited(task.exitcode, pid=out.get("pid"), device=out.get("device"), cap_mb=out.get("cap_mb")))]
+
+    def _write(self, spec: TrialSpec, out: dict[str, Any]) -> list[Unwritable]:
+        """The trial's files in its folder of the sweep, as a local trial leaves them:
+        ``result.json`` (by the local trials' own writer) and its log appended to
+        ``log.txt``. What could not be written is told to the engine (it starts no new
+        trial), after the result, which stands."""
+        from ..child.bootstrap import _write_result
+
+        unwritten: list[Unwritable] = []
+        try:
+            os.makedirs(spec.dir, exist_ok=True)
+        except OSError as exc:
+            return [Unwritable(exc.filename or spec.dir, exc.strerror or str(exc))]
+        if "result" in out:
+            failed = _write_result(spec, out["result"])
+            if failed is not None:
+                unwritten.append(failed)
+        try:
+            with open(spec.log_path, "a") as f:
+                f.write(out.get("log", ""))
+        except OSError as exc:
+            unwritten.append(Unwritable(spec.log_path, exc.strerror or str(exc)))
+        return unwritten
 
