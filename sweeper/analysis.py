@@ -1,18 +1,26 @@
 """Read a finished (or interrupted) sweep folder back and summarise it.
 
-A sweep folder ``<out>/<name>/`` holds ``results.csv`` (one row per trial),
-``history.csv`` (one row per epoch per trial; may be missing or empty) and
+A sweep folder ``<out>/<name>/`` holds ``ledger.sqlite`` (the record of every trial and
+its per-epoch reports), ``results.csv`` and ``history.csv`` derived from it, and
 ``trials/<trial>/log.txt``. This module ranks the trials, lists the failures and
 writes ``report.html``: one self-contained page (inline CSS, images as ``data:``
-URIs) that opens anywhere, offline, and can be attached to a message as it is.
+URIs) that opens anywhere, offline, and can be attached to a message as it is. The page
+reads the ledger, as :func:`sweeper.load` does, so a sweep stopped before its first
+row has a report too; a folder with only a ``results.csv`` (and ``history.csv``) is
+read from those.
+
+Statuses are judged as the command line judges them (:attr:`sweeper.trial.Status.succeeded`):
+``ok`` and ``pruned`` are no failure; a pruned trial is drawn in a neutral grey, never in
+the failure colour.
 
 pandas and matplotlib are imported inside the functions that need them, so importing
-:mod:`sweeper.report` is cheap; matplotlib is the optional extra ``sweeper[report]``.
+:mod:`sweeper.analysis` is cheap; matplotlib is the optional extra ``sweeper[report]``.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import logging
@@ -25,6 +33,7 @@ from . import paths
 from .errors import SweepError
 from .paths import SweepPaths
 from .metrics import direction
+from .trial import Status
 
 if TYPE_CHECKING:
     import pandas
@@ -41,7 +50,7 @@ HISTORY_KEYS = ("trial_id", "trial", "epoch")
 STATUSES = ("ok", "pruned", "error", "oom", "crashed", "timeout", "interrupted")
 TOP = 5
 
-_NEED_MPL = 'the report needs matplotlib: pip install "sweeper[report]" (or pip install matplotlib)'
+_NEED_MPL = "the report needs matplotlib: pip install matplotlib"
 
 
 # ---------------------------------------------------------------- the table
@@ -107,6 +116,42 @@ def unknown_direction(metric: str) -> SweepError:
     )
 
 
+def _status_of(value: Any) -> Status | None:
+    """The :class:`~sweeper.trial.Status` a ``status`` cell names (None: missing or unknown)."""
+    try:
+        return Status(str(value))
+    except ValueError:
+        return None
+
+
+def _statuses(df: "pandas.DataFrame") -> list[Status | None]:
+    return [_status_of(v) for v in df["status"]] if "status" in df.columns else [None] * len(df)
+
+
+def _mask(df: "pandas.DataFrame", values: list[bool]) -> "pandas.Series":
+    import pandas
+
+    return pandas.Series(values, index=df.index, dtype=bool)
+
+
+def finished_ok(df: "pandas.DataFrame") -> "pandas.Series":
+    """Per row: the trial finished ok (the trials a ranking counts)."""
+    return _mask(df, [s is Status.OK for s in _statuses(df)])
+
+
+def stopped(df: "pandas.DataFrame") -> "pandas.Series":
+    """Per row: the trial succeeded without finishing, as the CLI says (``pruned``): no failure."""
+    return _mask(df, [s is not None and s.succeeded and s is not Status.OK for s in _statuses(df)])
+
+
+def failed(df: "pandas.DataFrame") -> "pandas.Series":
+    """Per row: the trial failed, as the CLI says (not :attr:`Status.succeeded`; an unknown
+    status too). A table without a ``status`` column has no failures."""
+    if "status" not in df.columns:
+        return _mask(df, [False] * len(df))
+    return _mask(df, [s is None or not s.succeeded for s in _statuses(df)])
+
+
 def leaderboard(df: "pandas.DataFrame", metric: str | None, mode: str, top: int = TOP) -> "pandas.DataFrame":
     """The best ``top`` trials that finished ok, best first.
 
@@ -114,7 +159,7 @@ def leaderboard(df: "pandas.DataFrame", metric: str | None, mode: str, top: int 
     dropped). Trials whose metric is NaN come last; ties keep the table's order.
     With ``metric=None`` the ok trials are listed in the table's order.
     """
-    ok = df[df["status"] == "ok"] if "status" in df.columns else df.iloc[:0]
+    ok = df[finished_ok(df)]
     params = param_columns(df)
     cols = ["trial", *([metric] if metric is not None else []), *params]
     if metric is not None:
@@ -155,7 +200,7 @@ def failures(df: "pandas.DataFrame", folder: str | os.PathLike[str] | None = Non
 
     if "status" not in df.columns:
         return pandas.DataFrame(columns=["trial", "status", "error", "log"])
-    bad = df[~df["status"].isin(["ok", "pruned"])]
+    bad = df[failed(df)]
     base = os.fspath(folder) if folder is not None else ""
     errors = bad["error"] if "error" in bad.columns else pandas.Series([""] * len(bad), index=bad.index)
     return pandas.DataFrame({
@@ -166,66 +211,104 @@ def failures(df: "pandas.DataFrame", folder: str | os.PathLike[str] | None = Non
     })
 
 
-# ---------------------------------------------------------------- the page
+def varying_params(df: "pandas.DataFrame") -> list[str]:
+    """The ``param_*`` columns that take two or more values across the table: those the
+    report draws a panel for (in the table's order)."""
+    return [c for c in param_columns(df) if _distinct(df[c]) > 1]
 
 
-def write_html(folder: str | os.PathLike[str], metric: str | None = None, mode: str | None = None) -> str:
-    """Write ``<folder>/report.html`` and return its path.
+def fixed_params(df: "pandas.DataFrame") -> dict[str, Any]:
+    """The settings with one value in every trial that has them, by name (``param_``
+    prefix dropped): the report lists them once instead of drawing a panel each."""
+    out: dict[str, Any] = {}
+    for c in param_columns(df):
+        values = df[c].dropna()
+        if _distinct(df[c]) == 1:
+            out[c[len("param_"):]] = values.iloc[0]
+    return out
 
-    One self-contained page: the status counts, the leaderboard, one figure per
-    hyperparameter (the metric against its values, ok trials only), the learning
-    curves of the top trials from ``history.csv``, and the failed trials with the
-    first line of their error and the path of their log. The file is written to a
-    temporary name and renamed, so a reader never sees half a page.
+
+def _distinct(series: "pandas.Series") -> int:
+    return len({_exact(v) for v in series.dropna()})
+
+
+def _exact(value: Any) -> str:
+    """A text that tells two values apart exactly (floats by their round-trip repr)."""
+    if _is_na(value):
+        return "\0na"
+    if isinstance(value, float) or _is_numpy_float(value):
+        return repr(float(value))
+    return f"{type(value).__name__}:{value}"
+
+
+def _is_numpy_float(value: Any) -> bool:
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(value, numpy.floating)
+
+
+# ---------------------------------------------------------------- reading a folder
+
+
+def read_folder(folder: str | os.PathLike[str]) -> tuple["pandas.DataFrame", "pandas.DataFrame | None", bool]:
+    """A sweep folder's results, per-epoch history (None when there is none) and whether
+    it was a search (it has a search on record, or pruned trials).
+
+    A sweep folder is read from its ledger as :func:`sweeper.load` reads it (the trials of
+    the grid last run there), so a sweep stopped before ``results.csv`` was first written
+    reads as one with no trial finished. A folder without a ledger is read from its
+    ``results.csv`` and ``history.csv``.
 
     Raises:
-        SweepError: there is no ``results.csv`` in ``folder``, the metric is not in
-            it, or matplotlib is not installed.
+        SweepError: the folder has neither a ledger nor a ``results.csv``, or the CSV is empty.
     """
     import pandas
 
     folder = os.fspath(folder)
     where = SweepPaths(folder)
-    results_path = where.results
-    if not os.path.isfile(results_path):
+    if where.exists():
+        return _from_ledger(folder)
+    if not os.path.isfile(where.results):
         raise SweepError(
-            f"no results.csv in {folder}: give the folder of one sweep, "
+            f"no {paths.LEDGER} or {paths.RESULTS} in {folder}: give the folder of one sweep, "
             "e.g. python -m sweeper report <out>/<name>"
         )
     try:
-        df = pandas.read_csv(results_path)
+        df = pandas.read_csv(where.results)
     except pandas.errors.EmptyDataError:
-        raise SweepError(f"{results_path} is empty: the sweep has not written any result yet") from None
+        raise SweepError(f"{where.results} is empty: the sweep has not written any result yet") from None
+    return df, _read_history(where.history), bool(stopped(df).any())
+
+
+def _from_ledger(folder: str) -> tuple["pandas.DataFrame", "pandas.DataFrame | None", bool]:
+    """What :func:`sweeper.load` reads, with the per-epoch reports of those trials: the
+    same rows as ``results.csv`` and ``history.csv``, read at one moment."""
+    import pandas
+
+    from . import table
+    from .ledger import Ledger
+
+    ledger = Ledger(folder, readonly=True)
     try:
-        import matplotlib  # noqa: F401  (only to fail early with a clear message)
-        from matplotlib.figure import Figure  # noqa: F401
-    except ImportError:
-        raise SweepError(_NEED_MPL) from None
-
-    metric, mode = choose(df, metric, mode)
-    history = _read_history(where.history)
-    searched = "pruned" in set(df["status"].astype(str)) if "status" in df.columns else False
-    if where.exists():
-        from .ledger import Ledger
-
-        ledger = Ledger(folder, readonly=True)
-        try:
-            searched = searched or bool(ledger.get("search"))
-        finally:
-            ledger.close()
-    page = _page(folder, df, history, metric, mode, searched)
-    with paths.atomic(where.report, encoding="utf-8") as f:
-        f.write(page)
-    return where.report
-
-
-def _use_log_axis(values: Iterable[Any]) -> bool:
-    """Whether to plot these values on a log axis: their positive values span 2 decades or more."""
-    import numpy
-
-    x = numpy.asarray(list(values), dtype=float)
-    x = x[numpy.isfinite(x) & (x > 0)]
-    return x.size >= 2 and float(x.max()) / float(x.min()) >= 100
+        with ledger.snapshot():
+            current = ledger.current()
+            results = table.ordered((ledger.results() if current is None else current).values())
+            epochs = ledger.history()
+            search = ledger.get("search")
+    finally:
+        ledger.close()
+    df = table.dataframe(results)
+    where = {r.trial_id: (r.index, r.name) for r in results}
+    rows = [{**metrics, "trial_id": tid, "trial": where[tid][1], "epoch": epoch}
+            for tid, epoch, metrics in epochs if tid in where]
+    rows.sort(key=lambda r: (where[r["trial_id"]][0], r["epoch"]))
+    history = None
+    if rows:
+        frame = pandas.DataFrame(rows)
+        history = _usable_history(frame[[*HISTORY_KEYS, *(c for c in frame.columns if c not in HISTORY_KEYS)]])
+    return df, history, bool(search) or bool(stopped(df).any())
 
 
 def _read_history(path: str) -> "pandas.DataFrame | None":
@@ -238,6 +321,10 @@ def _read_history(path: str) -> "pandas.DataFrame | None":
         history = pandas.read_csv(path)
     except pandas.errors.EmptyDataError:
         return None
+    return _usable_history(history)
+
+
+def _usable_history(history: "pandas.DataFrame") -> "pandas.DataFrame | None":
     if history.empty or "trial" not in history.columns or not _history_metrics(history):
         return None
     return history
@@ -252,6 +339,109 @@ def _history_metrics(history: "pandas.DataFrame") -> list[str]:
     ]
 
 
+# ---------------------------------------------------------------- the page
+
+
+def write_html(folder: str | os.PathLike[str], metric: str | None = None, mode: str | None = None) -> str:
+    """Write ``<folder>/report.html`` and return its path.
+
+    One self-contained page: the status counts (``pruned`` apart from the failures, as the
+    CLI counts it), the settings fixed in every trial, the leaderboard, one figure per
+    hyperparameter that varies (the metric against its values, ok trials only), a
+    search's best so far, the learning curves of the top trials, and the failed trials
+    with the first line of their error and the path of their log. The sweep is read by
+    :func:`read_folder` (from the ledger, as :func:`sweeper.load` reads it). The file is
+    written to a temporary name and renamed, so a reader never sees half a page.
+
+    Raises:
+        SweepError: ``folder`` has neither a ledger nor a ``results.csv``, the metric is
+            not in the results, or matplotlib is not installed.
+    """
+    folder = os.fspath(folder)
+    df, history, searched = read_folder(folder)
+    _need_matplotlib()
+    metric, mode = choose(df, metric, mode)
+    page = _page(folder, df, history, metric, mode, searched)
+    path = SweepPaths(folder).report
+    with paths.atomic(path, encoding="utf-8") as f:
+        f.write(page)
+    return path
+
+
+def figures(folder: str | os.PathLike[str], metric: str | None = None,
+            mode: str | None = None) -> "dict[str, Figure]":
+    """The figures ``report.html`` shows, by name, as matplotlib figures not yet drawn to PNG.
+
+    ``param:<name>`` for each hyperparameter that takes more than one value (table
+    order), ``progress`` (a search's best so far) and ``curves`` (the learning curves of
+    the top trials), each only where the page has it. The folder, ``metric`` and ``mode``
+    are read as :func:`write_html` reads them.
+    """
+    folder = os.fspath(folder)
+    df, history, searched = read_folder(folder)
+    _need_matplotlib()
+    metric, mode = choose(df, metric, mode)
+    return {p.key: p.figure for p in _plots(df, history, metric, mode, searched)}
+
+
+def _need_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401  (only to fail early with a clear message)
+        from matplotlib.figure import Figure  # noqa: F401
+    except ImportError:
+        raise SweepError(_NEED_MPL) from None
+
+
+def _use_log_axis(values: Iterable[Any]) -> bool:
+    """Whether to plot these values on a log axis: their positive values span 2 decades or more."""
+    import numpy
+
+    x = numpy.asarray(list(values), dtype=float)
+    x = x[numpy.isfinite(x) & (x > 0)]
+    return x.size >= 2 and float(x.max()) / float(x.min()) >= 100
+
+
+@dataclasses.dataclass
+class _Plot:
+    key: str  #: ``param:<name>``, ``progress`` or ``curves``
+    figure: "Figure"
+    caption: str
+
+
+def _plots(df: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: str | None, mode: str,
+           searched: bool) -> list[_Plot]:
+    """Every figure of the page, in its order (the page says why one is missing)."""
+    ok = df[finished_ok(df)]
+    out: list[_Plot] = []
+    if metric is not None and not ok.empty:
+        for col in varying_params(df):
+            name = col[len("param_"):]
+            fig, how = _param_figure(ok, col, metric, mode)
+            out.append(_Plot(f"param:{name}", fig, f"{metric} by {name} ({how})"))
+        if searched:
+            out.append(_Plot("progress", _best_so_far_figure(df, metric, mode),
+                             f"best {metric} so far, by trial (pruned trials at their last reported value)"))
+    board = leaderboard(df, metric, mode, TOP)
+    column = _curves_column(history, metric)
+    if history is not None and column is not None and not board.empty:
+        trials = [str(t) for t in board["trial"]]
+        pruned = [str(t) for t in df.loc[stopped(df), "trial"]]
+        curves, grey = _curves_figure(history, df, trials, column, pruned)
+        if curves is not None:
+            caption = f"{column} per epoch, top {len(trials)} trials"
+            if grey:
+                caption += f"; {grey} pruned trials in grey, x where each was stopped"
+            out.append(_Plot("curves", curves, caption))
+    return out
+
+
+def _curves_column(history: "pandas.DataFrame | None", metric: str | None) -> str | None:
+    if history is None:
+        return None
+    metrics = _history_metrics(history)
+    return metric if metric in metrics else (metrics[0] if metrics else None)
+
+
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
  margin:2rem auto;max-width:1200px;padding:0 1rem;color:#222;background:#fff;line-height:1.4}
@@ -261,7 +451,7 @@ table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}
 th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:left;vertical-align:top}
 th{background:#f3f4f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr:nth-child(even) td{background:#fafafa}
-.status-ok{color:#137333}.status-bad{color:#b3261e}
+.status-ok{color:#137333}.status-stopped{color:#5f6368}.status-bad{color:#b3261e}
 .plots{display:flex;flex-wrap:wrap;gap:1rem}
 figure{margin:0;flex:1 1 540px;max-width:580px}
 figure img{width:100%;height:auto;border:1px solid #eee}
@@ -271,12 +461,23 @@ code{font-size:.85rem;word-break:break-all}
 """
 
 
+def _status_class(status: str) -> str:
+    """The CSS class of a status: ok green, pruned (succeeded, not finished) grey, a failure red."""
+    s = _status_of(status)
+    if s is Status.OK:
+        return "status-ok"
+    return "status-stopped" if s is not None and s.succeeded else "status-bad"
+
+
 def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None",
           metric: str | None, mode: str, searched: bool = False) -> str:
     e = html.escape
     name = os.path.basename(os.path.normpath(os.path.abspath(folder)))
-    ok = df[df["status"] == "ok"] if "status" in df.columns else df.iloc[:0]
+    ok = df[finished_ok(df)]
     params = param_columns(df)
+    fixed = fixed_params(df)
+    plots = _plots(df, history, metric, mode, searched)
+    by_key = {p.key: p for p in plots}
     out: list[str] = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -287,20 +488,35 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
         f'<p class="sub">{e(os.path.abspath(folder))}</p>',
     ]
 
-    # status counts
+    # status counts: ok, then the trials that succeeded without finishing (pruned), then failures
     counts: dict[str, int] = (
         {str(k): int(v) for k, v in df["status"].astype(str).value_counts().items()}
         if "status" in df.columns else {}
     )
     order = [s for s in STATUSES if s in counts] + sorted(s for s in counts if s not in STATUSES)
+    order.sort(key=lambda s: ("status-ok", "status-stopped", "status-bad").index(_status_class(s)))
     out.append("<h2>Trials</h2>")
+    if df.empty:  # nothing to rank, plot or list yet
+        out.append('<p class="note">No trial has finished yet: the sweep is running, or was stopped '
+                   "before its first result. <code>python -m sweeper status</code> shows the trials "
+                   "running; a sweep stopped resumes when run again.</p>")
+        out.append("</body></html>")
+        return "\n".join(out) + "\n"
     out.append('<table class="counts"><tr><th>status</th><th>trials</th></tr>')
     for s in order:
-        cls = "status-ok" if s == "ok" else "status-bad"
-        out.append(f'<tr><td class="{cls}">{e(s)}</td><td class="num">{int(counts[s])}</td></tr>')
+        out.append(f'<tr><td class="{_status_class(s)}">{e(s)}</td><td class="num">{int(counts[s])}</td></tr>')
     out.append(f'<tr><th>total</th><th class="num">{len(df)}</th></tr></table>')
+    n_ok, n_stopped, n_failed = int(finished_ok(df).sum()), int(stopped(df).sum()), int(failed(df).sum())
+    parts = [f"{n_ok} ok"]
+    if n_stopped:
+        parts.append(f"{n_stopped} pruned (stopped early by the search: no failure)")
+    parts.append(f"{n_failed} failed")
+    out.append(f'<p class="summary">{e(", ".join(parts))}.</p>')
+    if fixed:
+        settings = ", ".join(f"{k}={_fmt(v)}" for k, v in fixed.items())
+        out.append(f'<p class="fixed">Fixed in every trial: <code>{e(settings)}</code></p>')
 
-    # leaderboard
+    # leaderboard (the fixed settings are said once, above)
     board = leaderboard(df, metric, mode, TOP)
     if metric is None:
         out.append("<h2>Leaderboard</h2>")
@@ -310,49 +526,66 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
     if ok.empty:
         out.append('<p class="note">No trial finished ok: there is nothing to rank.</p>')
     elif metric is not None or not board.empty:
-        out.append(_table(board, "leaderboard"))
+        shown = [c for c in board.columns if c not in fixed or c in ("trial", metric)]
+        out.append(_table(board[shown], "leaderboard"))
 
-    # one figure per hyperparameter
+    # one figure per hyperparameter that varies
     out.append("<h2>Metric by hyperparameter</h2>")
+    param_plots = [p for p in plots if p.key.startswith("param:")]
     if not params:
         out.append('<p class="note">The results have no hyperparameter column (param_*), so there is nothing to plot.</p>')
     elif ok.empty:
         out.append('<p class="note">No trial finished ok, so there are no hyperparameter plots.</p>')
     elif metric is None:
         out.append('<p class="note">The results have no metric column, so there are no hyperparameter plots.</p>')
+    elif not param_plots:
+        out.append('<p class="note">Every hyperparameter has one value in every trial, so there is '
+                   "nothing to plot.</p>")
     else:
         missing = int(ok[metric].isna().sum())
         if missing:
             out.append(f'<p class="note">{missing} of {len(ok)} ok trials have no {e(metric)} value '
                        "and are left out of the plots.</p>")
         out.append('<div class="plots">')
-        for col in params:
-            p = col[len("param_"):]
-            png, how = _param_figure(ok, col, metric, mode)
+        for p in param_plots:
+            param = p.key[len("param:"):]
             out.append(
-                f'<figure><img class="param-plot" data-param="{e(p)}" alt="{e(f"{metric} by {p}")}" '
-                f'src="{_data_uri(png)}"><figcaption>{e(f"{metric} by {p} ({how})")}</figcaption></figure>'
+                f'<figure><img class="param-plot" data-param="{e(param)}" alt="{e(f"{metric} by {param}")}" '
+                f'src="{_data_uri(_png(p.figure))}"><figcaption>{e(p.caption)}</figcaption></figure>'
             )
         out.append("</div>")
 
     # a search: the best so far, trial after trial
-    if searched and metric is not None and not ok.empty:
-        png = _best_so_far_figure(df, metric, mode)
-        caption = f"best {metric} so far, by trial (pruned trials at their last reported value)"
+    if "progress" in by_key:
+        p = by_key["progress"]
         out.append("<h2>Search progress</h2>")
-        out.append(f'<figure><img class="best-so-far" alt="{e(caption)}" src="{_data_uri(png)}">'
-                   f"<figcaption>{e(caption)}</figcaption></figure>")
+        out.append(f'<figure><img class="best-so-far" alt="{e(p.caption)}" src="{_data_uri(_png(p.figure))}">'
+                   f"<figcaption>{e(p.caption)}</figcaption></figure>")
 
     # learning curves
     out.append("<h2>Learning curves</h2>")
-    pruned = [str(t) for t in df.loc[df["status"] == "pruned", "trial"]] if searched else []
-    out.append(_curves_html(board, history, metric, pruned))
+    if "curves" in by_key:
+        p = by_key["curves"]
+        out.append(f'<figure><img class="curves" alt="{e(p.caption)}" src="{_data_uri(_png(p.figure))}">'
+                   f"<figcaption>{e(p.caption)}</figcaption></figure>")
+    elif history is None:
+        out.append('<p class="note">No learning curves: the trials reported no per-epoch history '
+                   "(history.csv is missing or empty).</p>")
+    elif board.empty:
+        out.append('<p class="note">No learning curves: no trial finished ok.</p>')
+    else:
+        out.append(f'<p class="note">No learning curves: the history has no {e(str(_curves_column(history, metric)))} '
+                   "values for the top trials.</p>")
 
-    # failures
+    # failures: pruned trials are none
     bad = failures(df, folder)
     out.append(f"<h2>Failures ({len(bad)})</h2>")
     if bad.empty:
-        out.append('<p class="note">Every trial finished ok.</p>')
+        if n_stopped:
+            out.append(f'<p class="note">No trial failed; {n_stopped} were pruned by the search '
+                       "(stopped early, which is no failure).</p>")
+        else:
+            out.append('<p class="note">Every trial finished ok.</p>')
     else:
         out.append('<table class="failures"><tr><th>trial</th><th>status</th><th>error</th><th>log</th></tr>')
         for row in bad.itertuples(index=False):
@@ -365,28 +598,6 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
         out.append("</table>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
-
-
-def _curves_html(board: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: str | None,
-                 pruned: list[str] | None = None) -> str:
-    e = html.escape
-    if history is None:
-        return ('<p class="note">No learning curves: history.csv is missing or empty '
-                "(the trials reported no per-epoch history).</p>")
-    if board.empty:
-        return '<p class="note">No learning curves: no trial finished ok.</p>'
-    metrics = _history_metrics(history)
-    column = metric if metric in metrics else metrics[0]
-    trials = [str(t) for t in board["trial"]]
-    png = _curves_figure(history, trials, column, pruned or [])
-    if png is None:
-        return (f'<p class="note">No learning curves: history.csv has no {e(column)} values '
-                "for the top trials.</p>")
-    caption = f"{column} per epoch, top {len(trials)} trials"
-    if pruned:
-        caption += f"; {len(pruned)} pruned trials in grey, x where each was stopped"
-    return (f'<figure><img class="curves" alt="{e(caption)}" src="{_data_uri(png)}">'
-            f"<figcaption>{e(caption)}</figcaption></figure>")
 
 
 def _table(df: "pandas.DataFrame", cls: str) -> str:
@@ -405,9 +616,13 @@ def _table(df: "pandas.DataFrame", cls: str) -> str:
 
 # ---------------------------------------------------------------- figures
 
+#: The colours and marks of the figures: ok trials blue, the best a red star, pruned trials
+#: (no failure) a neutral grey with an x where the pruner stopped them.
+_OK_COLOUR, _BEST_COLOUR, _PRUNED_COLOUR, _PRUNED_LINE = "#1f77b4", "#d62728", "#777", "#bbb"
 
-def _param_figure(ok: "pandas.DataFrame", col: str, metric: str, mode: str) -> tuple[bytes, str]:
-    """A PNG of the metric against one hyperparameter, and a word on how it is drawn."""
+
+def _param_figure(ok: "pandas.DataFrame", col: str, metric: str, mode: str) -> tuple["Figure", str]:
+    """The metric against one hyperparameter, and a word on how it is drawn."""
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
     name = col[len("param_"):]
@@ -422,30 +637,48 @@ def _param_figure(ok: "pandas.DataFrame", col: str, metric: str, mode: str) -> t
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} by {name}")
     ax.grid(True, alpha=0.3)
-    return _png(fig), how
+    return fig, how
 
 
 def _scatter(ax: Any, x: "pandas.Series", y: "pandas.Series", mode: str) -> str:
     import numpy
+    from matplotlib.ticker import MaxNLocator
 
     keep = x.notna() & y.notna()
-    xs, ys = x[keep].to_numpy(), y[keep].to_numpy()
-    ax.scatter(xs, ys, s=36, alpha=0.8, color="#1f77b4", edgecolors="white", linewidths=0.5)
+    xs, ys = x[keep].to_numpy(dtype=float), y[keep].to_numpy(dtype=float)
+    ax.scatter(xs, ys, s=36, alpha=0.8, color=_OK_COLOUR, edgecolors="white", linewidths=0.5)
     if len(ys):
         i = int(numpy.argmax(ys) if mode == "max" else numpy.argmin(ys))
-        ax.scatter([xs[i]], [ys[i]], s=160, marker="*", color="#d62728", zorder=3, label="best")
+        ax.scatter([xs[i]], [ys[i]], s=160, marker="*", color=_BEST_COLOUR, zorder=3, label="best")
         ax.legend(loc="best", fontsize=8)
-    if _use_log_axis(xs):
+    if _use_log_axis(xs):  # matplotlib's log locators: a tick per decade
         if (xs <= 0).any():  # keep zeros and negatives visible
             ax.set_xscale("symlog", linthresh=float(xs[xs > 0].min()))
             return "symmetric log x axis"
         ax.set_xscale("log")
         return "log x axis"
     distinct = numpy.unique(xs)
-    if 0 < distinct.size <= 10:
+    if _tick_each_value(distinct):  # a grid's few round values: one tick each
         ax.set_xticks(distinct)
         ax.set_xticklabels([_short(_fmt(v)) for v in distinct], rotation=30 if distinct.size > 5 else 0)
+    else:  # sampled values (or many): a numeric axis with a few round ticks
+        whole = bool(distinct.size) and bool(numpy.all(distinct == numpy.round(distinct)))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 5, 10], integer=whole))
     return "linear x axis"
+
+
+def _tick_each_value(values: Any) -> bool:
+    """Whether an axis of these (sorted, distinct) values reads best with one tick per value:
+    a few round values, as a grid lists them, far enough apart for their labels. Sampled
+    values (0.3745401188...) get a numeric axis instead."""
+    import numpy
+
+    if not 0 < values.size <= 8:
+        return False
+    if not all(float(f"{v:.4g}") == v for v in values):
+        return False
+    span = float(values[-1] - values[0])
+    return values.size == 1 or float(numpy.diff(values).min()) >= span / 12
 
 
 def _strip(ax: Any, x: "pandas.Series", y: "pandas.Series") -> str:
@@ -457,19 +690,19 @@ def _strip(ax: Any, x: "pandas.Series", y: "pandas.Series") -> str:
         if label not in cats:
             cats.append(label)
     rng = numpy.random.default_rng(0)
-    ys = y.to_numpy()
+    ys = y.to_numpy(dtype=float, na_value=numpy.nan)
     groups = []
     for i, cat in enumerate(cats):
         vals = numpy.array([v for v, lab in zip(ys, labels) if lab == cat and not math.isnan(v)])
         groups.append(vals)
         if vals.size:
             jitter = rng.uniform(-0.12, 0.12, vals.size) if vals.size > 1 else numpy.zeros(1)
-            ax.scatter(i + jitter, vals, s=30, alpha=0.8, color="#1f77b4", edgecolors="white",
+            ax.scatter(i + jitter, vals, s=30, alpha=0.8, color=_OK_COLOUR, edgecolors="white",
                        linewidths=0.5, zorder=3)
     positions = [i for i, g in enumerate(groups) if g.size]
     if positions:
         ax.boxplot([groups[i] for i in positions], positions=positions, widths=0.5,
-                   showfliers=False, medianprops={"color": "#d62728"},
+                   showfliers=False, medianprops={"color": _BEST_COLOUR},
                    boxprops={"color": "#888"}, whiskerprops={"color": "#888"}, capprops={"color": "#888"})
     ax.set_xticks(range(len(cats)))
     ax.set_xticklabels([_short(c) for c in cats], rotation=30 if len(cats) > 4 else 0,
@@ -478,28 +711,83 @@ def _strip(ax: Any, x: "pandas.Series", y: "pandas.Series") -> str:
     return "one column per value"
 
 
-def _curves_figure(history: "pandas.DataFrame", trials: list[str], column: str,
-                   pruned: list[str] | None = None) -> bytes | None:
+def _curve_labels(df: "pandas.DataFrame", trials: Sequence[str]) -> dict[str, str]:
+    """Legend labels for these trials (names of ``df["trial"]``), each one different.
+
+    A label is ``name=value`` for each hyperparameter that differs between these trials
+    (``lr=0.0012, units=64``; for one trial alone, those that vary in the sweep), floats
+    with as few significant digits as keep the labels apart. Where that is not enough (no
+    such parameter, or values that print alike), the trial id is added.
+    """
+    rows: dict[str, dict[str, Any]] = {}
+    for record in df.to_dict("records"):
+        rows.setdefault(str(record.get("trial")), record)
+    trials = [str(t) for t in trials]
+    shown = [rows.get(t, {}) for t in trials]
+    params = param_columns(df)
+    differ = ([c for c in params if len({_exact(r.get(c)) for r in shown}) > 1] if len(trials) > 1
+              else varying_params(df))
+    labels: dict[str, str] = {}
+    for digits in (3, 4, 6, 10, 17):
+        labels = {t: ", ".join(f"{c[len('param_'):]}={_value_text(r.get(c), digits)}"
+                               for c in differ if not _is_na(r.get(c)))
+                  for t, r in zip(trials, shown)}
+        if all(labels.values()) and len(set(labels.values())) == len(labels):
+            return labels
+    seen: dict[str, int] = {}
+    for text in labels.values():
+        seen[text] = seen.get(text, 0) + 1
+    out = {}
+    for t, r in zip(trials, shown):
+        tid = str(r.get("trial_id", "")) if not _is_na(r.get("trial_id")) else ""
+        ident = tid or t
+        text = labels[t]
+        out[t] = text if text and seen[text] == 1 else (f"{text} ({ident})" if text else ident)
+    return out
+
+
+def _value_text(value: Any, digits: int) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) or _is_numpy_float(value):
+        return f"{float(value):.{digits}g}"
+    return _short(_fmt(value), 32)
+
+
+def _curves_figure(history: "pandas.DataFrame", df: "pandas.DataFrame", trials: list[str], column: str,
+                   pruned: list[str] | None = None) -> tuple["Figure | None", int]:
+    """The top trials' curves (labelled by :func:`_curve_labels`) over the pruned trials'
+    (grey, an x where the pruner stopped each); None when no top trial has a value. The
+    second item is the number of pruned curves drawn."""
+    from matplotlib.lines import Line2D
+
     fig = _figure()
     ax = fig.add_subplot()
-    drawn = 0
-    for trial in pruned or []:  # under the top trials: grey, an x where the pruner stopped it
+    labels = _curve_labels(df, trials)
+    drawn = grey = 0
+    for trial in pruned or []:  # under the top trials
         rows = history[history["trial"].astype(str) == trial]
         rows = rows[rows[column].notna()]
         if rows.empty:
             continue
-        ax.plot(rows["epoch"], rows[column], color="#bbb", linewidth=0.8, zorder=1)
-        ax.plot(rows["epoch"].iloc[-1:], rows[column].iloc[-1:], "x", color="#888", markersize=6, zorder=2)
+        ax.plot(rows["epoch"], rows[column], color=_PRUNED_LINE, linewidth=0.8, zorder=1)
+        ax.plot(rows["epoch"].iloc[-1:], rows[column].iloc[-1:], "x", color=_PRUNED_COLOUR, markersize=6,
+                zorder=2)
+        grey += 1
+    handles = []
     for trial in trials:
         rows = history[history["trial"].astype(str) == trial]
         rows = rows[rows[column].notna()]
         if rows.empty:
             continue
         x = rows["epoch"] if "epoch" in rows.columns else range(1, len(rows) + 1)
-        ax.plot(x, rows[column], marker="o", markersize=3, label=_short(trial, 40))
+        handles += ax.plot(x, rows[column], marker="o", markersize=3, label=labels[trial], zorder=3)
         drawn += 1
     if not drawn:
-        return None
+        return None, 0
+    if grey:
+        handles.append(Line2D([], [], color=_PRUNED_LINE, marker="x", markeredgecolor=_PRUNED_COLOUR,
+                              label=f"pruned ({grey}), x where stopped"))
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -507,36 +795,40 @@ def _curves_figure(history: "pandas.DataFrame", trials: list[str], column: str,
     ax.set_ylabel(column)
     ax.set_title(f"{column} per epoch (top {len(trials)} trials)")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
-    return _png(fig)
+    ax.legend(handles=handles, loc="best", fontsize=8)
+    return fig, grey
 
 
-def _best_so_far_figure(df: "pandas.DataFrame", metric: str, mode: str) -> bytes:
-    """Each trial's metric in the order trials started, ok ones as dots, pruned ones as
+def _best_so_far_figure(df: "pandas.DataFrame", metric: str, mode: str) -> "Figure":
+    """Each trial's metric in the order trials started, ok ones as dots, pruned ones as grey
     crosses (at their last reported value), and the best ok value so far as a line."""
     import numpy
 
     fig = _figure()
     ax = fig.add_subplot()
-    order = df.sort_values("started_at") if "started_at" in df.columns else df
+    order = df.sort_values("started_at", kind="stable") if "started_at" in df.columns else df
     n = numpy.arange(1, len(order) + 1)
-    values = order[metric].astype(float).to_numpy()
-    is_ok = (order["status"] == "ok").to_numpy()
-    is_pruned = (order["status"] == "pruned").to_numpy()
-    ax.scatter(n[is_ok], values[is_ok], s=22, color="#1f77b4", label="ok", zorder=3)
+    values = order[metric].to_numpy(dtype=float, na_value=numpy.nan)
+    is_ok = finished_ok(order).to_numpy()
+    is_pruned = stopped(order).to_numpy()
+    ax.scatter(n[is_ok], values[is_ok], s=22, color=_OK_COLOUR, label="ok", zorder=3)
     if is_pruned.any():
-        ax.scatter(n[is_pruned], values[is_pruned], s=22, marker="x", color="#888", label="pruned", zorder=2)
+        ax.scatter(n[is_pruned], values[is_pruned], s=22, marker="x", color=_PRUNED_COLOUR, label="pruned",
+                   zorder=2)
     best, line = None, []
     for v, good in zip(values, is_ok):
         if good and not math.isnan(v) and (best is None or (v > best if mode == "max" else v < best)):
             best = v
         line.append(numpy.nan if best is None else best)
-    ax.step(n, line, where="post", color="#d62728", label=f"best so far ({mode})", zorder=4)
+    ax.step(n, line, where="post", color=_BEST_COLOUR, label=f"best so far ({mode})", zorder=4)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # trial 3, never trial 2.5
     ax.set_xlabel("trial, in the order started")
     ax.set_ylabel(metric)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    return _png(fig)
+    return fig
 
 
 def _figure() -> "Figure":

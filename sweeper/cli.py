@@ -429,8 +429,8 @@ def report_main(argv: list[str]) -> int:
         if args.metric is not None:  # the user named it: a mistake to say
             raise
         print(f"sweeper: {exc}")  # no trial has the sweep's metric yet: no ranking, a report all the same
-        metric, mode = None, "min"
-    if metric is not None:
+        metric, mode = None, None  # ranked by nothing: not the first metric as "min"
+    if metric is not None and mode is not None:
         for line in analysis.leaderboard_lines(frame, metric, mode):
             print(line)
     fails = analysis.failures(frame, folder)

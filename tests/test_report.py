@@ -239,7 +239,8 @@ def test_write_html_single_value_and_nan(tmp_path):
     trials[0] = trials[0][:5] + (float("nan"),) + trials[0][6:]
     folder = _sweep(tmp_path / "single", trials)
     page = _read(report.write_html(folder))
-    assert sorted(re.findall(r'data-param="([^"]+)"', page)) == ["act", "lr", "units"]
+    assert sorted(re.findall(r'data-param="([^"]+)"', page)) == ["lr"]  # act and units: one value, no panel
+    assert "Fixed in every trial: <code>act=relu, units=32</code>" in page
     assert "1 of 5 ok trials have no val_accuracy" in page
 
 
@@ -251,7 +252,8 @@ def test_write_html_missing_results(tmp_path):
 
 def test_write_html_without_matplotlib(sweep_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
-    with pytest.raises(SweepError, match=r'pip install "sweeper\[report\]"'):
+    # the lean install's hint: matplotlib alone (sweeper[report] would pull TensorFlow and Keras too)
+    with pytest.raises(SweepError, match=r"pip install matplotlib$"):
         report.write_html(sweep_dir)
 
 
