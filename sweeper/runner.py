@@ -386,7 +386,7 @@ def _run(
         raise ranking.fault
     return Outcome(folder, table.ordered(final), specs, placement, notes, len(engine.started),
                    time.monotonic() - start, interrupted, ranking=ledger.ranking(),
-                   shown=[t.hint for each in shown for t in each.mirror.trackers])
+                   shown=[t.hint for each in shown for t in each.trackers])
 
 
 class _Ranking:
@@ -434,12 +434,13 @@ def default_uid(folder: str) -> str:
 
 def _trackers(options: Options, folder: str, uid: str, mode: str, space: Any, specs: list[TrialSpec],
               feed: Any) -> list[Any]:
-    """TensorBoard and MLflow, each kept current from the ledger by its own thread (so a
-    slow server holds up neither the sweep nor the other)."""
+    """TensorBoard and MLflow, kept current from the ledger by a process of their own (a
+    thread each there, so a slow server holds up neither the sweep nor the other): their
+    work never shares the engine's interpreter. Here, only their labels and hints."""
     trackers = tracking.make(options, folder)
     if not trackers:
         return []
-    from .tracking.mirror import Background, Mirror
+    from .tracking.process import TrackerProcess
 
     domains = tracking.domains_of_space(space) if space is not None else tracking.domains_of_points(
         s.params for s in specs)
@@ -448,12 +449,13 @@ def _trackers(options: Options, folder: str, uid: str, mode: str, space: Any, sp
                               search=str(options.search or ""))
     known: dict[str, TrialSpec] = {}
 
-    def spec_of(tid: str) -> TrialSpec | None:  # from the trackers' thread: the search adds specs
-        if tid not in known:
+    def spec_of(tid: str) -> TrialSpec | None:  # a running trial with no row yet, asked by the
+        if tid not in known:  # trackers' process (from the thread reading it): the search adds specs
             known.update((s.trial_id, s) for s in list(feed.specs if feed is not None else specs))
         return known.get(tid)
 
-    return [Background(Mirror(folder, [t], info, spec_of)) for t in trackers]
+    return [TrackerProcess(folder, {"tensorboard": options.tensorboard, "mlflow": options.mlflow}, trackers, info,
+                           spec_of)]
 
 
 def _search(space: Any, options: Options, folder: str, ledger: Ledger,

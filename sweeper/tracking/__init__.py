@@ -1,6 +1,6 @@
 """Trackers: a sweep shown where users already look (TensorBoard's HParams dashboard, MLflow).
 
-Fed by the parent from the ledger, never by the trial processes: what a tracker shows is
+Fed from the ledger, never by the trial processes: what a tracker shows is
 what the ledger holds, crashed, timed-out and pruned trials included, for function and
 command trials, local and Ray alike. The ledger stays the source of truth; a tracker that
 fails is said once and left, and ``python -m sweeper export`` replays a sweep later.
@@ -8,11 +8,14 @@ fails is said once and left, and ``python -m sweeper export`` replays a sweep la
 Each tracker keeps, per trial, the attempt it shows, the last epoch it was sent and the
 outcome it was told (:class:`Held`), in its own store (MLflow: the run's tags;
 TensorBoard: a small state file), so a resumed sweep or a second export updates what is
-there instead of adding to it. :mod:`sweeper.tracking.mirror` decides what to send.
+there instead of adding to it. :mod:`sweeper.tracking.mirror` decides what to send;
+while a sweep runs it does so in a process of its own (:mod:`sweeper.tracking.process`),
+so the trackers' work never shares the engine's interpreter.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from ..errors import SweepError
-from ..trial import TrialResult, TrialSpec
+from ..trial import TrialResult
 
 #: The optional extra that brings each tracker's package, by option.
 EXTRAS = {"tensorboard": ("tensorboard", "sweeper[tensorboard]", "--tensorboard"),
@@ -66,9 +69,10 @@ class Domain:
     low: float | None = None
     high: float | None = None
 
-    @property
+    @functools.cached_property
     def kind(self) -> str:
-        """``bool``, ``number`` or ``string``: how a tracker types the parameter."""
+        """``bool``, ``number`` or ``string``: how a tracker types the parameter (asked per
+        trial: worked out once)."""
         if self.low is not None:
             return "number"
         if self.values and all(isinstance(v, bool) for v in self.values):
@@ -113,8 +117,13 @@ class Tracker(Protocol):
     def finish(self, attempt: Attempt, result: TrialResult, final: str) -> None:
         """The trial's recorded outcome; ``final`` (its digest) is noted as told."""
 
+    def flush(self) -> None:
+        """What was sent since the last flush is kept (written in one go, where the tracker
+        batches its writes); called after each look at the ledger."""
+
     def end(self, state: str) -> None:
-        """The sweep stops here: ``running`` (another process goes on), ``finished`` or ``interrupted``."""
+        """The sweep stops here: ``running`` (another process goes on), ``finished``,
+        ``interrupted`` or ``failed``; what is left is flushed."""
 
 
 def seconds(stamp: str) -> float:
@@ -136,10 +145,11 @@ def attempt_of(result: TrialResult) -> Attempt:
                    result.started_at, result.attempts, result.log)
 
 
-def attempt_running(row: Mapping[str, Any], spec: TrialSpec) -> Attempt:
-    """A running mark (``Ledger.running``) of a trial whose spec the sweep knows."""
-    return Attempt(spec.trial_id, row["name"], spec.params, spec.seed, row.get("device") or "",
-                   row["started_at"] or "", row.get("attempt") or 1, spec.log_path)
+def attempt_running(row: Mapping[str, Any], params: Mapping[str, Any], seed: int, log: str) -> Attempt:
+    """A running mark (``Ledger.running``) of a trial whose parameters, seed and log are known
+    (from the sweep's spec, or from a row of an earlier attempt)."""
+    return Attempt(row["trial_id"], row["name"], params, seed, row.get("device") or "",
+                   row["started_at"] or "", row.get("attempt") or 1, log)
 
 
 def numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -156,13 +166,25 @@ def numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 def domains_of_points(points: Iterable[Mapping[str, Any]]) -> dict[str, Domain]:
-    """Each parameter's values across points (a grid, or the trials on record)."""
+    """Each parameter's values across points (a grid, or the trials on record), each once
+    (the same type and equal); in time linear in the points for hashable values."""
     seen: dict[str, list[Any]] = {}
+    hashed: dict[str, set[tuple[type, Any]]] = {}
+    listed: dict[str, list[Any]] = {}  # unhashable values (lists): compared one by one
     for p in points:
         for k, v in p.items():
             values = seen.setdefault(str(k), [])
-            if not any(_same(v, w) for w in values):
-                values.append(v)
+            try:
+                key = (type(v), v)
+                if key in hashed.setdefault(str(k), set()):
+                    continue
+                hashed[str(k)].add(key)
+            except TypeError:
+                others = listed.setdefault(str(k), [])
+                if any(_same(v, w) for w in others):
+                    continue
+                others.append(v)
+            values.append(v)
     return {k: Domain(values=tuple(_sorted(vs))) for k, vs in seen.items()}
 
 

@@ -7,36 +7,90 @@
                                 running marks, rows, per-epoch reports ──────┤ start (new attempt)
                                                                              │ epochs (after the last sent)
                                                                              │ finish (outcome not yet told)
+                                                                             │ flush (one write per look)
                                                                              v
                                                        TensorBoard files, MLflow runs
 
-:class:`Background` runs :meth:`Mirror.sync` in a thread of the sweep's parent, about once
-a second and only when the ledger changed, so a slow or unreachable tracking server never
-holds the engine up; ``export`` runs it once in the foreground.
+Each look reads only what changed: the rows recorded since the last look (and a few
+seconds before, in case the clock stepped back), the running marks and each trial's
+last epoch; a look at the end, and the first one, read every row. So a look costs what
+changed, not the size of the sweep.
+
+While a sweep runs, :class:`Background` runs :meth:`Mirror.sync` in a thread of the
+trackers' own process (:mod:`sweeper.tracking.process`), about once a second and only
+when the ledger changed; ``export`` runs it once in the foreground.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import SweepError
-from ..ledger import Ledger
-from ..trial import TrialResult, TrialSpec
+from ..ledger import Ledger, _result
+from ..trial import TrialResult, TrialSpec, current_id
 from . import Attempt, Held, SweepInfo, Tracker, attempt_of, attempt_running, digest, numbers
 
 log = logging.getLogger("sweeper")
 
 #: Seconds between looks at the ledger while a sweep runs.
 POLL_S = 1.0
+#: Rows recorded up to this many seconds before the newest row already read are read
+#: again (a clock that steps back, a row written while the last look read).
+OVERLAP_S = 5.0
+
+
+class _Reader(Ledger):
+    """A read-only ledger that also reads what changed (the mirror's own queries)."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__(folder, readonly=True)
+
+    def recorded_since(self, since: float | None, stamps: dict[str, float]) -> tuple[dict[str, TrialResult],
+                                                                                      float | None]:
+        """Rows recorded at ``since`` or later (every row for None), but those whose time
+        ``stamps`` already holds (read before, unchanged since), and the newest row's time.
+        ``stamps`` is brought up to date."""
+        if since is None:
+            rows = self._db.execute(f"SELECT {self._select}, recorded_at FROM trials")
+        else:
+            rows = self._db.execute(f"SELECT {self._select}, recorded_at FROM trials WHERE recorded_at >= ?",
+                                    (since,))
+        out, newest = {}, None
+        for row in rows:
+            newest = row[-1] if newest is None or row[-1] > newest else newest
+            tid = current_id(row[0])
+            if since is not None and stamps.get(tid) == row[-1]:
+                continue
+            stamps[tid] = row[-1]
+            out[tid] = _result(row[:-1])
+        return out, newest
+
+    def rows_of(self, ids: Iterable[str]) -> dict[str, TrialResult]:
+        """The rows of these trials, where they have one."""
+        ids = list(ids)
+        out: dict[str, TrialResult] = {}
+        for i in range(0, len(ids), 400):
+            chunk = [form for tid in ids[i:i + 400] for form in (tid, tid[1:])]  # as an old ledger has it
+            rows = self._db.execute(f"SELECT {self._select} FROM trials WHERE trial_id IN "
+                                    f"({','.join('?' * len(chunk))})", chunk)
+            out.update((r.trial_id, r) for r in map(_result, rows))
+        return out
+
+    def last_epochs(self) -> dict[str, int]:
+        """Each trial's last reported epoch."""
+        rows = self._db.execute("SELECT trial_id, max(epoch) FROM history GROUP BY trial_id")
+        return {current_id(tid): epoch for tid, epoch in rows}
 
 
 class Mirror:
     """Keeps trackers showing what a sweep folder's ledger holds.
 
-    ``specs`` finds a running trial's parameters (a running mark has none): the sweep's
-    own specs while it runs; trials it cannot find wait until their row is recorded.
+    ``specs`` finds a running trial's parameters (a running mark has none) when it has no
+    row yet (a row of an earlier attempt has them: a trial's id is its parameters): the
+    sweep's own specs; trials it cannot find wait until their row is recorded.
     ``strict``: a tracker's failure is raised (export), not said once and dropped (a sweep).
     """
 
@@ -46,15 +100,19 @@ class Mirror:
         self.trackers = list(trackers)
         self.held: dict[int, dict[str, Held]] = {}
         self.metrics: list[str] = []
-        self._ledger: Ledger | None = None
+        self.recorded: set[str] = set()  #: the trials with a row, as last read
+        self._ledger: _Reader | None = None
         self._seen: int | None = None
+        self._since: float | None = None  # rows recorded from then on are read again; None: all
+        self._stamps: dict[str, float] = {}  # each row's time as last read: unchanged, not read again
+        self._earlier: dict[str, TrialResult] = {}  # a running trial's row of an earlier attempt
 
     def sync(self) -> bool:
         """Send what the trackers are missing; False when the ledger did not change."""
         if not self.trackers:
             return False
         if self._ledger is None:  # opened here: used by the thread that syncs
-            self._ledger = Ledger(self.folder, readonly=True)
+            self._ledger = _Reader(self.folder)
             for tracker in list(self.trackers):
                 self._guard(tracker, lambda t: self.held.__setitem__(id(t), t.begin(self.info)))
         version = self._ledger.changed()
@@ -69,22 +127,57 @@ class Mirror:
                 self._guard(tracker, lambda t: t.metrics_known(list(self.metrics)))
         for tracker in list(self.trackers):
             self._guard(tracker, lambda t: self._sync_one(t, results, running, last))
+        for tracker in list(self.trackers):
+            self._guard(tracker, lambda t: t.flush())
         return True
 
     def _read(self) -> tuple[dict[str, TrialResult], dict[str, Attempt], dict[str, int]]:
+        """What changed: rows recorded since the last look (all of them the first time), the
+        running marks, and each trial's last epoch."""
         assert self._ledger is not None
-        with self._ledger.snapshot():  # one moment: a trial is running or recorded, not neither
-            results = self._ledger.results()
-            marks = self._ledger.running()
-            last = {tid: epoch for tid, (epoch, _) in self._ledger.latest_epochs().items()}
+        ledger = self._ledger
+        with ledger.snapshot():  # one moment: a trial is running or recorded, not neither
+            try:
+                results, newest = ledger.recorded_since(self._since, self._stamps)
+            except sqlite3.OperationalError:  # a ledger without the column: every row, every time
+                results, newest = ledger.results(), None
+            marks = ledger.running()
+            last = ledger.last_epochs()
+            marked = {row["trial_id"] for row in marks}
+            behind = [tid for tid, epoch in last.items()  # epochs of a trial whose row did not change
+                      if tid not in results and tid not in marked and self._behind(tid, epoch)]
+            unknown = [tid for tid in marked if tid not in self._earlier and tid not in results]
+            if behind or unknown:
+                rows = ledger.rows_of([*behind, *unknown])
+                results.update((tid, rows[tid]) for tid in behind if tid in rows)
+                self._earlier.update((tid, rows[tid]) for tid in unknown if tid in rows)
+        if newest is not None:
+            self._since = max(self._since or 0.0, newest - OVERLAP_S)
+        self.recorded.update(results)
+        self._earlier.update((tid, results[tid]) for tid in marked if tid in results)
         running = {}
         for row in marks:
-            spec = self.specs(row["trial_id"])
-            if spec is None:  # running, its parameters unknown here: its old row is not its state
-                results.pop(row["trial_id"], None)
+            tid = row["trial_id"]
+            earlier = self._earlier.get(tid)
+            if earlier is not None:
+                running[tid] = attempt_running(row, earlier.params, earlier.seed, earlier.log)
                 continue
-            running[row["trial_id"]] = attempt_running(row, spec)
+            spec = self.specs(tid)
+            if spec is None:  # running, its parameters unknown here: shown once its row is recorded
+                results.pop(tid, None)
+                continue
+            running[tid] = attempt_running(row, spec.params, spec.seed, spec.log_path)
+        for tid in [t for t in self._earlier if t not in marked]:
+            del self._earlier[tid]
         return results, running, last
+
+    def _behind(self, tid: str, epoch: int) -> bool:
+        """Whether a tracker was sent fewer of this trial's epochs than the ledger holds."""
+        for tracker in self.trackers:
+            mine = self.held.get(id(tracker), {}).get(tid)
+            if mine is None or mine.epoch is None or mine.epoch < epoch:
+                return True
+        return False
 
     def _sync_one(self, tracker: Tracker, results: Mapping[str, TrialResult], running: Mapping[str, Attempt],
                   last: Mapping[str, int]) -> None:
@@ -94,7 +187,8 @@ class Mirror:
             result = None if tid in running else results[tid]
             attempt = running[tid] if result is None else attempt_of(result)
             mine = held.get(tid)
-            told_otherwise = result is not None and mine is not None and mine.final not in (None, digest(result))
+            final = digest(result) if result is not None else None
+            told_otherwise = final is not None and mine is not None and mine.final not in (None, final)
             if mine is None or mine.key != attempt.key or told_otherwise:
                 # a new attempt, or a row recorded again with another outcome (a trial that
                 # sent its result, then did not exit cleanly): shown anew, never half of each
@@ -105,13 +199,18 @@ class Mirror:
                 if rows:
                     tracker.epochs(attempt, rows, rows[-1][0])
                     mine.epoch = rows[-1][0]
-            if result is not None and mine.final != digest(result):
-                tracker.finish(attempt, result, digest(result))
-                mine.final = digest(result)
+            if result is not None and final is not None and mine.final != final:
+                tracker.finish(attempt, result, final)
+                mine.final = final
+
+    def sent(self, tracker: Tracker) -> int:
+        """How many trials' outcomes a tracker was told."""
+        return sum(1 for h in self.held.get(id(tracker), {}).values() if h.final is not None)
 
     def end(self, state: str) -> None:
-        """A last sync, then the trackers close the sweep (``finished``, ``interrupted``, ``running``)."""
-        self._seen = None
+        """A last sync of every row, then the trackers close the sweep (``finished``,
+        ``interrupted``, ``failed``, ``running``)."""
+        self._seen = self._since = None
         self.sync()
         for tracker in list(self.trackers):
             self._guard(tracker, lambda t: t.end(state))
@@ -136,10 +235,12 @@ class Mirror:
 
 
 class Background:
-    """A mirror kept current from a thread while the sweep runs."""
+    """A mirror kept current from a thread: a look about once a second, then, once
+    :meth:`stop` is called, a last one and the trackers closed (:meth:`Mirror.end`).
+    ``after`` is called after each look (the trackers' process says how far it got)."""
 
-    def __init__(self, mirror: Mirror) -> None:
-        self.mirror = mirror
+    def __init__(self, mirror: Mirror, after: Callable[[Mirror], None] = lambda m: None) -> None:
+        self.mirror, self._after = mirror, after
         self._stop = threading.Event()
         self._state = "finished"
         self._done = threading.Event()
@@ -153,25 +254,22 @@ class Background:
                     self.mirror.sync()
                 except Exception as exc:  # the ledger could not be read now: try again
                     log.debug("sweeper: trackers: %s", exc)
+                self._after(self.mirror)
                 self._stop.wait(POLL_S)
             self.mirror.end(self._state)
+            self._after(self.mirror)
         except Exception as exc:
-            log.warning("sweeper: warning: trackers stopped (%s); replay with python -m sweeper export %s",
-                        exc, self.mirror.folder)
+            log.warning("sweeper: warning: %s stopped (%s); replay it with: python -m sweeper export %s %s",
+                        ", ".join(t.label for t in self.mirror.trackers), exc, self.mirror.folder,
+                        " ".join(t.flag for t in self.mirror.trackers))
+            self.mirror.trackers.clear()
         finally:
             self._done.set()
 
-    def close(self, state: str, timeout: float = 60.0) -> None:
-        """The last outcomes sent and the sweep closed, waiting at most ``timeout`` seconds
-        (Ctrl-C ends the wait)."""
+    def stop(self, state: str) -> None:
+        """A last look, then the sweep closed as ``state``; :meth:`wait` waits for it."""
         self._state = state
         self._stop.set()
-        try:
-            done = self._done.wait(timeout)
-        except KeyboardInterrupt:
-            done = False
-        if not done:
-            log.warning("sweeper: warning: %s still sending after %.0fs; left unfinished. Replay it with: "
-                        "python -m sweeper export %s %s", ", ".join(t.label for t in self.mirror.trackers),
-                        timeout, self.mirror.folder, " ".join(t.flag for t in self.mirror.trackers))
 
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)

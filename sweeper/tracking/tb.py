@@ -21,6 +21,7 @@ or a restart); new trials and epochs appear as they come.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -36,32 +37,52 @@ from . import Attempt, Domain, Held, SweepInfo, domains_of_points, numbers, seco
 STATE = ".sweeper.json"
 EXPERIMENT = ".sweeper-experiment"
 _COUNT = itertools.count()
+_PB: Any = None
+
+
+@functools.lru_cache(maxsize=1)
+def _host() -> str:
+    return socket.gethostname()
+
+
+def _pb() -> Any:
+    """TensorBoard's protocol buffers and record writer, imported on first use and then
+    kept (an import statement per event cost more than the event)."""
+    global _PB
+    if _PB is None:
+        from types import SimpleNamespace
+
+        from google.protobuf import struct_pb2
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        _PB = SimpleNamespace(struct_pb2=struct_pb2, event_pb2=event_pb2, summary_pb2=summary_pb2,
+                              api_pb2=api_pb2, metadata=metadata, plugin_data_pb2=plugin_data_pb2,
+                              RecordWriter=RecordWriter)
+    return _PB
 
 
 class _EventFile:
     """One event file: TensorBoard's record framing around serialized ``Event`` protos."""
 
     def __init__(self, folder: str, suffix: str) -> None:
-        from tensorboard.compat.proto import event_pb2
-        from tensorboard.summary.writer.record_writer import RecordWriter
-
+        pb = _pb()
         os.makedirs(folder, exist_ok=True)
-        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}."
+        name = (f"events.out.tfevents.{int(time.time()):010d}.{_host()}.{os.getpid()}."
                 f"{next(_COUNT)}{suffix}")
         self.path = os.path.join(folder, name)
         self._file: IO[bytes] = open(self.path, "ab")
-        self._writer = RecordWriter(self._file)
-        self._event = event_pb2.Event
+        self._writer = pb.RecordWriter(self._file)
+        self._event = pb.event_pb2.Event
         self.add(self._event(wall_time=time.time(), file_version="brain.Event:2"))
 
     def add(self, event: Any) -> None:
         self._writer.write(event.SerializeToString())
 
     def summary(self, values: list[Any], step: int = 0, wall_time: float | None = None) -> None:
-        from tensorboard.compat.proto import summary_pb2
-
         self.add(self._event(wall_time=wall_time or time.time(), step=step,
-                             summary=summary_pb2.Summary(value=values)))
+                             summary=_pb().summary_pb2.Summary(value=values)))
 
     def flush(self) -> None:
         self._file.flush()
@@ -72,17 +93,13 @@ class _EventFile:
 
 def _hparams_value(tag: str, data: Any) -> Any:
     """A summary value carrying HParams plugin data (what the plugin's summary helpers make)."""
-    from tensorboard.compat.proto import summary_pb2
-    from tensorboard.plugins.hparams import metadata
-
-    return summary_pb2.Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(data),
-                                     tensor=metadata.NULL_TENSOR)
+    pb = _pb()
+    return pb.summary_pb2.Summary.Value(tag=tag, metadata=pb.metadata.create_summary_metadata(data),
+                                        tensor=pb.metadata.NULL_TENSOR)
 
 
 def _scalar(tag: str, value: float) -> Any:
-    from tensorboard.compat.proto import summary_pb2
-
-    return summary_pb2.Summary.Value(tag=tag, simple_value=value)
+    return _pb().summary_pb2.Summary.Value(tag=tag, simple_value=value)
 
 
 class TensorBoardFiles:
@@ -99,6 +116,7 @@ class TensorBoardFiles:
         self.open: dict[str, _EventFile] = {}
         self.state: dict[str, Any] = {}
         self.uid = ""
+        self._dirty = False  # the state file is behind: written at the next flush
 
     # -- the sweep --------------------------------------------------------------------
 
@@ -129,14 +147,13 @@ class TensorBoardFiles:
             self.metrics = sorted(set(names))
             self.state["metrics"] = self.metrics
             self._experiment()
-            self._save()
+            self._dirty = True
 
     def _experiment(self) -> None:
         """The HParams experiment: parameters with their domains, metrics as columns. Written
         anew (one file) when what it declares changes."""
-        from google.protobuf import struct_pb2
-        from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-
+        pb = _pb()
+        struct_pb2, api_pb2, metadata, plugin_data_pb2 = pb.struct_pb2, pb.api_pb2, pb.metadata, pb.plugin_data_pb2
         infos = []
         for name, domain in sorted(self.domains.items()):
             kind = domain.kind
@@ -156,6 +173,11 @@ class TensorBoardFiles:
                                        plugin_data_pb2.HParamsPluginData(experiment=experiment))])
         events.close()
 
+    def flush(self) -> None:
+        """The state file, once per look at the ledger (not once per trial: it lists them all)."""
+        if self._dirty:
+            self._save()
+
     def end(self, state: str) -> None:
         for events in self.open.values():
             events.close()
@@ -165,8 +187,7 @@ class TensorBoardFiles:
     # -- a trial ----------------------------------------------------------------------
 
     def start(self, attempt: Attempt, held: Held | None) -> None:
-        from tensorboard.plugins.hparams import metadata, plugin_data_pb2
-
+        metadata, plugin_data_pb2 = _pb().metadata, _pb().plugin_data_pb2
         old = self.open.pop(attempt.trial_id, None)
         if old is not None:
             old.close()
@@ -186,7 +207,7 @@ class TensorBoardFiles:
                        wall_time=seconds(attempt.started_at))
         events.flush()
         self.state["trials"][attempt.trial_id] = [attempt.key, None, None, attempt.name]
-        self._save()
+        self._dirty = True
 
     def epochs(self, attempt: Attempt, rows: list[tuple[int, dict[str, Any], float | None]], last: int) -> None:
         events = self._events(attempt)
@@ -196,11 +217,11 @@ class TensorBoardFiles:
                 events.summary(values, step=epoch, wall_time=t)
         events.flush()
         self.state["trials"][attempt.trial_id][1] = last
-        self._save()
+        self._dirty = True
 
     def finish(self, attempt: Attempt, result: TrialResult, final: str) -> None:
-        from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-
+        pb = _pb()
+        api_pb2, metadata, plugin_data_pb2 = pb.api_pb2, pb.metadata, pb.plugin_data_pb2
         events = self._events(attempt)
         end_time = seconds(result.started_at) + result.duration_s
         values = [_scalar(k, v) for k, v in numbers(result.metrics).items()]
@@ -216,7 +237,7 @@ class TensorBoardFiles:
         events.close()
         del self.open[attempt.trial_id]
         self.state["trials"][attempt.trial_id][2] = final
-        self._save()
+        self._dirty = True
 
     def _events(self, attempt: Attempt) -> _EventFile:
         """The trial's open event file; after a resume, a new one beside its earlier ones."""
@@ -230,7 +251,8 @@ class TensorBoardFiles:
 
     def _save(self) -> None:
         with atomic(os.path.join(self.root, STATE), fsync=False) as f:
-            json.dump(self.state, f)
+            f.write(json.dumps(self.state))  # one write (json.dump writes it in pieces)
+        self._dirty = False
 
 
 def _shown(path: str) -> str:
@@ -244,8 +266,7 @@ _DATA_TYPE = {"bool": 2, "number": 3, "string": 1}  # api_pb2.DataType: BOOL, FL
 
 def _value(value: Any, kind: str) -> Any:
     """A parameter's value as the HParams plugin keeps it, of its domain's kind."""
-    from google.protobuf import struct_pb2
-
+    struct_pb2 = _pb().struct_pb2
     if kind == "bool" and isinstance(value, bool):
         return struct_pb2.Value(bool_value=value)
     if kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -1,0 +1,197 @@
+"""The trackers run in a process of their own, not in the sweep's: every trial still reaches
+TensorBoard and MLflow by the end, the sweep's interpreter never imports either, and the
+process ends with the sweep, however the sweep ends. Timing belongs in bench/trackers.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+import sweeper
+import sweep_fns
+from conftest import HERE, ROOT, run_cli, write_grid
+
+pytest.importorskip("tensorboard")
+pytest.importorskip("mlflow")
+
+from test_tracking import local_uri, mlflow_runs, tb_sessions  # noqa: E402  (after the skips)
+
+
+def _writers(folder) -> set[int]:
+    """The pids that wrote the TensorBoard event files (``events.out.tfevents.<t>.<host>.<pid>.<n><suffix>``)."""
+    pids = set()
+    for _, _, files in os.walk(os.path.join(folder, "tensorboard")):
+        pids.update(int(f.split(".")[-3]) for f in files if f.startswith("events.out.tfevents."))
+    return pids
+
+
+def _trackers_process(sweep_pid: int, timeout: float = 120) -> psutil.Process:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in psutil.Process(sweep_pid).children():
+            try:
+                if "sweeper.tracking.process" in " ".join(p.cmdline()):
+                    return p
+            except psutil.Error:
+                continue
+        time.sleep(0.1)
+    raise AssertionError("no trackers' process started")
+
+
+@contextlib.contextmanager
+def _blocked_sweep(tmp_path, name):
+    """A CLI sweep with both trackers whose two trials wait for a release file, given once
+    MLflow shows both running with their parameters (which the trackers' process, reading
+    a ledger that has none for a running trial, asked the sweep for); released and ended
+    on the way out, whatever happened."""
+    release = tmp_path / "release"
+    grid = write_grid(tmp_path, "from sweep_fns import wait_for_file as train\n"
+                                f"grid = {{'x': [1, 2], 'release': [{str(release)!r}]}}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path), "--name", name,
+                             "--workers", "2", "--tensorboard", "--mlflow"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    family = []
+    try:
+        uri, deadline, running = local_uri(tmp_path / name), time.monotonic() + 120, []
+        while time.monotonic() < deadline and proc.poll() is None and len(running) < 2:
+            with contextlib.suppress(psutil.Error):
+                family = psutil.Process(proc.pid).children(recursive=True) or family
+            if os.path.exists(tmp_path / name / "mlflow.db"):
+                try:
+                    running = [r for r in mlflow_runs(uri, name)[1] if r.info.status == "RUNNING"]
+                except Exception:  # the store is being created
+                    running = []
+            time.sleep(0.2)
+        assert len(running) == 2, proc.poll()
+        assert sorted(r.data.params["x"] for r in running) == ["1", "2"]
+        yield proc, release
+    finally:
+        release.touch()
+        if proc.returncode is None:  # not already waited for by the test
+            try:
+                proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+        _, alive = psutil.wait_procs(family, timeout=60)
+        for p in alive:
+            p.kill()
+
+
+def test_every_trial_reaches_both_trackers_and_the_sweep_never_imports_them(tmp_path):
+    """Hundreds of instant trials: each one in TensorBoard's files and in MLflow's store by
+    the end of the sweep, sent by another process than the sweep's, which imports neither."""
+    n = 300
+    code = ("import os, sys, sweeper, sweep_fns\n"
+            f"df = sweeper.sweep(sweep_fns.const, {{'x': list(range({n}))}}, tensorboard=True, mlflow=True, "
+            f"out={str(tmp_path)!r}, name='p', progress=False)\n"
+            "print(int((df.status == 'ok').sum()))\n"
+            "print(os.getpid())\n"
+            "print(sorted(m for m in ('tensorboard', 'mlflow', 'sqlalchemy', 'google.protobuf') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, ROOT])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ok, pid, imported = proc.stdout.strip().splitlines()[-3:]
+    assert int(ok) == n
+    assert imported == "[]"  # the sweep's interpreter: no TensorBoard, no MLflow
+    folder = tmp_path / "p"
+    writers = _writers(folder)
+    assert writers and int(pid) not in writers  # written from elsewhere
+    _, sessions = tb_sessions(folder)
+    assert len(sessions) == n
+    assert {s["status"] for s in sessions.values()} == {"STATUS_SUCCESS"}
+    assert sorted(s["hparams"]["x"] for s in sessions.values()) == list(range(n))
+    parents, runs = mlflow_runs(local_uri(folder), "p")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(runs) == n and {r.info.status for r in runs} == {"FINISHED"}
+    assert sorted(int(r.data.params["x"]) for r in runs) == list(range(n))
+    assert all(r.data.metrics["value"] == 1.0 for r in runs)
+
+
+def test_the_trackers_process_ends_with_a_killed_sweep(tmp_path):
+    with _blocked_sweep(tmp_path, "k") as (proc, release):
+        trackers = _trackers_process(proc.pid)
+        proc.kill()  # SIGKILL: the sweep says nothing to anyone
+        gone, alive = psutil.wait_procs([trackers], timeout=60)
+        assert not alive, "the trackers' process outlived the sweep"
+
+
+def test_a_trackers_process_that_dies_is_one_warning_and_the_sweep_goes_on(tmp_path):
+    with _blocked_sweep(tmp_path, "d") as (proc, release):
+        _trackers_process(proc.pid).kill()
+        release.touch()
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    warnings = [line for line in out.splitlines() if "warning" in line]
+    assert len(warnings) == 1, out
+    folder = tmp_path / "d"
+    assert "the trackers' process was killed by signal 9" in warnings[0]  # said as it went, or at the end
+    assert warnings[0].endswith(f"python -m sweeper export {folder} --tensorboard --mlflow")
+    assert run_cli("export", str(folder), "--tensorboard", "--mlflow").returncode == 0
+    _, runs = mlflow_runs(local_uri(folder), "d")
+    assert sorted((r.data.params["x"], r.info.status) for r in runs) == [("1", "FINISHED"), ("2", "FINISHED")]
+
+
+class _Said(logging.Handler):
+    """sweeper's lines, as an application's own handler on its logger gets them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_what_is_not_sent_when_the_wait_ends_is_one_line_naming_the_export_that_finishes_it(tmp_path, monkeypatch):
+    import sweeper.tracking.process as process
+
+    monkeypatch.setattr(process, "END_WAIT_S", 0.0)  # the end's wait is over before MLflow is imported
+    said = _Said()
+    logging.getLogger("sweeper").addHandler(said)
+    try:
+        df = sweeper.sweep(sweep_fns.const, {"x": list(range(20))}, mlflow=True, out=str(tmp_path), name="w",
+                           progress=False)
+    finally:
+        logging.getLogger("sweeper").removeHandler(said)
+    assert (df.status == "ok").all()
+    folder = tmp_path / "w"
+    warnings = said.lines
+    assert len(warnings) == 1, warnings
+    assert " of 20 trials sent" in warnings[0] and "still sending after 0s" in warnings[0]
+    assert warnings[0].endswith(f"finish it with: python -m sweeper export {folder} --mlflow")
+    assert not [f for f in os.listdir(folder) if f.endswith(".part")]  # nothing left half made
+    proc = run_cli("export", str(folder), "--mlflow")
+    assert proc.returncode == 0, proc.stderr
+    parents, runs = mlflow_runs(local_uri(folder), "w")
+    assert len(parents) == 1 and len(runs) == 20 and {r.info.status for r in runs} == {"FINISHED"}
+
+
+def test_ctrl_c_during_the_end_wait_ends_it(tmp_path):
+    """Ctrl-C while the sweep waits for its trackers at its end: the wait ends, in one line
+    naming the export that finishes what was not sent (MLflow is still being imported)."""
+    grid = write_grid(tmp_path, "from sweep_fns import const as train\ngrid = {'x': [1]}\n")
+    code = ("import signal, threading, sys\n"
+            "import sweeper.tracking.process as p\n"
+            "p.END_WAIT_S = 600.0\n"
+            "close = p.TrackerProcess.close\n"
+            "def ctrl_c_in_the_wait(self, state):\n"
+            "    threading.Timer(0.5, signal.raise_signal, [signal.SIGINT]).start()\n"
+            "    close(self, state)\n"
+            "p.TrackerProcess.close = ctrl_c_in_the_wait\n"
+            "from sweeper.cli import main\n"
+            f"sys.exit(main({[grid, '--out', str(tmp_path), '--name', 'c', '--mlflow']!r}))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, ROOT])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warnings = [line for line in proc.stdout.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "ended by Ctrl-C" in warnings[0], proc.stdout
+    assert warnings[0].endswith(f"python -m sweeper export {tmp_path / 'c'} --mlflow")
