@@ -94,8 +94,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tensorboard", action="store_true", default=None,
                    help="show the sweep in TensorBoard's HParams dashboard: tensorboard --logdir <out>/<name>")
     p.add_argument("--mlflow", nargs="?", const=True, metavar="URI",
-                   help="a MLflow run per trial, nested in one per sweep; without URI a local store in "
-                        "<out>/<name>/mlflow.db (needs sweeper[mlflow])")
+                   help="a MLflow run per trial, nested in one per sweep; URI: a server, a database, or a "
+                        "folder (a SQLite store in it); without URI a local store in <out>/<name>/mlflow.db "
+                        "(needs sweeper[mlflow])")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     return p
 
@@ -455,7 +456,8 @@ def export_main(argv: list[str]) -> int:
     p.add_argument("folder", help="a sweep folder, <out>/<name> (e.g. results/digits_mlp)")
     p.add_argument("--tensorboard", action="store_true", help="event files in <out>/<name>/tensorboard")
     p.add_argument("--mlflow", nargs="?", const=True, metavar="URI",
-                   help="a tracking URI (default: a local store in <out>/<name>/mlflow.db)")
+                   help="a tracking URI or a folder (a SQLite store in it; default: a local store in "
+                        "<out>/<name>/mlflow.db)")
     args = p.parse_args(argv)
     if not args.tensorboard and not args.mlflow:
         raise SweepError("export needs --tensorboard and/or --mlflow [URI]; e.g. "

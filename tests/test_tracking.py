@@ -501,3 +501,95 @@ def test_the_parent_imports_no_framework_for_its_trackers(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- where a tracker writes (issue 25, items 8 and 10) ----------------------------------------
+
+
+def _artifact_files(uri: str, experiment: str) -> dict[str, str]:
+    """Each trial's run: the local path of its log.txt, as MLflow's client downloads it."""
+    from mlflow import MlflowClient
+    from mlflow.utils.file_utils import local_file_uri_to_path
+
+    _, children = mlflow_runs(uri, experiment)
+    client = MlflowClient(tracking_uri=uri)
+    out = {}
+    for run in children:
+        assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["log.txt"]
+        out[run.data.tags["trial_id"]] = os.path.join(local_file_uri_to_path(run.info.artifact_uri), "log.txt")
+    return out
+
+
+@pytest.mark.parametrize("store", ["sqlite-file", "folder"])
+def test_a_tracker_writes_only_in_the_sweep_and_the_store_named(tmp_path, store):
+    """``--mlflow sqlite:///...`` put every trial's log.txt into mlruns/ of the caller's
+    folder; ``--mlflow <folder>`` made a file: store that MLflow 3 refuses (the tracker was
+    always dropped). Now: a folder is a SQLite store in it, with its artifacts beside; any
+    other database keeps the artifacts of the experiment it makes in the sweep folder."""
+    grid = write_grid(tmp_path, f"from sweep_fns import tracked as train\ngrid = {{'lr': [0.1, 0.2]}}\n")
+    here = tmp_path / "caller"
+    here.mkdir()
+    given = f"sqlite:///{tmp_path / 'db' / 'm.db'}" if store == "sqlite-file" else str(tmp_path / "store")
+    proc = run_cli(grid, "--out", str(tmp_path / "out"), "--mlflow", given, "--quiet", cwd=str(here))
+    assert proc.returncode == 0, proc.stderr
+    said = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert all(ln.startswith(("sweeper:", "  ")) for ln in said), said  # sweeper's summary, none of MLflow's
+    assert os.listdir(here) == []  # no mlruns/, nothing
+    uri = given if store == "sqlite-file" else f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    under = tmp_path / "out" / "grid" / "mlartifacts" if store == "sqlite-file" else tmp_path / "store" / "mlartifacts"
+    logs = _artifact_files(uri, "grid")
+    assert len(logs) == 2
+    assert all(path.startswith(str(under) + os.sep) for path in logs.values()), logs
+    trials = tmp_path / "out" / "grid" / "trials"
+    assert sorted(open(p).read() for p in logs.values()) == sorted(
+        (trials / t / "log.txt").read_text() for t in os.listdir(trials))
+    assert sorted(os.listdir(tmp_path)) == sorted(["caller", "grid.py", "out", "db" if store == "sqlite-file" else "store"])
+
+
+def test_export_into_another_store_leaves_nothing_in_the_current_folder(tmp_path):
+    sweeper.sweep(sweep_fns.tracked, {"lr": [0.1]}, out=str(tmp_path / "out"), name="x", progress=False)
+    here = tmp_path / "caller"
+    here.mkdir()
+    uri = f"sqlite:///{tmp_path / 'other.db'}"
+    proc = run_cli("export", str(tmp_path / "out" / "x"), "--mlflow", uri, cwd=str(here))
+    assert proc.returncode == 0, proc.stderr
+    assert os.listdir(here) == []
+    (path,) = _artifact_files(uri, "x").values()
+    assert path.startswith(str(tmp_path / "out" / "x" / "mlartifacts") + os.sep)
+
+
+def test_quiet_with_a_tracking_server_prints_none_of_mlflows_lines(tmp_path):
+    """MLflow's client prints "View run ... at: http://..." for each run it ends on a
+    server: with --quiet the sweep said only its summary, not 3 of those lines."""
+    import time
+    import urllib.request
+
+    port = _closed_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}",
+         "--artifacts-destination", str(tmp_path / "served"), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"], cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:  # the server says it is up by answering /health
+            try:
+                urllib.request.urlopen(uri + "/health", timeout=5).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
+                time.sleep(0.5)
+        grid = write_grid(tmp_path, "from sweep_fns import tracked as train\ngrid = {'lr': [0.1, 0.2, 0.3]}\n")
+        here = tmp_path / "caller"
+        here.mkdir()
+        proc = run_cli(grid, "--out", str(tmp_path / "out"), "--mlflow", uri, "--quiet", cwd=str(here))
+        assert proc.returncode == 1, proc.stderr  # lr=0.3 fails
+        said = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+        assert all(ln.startswith(("sweeper:", "  ")) for ln in said), said
+        assert os.listdir(here) == []
+        _, children = mlflow_runs(uri, "grid")
+        assert sorted(r.data.tags["status"] for r in children) == ["error", "ok", "ok"]
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()

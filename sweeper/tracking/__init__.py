@@ -230,16 +230,30 @@ def check(options: Any) -> None:
                              f"pip install '{extra}'")
 
 
-def mlflow_uri(value: Any, folder: str) -> str:
-    """``--mlflow`` with no URI (or ``mlflow=True``): the local store in the sweep folder."""
-    from ..paths import SweepPaths
+def mlflow_store(value: Any, folder: str) -> tuple[str, str | None]:
+    """Where ``--mlflow [URI]`` (or ``mlflow=...``) writes: the store's URI, and the folder
+    for the artifacts of an experiment sweeper creates there (None: the store decides).
+
+    * no URI (``--mlflow``, ``mlflow=True``): ``sqlite:///<sweep>/mlflow.db``, artifacts in
+      ``<sweep>/mlartifacts``;
+    * a folder: ``sqlite:///<folder>/mlflow.db``, artifacts in ``<folder>/mlartifacts``
+      (MLflow 3 refuses its old file store);
+    * another database (``sqlite:``, ``postgresql:``, ...): that store, artifacts in the sweep's
+      ``mlartifacts`` (MLflow would put them in an ``mlruns/`` of the current folder);
+    * a server (``http(s):``, ``databricks``) or a ``file:`` store: where it keeps them.
+    """
+    from ..paths import MLFLOW_ARTIFACTS, MLFLOW_DB, SweepPaths
 
     if value is True or value == "":
-        return SweepPaths(folder).mlflow_uri
+        paths = SweepPaths(folder)
+        return paths.mlflow_uri, paths.mlflow_artifacts
     text = str(value)
     if "://" not in text and not text.startswith(("databricks", "file:", "sqlite:")):
-        text = "file:" + os.path.abspath(text)  # a folder: MLflow's file store there
-    return text
+        where = os.path.abspath(os.path.expanduser(text))
+        return f"sqlite:///{os.path.join(where, MLFLOW_DB)}", os.path.join(where, MLFLOW_ARTIFACTS)
+    if text.startswith(("http://", "https://", "databricks", "file:")):
+        return text, None
+    return text, SweepPaths(folder).mlflow_artifacts
 
 
 def make(options: Any, folder: str) -> list[Tracker]:
@@ -252,6 +266,6 @@ def make(options: Any, folder: str) -> list[Tracker]:
     if options.mlflow:
         from .mlflow_runs import MlflowRuns
 
-        out.append(MlflowRuns(mlflow_uri(options.mlflow, folder), folder))
+        out.append(MlflowRuns(*mlflow_store(options.mlflow, folder), folder))
     return out
 

@@ -14,6 +14,9 @@
   two attempts would be a wrong picture.
 * Without a URI, the store is ``sqlite:///<sweep folder>/mlflow.db`` with artifacts in
   ``<sweep folder>/mlartifacts`` (no server; ``mlflow ui --backend-store-uri`` shows it).
+  A folder is a store there in the same way; into another database the artifacts of an
+  experiment sweeper creates go to the sweep folder, never to ``mlruns/`` in the
+  current folder (:func:`sweeper.tracking.mlflow_store`).
 * Into a SQLite store (``sqlite:`` URIs, the default), the trials' runs are written in
   one transaction per look at the ledger (:class:`_Batch`), through MLflow's own table
   definitions: its client takes several transactions per run (tens of milliseconds
@@ -63,6 +66,7 @@ def _create_whole(db: str) -> None:
     synced once, whole, before it is linked."""
     if os.path.exists(db):
         return
+    os.makedirs(os.path.dirname(db) or ".", exist_ok=True)
     from mlflow import MlflowClient
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
@@ -98,12 +102,13 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
 class MlflowRuns:
     """The MLflow tracker (see the module's docstring)."""
 
-    def __init__(self, uri: str, folder: str) -> None:
+    def __init__(self, uri: str, artifacts: str | None, folder: str) -> None:
+        """``uri``, ``artifacts``: as :func:`sweeper.tracking.mlflow_store` says."""
         self.uri, self.folder = uri, folder
         local = uri == SweepPaths(folder).mlflow_uri
         self.label = f"MLflow at {uri}"
         self.flag = "--mlflow" if local else f"--mlflow {uri}"
-        self.artifacts = SweepPaths(folder).mlflow_artifacts if local else None
+        self.artifacts = artifacts  # the artifacts of an experiment created here (None: the store's choice)
         self.hint = (f"MLflow: mlflow ui --backend-store-uri {uri}" if uri.startswith("sqlite:")
                      else f"MLflow: {uri}")
         self.client: Any = None
@@ -124,7 +129,7 @@ class MlflowRuns:
         from mlflow import MlflowClient
         from mlflow.entities import ViewType
 
-        if self.artifacts is not None:
+        if self.uri.startswith("sqlite:///"):
             _create_whole(self.uri.removeprefix("sqlite:///"))
         self.client = client = MlflowClient(tracking_uri=self.uri)
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or sweep.name
