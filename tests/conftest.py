@@ -58,6 +58,41 @@ def _cmd(p: psutil.Process) -> str:
         return "?"
 
 
+#: The unit test running now (``-m unit``), if any: it may start no process.
+_UNIT: list[str] = []
+_STARTS = ("os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "os.exec", "subprocess.Popen")
+
+
+def _refuse_in_unit_tests(event: str, args: tuple) -> None:
+    if _UNIT and event in _STARTS:
+        raise RuntimeError(f"{_UNIT[0]} is marked unit (the fast tier, one process) but started a process "
+                           f"({event}): keep it in-process, or drop its unit mark")
+
+
+sys.addaudithook(_refuse_in_unit_tests)
+
+
+@pytest.fixture(autouse=True)
+def one_process_in_unit_tests(request, monkeypatch):
+    """A ``unit`` test starts no process: forks, execs and subprocesses are refused by an
+    audit hook, and multiprocessing's spawn (which fork-execs without an audit event) by
+    its one entry point, so the tier stays fast and machine-independent."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    import multiprocessing.util
+
+    def refuse(*args, **kwargs):
+        _refuse_in_unit_tests("os.exec", args)
+
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", refuse)
+    _UNIT.append(request.node.nodeid)
+    try:
+        yield
+    finally:
+        _UNIT.clear()
+
+
 @pytest.fixture(autouse=True)
 def cpu_machine(request, monkeypatch):
     """Tests not about GPUs run as on a CPU machine wherever they run: GPUs are hidden

@@ -177,6 +177,7 @@ def test_bad_command_lines_get_one_line_and_exit_2(tmp_path):
         assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
 
 
+@pytest.mark.unit
 def test_sweep_refuses_bad_input_with_sweep_error(tmp_path):
     with pytest.raises(sweeper.SweepError, match="nested function"):
         sweeper.sweep(lambda p: {}, {"x": [1]}, out=str(tmp_path))

@@ -77,6 +77,7 @@ def _run(tmp_path, backend):
         ledger.close()
 
 
+@pytest.mark.unit
 def test_a_result_that_came_with_ctrl_c_stands(tmp_path):
     # trial 1 finished (its result and its exit are in the same wake-up as the signal);
     # trial 2 is running: only it is stopped
@@ -92,6 +93,7 @@ def test_a_result_that_came_with_ctrl_c_stands(tmp_path):
     assert (specs[1].trial_id, False) in backend.cancelled  # SIGTERM, not SIGKILL, after one Ctrl-C
 
 
+@pytest.mark.unit
 def test_a_death_that_came_with_ctrl_c_is_interrupted(tmp_path):
     def events(ids):
         return [(ids[0], Exited(-15)), (ids[1], Exited(-15))]
@@ -101,6 +103,7 @@ def test_a_death_that_came_with_ctrl_c_is_interrupted(tmp_path):
     assert {r.status for r in rows.values()} == {Status.INTERRUPTED}
 
 
+@pytest.mark.unit
 def test_a_fault_of_the_sweep_keeps_the_result_that_came_with_it(tmp_path):
     def events(ids):
         return [(ids[0], Result(Status.OK, {"acc": 0.5}, "", 1.0)), ("", Broken("the script lacks its guard")),

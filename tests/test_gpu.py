@@ -37,6 +37,7 @@ from sweeper.slots import parse_gpus, pick, place
         (3, None, True, MemoryPolicy(3, None, True)),
     ],
 )
+@pytest.mark.unit
 def test_per_gpu_and_fraction_follow_each_other(per_gpu, fraction, growth, expect):
     assert resolve(per_gpu, fraction, growth) == expect
 
@@ -44,11 +45,13 @@ def test_per_gpu_and_fraction_follow_each_other(per_gpu, fraction, growth, expec
 @pytest.mark.parametrize("per_gpu,fraction,growth,words", [
     (2, 0.6, False, "asks for 1.2"), (None, 1.5, False, "(0, 1]"), (None, 0.5, True, "choose one"),
 ])
+@pytest.mark.unit
 def test_impossible_memory_requests_are_refused(per_gpu, fraction, growth, words):
     with pytest.raises(sweeper.SweepError, match=words.replace("(", r"\(").replace("]", r"\]")):
         resolve(per_gpu, fraction, growth)
 
 
+@pytest.mark.unit
 def test_memory_policy_environment():
     assert MemoryPolicy(2, 0.5).env(16000) == {
         "SWEEPER_MEMORY_FRACTION": "0.5", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5",
@@ -58,6 +61,7 @@ def test_memory_policy_environment():
     assert MemoryPolicy(1, 0.95).env(None).get("SWEEPER_MEMORY_LIMIT_MB") is None  # size unknown
 
 
+@pytest.mark.unit
 def test_parse_gpus():
     assert parse_gpus(None) == "all" and parse_gpus("none") == "none" and parse_gpus("FREE") == "free"
     assert parse_gpus("0,2") == ["0", "2"] and parse_gpus([0, 2]) == ["0", "2"] and parse_gpus(1) == ["1"]
@@ -67,6 +71,7 @@ def test_parse_gpus():
             parse_gpus(bad)
 
 
+@pytest.mark.unit
 def test_oom_hint_names_the_cap_and_the_knobs():
     assert "4800 MB on gpu:1" in oom_hint("gpu:1", 4800, "0.3") and "--per-gpu" in oom_hint("gpu:1", 4800)
     assert "a cap of 0.3 of the card on gpu:1" in oom_hint("gpu:1", None, "0.3")
@@ -100,6 +105,7 @@ def _seen(folder, trial: str) -> dict:
 
 # -- NVML, through the fake: inventory ----------------------------------------------------
 
+@pytest.mark.unit
 @pytest.mark.parametrize("as_bytes", [False, True])  # older nvidia-ml-py answers bytes
 def test_inventory_reads_every_card(fake_nvml, as_bytes):
     fake_nvml.as_bytes = as_bytes
@@ -114,6 +120,7 @@ def test_inventory_reads_every_card(fake_nvml, as_bytes):
     assert fake_nvml.inits == fake_nvml.shutdowns == 1
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("broken", ["nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUUID", "nvmlDeviceGetCount"])
 def test_a_driver_that_fails_midway_means_no_gpus_and_says_why(fake_nvml, caplog, broken):
     import pynvml
@@ -127,6 +134,7 @@ def test_a_driver_that_fails_midway_means_no_gpus_and_says_why(fake_nvml, caplog
     assert fake_nvml.inits == fake_nvml.shutdowns == 1  # NVML is shut down on the error path too
 
 
+@pytest.mark.unit
 def test_a_process_list_nvml_refuses_is_no_processes(fake_nvml):
     import pynvml
 
@@ -135,6 +143,7 @@ def test_a_process_list_nvml_refuses_is_no_processes(fake_nvml):
     assert [g.processes for g in inventory()] == [(), ()]
 
 
+@pytest.mark.unit
 def test_missing_nvml_falls_back_to_the_cpu(no_nvml, caplog):
     with caplog.at_level("INFO", logger="sweeper"):
         placement = place("all", MemoryPolicy(1, 0.95), workers=3)
@@ -146,6 +155,7 @@ def test_missing_nvml_falls_back_to_the_cpu(no_nvml, caplog):
         place(["0"], MemoryPolicy(1, 0.95), None)  # never a silent label
 
 
+@pytest.mark.unit
 def test_without_nvml_the_users_cuda_visible_devices_names_the_gpus(no_nvml, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     placement = place("all", MemoryPolicy(2, 0.475), None)
@@ -159,6 +169,7 @@ def test_without_nvml_the_users_cuda_visible_devices_names_the_gpus(no_nvml, mon
 
 # -- NVML, through the fake: placement ----------------------------------------------------
 
+@pytest.mark.unit
 def test_slots_pin_cards_by_uuid_and_spread_to_the_least_loaded_first(fake_nvml):
     slots = place("all", MemoryPolicy(2, 0.475), workers=None).slots
     uuids = [c.uuid for c in fake_nvml.cards]
@@ -172,6 +183,7 @@ def test_slots_pin_cards_by_uuid_and_spread_to_the_least_loaded_first(fake_nvml)
     assert pick([slots[3]], [slots[0], slots[1], slots[2]]).gpu == "1"
 
 
+@pytest.mark.unit
 def test_gpus_by_index_or_uuid_and_one_that_is_not_there(fake_nvml):
     second = fake_nvml.cards[1].uuid
     assert [(s.gpu, s.uuid) for s in place(["1"], MemoryPolicy(1, 0.95), None).slots] == [("1", second)]
@@ -183,6 +195,7 @@ def test_gpus_by_index_or_uuid_and_one_that_is_not_there(fake_nvml):
 @pytest.mark.parametrize("visible,expect", [
     ("1", ["1"]), ("1,0", ["0", "1"]), ("uuid0", ["0"]), ("1,-1,0", ["1"]), ("-1", []), ("", []),
 ])
+@pytest.mark.unit
 def test_the_users_cuda_visible_devices_is_never_left(fake_nvml, monkeypatch, visible, expect):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible.replace("uuid0", fake_nvml.cards[0].uuid))
     placement = place("all", MemoryPolicy(1, 0.95), None)
@@ -194,6 +207,7 @@ def test_the_users_cuda_visible_devices_is_never_left(fake_nvml, monkeypatch, vi
         assert placement.policy is None  # CPU
 
 
+@pytest.mark.unit
 def test_free_skips_cards_other_processes_hold(fake_nvml):
     fake_nvml.cards[0].others = {4242: 2048}
     placement = place("free", MemoryPolicy(1, 0.95), None)
@@ -213,6 +227,7 @@ def test_free_skips_cards_other_processes_hold(fake_nvml):
         place("free", MemoryPolicy(1, 0.95), None)
 
 
+@pytest.mark.unit
 def test_unlike_cards_numbered_by_cuda_get_a_warning(fake_nvml, monkeypatch, caplog):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     with caplog.at_level("WARNING", logger="sweeper"):

@@ -53,6 +53,7 @@ def random_dict(rng: random.Random, distinct: bool) -> dict:
 # ---------------------------------------------------------------- expand
 
 
+@pytest.mark.unit
 def test_expand_order_matches_parameter_grid():
     ParameterGrid = pytest.importorskip("sklearn.model_selection").ParameterGrid
     for seed in range(50):
@@ -63,6 +64,7 @@ def test_expand_order_matches_parameter_grid():
         assert len(got) == len(expected)  # 1, 1.0 and True all kept
 
 
+@pytest.mark.unit
 def test_expand_list_of_dicts_matches_deduped_parameter_grid():
     ParameterGrid = pytest.importorskip("sklearn.model_selection").ParameterGrid
     had_duplicates = 0
@@ -76,6 +78,7 @@ def test_expand_list_of_dicts_matches_deduped_parameter_grid():
     assert had_duplicates > 5  # the comparison really exercised deduplication
 
 
+@pytest.mark.unit
 def test_expand_points_have_sorted_keys_and_no_tuples():
     points = expand({"b": [(1, 2)], "a": [1], "c": [[(3,), 4]]})
     assert points == [{"a": 1, "b": [1, 2], "c": [[3], 4]}]
@@ -83,6 +86,7 @@ def test_expand_points_have_sorted_keys_and_no_tuples():
     assert type(points[0]["b"]) is list and type(points[0]["c"][0]) is list
 
 
+@pytest.mark.unit
 def test_scalar_is_fixed_setting():
     assert expand({"lr": 0.1, "opt": "adam", "units": [32, 64]}) == [
         {"lr": 0.1, "opt": "adam", "units": 32},
@@ -91,22 +95,26 @@ def test_scalar_is_fixed_setting():
     assert expand({"flag": None}) == [{"flag": None}]
 
 
+@pytest.mark.unit
 def test_list_valued_setting():
     points = expand({"layers": [[64, 32], [128]], "act": ("relu",)})
     assert points == [{"act": "relu", "layers": [64, 32]}, {"act": "relu", "layers": [128]}]
 
 
+@pytest.mark.unit
 def test_points_share_no_lists():
     points = expand({"layers": [[64, 32]], "x": [1, 2]})
     points[0]["layers"].append(1)
     assert points[1]["layers"] == [64, 32]
 
 
+@pytest.mark.unit
 def test_empty_dict_gives_one_empty_point():
     assert expand({}) == [{}]
     assert expand([{}, {"a": 1}, {}]) == [{}, {"a": 1}]
 
 
+@pytest.mark.unit
 def test_dedupe_across_dicts_first_wins():
     grid = [{"a": [1, 2], "b": "x"}, {"b": ["x", "y"], "a": [2, 3]}]
     assert expand(grid) == [
@@ -119,11 +127,13 @@ def test_dedupe_across_dicts_first_wins():
     assert expand({"a": [1, 1, (1,), [1]]}) == [{"a": 1}, {"a": [1]}]
 
 
+@pytest.mark.unit
 def test_equal_but_different_kinds_stay_apart():
     points = expand({"a": [1, 1.0, True]})
     assert [type(p["a"]) for p in points] == [int, float, bool]
 
 
+@pytest.mark.unit
 def test_numpy_values_become_python():
     points = expand({"a": [np.int64(3), np.float32(0.5), np.bool_(True), np.str_("s")]})
     assert [p["a"] for p in points] == [3, 0.5, True, "s"]
@@ -133,6 +143,7 @@ def test_numpy_values_become_python():
     assert type(arr[0]["a"]) is int and type(arr[0]["b"]) is float and type(arr[0]["c"][0]) is int
 
 
+@pytest.mark.unit
 def test_candidates_stand_for_the_json_values_they_are():
     # np.float32(0.1) is the trial 0.1, not a second one beside it
     assert expand({"lr": [np.float32(0.1), 0.1]}) == [{"lr": 0.1}]
@@ -174,6 +185,7 @@ class Adam:
         ({"lr": loguniform(1e-4, 1e-1)}, "'lr'"),
     ],
 )
+@pytest.mark.unit
 def test_expand_errors(grid, needle):
     with pytest.raises(SweepError) as info:
         expand(grid)
@@ -182,6 +194,7 @@ def test_expand_errors(grid, needle):
     assert "\n" not in message
 
 
+@pytest.mark.unit
 def test_error_messages_name_type_and_fix():
     with pytest.raises(SweepError, match=r"got str; e\.g\. grid = "):
         expand("lr")
@@ -196,6 +209,7 @@ def test_error_messages_name_type_and_fix():
 # ---------------------------------------------------------------- point_key
 
 
+@pytest.mark.unit
 def test_point_key_canonical():
     assert point_key({"b": 1, "a": "x"}) == '{"a":"x","b":1}'
     assert point_key({"a": (1, 2)}) == point_key({"a": [1, 2]})
@@ -204,6 +218,7 @@ def test_point_key_canonical():
     assert len(keys) == 4
 
 
+@pytest.mark.unit
 def test_point_key_errors():
     with pytest.raises(SweepError, match="'x'"):
         point_key({"x": object()})
@@ -225,6 +240,7 @@ SPACE = {
 }
 
 
+@pytest.mark.unit
 def test_sample_same_seed_same_points_different_seed_differs():
     first = sample(SPACE, 20, seed=7)
     assert first == sample(SPACE, 20, seed=7)
@@ -233,11 +249,13 @@ def test_sample_same_seed_same_points_different_seed_differs():
     assert sample(SPACE, 5) == sample(SPACE, 5, seed=0)
 
 
+@pytest.mark.unit
 def test_sample_independent_of_key_order():
     reordered = dict(reversed(list(SPACE.items())))
     assert sample(reordered, 10, seed=3) == sample(SPACE, 10, seed=3)
 
 
+@pytest.mark.unit
 def test_sample_values_in_bounds_and_plain_types():
     points = sample(SPACE, 300, seed=1)
     assert len(points) == 300
@@ -253,6 +271,7 @@ def test_sample_values_in_bounds_and_plain_types():
     assert {canon(a) for a in acts} == {'"relu"', '"tanh"', "1", "1.0"}
 
 
+@pytest.mark.unit
 def test_loguniform_spreads_over_decades():
     points = sample({"lr": loguniform(1e-4, 1e-1)}, 2000, seed=2)
     logs = np.log10([p["lr"] for p in points])
@@ -261,6 +280,7 @@ def test_loguniform_spreads_over_decades():
     assert counts.min() > 500  # about 667 per decade; plain uniform would give ~20 below 1e-3
 
 
+@pytest.mark.unit
 def test_sample_accepts_scipy_distribution():
     stats = pytest.importorskip("scipy.stats")
     space = {"lr": stats.loguniform(1e-4, 1e-1), "k": stats.randint(0, 3)}
@@ -272,6 +292,7 @@ def test_sample_accepts_scipy_distribution():
         assert type(p["k"]) is int and p["k"] in (0, 1, 2)
 
 
+@pytest.mark.unit
 def test_sample_small_discrete_space_warns():
     space = {"a": [1, 2], "b": ("x", "y"), "c": True}
     with pytest.warns(UserWarning, match="only 4 distinct points"):
@@ -283,6 +304,7 @@ def test_sample_small_discrete_space_warns():
         assert sample({}, 2) == [{}]
 
 
+@pytest.mark.unit
 def test_sample_unknown_size_stops_after_100n_draws():
     class Coin:
         def rvs(self, random_state=None):
@@ -293,12 +315,14 @@ def test_sample_unknown_size_stops_after_100n_draws():
     assert sorted(p["c"] for p in points) == [0, 1]
 
 
+@pytest.mark.unit
 def test_sample_exact_space_no_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(sample({"a": [1, 2], "b": [3, 4]}, 4)) == 4
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("n", [0, -1, 1.5, True, "3", None])
 def test_sample_rejects_bad_n(n):
     with pytest.raises(SweepError, match="n must be a positive int"):
@@ -315,11 +339,13 @@ def test_sample_rejects_bad_n(n):
         ({3: [1]}, "3"),
     ],
 )
+@pytest.mark.unit
 def test_sample_rejects_bad_space(space, needle):
     with pytest.raises(SweepError, match=needle):
         sample(space, 2)
 
 
+@pytest.mark.unit
 def test_sample_rejects_bad_seed_and_bad_draws():
     with pytest.raises(SweepError, match="seed"):
         sample({"a": [1]}, 1, seed=-1)
@@ -356,11 +382,13 @@ def test_sample_rejects_bad_seed_and_bad_draws():
         lambda: randint(True, 3),
     ],
 )
+@pytest.mark.unit
 def test_distribution_bad_bounds(make):
     with pytest.raises(SweepError, match="low|high"):
         make()
 
 
+@pytest.mark.unit
 def test_distribution_rvs_shapes_and_states():
     for dist in (uniform(-1, 1), loguniform(1e-3, 1e3), randint(-2, 2)):
         scalar = dist.rvs(random_state=0)
@@ -377,6 +405,7 @@ def test_distribution_rvs_shapes_and_states():
         uniform(0, 1).rvs(random_state="seed")
 
 
+@pytest.mark.unit
 def test_distribution_bounds_normalised_and_repr():
     dist = uniform(np.int64(0), 1)
     assert type(dist.low) is float

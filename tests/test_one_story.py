@@ -101,6 +101,7 @@ def test_every_row_has_the_columns_its_trial_reported(tmp_path):
     assert csv.loss.notna().all()
 
 
+@pytest.mark.unit
 def test_help_states_each_default_as_options_has_it():
     """--help's defaults come from Options itself, so they cannot drift from the code."""
     import dataclasses
@@ -120,6 +121,7 @@ def test_help_states_each_default_as_options_has_it():
     assert checked >= 6
 
 
+@pytest.mark.unit
 def test_readme_and_docstrings_say_what_the_code_does():
     import os
 
@@ -180,6 +182,7 @@ def test_a_search_without_a_space_is_one_clear_line(tmp_path, body, flags, words
     assert "Points" not in r.stderr and "TypeError" not in r.stderr
 
 
+@pytest.mark.unit
 def test_a_report_named_like_historys_own_columns_is_refused():
     from sweeper.metrics import BadResult, check_metric_name
 
@@ -188,6 +191,7 @@ def test_a_report_named_like_historys_own_columns_is_refused():
             check_metric_name(name, final=False)
 
 
+@pytest.mark.unit
 def test_an_error_with_a_carriage_return_keeps_its_whole_text():
     from sweeper.outcome import last_line, raised
 

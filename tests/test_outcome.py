@@ -42,6 +42,7 @@ CASES = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("ending, status, words", CASES)
 def test_the_judge(ending, status, words):
     verdict = judge(ending)
@@ -50,11 +51,13 @@ def test_the_judge(ending, status, words):
     assert "\n" not in verdict.error and len(verdict.error) < 600
 
 
+@pytest.mark.unit
 def test_a_stop_keeps_partial_metrics_but_never_as_ok():
     verdict = judge(Ending(CPU, Exited(0), DONE, Status.TIMEOUT, "ran past the timeout"))
     assert verdict.status is Status.TIMEOUT and verdict.metrics == {"acc": 0.9}
 
 
+@pytest.mark.unit
 def test_control_characters_never_reach_the_table():
     verdict = judge(Ending(CPU, Exited(0), Result(Status.ERROR, {}, "bad\x1b[31m\r\nline")))
     assert "\x1b" not in verdict.error and "\n" not in verdict.error
@@ -69,16 +72,19 @@ def test_control_characters_never_reach_the_table():
     (BadResult("metric 'a' is str"), Status.ERROR),
     (KeyboardInterrupt(), Status.ERROR),
 ])
+@pytest.mark.unit
 def test_what_train_raised(exc, status):
     assert raised(exc).status is status
 
 
+@pytest.mark.unit
 def test_what_train_returned():
     assert returned({"a": 1}).status is Status.OK
     bad = returned(None)
     assert bad.status is Status.ERROR and "no return statement" in bad.error
 
 
+@pytest.mark.unit
 def test_a_command_that_failed():
     assert command_exit(2, ["Traceback", "ValueError: x"]).status is Status.CRASHED
     oom = command_exit(-9, ["std::bad_alloc"])

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pandas as pd
+import pytest
 
 import sweeper
 import sweep_fns
@@ -27,6 +28,7 @@ def test_reports_land_in_history_csv_one_row_per_epoch(tmp_path):
     assert history[history.trial == "x=2"].acc.tolist() == [2.0, 4.0, 6.0]
 
 
+@pytest.mark.unit
 def test_reporting_outside_a_trial_does_nothing():
     sweeper.report(epoch=1, loss=0.5)  # train() run by hand must not fail
     assert sweeper.current_trial() is None

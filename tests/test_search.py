@@ -145,6 +145,7 @@ def test_command_trials_are_pruned_from_their_epoch_lines(tmp_path):
     assert (df[df.status == "pruned"].epoch_reached < 20).all()
 
 
+@pytest.mark.unit
 def test_a_search_dry_run_says_what_it_would_search(tmp_path):
     plan = _search(tmp_path, "d", dry_run=True)
     assert len(plan) == 0

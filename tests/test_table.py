@@ -30,6 +30,7 @@ PY = sys.executable
     ("recall", "max"), ("top_k_categorical_accuracy", "max"), ("episode_reward", "max"),
     ("value", None), ("epochs_run", None),
 ])
+@pytest.mark.unit
 def test_direction_follows_keras(name, mode):
     assert direction(name) == mode
 
@@ -200,6 +201,7 @@ def test_the_api_says_sweepers_lines_unless_quiet(tmp_path, capsys, no_nvml):
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.unit
 def test_py_typed_is_shipped():
     assert os.path.exists(os.path.join(os.path.dirname(sweeper.__file__), "py.typed"))
 
@@ -222,6 +224,7 @@ def test_numpy_candidates_are_the_values_they_stand_for(tmp_path):
     assert len(df) == 1 and df.param_x[0] == 0.1
 
 
+@pytest.mark.unit
 def test_the_readme_one_liner_is_how_sweeper_reads_the_table():
     from sweeper.table import READ_CSV
 
@@ -252,6 +255,7 @@ def test_status_and_report_before_any_trial_has_the_metric(tmp_path):
     assert report.returncode == 0 and "1 failed" in report.stdout, report.stdout + report.stderr
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["accuracy_drop", "reward_std", "loss_improvement"])
 def test_a_name_whose_last_word_is_not_a_score_is_never_guessed(name):
     assert direction(name) is None

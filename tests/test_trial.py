@@ -13,6 +13,7 @@ from sweeper.trial import trial_id, trial_name, trial_seed
 from conftest import ROOT, write_grid
 
 
+@pytest.mark.unit
 def test_ids_are_fixed_forever():
     # Written down once: a changed id would orphan every ledger row users have.
     assert trial_id({"lr": 0.001, "batch_size": 32}) == trial_id({"batch_size": 32, "lr": 0.001})
@@ -22,6 +23,7 @@ def test_ids_are_fixed_forever():
     assert trial_seed(0, "td710199e0a73") == trial_seed(0, "d710199e0a73")
 
 
+@pytest.mark.unit
 def test_ids_tell_apart_what_names_round():
     a, b = {"lr": 0.001}, {"lr": 0.0010000001}
     assert trial_id(a) != trial_id(b)
@@ -41,18 +43,21 @@ def test_ids_tell_apart_what_names_round():
         ({}, "default"),
     ],
 )
+@pytest.mark.unit
 def test_readable_names(params, name):
     assert trial_name(params) == name
 
 
 @pytest.mark.parametrize("params", [{"path": "a/b"}, {"s": "x y"}, {"k": "a,b=c"}, {"x": "é"},
                                     {"long": "x" * 200}])
+@pytest.mark.unit
 def test_unsafe_or_long_names_get_a_hash(params):
     name = trial_name(params)
     assert "/" not in name and " " not in name and len(name) <= 100
     assert name.endswith("~" + trial_id(params))
 
 
+@pytest.mark.unit
 def test_seed_depends_on_sweep_seed_and_id_only():
     # Written down once: a changed seed would make a resumed or repeated sweep draw other
     # numbers for the same trial. sha256 of "<sweep seed>:<id without its t>", first 31 bits.
@@ -80,6 +85,7 @@ def test_seeds_are_the_same_in_a_fresh_interpreter(tmp_path, hash_seed):
     assert {row[1]: int(row[3]) for row in rows} == {"t5041bf1f713d": 959672180, "t5e2b030a4a0f": 1496800709}
 
 
+@pytest.mark.unit
 def test_name_clashes_in_one_grid_are_made_unique():
     specs = plan([{"x": "True"}, {"x": True}], "/f", seed=0)
     assert len({s.name for s in specs}) == 2
@@ -98,12 +104,14 @@ LOOKALIKES = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("points", LOOKALIKES)
 def test_distinct_points_never_share_a_name(points):
     names = [trial_name(p) for p in points]
     assert len(set(names)) == len(points), names
 
 
+@pytest.mark.unit
 def test_long_names_stay_distinct_in_a_large_grid():
     # 200,000 points of long values that agree in their first 80 characters
     points = [{"a": "v" * 90, "i": i} for i in range(200_000)]
@@ -112,6 +120,7 @@ def test_long_names_stay_distinct_in_a_large_grid():
     assert all(len(n) <= 100 and n.count("~") == 1 for n in list(names)[:100])
 
 
+@pytest.mark.unit
 def test_a_point_listed_twice_runs_once():
     specs = plan([{"x": 1}, {"x": 2}, {"x": 1}], "/f", seed=0)
     assert [s.params for s in specs] == [{"x": 1}, {"x": 2}] and [s.index for s in specs] == [0, 1]

@@ -88,6 +88,7 @@ def test_placeholders_in_quotes_and_substitutions_get_values_verbatim(tmp_path):
     ("{py} {script} {text} # was {text}", "comment"),
     ("{py} {script} ${text}", "right after $"),
 ])
+@pytest.mark.unit
 def test_placeholders_that_cannot_stand_as_themselves_are_refused(tmp_path, template, words):
     marker, values = hostile(tmp_path)
     template = template.replace("{py}", PY).replace("{script}", SCRIPT)
@@ -119,6 +120,7 @@ def test_a_parameter_named_flags_is_refused_with_command_and_grid(tmp_path):
 
 @pytest.mark.parametrize("template", ["{py} {script} {flags}", "{py} {script} --flags={flags} --x={x}",
                                       "{py} {script} --x={x}"])
+@pytest.mark.unit
 @pytest.mark.parametrize("shell", [True, False])
 def test_the_api_refuses_a_parameter_named_flags_with_a_sweep_error(tmp_path, template, shell):
     template = template.replace("{py}", PY).replace("{script}", SCRIPT)
