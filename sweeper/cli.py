@@ -448,6 +448,7 @@ def export_main(argv: list[str]) -> int:
     """Replay a sweep's ledger into TensorBoard files and MLflow runs (updating, not adding)."""
     from . import tracking
     from .ledger import Ledger
+    from .tracking import chosen
     from .tracking.mirror import Mirror
 
     p = _Parser(prog=f"{_prog()} export", allow_abbrev=False,
@@ -468,7 +469,7 @@ def export_main(argv: list[str]) -> int:
         raise SweepError(f"a sweep (pid {running}) is running in {folder}; export it when it has ended, "
                          "or start the sweep with --tensorboard / --mlflow to see it live")
     opts = Options(tensorboard=args.tensorboard, mlflow=args.mlflow).checked()
-    tracking.check(opts)
+    chosen.check(opts)
     ledger = Ledger(folder, readonly=True)
     try:
         uid = ledger.get("uid") or runner.default_uid(folder)
@@ -478,7 +479,7 @@ def export_main(argv: list[str]) -> int:
         ledger.close()
     info = tracking.SweepInfo(name=os.path.basename(folder), folder=folder, uid=uid, metric=metric, mode=mode,
                               search=search, domains=tracking.domains_of_points(r.params for r in results.values()))
-    trackers = tracking.make(opts, folder)
+    trackers = chosen.make(opts, folder)
     mirror = Mirror(folder, trackers, info, strict=True)
     mirror.end("finished")
     for t in trackers:

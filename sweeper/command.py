@@ -31,7 +31,8 @@ from typing import Any, Callable, Mapping, Sequence
 from . import paths
 from .errors import SweepError
 from .metrics import BadResult
-from .outcome import TrialFailed, attempt_tail, command_exit
+from .context import attempt_tail
+from .outcome import TrialFailed, command_exit
 from .trial import Status
 
 #: A placeholder that expands to every parameter as ``--name=value``.
@@ -85,9 +86,9 @@ class Command:
         """The command in words, for the ledger's record of what a sweep runs."""
         if self.template is not None:
             return f"command {self.template!r}" + (" through /bin/sh" if self.shell else "")
-        from .target import describe
+        from .callables import name_of
 
-        return f"command built by {describe(self.build)}"
+        return f"command built by {name_of(self.build)}"
 
     # -- checks before anything runs ---------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
@@ -52,9 +53,9 @@ class _Reporter:
     INTERVAL = 0.25
 
     def __init__(self, send: Any, receive: Any = None) -> None:
-        from .metrics import _number, check_metric_name
+        from .metrics import check_metric_name, number_of
 
-        self._number = _number
+        self._number = number_of
         self._name = check_metric_name
         self._send = send
         self._receive = receive  #: seconds -> the parent's next message, or None when none came
@@ -132,23 +133,31 @@ class _Reporter:
         self.flush()
 
 
-def _set(spec: TrialSpec | None) -> None:
+def set_current(spec: TrialSpec | None) -> None:
     global _current
     _current = spec
 
 
-def _start_reporting(send: Any, receive: Any = None) -> None:
+def start_reporting(send: Any, receive: Any = None) -> None:
     global _reporter
     _reporter = _Reporter(send, receive)
 
 
-def _announce_start() -> None:
+def announce_start() -> None:
     if _reporter is not None:
         _reporter.send(TrainStarted())
 
 
-def _stop_reporting() -> None:
+def stop_reporting() -> None:
     global _reporter
     if _reporter is not None:
         _reporter.close()
         _reporter = None
+
+
+def attempt_tail(lines: int = 20) -> list[str]:
+    """The last lines of the running trial's log from this attempt (this process's); [] outside a trial."""
+    from . import paths
+
+    trial = current_trial()
+    return paths.log_tail(trial.log_path, lines, pid=os.getpid()) if trial else []

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import SweepError
-from .metrics import _CONTROL, printable
+from .metrics import CONTROL, printable
 
 __all__ = ["Points", "expand", "point_key", "sample", "uniform", "loguniform", "randint"]
 
@@ -92,7 +92,7 @@ def _unstorable(name: str, value: object) -> SweepError:
     )
 
 
-def _normalise(value: Any, name: str) -> Any:
+def normalise_value(value: Any, name: str) -> Any:
     """Return ``value`` as plain JSON data, or raise SweepError naming ``name``.
 
     numpy scalars become Python scalars, tuples become lists, subclasses of
@@ -106,11 +106,11 @@ def _normalise(value: Any, name: str) -> Any:
             item = float(item) if isinstance(item, numbers.Real) else str(item)
         if isinstance(item, float) and getattr(getattr(value, "dtype", None), "itemsize", 8) < 8:
             item = float(str(value))  # np.float32(0.1) is the 0.1 it was written as, not 0.10000000149011612
-        return _normalise(item, name)
+        return normalise_value(item, name)
     if _is_numpy_array(value):  # a list-valued candidate given as an array
-        return [_normalise(item, name) for item in value]
+        return [normalise_value(item, name) for item in value]
     if isinstance(value, str):
-        if _CONTROL.search(value):
+        if CONTROL.search(value):
             raise SweepError(
                 f"parameter {name!r} has the value '{printable(value)}' with control characters, "
                 "which would garble folder names, logs and the CSV; remove them"
@@ -126,7 +126,7 @@ def _normalise(value: Any, name: str) -> Any:
             )
         return float(value)
     if isinstance(value, (list, tuple)):
-        return [_normalise(item, name) for item in value]
+        return [normalise_value(item, name) for item in value]
     raise _unstorable(name, value)
 
 
@@ -149,7 +149,7 @@ def _check_name(name: object, where: str, example: str) -> str:
             f"{where} has a parameter name {name!r} of type {_type_name(name)}; "
             f"parameter names must be non-empty strings, {example}"
         )
-    if _CONTROL.search(name):
+    if CONTROL.search(name):
         raise SweepError(f"{where} has a parameter name '{printable(name)}' with control characters, which "
                          "would garble the console, folder names and the CSV header; use a plain name")
     return name
@@ -168,12 +168,12 @@ def _choices(value: Any, name: str) -> list[Any]:
     """Return the normalised choices of one grid parameter (a scalar is one choice)."""
     items = _as_list(value)
     if items is None:
-        return [_normalise(value, name)]
+        return [normalise_value(value, name)]
     if not items:
         raise SweepError(
             f"parameter {name!r} has an empty list of values; give at least one value"
         )
-    return [_normalise(item, name) for item in items]
+    return [normalise_value(item, name) for item in items]
 
 
 # --------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def expand(grid: Mapping[str, Any] | list[Mapping[str, Any]]) -> Points:
     """
     parts = _grid_dicts(grid)
     if isinstance(grid, Points):
-        expanded = [[{_check_name(k, "point", _GRID_EXAMPLE): _normalise(v, k) for k, v in p.items()}
+        expanded = [[{_check_name(k, "point", _GRID_EXAMPLE): normalise_value(v, k) for k, v in p.items()}
                      for p in parts]]
     else:
         expanded = [list(_expand_one(part)) for part in parts]  # validate all first
@@ -264,7 +264,7 @@ def point_key(params: Mapping[str, Any]) -> str:
             'e.g. {"lr": 0.01}'
         )
     point = {
-        _check_name(name, "point", 'e.g. {"lr": 0.01}'): _normalise(value, name)
+        _check_name(name, "point", 'e.g. {"lr": 0.01}'): normalise_value(value, name)
         for name, value in params.items()
     }
     return _dumps(point)
@@ -301,7 +301,7 @@ class _Axis:
                 f"failed ({exc}); use a scipy.stats distribution or "
                 "sweeper.grid.uniform/loguniform/randint"
             ) from exc
-        return _normalise(value, self.name)
+        return normalise_value(value, self.name)
 
     def distinct(self) -> int | None:
         """Number of distinct values this axis can give, or None if unknown."""

@@ -228,7 +228,7 @@ class Ledger:
         """Every finished trial on record, by id."""
         out = {}
         for row in self._db.execute(f"SELECT {self._select} FROM trials"):
-            out[row[0]] = _result(row)
+            out[row[0]] = result_of(row)
         return out
 
     def current(self) -> dict[str, TrialResult] | None:
@@ -344,8 +344,46 @@ class Ledger:
             self._fast.execute("BEGIN IMMEDIATE")
             self._fast.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(items))
 
+    # -- what changed, for readers that follow a sweep (the trackers' mirror) ---------------
 
-def _result(row: tuple[Any, ...]) -> TrialResult:
+    def recorded_since(self, since: float | None, stamps: dict[str, float]) -> tuple[dict[str, TrialResult],
+                                                                                      float | None]:
+        """Rows recorded at ``since`` or later (every row for None), but those whose time
+        ``stamps`` already holds (read before, unchanged since), and the newest row's time.
+        ``stamps`` is brought up to date."""
+        if since is None:
+            rows = self._db.execute(f"SELECT {self._select}, recorded_at FROM trials")
+        else:
+            rows = self._db.execute(f"SELECT {self._select}, recorded_at FROM trials WHERE recorded_at >= ?",
+                                    (since,))
+        out, newest = {}, None
+        for row in rows:
+            newest = row[-1] if newest is None or row[-1] > newest else newest
+            tid = current_id(row[0])
+            if since is not None and stamps.get(tid) == row[-1]:
+                continue
+            stamps[tid] = row[-1]
+            out[tid] = result_of(row[:-1])
+        return out, newest
+
+    def rows_of(self, ids: Iterable[str]) -> dict[str, TrialResult]:
+        """The rows of these trials, where they have one."""
+        ids = list(ids)
+        out: dict[str, TrialResult] = {}
+        for i in range(0, len(ids), 400):
+            chunk = [form for tid in ids[i:i + 400] for form in (tid, tid[1:])]  # as an old ledger has it
+            rows = self._db.execute(f"SELECT {self._select} FROM trials WHERE trial_id IN "
+                                    f"({','.join('?' * len(chunk))})", chunk)
+            out.update((r.trial_id, r) for r in map(result_of, rows))
+        return out
+
+    def last_epochs(self) -> dict[str, int]:
+        """Each trial's last reported epoch (what the trackers' mirror reads)."""
+        rows = self._db.execute("SELECT trial_id, max(epoch) FROM history GROUP BY trial_id")
+        return {current_id(tid): epoch for tid, epoch in rows}
+
+
+def result_of(row: tuple[Any, ...]) -> TrialResult:
     (tid, idx, name, params, status, metrics, seed, device, started_at,
      duration_s, error, attempts, pid, exitcode, log, uuid, cap, peak, epochs) = row
     return TrialResult(

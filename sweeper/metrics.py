@@ -18,14 +18,14 @@ EPOCH_COLUMNS = ("epoch_reached",)
 RESERVED = frozenset(FRONT_COLUMNS + BACK_COLUMNS + GPU_COLUMNS + EPOCH_COLUMNS)
 
 #: C0 and C1 control characters (and DEL): never in a console line or a CSV field.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class BadResult(ValueError):
     """``fn`` returned something that is not a mapping of metric names to numbers."""
 
 
-def _number(name: str, value: Any) -> int | float:
+def number_of(name: str, value: Any) -> int | float:
     """A metric value as a plain Python ``int`` or ``float``, whatever numeric type it came as.
 
     NumPy scalars and 0-d arrays, framework scalars with ``.item()`` (PyTorch, JAX), scalar
@@ -57,7 +57,7 @@ def _number(name: str, value: Any) -> int | float:
         if isinstance(plain, numbers.Complex) and not isinstance(plain, numbers.Real):
             raise _complex(name, value)
         if isinstance(plain, numbers.Number) and type(plain) is not type(value):
-            return _number(name, plain)
+            return number_of(name, plain)
     try:  # scalar tensors (TensorFlow) and other types that define __float__
         number = float(value)
     except (TypeError, ValueError):
@@ -83,7 +83,7 @@ def check_metric_name(name: Any, final: bool = True) -> str:
     a per-epoch report."""
     if not isinstance(name, str) or not name:
         raise BadResult(f"metric name {name!r} is not a non-empty string; name each metric")
-    if _CONTROL.search(name):
+    if CONTROL.search(name):
         raise BadResult(f"metric name '{printable(name)}' holds control characters; use a plain name")
     if final and (name in RESERVED or name.startswith("param_")) or not final and name in HISTORY_COLUMNS:
         raise BadResult(
@@ -94,7 +94,7 @@ def check_metric_name(name: Any, final: bool = True) -> str:
 
 def printable(text: str) -> str:
     """``text`` with control characters escaped (``\\x1b``, ``\\n``), for one console line or CSV field."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def normalise(value: Any) -> dict[str, int | float]:
@@ -114,7 +114,7 @@ def normalise(value: Any) -> dict[str, int | float]:
         )
     metrics: dict[str, int | float] = {}
     for name, number in value.items():
-        metrics[check_metric_name(name)] = _number(name, number)
+        metrics[check_metric_name(name)] = number_of(name, number)
     return metrics
 
 
@@ -129,7 +129,7 @@ def epochs_of(value: Any) -> list[dict[str, Any]]:
             if len(rows) <= i:
                 rows.append({"epoch": i + 1, "metrics": {}})
             try:
-                rows[i]["metrics"][str(name)] = float(_number(str(name), v))
+                rows[i]["metrics"][str(name)] = float(number_of(str(name), v))
             except (TypeError, ValueError):  # BadResult too: not a real number
                 pass
     return rows

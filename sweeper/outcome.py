@@ -24,7 +24,7 @@ import signal
 import subprocess
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .metrics import BadResult, normalise, printable
 from .protocol import Began, Exited, Result
@@ -77,23 +77,24 @@ def returned(value: Any) -> Verdict:
         return Verdict(Status.ERROR, str(exc))
 
 
-def raised(exc: BaseException) -> Verdict:
+def raised(exc: BaseException, log_tail: Callable[[], list[str]] = list) -> Verdict:
     """What ``train`` raised: ``oom`` for out-of-memory (any framework, or a child process
     of the trial that failed saying so), the status of a :class:`TrialFailed`, else
-    ``error`` with the exception's last line."""
+    ``error`` with the exception's last line. ``log_tail``: the last lines of this
+    attempt's log (:func:`sweeper.context.attempt_tail`), read only for a failed child."""
     if isinstance(exc, TrialFailed):
         return Verdict(exc.status, str(exc))
     if isinstance(exc, BadResult):
         return Verdict(Status.ERROR, str(exc))
     if is_oom(exc):
         return Verdict(Status.OOM, last_line(exc))
-    said = child_oom(exc)
+    said = child_oom(exc, log_tail)
     if said:
         return Verdict(Status.OOM, f"a child process ran out of memory ({said}): {last_line(exc)}"[:MAX_ERROR])
     return Verdict(Status.ERROR, last_line(exc))
 
 
-def child_oom(exc: BaseException) -> str:
+def child_oom(exc: BaseException, log_tail: Callable[[], list[str]] = list) -> str:
     """The line that says memory ran out, from a child process whose failure ``exc`` reports
     (a ``subprocess.CalledProcessError``, raised or in its chain); "" if none says so.
 
@@ -113,16 +114,7 @@ def child_oom(exc: BaseException) -> str:
                 line = _oom_line(output[-16384:].splitlines())
                 if line:
                     return line
-    return _oom_line(attempt_tail())
-
-
-def attempt_tail(lines: int = 20) -> list[str]:
-    """The last lines of the running trial's log from this attempt (this process's); [] outside a trial."""
-    from . import paths
-    from .context import current_trial
-
-    trial = current_trial()
-    return paths.log_tail(trial.log_path, lines, pid=os.getpid()) if trial else []
+    return _oom_line(log_tail())
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

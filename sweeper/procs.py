@@ -214,3 +214,18 @@ def kill_group_and_tree(leader: int, sig: int = signal.SIGKILL) -> None:
     except PermissionError:
         pass
     signal_all(below, sig)
+
+
+@contextlib.contextmanager
+def environ(extra: dict[str, str]) -> Iterator[None]:
+    """Set variables for a child about to be spawned (it copies them when it starts)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

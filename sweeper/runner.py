@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from . import paths, table, tracking
+from .tracking import chosen
 from .errors import SweepError
 from .grid import check_not_empty, expand
 from .metrics import direction
@@ -219,7 +220,7 @@ def _plan_and_run(target: Target, grid: Any, options: Options, default_name: str
                   listener: Any, what: str, spare: Spare | None) -> Outcome:
     start = time.monotonic()
     options.check_ranking()
-    tracking.check(options)
+    chosen.check(options)
     name = options.name or default_name
     folder = os.path.abspath(os.path.join(options.out, name))
     if options.search is not None:  # grid is the space; trials are asked for as places free
@@ -437,7 +438,7 @@ def _trackers(options: Options, folder: str, uid: str, mode: str, space: Any, sp
     """TensorBoard and MLflow, kept current from the ledger by a process of their own (a
     thread each there, so a slow server holds up neither the sweep nor the other): their
     work never shares the engine's interpreter. Here, only their labels and hints."""
-    trackers = tracking.make(options, folder)
+    trackers = chosen.make(options, folder)
     if not trackers:
         return []
     from .tracking.process import TrackerProcess

@@ -45,7 +45,7 @@ def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     _optuna()  # installed, or one line saying how
     from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-    from .grid import _normalise, loguniform, randint, uniform
+    from .grid import normalise_value, loguniform, randint, uniform
 
     example = "e.g. space = {'lr': sweeper.loguniform(1e-4, 1e-1), 'units': [32, 64]}"
     if isinstance(space, Mapping) and not space:
@@ -68,7 +68,7 @@ def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         elif isinstance(value, BaseDistribution):
             dists[name] = value
         elif isinstance(value, (list, tuple)):
-            choices = [_normalise(v, name) for v in value]
+            choices = [normalise_value(v, name) for v in value]
             bad = [c for c in choices if not (c is None or isinstance(c, (bool, int, float, str)))]
             if not choices:
                 raise SweepError(f"space[{name!r}] is an empty list; give at least one choice")
@@ -82,7 +82,7 @@ def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
                 "sweeper.uniform, sweeper.loguniform, sweeper.randint, a list of choices, or an Optuna "
                 "distribution")
         else:
-            fixed[name] = _normalise(value, name)
+            fixed[name] = normalise_value(value, name)
     if not dists:
         raise SweepError("space has nothing to search (every value is fixed); give a distribution or a list")
     return dists, fixed

@@ -25,12 +25,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from .callables import MAIN_NAME, name_of
 from .errors import SweepError
 
 
-#: What a grid file's module is called in a trial process: the name ``multiprocessing``
-#: gives a script in its children, so theirs import the file again and find what it defines.
-MAIN_NAME = "__mp_main__"
 
 
 def load_file(path: str) -> ModuleType:
@@ -125,26 +123,17 @@ Target = FileTarget | FunctionTarget
 def describe(what: Any) -> str:
     """What a sweep runs, in words that stay the same between runs and ways of starting it.
 
-    A function is ``module.qualname``; a function in a grid file or in the script run as
-    ``__main__`` is named after the file's stem, so ``python -m sweeper exp.py`` and
-    ``sweep(exp.train, ...)`` describe the same thing. A command is its template (or the
-    function that builds its argv). Recorded in the ledger: a row is reused only for the
-    same description (see :mod:`sweeper.runner`).
+    A function is named by :func:`sweeper.callables.name_of` (a grid file's, or the
+    script's run as ``__main__``, after the file's stem, so ``python -m sweeper exp.py``
+    and ``sweep(exp.train, ...)`` describe the same thing). A command is its template (or
+    the function that builds its argv). Recorded in the ledger: a row is reused only for
+    the same description (see :mod:`sweeper.runner`).
     """
-    import functools
-
     from .command import Command
 
     if isinstance(what, Command):
         return what.describe()
-    if isinstance(what, functools.partial):
-        bound = [repr(a) for a in what.args] + [f"{k}={v!r}" for k, v in sorted(what.keywords.items())]
-        return f"functools.partial({', '.join([describe(what.func), *bound])})"
-    module = getattr(what, "__module__", None) or "?"
-    if module in ("__main__", MAIN_NAME):
-        main_file = getattr(sys.modules.get(module), "__file__", None) or "__main__"
-        module = os.path.splitext(os.path.basename(main_file))[0]
-    return f"{module}.{getattr(what, '__qualname__', type(what).__name__)}"
+    return name_of(what)
 
 
 def check_main_importable() -> None:

@@ -246,10 +246,10 @@ def test_a_killed_trials_temporary_folder_is_removed_by_the_next_look_not_before
     try:
         folder = holder.stdout.readline().strip()
         assert os.path.dirname(folder) == str(tmp_path) and os.path.isdir(folder)
-        assert bootstrap._remove_leftovers() == 0 and os.path.isdir(folder)  # its trial runs
+        assert bootstrap.remove_leftovers() == 0 and os.path.isdir(folder)  # its trial runs
     finally:
         holder.kill()
         holder.wait()
         holder.stdout.close()
-    assert bootstrap._remove_leftovers() == 1
+    assert bootstrap.remove_leftovers() == 1
     assert not os.path.exists(folder)

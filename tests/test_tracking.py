@@ -213,7 +213,8 @@ def test_a_retried_trial_has_one_run_of_its_last_attempt(tmp_path):
     first attempt shows (running, its epochs, failed), then the retry replaces it."""
     from sweeper.ledger import Ledger
     from sweeper.runner import plan
-    from sweeper.tracking import SweepInfo, domains_of_points, make
+    from sweeper.tracking import SweepInfo, domains_of_points
+    from sweeper.tracking.chosen import make
     from sweeper.tracking.mirror import Mirror
     from sweeper.options import Options
     from sweeper.trial import Status, TrialResult

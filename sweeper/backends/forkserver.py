@@ -120,10 +120,8 @@ class ForkServer:
         # never the user's module (not even a script run as __main__: each fork imports it)
         ctx.set_forkserver_preload(["sweeper._preload"])
         self._mp_temp = _own_mp_temp(self._dir)
-        from .local import environ
-
         try:
-            with environ(server_env):
+            with procs.environ(server_env):
                 self._server.ensure_running()
         except OSError as exc:
             self._fail(f"the fork server could not start ({exc})")

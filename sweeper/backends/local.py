@@ -129,7 +129,7 @@ def spawn(ctx: Any, boot: bootstrap.Boot, env: dict[str, str], name: str) -> Spa
         _TRACKER_STARTED.append(True)
     parent_conn, child_conn = ctx.Pipe()
     process = ctx.Process(target=bootstrap.main, args=(child_conn, boot), name=name, daemon=False)
-    with environ(env), _sigint_ignored():  # Ctrl-C is the parent's to handle
+    with procs.environ(env), _sigint_ignored():  # Ctrl-C is the parent's to handle
         process.start()
     child_conn.close()
     return Spare(process, parent_conn, exit_fd(process), dict(env))
@@ -599,21 +599,6 @@ def preload_of(target: Target) -> list[str]:
 def new_tag() -> str:
     """A tag for one sweep's processes (``SWEEPER_SWEEP``), unique on this machine."""
     return f"{os.getpid()}-{os.urandom(4).hex()}"
-
-
-@contextlib.contextmanager
-def environ(extra: dict[str, str]) -> Iterator[None]:
-    """Set variables for a child about to be spawned (it copies them when it starts)."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _common_env(slots: Sequence[Slot]) -> dict[str, str]:

@@ -138,10 +138,10 @@ class RayBackend:
         pass
 
     def start(self, spec: TrialSpec) -> None:
-        from ..child.bootstrap import _sweep_token
+        from ..child.bootstrap import sweep_token
 
         ref = self.remote.options(num_cpus=self.cpus, num_gpus=self.num_gpus).remote(
-            spec, self.target, self.env, self.channel, _sweep_token(spec.dir))
+            spec, self.target, self.env, self.channel, sweep_token(spec.dir))
         self.tasks[spec.trial_id] = _Task(spec, ref)
         return None  # Began comes when the task starts on its worker (Placed)
 
@@ -198,11 +198,11 @@ class RayBackend:
             return
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from ..child.bootstrap import _remove_leftovers
+        from ..child.bootstrap import remove_leftovers
 
         with contextlib.suppress(Exception):
             alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
-            clean = self.ray.remote(num_cpus=0, max_retries=0)(_remove_leftovers)
+            clean = self.ray.remote(num_cpus=0, max_retries=0)(remove_leftovers)
             refs = [clean.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
                     .remote(CLEAN_WAIT) for node in sorted(nodes & alive)]
             if not refs:
@@ -214,14 +214,14 @@ class RayBackend:
     # -- events ---------------------------------------------------------------------------
 
     def _drain_channel(self) -> list[tuple[str, Event]]:
-        from ..child.bootstrap import _ScratchOn
+        from ..child.bootstrap import ScratchOn
 
         events: list[tuple[str, Event]] = []
         for tid, message in self.channel.get_nowait_batch(self.channel.qsize()):
             task = self.tasks.get(tid)
             if task is None:
                 continue
-            if isinstance(message, _ScratchOn):
+            if isinstance(message, ScratchOn):
                 task.node = message.node
             elif isinstance(message, Placed):  # it began on its worker: its time starts now
                 events.append((tid, Began(message.pid, message.device, "", message.cap_mb, self.fraction)))
@@ -260,7 +260,7 @@ class RayBackend:
         ``result.json`` (by the local trials' own writer) and its log appended to
         ``log.txt``. What could not be written is told to the engine (it starts no new
         trial), after the result, which stands."""
-        from ..child.bootstrap import _write_result
+        from ..child.bootstrap import write_result
 
         unwritten: list[Unwritable] = []
         try:
@@ -268,7 +268,7 @@ class RayBackend:
         except OSError as exc:
             return [Unwritable(exc.filename or spec.dir, exc.strerror or str(exc))]
         if "result" in out:
-            failed = _write_result(spec, out["result"])
+            failed = write_result(spec, out["result"])
             if failed is not None:
                 unwritten.append(failed)
         try:

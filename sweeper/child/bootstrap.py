@@ -83,7 +83,7 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     if boot.standby or boot.inspect:  # import the user's module before the trial comes
         prelog = _redirect_to_nameless()
         if boot.inspect is not None:
-            from ..gridfile import inspect
+            from .gridcheck import inspect
 
             target = inspect(*boot.inspect, conn.send)
             if target is None:
@@ -108,10 +108,10 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
         fn = _load(target.load, conn.send)
         if fn is None:
             return
-    context._start_reporting(conn.send, _receiver(conn) if spec.verdicts else None)
+    context.start_reporting(conn.send, _receiver(conn) if spec.verdicts else None)
     result = run_trial(spec, fn, hook, started)
-    context._stop_reporting()  # its last batch goes before the result
-    unwritten = _write_result(spec, result)
+    context.stop_reporting()  # its last batch goes before the result
+    unwritten = write_result(spec, result)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -167,7 +167,7 @@ def ray_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any,
     it to the trial's ``log.txt`` and writes ``result.json`` (this node may not see them).
 
     The trial's folder (``SWEEPER_TRIAL_DIR``, ``current_trial().dir``): where this node
-    sees the sweep's own folder (``sweep`` is what :func:`_sweep_token` made of it on the
+    sees the sweep's own folder (``sweep`` is what :func:`sweep_token` made of it on the
     driver: the driver's machine, or a shared filesystem mounted at the same path), its
     folder there, as for a local trial; elsewhere a temporary folder of this node's
     (:class:`_Scratch`), removed with what the trial wrote in it when the task ends.
@@ -178,13 +178,13 @@ def ray_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any,
     if limit is not None:
         os.environ["SWEEPER_MEMORY_LIMIT_MB"] = str(limit)
     device = f"gpu:{gpus}" if gpus and not gpus.startswith("-") else "cpu"
-    _remove_leftovers()  # of this node's trials that were killed (ray.cancel, a crash)
+    remove_leftovers()  # of this node's trials that were killed (ray.cancel, a crash)
     scratch: _Scratch | None = None
-    if sweep is None or _sweep_token(spec.dir) != sweep or not _made(spec.dir):
+    if sweep is None or sweep_token(spec.dir) != sweep or not _made(spec.dir):
         import ray
 
         # first, so the driver knows where to clean should this process be killed
-        channel.put((spec.trial_id, _ScratchOn(ray.get_runtime_context().get_node_id())))
+        channel.put((spec.trial_id, ScratchOn(ray.get_runtime_context().get_node_id())))
         scratch = _Scratch(spec.trial_id)
     try:
         spec = replace(spec, dir=spec.dir if scratch is None else scratch.path, device=device)
@@ -210,7 +210,7 @@ def _ray_trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
     fn = _load(target.load if hasattr(target, "load") else (lambda: target), failed.append)
     if fn is None:
         return {"load_error": failed[0].error, "log": _read_back(log)}
-    context._start_reporting(lambda message: channel.put((spec.trial_id, message)))
+    context.start_reporting(lambda message: channel.put((spec.trial_id, message)))
     real_exit = os._exit
 
     def exit_and_tell(code: int) -> NoReturn:  # Ray says only "the worker died": say how
@@ -225,7 +225,7 @@ def _ray_trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
         result = run_trial(spec, fn, hook, started)
     finally:
         os._exit = real_exit
-    context._stop_reporting()
+    context.stop_reporting()
     sys.stdout.flush()
     sys.stderr.flush()
     return {"result": result, "log": _read_back(log), "pid": os.getpid(), "device": spec.device,
@@ -237,9 +237,9 @@ SCRATCH_PREFIX = "sweeper-ray-"
 
 
 @dataclass(frozen=True)
-class _ScratchOn:
+class ScratchOn:
     """(Ray trial to driver) the trial's folder is a temporary one on node ``node``: if
-    the task is killed, the driver has the node remove it (:func:`_remove_leftovers`)."""
+    the task is killed, the driver has the node remove it (:func:`remove_leftovers`)."""
 
     node: str
 
@@ -249,7 +249,7 @@ class _Scratch:
     that lives (and any fork of it that holds the descriptor): a folder nobody locks is a
     killed trial's leftover. :meth:`remove` when the task ends; after a SIGKILL
     (``ray.cancel(force=True)`` on a timeout or Ctrl-C, a crash, the OOM killer) no code of
-    the trial runs, and :func:`_remove_leftovers` removes it: the next sweeper task on the
+    the trial runs, and :func:`remove_leftovers` removes it: the next sweeper task on the
     node does, and the driver has each node where such a task was killed do it when the
     sweep ends."""
 
@@ -284,7 +284,7 @@ class _Scratch:
         self._fd = -1
 
 
-def _remove_leftovers(wait: float = 0.0) -> int:
+def remove_leftovers(wait: float = 0.0) -> int:
     """Remove the temporary folders of this node's Ray trials that no process holds any
     more (:class:`_Scratch`); a folder still held is left alone, after waiting up to
     ``wait`` seconds for its process to be gone. How many were removed."""
@@ -319,7 +319,7 @@ def _remove_leftovers(wait: float = 0.0) -> int:
     return removed
 
 
-def _sweep_token(trial_dir: str) -> str | None:
+def sweep_token(trial_dir: str) -> str | None:
     """What tells the sweep's folder from any other at the same path: the pid in its
     ``.lock`` (the running sweep's) and the lock file's inode number (which a network
     filesystem gives every client alike). None where it cannot be read."""
@@ -407,11 +407,11 @@ def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: imports.OnImport, s
     ``duration_s`` is measured here, from ``started`` (the trial reached this process) to
     the end of ``train``: the trial's own time, whatever the parent was doing meanwhile.
     """
-    context._set(spec)
+    context.set_current(spec)
     history: list[dict[str, Any]] = []
     try:
         hook.catch_up()
-        context._announce_start()  # the parent may now start this slot's next process
+        context.announce_start()  # the parent may now start this slot's next process
         value = fn(dict(spec.params))
         verdict = outcome.returned(value)  # what it returned is not metrics: an error
         if verdict.error:
@@ -419,17 +419,17 @@ def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: imports.OnImport, s
         else:
             history = epochs_of(value)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
-        verdict = outcome.raised(exc)
+        verdict = outcome.raised(exc, context.attempt_tail)
         if isinstance(exc, (outcome.TrialFailed, BadResult)):
             print(f"sweeper: {exc}", file=sys.stderr)
         else:
             traceback.print_exc()
     finally:
-        context._set(None)
+        context.set_current(None)
     return Result(verdict.status, verdict.metrics, verdict.error, time.monotonic() - started, history)
 
 
-def _write_result(spec: TrialSpec, result: Result) -> Unwritable | None:
+def write_result(spec: TrialSpec, result: Result) -> Unwritable | None:
     """``result.json``, whole or not at all (the ledger, not this file, makes a result
     durable, so no fsync); if it cannot be written, what to tell the parent (which then
     starts no new trial, and still records the result)."""

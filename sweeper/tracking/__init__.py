@@ -8,7 +8,8 @@ fails is said once and left, and ``python -m sweeper export`` replays a sweep la
 Each tracker keeps, per trial, the attempt it shows, the last epoch it was sent and the
 outcome it was told (:class:`Held`), in its own store (MLflow: the run's tags;
 TensorBoard: a small state file), so a resumed sweep or a second export updates what is
-there instead of adding to it. :mod:`sweeper.tracking.mirror` decides what to send;
+there instead of adding to it. :mod:`sweeper.tracking.chosen` makes the trackers a sweep's
+options ask for; :mod:`sweeper.tracking.mirror` decides what to send;
 while a sweep runs it does so in a process of its own (:mod:`sweeper.tracking.process`),
 so the trackers' work never shares the engine's interpreter.
 """
@@ -17,21 +18,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
-import os
 import re
 import time
 from datetime import datetime
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from ..errors import SweepError
 from ..trial import TrialResult
-
-#: The optional extra that brings each tracker's package, by option.
-EXTRAS = {"tensorboard": ("tensorboard", "sweeper[tensorboard]", "--tensorboard"),
-          "mlflow": ("mlflow", "sweeper[mlflow]", "--mlflow")}
-
 
 @dataclass(frozen=True)
 class Attempt:
@@ -220,52 +213,3 @@ def key_name(name: str) -> str:
     out = re.sub(r"[^\w.\- /:]", "_", str(name))
     out = "/".join(part if part not in ("", ".", "..") else "_" for part in out.split("/"))
     return out[:250]
-
-
-def check(options: Any) -> None:
-    """A tracker asked for whose package is missing is bad input, before anything runs."""
-    for option, (module, extra, flag) in EXTRAS.items():
-        if getattr(options, option) and importlib.util.find_spec(module) is None:
-            raise SweepError(f"{option}=... ({flag}) needs the {module} package, which is not installed; "
-                             f"pip install '{extra}'")
-
-
-def mlflow_store(value: Any, folder: str) -> tuple[str, str | None]:
-    """Where ``--mlflow [URI]`` (or ``mlflow=...``) writes: the store's URI, and the folder
-    for the artifacts of an experiment sweeper creates there (None: the store decides).
-
-    * no URI (``--mlflow``, ``mlflow=True``): ``sqlite:///<sweep>/mlflow.db``, artifacts in
-      ``<sweep>/mlartifacts``;
-    * a folder: ``sqlite:///<folder>/mlflow.db``, artifacts in ``<folder>/mlartifacts``
-      (MLflow 3 refuses its old file store);
-    * another database (``sqlite:``, ``postgresql:``, ...): that store, artifacts in the sweep's
-      ``mlartifacts`` (MLflow would put them in an ``mlruns/`` of the current folder);
-    * a server (``http(s):``, ``databricks``) or a ``file:`` store: where it keeps them.
-    """
-    from ..paths import MLFLOW_ARTIFACTS, MLFLOW_DB, SweepPaths
-
-    if value is True or value == "":
-        paths = SweepPaths(folder)
-        return paths.mlflow_uri, paths.mlflow_artifacts
-    text = str(value)
-    if "://" not in text and not text.startswith(("databricks", "file:", "sqlite:")):
-        where = os.path.abspath(os.path.expanduser(text))
-        return f"sqlite:///{os.path.join(where, MLFLOW_DB)}", os.path.join(where, MLFLOW_ARTIFACTS)
-    if text.startswith(("http://", "https://", "databricks", "file:")):
-        return text, None
-    return text, SweepPaths(folder).mlflow_artifacts
-
-
-def make(options: Any, folder: str) -> list[Tracker]:
-    """The trackers a sweep's options ask for."""
-    out: list[Tracker] = []
-    if options.tensorboard:
-        from .tb import TensorBoardFiles
-
-        out.append(TensorBoardFiles(folder))
-    if options.mlflow:
-        from .mlflow_runs import MlflowRuns
-
-        out.append(MlflowRuns(*mlflow_store(options.mlflow, folder), folder))
-    return out
-

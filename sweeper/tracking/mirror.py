@@ -26,11 +26,11 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import SweepError
-from ..ledger import Ledger, _result
-from ..trial import TrialResult, TrialSpec, current_id
+from ..ledger import Ledger
+from ..trial import TrialResult, TrialSpec
 from . import Attempt, Held, SweepInfo, Tracker, attempt_of, attempt_running, digest, numbers
 
 log = logging.getLogger("sweeper")
@@ -40,49 +40,6 @@ POLL_S = 1.0
 #: Rows recorded up to this many seconds before the newest row already read are read
 #: again (a clock that steps back, a row written while the last look read).
 OVERLAP_S = 5.0
-
-
-class _Reader(Ledger):
-    """A read-only ledger that also reads what changed (the mirror's own queries)."""
-
-    def __init__(self, folder: str) -> None:
-        super().__init__(folder, readonly=True)
-
-    def recorded_since(self, since: float | None, stamps: dict[str, float]) -> tuple[dict[str, TrialResult],
-                                                                                      float | None]:
-        """Rows recorded at ``since`` or later (every row for None), but those whose time
-        ``stamps`` already holds (read before, unchanged since), and the newest row's time.
-        ``stamps`` is brought up to date."""
-        if since is None:
-            rows = self._db.execute(f"SELECT {self._select}, recorded_at FROM trials")
-        else:
-            rows = self._db.execute(f"SELECT {self._select}, recorded_at FROM trials WHERE recorded_at >= ?",
-                                    (since,))
-        out, newest = {}, None
-        for row in rows:
-            newest = row[-1] if newest is None or row[-1] > newest else newest
-            tid = current_id(row[0])
-            if since is not None and stamps.get(tid) == row[-1]:
-                continue
-            stamps[tid] = row[-1]
-            out[tid] = _result(row[:-1])
-        return out, newest
-
-    def rows_of(self, ids: Iterable[str]) -> dict[str, TrialResult]:
-        """The rows of these trials, where they have one."""
-        ids = list(ids)
-        out: dict[str, TrialResult] = {}
-        for i in range(0, len(ids), 400):
-            chunk = [form for tid in ids[i:i + 400] for form in (tid, tid[1:])]  # as an old ledger has it
-            rows = self._db.execute(f"SELECT {self._select} FROM trials WHERE trial_id IN "
-                                    f"({','.join('?' * len(chunk))})", chunk)
-            out.update((r.trial_id, r) for r in map(_result, rows))
-        return out
-
-    def last_epochs(self) -> dict[str, int]:
-        """Each trial's last reported epoch."""
-        rows = self._db.execute("SELECT trial_id, max(epoch) FROM history GROUP BY trial_id")
-        return {current_id(tid): epoch for tid, epoch in rows}
 
 
 class Mirror:
@@ -101,7 +58,7 @@ class Mirror:
         self.held: dict[int, dict[str, Held]] = {}
         self.metrics: list[str] = []
         self.recorded: set[str] = set()  #: the trials with a row, as last read
-        self._ledger: _Reader | None = None
+        self._ledger: Ledger | None = None
         self._seen: int | None = None
         self._since: float | None = None  # rows recorded from then on are read again; None: all
         self._stamps: dict[str, float] = {}  # each row's time as last read: unchanged, not read again
@@ -112,7 +69,7 @@ class Mirror:
         if not self.trackers:
             return False
         if self._ledger is None:  # opened here: used by the thread that syncs
-            self._ledger = _Reader(self.folder)
+            self._ledger = Ledger(self.folder, readonly=True)
             for tracker in list(self.trackers):
                 self._guard(tracker, lambda t: self.held.__setitem__(id(t), t.begin(self.info)))
         version = self._ledger.changed()

@@ -16,7 +16,7 @@
   ``<sweep folder>/mlartifacts`` (no server; ``mlflow ui --backend-store-uri`` shows it).
   A folder is a store there in the same way; into another database the artifacts of an
   experiment sweeper creates go to the sweep folder, never to ``mlruns/`` in the
-  current folder (:func:`sweeper.tracking.mlflow_store`).
+  current folder (:func:`sweeper.tracking.chosen.mlflow_store`).
 * Into a SQLite store (``sqlite:`` URIs, the default), the trials' runs are written in
   one transaction per look at the ledger (:class:`_Batch`), through MLflow's own table
   definitions: its client takes several transactions per run (tens of milliseconds
@@ -103,7 +103,7 @@ class MlflowRuns:
     """The MLflow tracker (see the module's docstring)."""
 
     def __init__(self, uri: str, artifacts: str | None, folder: str) -> None:
-        """``uri``, ``artifacts``: as :func:`sweeper.tracking.mlflow_store` says."""
+        """``uri``, ``artifacts``: as :func:`sweeper.tracking.chosen.mlflow_store` says."""
         self.uri, self.folder = uri, folder
         local = uri == SweepPaths(folder).mlflow_uri
         self.label = f"MLflow at {uri}"

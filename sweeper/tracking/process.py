@@ -318,7 +318,7 @@ def _tie_to(parent: int) -> None:
 
 def main() -> int:
     """``python -m sweeper.tracking.process``: started by a sweep (:class:`TrackerProcess`)."""
-    from . import make
+    from .chosen import make
     from .mirror import Background, Mirror
 
     header = json.loads(sys.stdin.buffer.readline() or b"null")

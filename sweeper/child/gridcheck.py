@@ -1,0 +1,103 @@
+"""The child half of reading a grid file: in the CLI's first trial process, import the
+file, check it and expand its grid, and send the parent plain data or one error line
+(the parent half, which starts this process and waits for it, is :mod:`sweeper.gridfile`)."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import SweepError
+from ..protocol import GridRead, GridRefused
+
+if TYPE_CHECKING:
+    from ..target import FileTarget
+
+
+def inspect(path: str, seed: int | None, send: Callable[[Any], Any]) -> "FileTarget | None":
+    """In the CLI's first process: import, check, expand; send the grid as data, or one
+    error line. The target to load ``train`` from, or None when the file is refused."""
+    from ..target import FileTarget
+
+    try:
+        data = _examine(path, seed)
+    except SweepError as exc:
+        send(GridRefused(str(exc)))
+        return None
+    except BaseException as exc:  # noqa: BLE001 - anything else is a bug to report plainly
+        send(GridRefused(f"checking {path} failed: {_last_line(exc)}"))
+        return None
+    send(GridRead(**data))
+    return FileTarget(path, data["attr"], data["shell"])
+
+
+def _last_line(exc: BaseException) -> str:
+    return traceback.format_exception_only(type(exc), exc)[-1].strip().splitlines()[-1]
+
+
+def _examine(path: str, seed: int | None) -> dict[str, Any]:
+    import sys
+
+    from ..grid import Points, check_not_empty, expand, sample
+    from ..modules import imported_since
+    from ..options import Options
+    from ..target import check_signature, describe, load_file
+
+    name = os.path.basename(path)
+    before = list(sys.modules)
+    try:
+        module = load_file(path)
+    except SyntaxError as exc:
+        raise SweepError(f"{name} is not valid Python: {exc.msg} (line {exc.lineno}); fix it and run again") from None
+    except BaseException as exc:  # noqa: BLE001
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = next((f"line {f.lineno}" for f in reversed(tb) if f.filename == path), "")
+        raise SweepError(f"{name} raised on import: {_last_line(exc)} ({where or 'in a module it imports'}); "
+                         "fix it and run again") from None
+    train = getattr(module, "train", None)
+    command = getattr(module, "command", None)
+    shell = bool(getattr(module, "shell", False))
+    if train is None and command is None:
+        raise SweepError(f"{name} defines no train; add def train(params): ... returning a dict of metrics "
+                         "(or command = 'python train.py --lr={lr}')")
+    if train is not None and command is not None:
+        raise SweepError(f"{name} defines both train and command; keep one")
+    if train is not None:
+        check_signature(train, f"{name}")
+    options = getattr(module, "options", {}) or {}
+    if not isinstance(options, dict):
+        raise SweepError(f"options in {name} is a {type(options).__name__}; make it a dict, e.g. options = {{'workers': 2}}")
+    for key in ("search", "trials", "prune"):  # a search's settings, also as top-level names
+        if hasattr(module, key):
+            options = {**options, key: getattr(module, key)}
+    Options.build(options, where=name)
+    if seed is None:
+        seed = options.get("seed", 0)
+    if hasattr(module, "grid") and hasattr(module, "space"):
+        raise SweepError(f"{name} defines both grid and space; keep one (grid for every combination, "
+                         "space with samples = N for random search)")
+    space = None
+    if hasattr(module, "grid"):
+        check_not_empty(module.grid)
+        points = expand(module.grid)
+    elif hasattr(module, "space") and (options.get("search") is not None or not hasattr(module, "samples")):
+        # searched (its checks are the search's, in the parent); without search = ..., the parent says what is missing
+        points, space = Points(), (dict(module.space) if isinstance(module.space, dict) else module.space)
+    elif hasattr(module, "space"):
+        samples = getattr(module, "samples", None)
+        if not isinstance(samples, int) or isinstance(samples, bool):
+            raise SweepError(f"{name} defines space but no samples = N; add e.g. samples = 20")
+        points = sample(module.space, samples, seed=seed)
+    else:
+        raise SweepError(f"{name} defines no grid; add e.g. grid = {{'lr': [0.01, 0.001]}} "
+                         "(or space = {...} with samples = N)")
+    if command is not None:
+        from ..command import Command
+
+        command = Command.of(command, shell)
+        command.check(points or [dict.fromkeys(space or {}, 0)])
+    return {"points": [dict(p) for p in points], "options": dict(options), "space": space,
+            "attr": "train" if train is not None else "command", "shell": shell,
+            "what": describe(train if train is not None else command), "modules": imported_since(before)}
+

@@ -1,0 +1,132 @@
+"""The house's rules, read from the source (issue 26, item 7): no import circle among
+sweeper's modules, counting imports made inside functions (but not those only for type
+checking), and no module using another sweeper module's private names."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+from conftest import ROOT
+
+PACKAGE = os.path.join(ROOT, "sweeper")
+
+
+def _modules() -> dict[str, str]:
+    out = {}
+    for folder, _, files in os.walk(PACKAGE):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                out[name.removesuffix(".__init__")] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:`` (never imported when run)."""
+    out: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                todo.extend(child.orelse)
+                continue
+            todo.append(child)
+    return out
+
+
+def _imports(name: str) -> list[tuple[str, str | None, str]]:
+    """(module imported, name taken from it or None, the name it is bound to here) for
+    each import ``name`` makes."""
+    path = MODULES[name]
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    out: list[tuple[str, str | None, str]] = []
+    for node in _runtime_nodes(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, None, a.asname or a.name.partition(".")[0]) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for a in node.names:
+                sub = f"{source}.{a.name}"
+                out.append((sub, None, a.asname or a.name) if sub in MODULES else (source, a.name, a.asname or a.name))
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    return {m: {t for t, _, _ in _imports(m) if t in MODULES and t != m} for m in MODULES}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+@pytest.mark.unit
+def test_the_circle_finder_finds_a_circle_through_a_function_level_import():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.unit
+def test_no_import_circle_among_sweepers_modules():
+    assert circles(_graph()) == []
+
+
+@pytest.mark.unit
+def test_no_module_uses_another_modules_private_names():
+    used = []
+    for m in MODULES:
+        aliases = {}  # a name bound here to another sweeper module
+        for source, taken, bound in _imports(m):
+            if source in MODULES and source != m and taken is not None and _private(taken):
+                used.append(f"{m}: from {source} import {taken}")
+            if source in MODULES and source != m and taken is None and bound != "sweeper":
+                aliases[bound] = source
+        for node in ast.walk(ast.parse(open(MODULES[m]).read())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr)
+                    and aliases.get(node.value.id, m) != m):
+                used.append(f"{m}: {aliases[node.value.id]}.{node.attr}")
+    assert used == []
