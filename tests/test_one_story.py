@@ -238,6 +238,26 @@ grid = {{"x": [1]}}
     assert "Traceback" not in err and err.count("\n") == 1 and "interrupted" in err, err
 
 
+@pytest.mark.unit
+def test_a_ctrl_c_while_a_child_starts_arrives_when_it_has_started():
+    """The parent ignores SIGINT while it starts a child (so the child inherits that); a
+    Ctrl-C meanwhile was lost, and on a busy machine the child may import the whole grid
+    file in that window (the test above then waited for the import, 600 s). Now it is
+    held, and arrives as the window closes."""
+    import os
+    import signal
+
+    from sweeper.backends.local import _sigint_ignored
+
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        with _sigint_ignored():
+            os.kill(os.getpid(), signal.SIGINT)  # to the process, as kill and a terminal send it
+            got.append("not yet")
+        got.append("lost")
+    assert got == ["not yet"]
+
+
 def test_a_trial_run_again_on_resume_counts_its_attempts_on(tmp_path):
     """A crashed trial run again by the next run is attempt 2, in its row and its log's
     second header, and still gets this run's retries."""

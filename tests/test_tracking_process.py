@@ -175,23 +175,61 @@ def test_what_is_not_sent_when_the_wait_ends_is_one_line_naming_the_export_that_
     assert len(parents) == 1 and len(runs) == 20 and {r.info.status for r in runs} == {"FINISHED"}
 
 
+@contextlib.contextmanager
+def _server_that_never_answers():
+    """A tracking server that says it is up (``/health``) and then never answers: the
+    trackers' process cannot finish sending, however fast the machine is, until the test
+    ends (an event, not a time)."""
+    import http.server
+    import threading
+
+    done = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server's name
+            if self.path.rstrip("/").endswith("/health"):
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"OK")
+                return
+            done.wait(300)
+
+        do_POST = do_GET  # noqa: N815
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        done.set()
+        server.shutdown()
+        server.server_close()
+
+
 def test_ctrl_c_during_the_end_wait_ends_it(tmp_path):
-    """Ctrl-C while the sweep waits for its trackers at its end: the wait ends, in one line
-    naming the export that finishes what was not sent (MLflow is still being imported)."""
+    """Ctrl-C while the sweep waits for its trackers at its end (a server that never answers
+    holds them up): the wait ends, in one line naming the export that finishes what was
+    not sent."""
     grid = write_grid(tmp_path, "from sweep_fns import const as train\ngrid = {'x': [1]}\n")
-    code = ("import signal, threading, sys\n"
-            "import sweeper.tracking.process as p\n"
-            "p.END_WAIT_S = 600.0\n"
-            "close = p.TrackerProcess.close\n"
-            "def ctrl_c_in_the_wait(self, state):\n"
-            "    threading.Timer(0.5, signal.raise_signal, [signal.SIGINT]).start()\n"
-            "    close(self, state)\n"
-            "p.TrackerProcess.close = ctrl_c_in_the_wait\n"
-            "from sweeper.cli import main\n"
-            f"sys.exit(main({[grid, '--out', str(tmp_path), '--name', 'c', '--mlflow']!r}))\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, ROOT])}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    with _server_that_never_answers() as uri:
+        code = ("import signal, threading, sys\n"
+                "import sweeper.tracking.process as p\n"
+                "p.END_WAIT_S = 600.0\n"
+                "close = p.TrackerProcess.close\n"
+                "def ctrl_c_in_the_wait(self, state):\n"
+                "    threading.Timer(0.5, signal.raise_signal, [signal.SIGINT]).start()\n"
+                "    close(self, state)\n"
+                "p.TrackerProcess.close = ctrl_c_in_the_wait\n"
+                "from sweeper.cli import main\n"
+                f"sys.exit(main({[grid, '--out', str(tmp_path), '--name', 'c', '--mlflow', uri]!r}))\n")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, ROOT]), "MLFLOW_HTTP_REQUEST_TIMEOUT": "600",
+               "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     warnings = [line for line in proc.stdout.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "ended by Ctrl-C" in warnings[0], proc.stdout
-    assert warnings[0].endswith(f"python -m sweeper export {tmp_path / 'c'} --mlflow")
+    assert warnings[0].endswith(f"python -m sweeper export {tmp_path / 'c'} --mlflow {uri}")

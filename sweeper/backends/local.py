@@ -651,12 +651,21 @@ def _mp_helpers() -> set[int]:
 @contextlib.contextmanager
 def _sigint_ignored() -> Iterator[None]:
     """Start a child with SIGINT ignored, so a Ctrl-C during its bootstrap (before it leads
-    its own process group) reaches only the parent, which then stops it properly."""
+    its own process group) reaches only the parent, which then stops it properly.
+
+    The parent's own SIGINT is blocked meanwhile, not lost: a signal sent to a blocked
+    thread is kept pending even while ignored, and arrives when the handler is back. (A
+    Ctrl-C in this window was lost: on a busy machine the child can import the grid file
+    before ``start()`` returns. The child unblocks it first thing, in its bootstrap.)"""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        yield
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
     finally:
-        signal.signal(signal.SIGINT, old)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
