@@ -10,6 +10,7 @@ import error the usual way).
 
 import os
 
+from . import contract
 from .child import bootstrap  # noqa: F401  (every fork starts there: imported once, here)
 
 
@@ -21,7 +22,7 @@ def _import() -> str:
 
     # multiprocessing (3.11) does not give its fork server the sweep's sys.path: the parent's
     # own entries (a folder it added, the script's) come through the environment
-    for entry in reversed(os.environ.pop("SWEEPER_PRELOAD_PATH", "").split(os.pathsep)):
+    for entry in reversed(os.environ.pop(contract.PRELOAD_PATH, "").split(os.pathsep)):
         if entry and entry not in sys.path:
             sys.path.insert(0, entry)
     # what importing prints (TensorFlow's C++ logs too) must not reach the sweep's console
@@ -30,7 +31,7 @@ def _import() -> str:
     os.dup2(null, 2)
     os.close(null)
     try:
-        with open(os.environ.pop("SWEEPER_PRELOAD_LIST", os.devnull)) as f:
+        with open(os.environ.pop(contract.PRELOAD_LIST, os.devnull)) as f:
             names = f.read().split()
     except OSError as exc:
         return f"its list of modules could not be read ({exc.strerror})"
@@ -109,7 +110,7 @@ def _compute() -> None:
 
 
 def _tell(said: str) -> None:
-    path = os.environ.pop("SWEEPER_PRELOAD_READY", "")
+    path = os.environ.pop(contract.PRELOAD_READY, "")
     if not path:
         return
     try:

@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from . import contract
 from .errors import SweepError
 
 #: Share of a card left unclaimed when the fraction follows from ``per_gpu``.
@@ -48,14 +49,14 @@ class MemoryPolicy:
         """Variables a slot's process starts with; JAX and the child's caps read them."""
         env: dict[str, str] = {}
         if self.growth:
-            env.update(SWEEPER_MEMORY_GROWTH="1", TF_FORCE_GPU_ALLOW_GROWTH="true",
-                       XLA_PYTHON_CLIENT_PREALLOCATE="false")
+            env.update({contract.MEMORY_GROWTH: "1", "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+                        "XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
         if self.fraction is not None:
-            env.update(SWEEPER_MEMORY_FRACTION=f"{self.fraction:.6g}",
-                       XLA_PYTHON_CLIENT_MEM_FRACTION=f"{self.fraction:.6g}")
+            env.update({contract.MEMORY_FRACTION: f"{self.fraction:.6g}",
+                        "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{self.fraction:.6g}"})
             limit = self.limit_mb(total_mb)
             if limit is not None:
-                env["SWEEPER_MEMORY_LIMIT_MB"] = str(limit)
+                env[contract.MEMORY_LIMIT_MB] = str(limit)
         return env
 
 
@@ -86,9 +87,9 @@ def resolve(per_gpu: int | None, fraction: float | None, growth: bool) -> Memory
 
 def apply_tensorflow(tf: Any) -> str:
     """Cap (or set growth on) the GPU TensorFlow sees; a no-op on the CPU."""
-    limit = os.environ.get("SWEEPER_MEMORY_LIMIT_MB")
-    growth = os.environ.get("SWEEPER_MEMORY_GROWTH") == "1"
-    if not limit and not growth and not os.environ.get("SWEEPER_MEMORY_FRACTION"):
+    limit = os.environ.get(contract.MEMORY_LIMIT_MB)
+    growth = os.environ.get(contract.MEMORY_GROWTH) == "1"
+    if not limit and not growth and not os.environ.get(contract.MEMORY_FRACTION):
         return "no cap asked"
     gpus = tf.config.list_physical_devices("GPU")  # cuInit, but no context, no memory yet
     if not gpus:
@@ -110,7 +111,7 @@ def apply_tensorflow(tf: Any) -> str:
 
 
 def apply_torch(torch: Any) -> str:
-    fraction = os.environ.get("SWEEPER_MEMORY_FRACTION")
+    fraction = os.environ.get(contract.MEMORY_FRACTION)
     if not fraction or not torch.cuda.is_available():
         return "no cap for PyTorch"
     torch.cuda.set_per_process_memory_fraction(float(fraction), 0)

@@ -28,7 +28,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from . import paths
+from . import contract, paths
 from .errors import SweepError
 from .metrics import BadResult
 from .context import attempt_tail
@@ -179,22 +179,22 @@ class Command:
         assert self.template is not None and self.shell
         pieces = shell_pieces(self.template)
         order = list(dict.fromkeys(p.name for p in pieces if isinstance(p, _Slot) and p.name != FLAGS))
-        var = {name: f"SWEEPER_ARG_{i}" for i, name in enumerate(order)}
+        var = {name: f"{contract.ARG_PREFIX}{i}" for i, name in enumerate(order)}
         env = {var[name]: text(params[name]) for name in order}
         every = flags(params)
         if any(isinstance(p, _Slot) and p.name == FLAGS for p in pieces):
-            env.update({f"SWEEPER_FLAG_{j}": flag for j, flag in enumerate(every)})
-            env["SWEEPER_FLAGS"] = " ".join(every)
+            env.update({f"{contract.FLAG_PREFIX}{j}": flag for j, flag in enumerate(every)})
+            env[contract.FLAGS] = " ".join(every)
         script, shown = [], []
         for piece in pieces:
             if isinstance(piece, str):
                 script.append(piece)
                 shown.append(piece)
             elif piece.name == FLAGS and piece.context == BARE:  # one word per parameter
-                script.append(" ".join(f'"${{SWEEPER_FLAG_{j}}}"' for j in range(len(every))))
+                script.append(" ".join(f'"${{{contract.FLAG_PREFIX}{j}}}"' for j in range(len(every))))
                 shown.append(" ".join(shlex.quote(flag) for flag in every))
             else:
-                name = "SWEEPER_FLAGS" if piece.name == FLAGS else var[piece.name]
+                name = contract.FLAGS if piece.name == FLAGS else var[piece.name]
                 value = " ".join(every) if piece.name == FLAGS else text(params[piece.name])
                 script.append(f'"${{{name}}}"' if piece.context == BARE else f"${{{name}}}")
                 shown.append(shlex.quote(value) if piece.context == BARE else _escaped(value, piece.context))

@@ -62,6 +62,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from . import outcome
+from . import contract
 from .errors import SweepError
 from .ledger import Ledger, StorageError, storage_error
 from .paths import log_tail
@@ -264,7 +265,7 @@ class Engine:
             spec = self._next()
             if spec is None:
                 break
-            spec = replace(spec, env={**spec.env, **_trial_env(spec)},
+            spec = replace(spec, env={**spec.env, **contract.trial_env(spec)},
                            verdicts=self.hooks.verdicts and getattr(self.backend, "answers", False))
             trial = _Trial(spec, "", time.monotonic())
             self.trials[spec.trial_id] = trial
@@ -536,18 +537,6 @@ def no_main_guard() -> SweepError:
         "calls it again; put the call under if __name__ == \"__main__\": (finished trials are kept)"
     )
 
-
-def _trial_env(spec: TrialSpec) -> dict[str, str]:
-    """What a trial (and any command it runs) finds in its environment."""
-    import json
-
-    return {
-        "SWEEPER_TRIAL_ID": spec.trial_id,
-        "SWEEPER_TRIAL_NAME": spec.name,
-        "SWEEPER_TRIAL_DIR": spec.dir,
-        "SWEEPER_SEED": str(spec.seed),
-        "SWEEPER_PARAMS": json.dumps(spec.params, sort_keys=True),
-    }
 
 
 @contextlib.contextmanager

@@ -85,7 +85,7 @@ def read(path: str, seed: int | None, env: dict[str, str] | None = None) -> tupl
 
     from .backends.local import join, new_tag, spawn
     from .child.bootstrap import Boot
-    from .procs import SWEEP_VAR
+    from . import contract
 
     path = os.path.abspath(path)
     if not os.path.exists(path):
@@ -93,7 +93,7 @@ def read(path: str, seed: int | None, env: dict[str, str] | None = None) -> tupl
     if not path.endswith(".py"):
         raise SweepError(f"grid file {path} is not a .py file; give a Python file that defines train and grid")
     tag = new_tag()
-    env = {**(env or {"CUDA_VISIBLE_DEVICES": "-1"}), SWEEP_VAR: tag}
+    env = {**(env or {"CUDA_VISIBLE_DEVICES": "-1"}), contract.SWEEP: tag}
     boot = Boot(os.getpid(), None, env, inspect=(path, seed))
     spare = spawn(multiprocessing.get_context("spawn"), boot, env, "sweeper-grid")
     spare.tag = tag

@@ -27,10 +27,10 @@ import os
 import signal
 from typing import Iterable, Iterator
 
+from . import contract
+
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
-SLOT_VAR = "SWEEPER_SLOT"
-SWEEP_VAR = "SWEEPER_SWEEP"
 #: The fork server's slot: room for a fork to write its own slot into (:func:`tag_slot`).
 SLOT_PLACEHOLDER = "-" * 12
 
@@ -39,7 +39,7 @@ def tag_slot(slot: str) -> bool:
     """In a fork of the fork server: make ``/proc/self/environ`` (and so that of every fork
     of this process) show ``SWEEPER_SLOT=<slot>``, by writing it over the placeholder the
     server started with, in the memory that file shows. False where that cannot be done."""
-    key = f"{SLOT_VAR}={SLOT_PLACEHOLDER}".encode()
+    key = f"{contract.SLOT}={SLOT_PLACEHOLDER}".encode()
     value = slot.encode().ljust(len(SLOT_PLACEHOLDER), b" ")
     if len(value) > len(SLOT_PLACEHOLDER):
         return False
@@ -59,7 +59,7 @@ def tag_slot(slot: str) -> bool:
         at = block.find(b"\0" + key + b"\0") + 1
         if at == 0:
             return False
-    ctypes.memmove(env_start + at + len(SLOT_VAR) + 1, value, len(value))
+    ctypes.memmove(env_start + at + len(contract.SLOT) + 1, value, len(value))
     return True
 
 
@@ -102,7 +102,7 @@ def tags(pid: int) -> dict[str, str]:
     out = {}
     for item in env.split(b"\0"):
         key, _, value = item.partition(b"=")
-        if key in (b"SWEEPER_SLOT", b"SWEEPER_SWEEP"):
+        if key in (contract.SLOT.encode(), contract.SWEEP.encode()):
             out[key.decode()] = value.decode(errors="replace").rstrip()
     return out
 
@@ -117,9 +117,9 @@ def strays(sweep_tags: Iterable[str], slot: int | None, known: Iterable[int]) ->
         if child in skip:
             continue
         tag = tags(child)
-        if tag.get(SWEEP_VAR) not in mine:
+        if tag.get(contract.SWEEP) not in mine:
             continue
-        if slot is not None and tag.get(SLOT_VAR) != str(slot):
+        if slot is not None and tag.get(contract.SLOT) != str(slot):
             continue
         out += [child, *descendants(child)]
     return out

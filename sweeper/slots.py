@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from . import contract
 from .capping import MemoryPolicy
 from .errors import SweepError
 from . import gpus as _gpus
@@ -142,7 +143,7 @@ def place(gpus: str | list[str], policy: MemoryPolicy, workers: int | None) -> P
     if not ids:
         count = workers or os.cpu_count() or 1
         threads = _cpu_threads(count)
-        slots = [Slot(i, None, {"CUDA_VISIBLE_DEVICES": "-1", "SWEEPER_SLOT": str(i), **threads})
+        slots = [Slot(i, None, {"CUDA_VISIBLE_DEVICES": "-1", contract.SLOT: str(i), **threads})
                  for i in range(count)]
         return Placement(slots, [], None)
     info = {str(g.index): g for g in known}
@@ -154,7 +155,7 @@ def place(gpus: str | list[str], policy: MemoryPolicy, workers: int | None) -> P
             env = {
                 "CUDA_VISIBLE_DEVICES": gpu.uuid if gpu else gid,
                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                "SWEEPER_SLOT": str(len(slots)),
+                contract.SLOT: str(len(slots)),
                 **policy.env(total),
             }
             slots.append(Slot(len(slots), gid, env, gpu.uuid if gpu else "", policy.limit_mb(total)))

@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from .. import procs
+from .. import contract, procs
 
 #: One fork server per process (multiprocessing keeps one): a second sweep running at the
 #: same time in this process (another thread) uses spawn.
@@ -114,9 +114,9 @@ class ForkServer:
             f.write("\n".join(preload))
         import sys
 
-        server_env = {**env, "CUDA_VISIBLE_DEVICES": "-1", procs.SWEEP_VAR: tag, "SWEEPER_PRELOAD_READY": fifo,
-                      procs.SLOT_VAR: procs.SLOT_PLACEHOLDER, "SWEEPER_PRELOAD_LIST": listing,
-                      "SWEEPER_PRELOAD_PATH": os.pathsep.join(p for p in sys.path if p)}
+        server_env = {**env, "CUDA_VISIBLE_DEVICES": "-1", contract.SWEEP: tag, contract.PRELOAD_READY: fifo,
+                      contract.SLOT: procs.SLOT_PLACEHOLDER, contract.PRELOAD_LIST: listing,
+                      contract.PRELOAD_PATH: os.pathsep.join(p for p in sys.path if p)}
         # never the user's module (not even a script run as __main__: each fork imports it)
         ctx.set_forkserver_preload(["sweeper._preload"])
         self._mp_temp = _own_mp_temp(self._dir)

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
-from .. import headroom, outcome, procs
+from .. import contract, headroom, outcome, procs
 from ..child import bootstrap
 from ..engine import TERM_GRACE, log, no_main_guard
 from ..gpus import MemorySampler
@@ -179,7 +179,7 @@ class LocalBackend:
     def _adopt(self, spare: Spare) -> None:
         """The CLI's first process becomes the standby of the slot it was started for."""
         slot = next((s for s in self.slots[:self.capacity] if s.env == {k: v for k, v in spare.env.items()
-                                                                        if k != procs.SWEEP_VAR}), None)
+                                                                        if k != contract.SWEEP}), None)
         # With prefetch off, every trial imports train after its seed is set: so does the first.
         if slot is None or not self.prefetch:
             spare.close()
@@ -331,7 +331,7 @@ class LocalBackend:
         a fork of the fork server once it is ready, else a spawn process."""
         forked = not self.no_forks and self.server is not None and self.server.state == "ready"
         boot = bootstrap.Boot(os.getpid(), self.target, slot.env, standby, check_ppid=not forked)
-        env = {**slot.env, procs.SWEEP_VAR: self.tag}
+        env = {**slot.env, contract.SWEEP: self.tag}
         sb = spawn(self.fork_ctx if forked else self.spawn_ctx, boot, env, f"sweeper-slot{slot.index}")
         sb.forked = forked
         return sb
@@ -346,7 +346,7 @@ class LocalBackend:
             process.conn.send(spec)
         except OSError:  # it died in its bootstrap; its exit is judged like any other
             pass
-        fraction = slot.env.get("SWEEPER_MEMORY_FRACTION")
+        fraction = slot.env.get(contract.MEMORY_FRACTION)
         return Began(process.process.pid, slot.device, slot.uuid, slot.cap_mb, fraction)
 
     def _all_standbys(self) -> list[Spare]:
@@ -609,7 +609,7 @@ def _common_env(slots: Sequence[Slot]) -> dict[str, str]:
     common = dict(envs[0]) if envs else {}
     for env in envs[1:]:
         common = {k: v for k, v in common.items() if env.get(k) == v}
-    common.pop(procs.SLOT_VAR, None)
+    common.pop(contract.SLOT, None)
     return common
 
 

@@ -37,6 +37,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from .. import contract
 from ..capping import MemoryPolicy
 from ..errors import SweepError
 from ..protocol import Began, Event, Exited, Exiting, LoadFailed, Placed, Unwritable
@@ -131,7 +132,7 @@ class RayBackend:
         # unlike cards, fastest first), so the id Ray gives, the cap's card and NVML agree.
         self.env = ({**policy.env(None), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if self.num_gpus
                     else {"CUDA_VISIBLE_DEVICES": "-1"})
-        self.fraction = self.env.get("SWEEPER_MEMORY_FRACTION")
+        self.fraction = self.env.get(contract.MEMORY_FRACTION)
         self.tasks: dict[str, _Task] = {}  #: by trial id
 
     def open(self) -> None:

@@ -42,7 +42,7 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NoReturn
 
-from .. import context, outcome, paths, procs
+from .. import context, contract, outcome, paths, procs
 from ..metrics import BadResult, epochs_of
 from ..protocol import Exiting, LoadFailed, Placed, Ready, Result, Unwritable
 from ..trial import TrialSpec
@@ -75,7 +75,7 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     _guard(boot.parent_pid if boot.check_ppid else None)
     os.environ.update(boot.env)
     if not boot.check_ppid:  # a fork: /proc shows the server's environment, made this slot's
-        procs.tag_slot(boot.env.get(procs.SLOT_VAR, ""))
+        procs.tag_slot(boot.env.get(contract.SLOT, ""))
     hook = imports.install()
     fn = None
     prelog: int | None = None
@@ -176,7 +176,7 @@ def ray_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any,
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     limit = _limit_mb_here(gpus)
     if limit is not None:
-        os.environ["SWEEPER_MEMORY_LIMIT_MB"] = str(limit)
+        os.environ[contract.MEMORY_LIMIT_MB] = str(limit)
     device = f"gpu:{gpus}" if gpus and not gpus.startswith("-") else "cpu"
     remove_leftovers()  # of this node's trials that were killed (ray.cancel, a crash)
     scratch: _Scratch | None = None
@@ -197,7 +197,7 @@ def ray_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any,
 def _ray_trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
                scratch: _Scratch | None) -> dict[str, Any]:
     """:func:`ray_main`'s trial, in its folder: the return value the driver reads."""
-    os.environ.update({**spec.env, "SWEEPER_TRIAL_DIR": spec.dir})
+    os.environ.update({**spec.env, contract.TRIAL_DIR: spec.dir})
     channel.put((spec.trial_id, Placed(os.getpid(), spec.device, limit)))
     log = _redirect_to_nameless()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
@@ -359,7 +359,7 @@ def _read_back(fd: int) -> str:
 
 def _limit_mb_here(gpus: str) -> int | None:
     """The cap in MB for the GPU Ray gave this task: the fraction times its size, from NVML."""
-    fraction = os.environ.get("SWEEPER_MEMORY_FRACTION")
+    fraction = os.environ.get(contract.MEMORY_FRACTION)
     if not fraction or not gpus or gpus.startswith("-"):
         return None
     from ..gpus import inventory
@@ -383,11 +383,10 @@ def setup() -> dict[str, Any]:
         sweeper.worker.setup()
     """
     hook = imports.install()
-    seed = os.environ.get("SWEEPER_SEED")
+    seed = contract.seed_from_env()
     if seed is not None:
-        hook.set_seed(int(seed))
-    params: dict[str, Any] = json.loads(os.environ.get("SWEEPER_PARAMS", "{}"))
-    return params
+        hook.set_seed(seed)
+    return contract.params_from_env()
 
 
 def _load(load: Callable[[], Callable[..., Any]], send: Callable[[Any], Any]) -> Callable[..., Any] | None:
