@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import SweepError
 from .metrics import direction
-from .trial import Status, TrialResult, TrialSpec
+from .trial import TrialResult, TrialSpec
 
 SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp")
 PRUNERS = ("median", "asha", "hyperband")
@@ -244,11 +244,10 @@ class Search:
     def _state(self, result: TrialResult) -> tuple[Any, float | None]:
         TrialState = self.optuna.trial.TrialState
         value = result.metrics.get(self.metric)
-        if result.status is Status.OK and _finite(value):
-            return TrialState.COMPLETE, float(value)  # type: ignore[arg-type]
-        if result.status is Status.PRUNED:
-            return TrialState.PRUNED, None
-        return TrialState.FAIL, None
+        state = result.status.optuna
+        if state == "COMPLETE" and not _finite(value):
+            state = "FAIL"  # ok, but without a number to optimise
+        return TrialState[state], (float(value) if state == "COMPLETE" else None)  # type: ignore[arg-type]
 
     # -- the feed -----------------------------------------------------------------------------
 

@@ -52,6 +52,31 @@ class Status(str, enum.Enum):
         """Whether the trial ended as it should: trained to the end, or pruned by a search."""
         return self in (Status.OK, Status.PRUNED)
 
+    # -- how each tool a sweep is shown in names it (one place, so they cannot disagree) --
+
+    @property
+    def tensorboard(self) -> str:
+        """TensorBoard's session status: ok and pruned ended as asked (pruned trials show
+        their last epoch's metrics and ``epoch_reached``), interrupted is unknown, the rest
+        failed."""
+        if self.succeeded:
+            return "STATUS_SUCCESS"
+        return "STATUS_UNKNOWN" if self is Status.INTERRUPTED else "STATUS_FAILURE"
+
+    @property
+    def mlflow(self) -> str:
+        """MLflow's run status: ``FINISHED`` for ok and pruned, ``KILLED`` for interrupted,
+        ``FAILED`` for the rest."""
+        if self.succeeded:
+            return "FINISHED"
+        return "KILLED" if self is Status.INTERRUPTED else "FAILED"
+
+    @property
+    def optuna(self) -> str:
+        """The name of Optuna's ``TrialState`` the study is told: ``COMPLETE`` for ok (with a
+        finite value of the metric; else ``FAIL``), ``PRUNED``, ``FAIL`` for the rest."""
+        return {Status.OK: "COMPLETE", Status.PRUNED: "PRUNED"}.get(self, "FAIL")
+
 
 def canonical_json(params: Mapping[str, Any]) -> str:
     """The one string a point is known by: sorted keys, no spaces, round-trip floats."""

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from sweeper.runner import plan
-from sweeper.trial import trial_id, trial_name, trial_seed
+from sweeper.trial import Status, trial_id, trial_name, trial_seed
 from conftest import ROOT, write_grid
 
 
@@ -124,3 +124,17 @@ def test_long_names_stay_distinct_in_a_large_grid():
 def test_a_point_listed_twice_runs_once():
     specs = plan([{"x": 1}, {"x": 2}, {"x": 1}], "/f", seed=0)
     assert [s.params for s in specs] == [{"x": 1}, {"x": 2}] and [s.index for s in specs] == [0, 1]
+
+
+@pytest.mark.unit
+def test_each_status_names_itself_once_for_every_tool():
+    """What a status means to TensorBoard, MLflow and Optuna lives on Status (the report,
+    the CLI and each tracker read it there): success and failure agree across them."""
+    from tensorboard.plugins.hparams import api_pb2
+
+    for s in Status:
+        assert (s.tensorboard == "STATUS_SUCCESS") == s.succeeded == (s.mlflow == "FINISHED")
+        assert (s.optuna == "FAIL") == (not s.succeeded)
+        api_pb2.Status.Value(s.tensorboard)  # a name TensorBoard knows
+    assert (Status.INTERRUPTED.tensorboard, Status.INTERRUPTED.mlflow) == ("STATUS_UNKNOWN", "KILLED")
+    assert (Status.PRUNED.optuna, Status.OK.optuna) == ("PRUNED", "COMPLETE")

@@ -38,12 +38,11 @@ import urllib.request
 from typing import Any, Mapping, Sequence
 
 from ..paths import SweepPaths
-from ..trial import Status, TrialResult
+from ..trial import TrialResult
 from . import Attempt, Held, SweepInfo, key_name, numbers, seconds
 
 PARENT_TAG = "mlflow.parentRunId"
 #: MLflow's run status for each trial status.
-RUN_STATUS = {Status.OK: "FINISHED", Status.PRUNED: "FINISHED", Status.INTERRUPTED: "KILLED"}
 #: How long the first look at a tracking server may take before it counts as unreachable.
 PROBE_S = 5.0
 #: MLflow's wait per request to a server, and its retries (its defaults: 120 s and 7).
@@ -263,14 +262,14 @@ class MlflowRuns:
             self.batch.log(run_id, metrics, tags)
             if result.log and os.path.isfile(result.log):
                 self.batch.artifact(run_id, result.log)
-            self.batch.terminate(run_id, RUN_STATUS.get(result.status, "FAILED"), _ms(end))
+            self.batch.terminate(run_id, result.status.mlflow, _ms(end))
             self.batch.log(run_id, [], {"sweeper_final": final})
             return
         for chunk in _chunks(metrics, 1000):
             self.client.log_batch(run_id, metrics=chunk, tags=[RunTag(k, v) for k, v in tags.items()])
         if result.log and os.path.isfile(result.log):
             self.client.log_artifact(run_id, result.log)
-        self.client.set_terminated(run_id, RUN_STATUS.get(result.status, "FAILED"), end_time=_ms(end))
+        self.client.set_terminated(run_id, result.status.mlflow, end_time=_ms(end))
         self.client.set_tag(run_id, "sweeper_final", final)  # last: told only once all of it is in
 
     def _key(self, name: str) -> str:

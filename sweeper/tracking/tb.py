@@ -275,12 +275,7 @@ def _value(value: Any, kind: str) -> Any:
 
 
 def tb_status(status: Status) -> str:
-    """TensorBoard's session statuses: ok and pruned ended as asked (pruned trials show
-    their last epoch's metrics and ``epoch_reached``), interrupted is unknown. A running
-    trial has none yet (TensorBoard shows it as unknown): TensorBoard keeps the first
-    status it reads of a session, so the one written is the last."""
-    if status.succeeded:
-        return "STATUS_SUCCESS"
-    if status is Status.INTERRUPTED:
-        return "STATUS_UNKNOWN"
-    return "STATUS_FAILURE"
+    """TensorBoard's session status (:attr:`Status.tensorboard`). A running trial has none
+    yet (TensorBoard shows it as unknown): TensorBoard keeps the first status it reads of
+    a session, so the one written is the last."""
+    return status.tensorboard
