@@ -229,3 +229,11 @@ def environ(extra: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def leave_signals_to_the_main_thread() -> None:
+    """Called first in a thread of the sweep's process: Ctrl-C and SIGTERM are the main
+    thread's (Python runs their handlers there anyway). Blocked here, a signal sent to the
+    process while the main thread holds it back (as it does while it starts a child) waits
+    for the main thread, instead of landing here and being lost."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})

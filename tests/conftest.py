@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import psutil
 import pytest
+
+# A suite started in the background by a script (``cmd &``, nohup) inherits SIGINT ignored,
+# and so would every CLI run it starts, which then never sees the Ctrl-C a test sends: the
+# tests run as from a terminal, with Python's own Ctrl-C.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

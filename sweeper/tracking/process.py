@@ -105,6 +105,9 @@ class TrackerProcess:
         """The parent's thread: sends the sweep (a large grid's domains may fill the pipe
         until the process reads them: not in the sweep's thread), then says what the
         process says."""
+        from .. import procs
+
+        procs.leave_signals_to_the_main_thread()
         try:
             self._send(header)
         finally:
