@@ -197,8 +197,12 @@ class Engine:
     """Runs specs on a backend; every trial ends as one :class:`TrialResult` in the ledger."""
 
     def __init__(self, backend: Backend, ledger: Ledger, *, hooks: Hooks = Hooks(),
-                 timeout: float | None = None, retries: int = 0) -> None:
+                 timeout: float | None = None, retries: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.backend, self.ledger, self.hooks = backend, ledger, hooks
+        #: Seconds, for deadlines and durations: monotonic time; a test's fake clock
+        #: (tests/test_engine_clock.py plays deadlines, graces, retries and Ctrl-C in it).
+        self.clock = clock
         self.listener = hooks.listener
         self.timeout, self.retries = timeout, retries
         self.queue: deque[TrialSpec] = deque()
@@ -267,7 +271,7 @@ class Engine:
                 break
             spec = replace(spec, env={**spec.env, **contract.trial_env(spec)},
                            verdicts=self.hooks.verdicts and getattr(self.backend, "answers", False))
-            trial = _Trial(spec, "", time.monotonic())
+            trial = _Trial(spec, "", self.clock())
             self.trials[spec.trial_id] = trial
             began = self.backend.start(spec)
             trial.started_at = now_iso()
@@ -281,7 +285,7 @@ class Engine:
 
     def _next_timeout(self) -> float | None:
         times = [t.deadline for t in self.trials.values() if t.deadline is not None]
-        soonest = min(times) - time.monotonic() if times else None
+        soonest = min(times) - self.clock() if times else None
         if self.hooks.tick:
             due = self.hooks.tick()
             if due is not None:
@@ -324,7 +328,7 @@ class Engine:
             if trial.spec.trial_id in self.trials and trial.stop is None and trial.result is None:
                 if self._stop(trial, Status.PRUNED, why):
                     if trial.spec.verdicts:  # it stops by itself, at that epoch; if not, it is ended
-                        trial.set_deadline(Due.EXIT, time.monotonic() + TERM_GRACE)
+                        trial.set_deadline(Due.EXIT, self.clock() + TERM_GRACE)
                     else:
                         self._cancel(trial, hard=False)
         if fault is not None:
@@ -343,7 +347,7 @@ class Engine:
                 trial.began = began
                 trial.spec = replace(trial.spec, device=began.device)
             return
-        trial.began, trial.t0 = began, time.monotonic()
+        trial.began, trial.t0 = began, self.clock()
         trial.spec = replace(trial.spec, device=began.device)
         if self.timeout and trial.due is None:
             trial.set_deadline(Due.TIMEOUT, trial.t0 + self.timeout)
@@ -355,7 +359,7 @@ class Engine:
         self._storage_failed(storage_error(event.path, event.error))
         if trial.result is None and trial.stop is None:
             trial.stop, trial.why = Status.INTERRUPTED, f"could not write {event.path} ({event.error})"
-            trial.ended = time.monotonic()
+            trial.ended = self.clock()
 
     def _result(self, trial: _Trial, result: Result) -> None:
         """The trial's own account: recorded at once (durable now, not when it has exited)."""
@@ -365,11 +369,11 @@ class Engine:
             self.history(trial, result.history)
         trial.result = result
         if trial.stop is None:
-            trial.ended = time.monotonic()
+            trial.ended = self.clock()
         trial.early = self._record_of(trial, Exited())
         self.store(self.ledger.record, trial.early)
         if not trial.cancelled:
-            trial.set_deadline(Due.EXIT, time.monotonic() + EXIT_GRACE)  # it should exit now
+            trial.set_deadline(Due.EXIT, self.clock() + EXIT_GRACE)  # it should exit now
 
     def _exited(self, trial: _Trial, how: Exited) -> None:
         """The process is gone: judge the trial, record it, let its place be reused."""
@@ -388,7 +392,7 @@ class Engine:
             tail = tuple(log_tail(spec.log_path, pid=pid)) if pid else ()  # this attempt's part
         verdict = outcome.judge(outcome.Ending(began, how, trial.result, trial.stop, trial.why, tail,
                                                trial.epoch_metrics))
-        duration = (trial.ended or time.monotonic()) - trial.t0
+        duration = (trial.ended or self.clock()) - trial.t0
         if trial.stop is None and trial.result is not None and trial.result.duration_s is not None:
             duration = trial.result.duration_s
         return TrialResult(
@@ -410,7 +414,7 @@ class Engine:
         if trial.spec.trial_id not in self.trials:
             return False
         if trial.result is None and trial.stop is None:
-            trial.stop, trial.why, trial.ended = status, why, time.monotonic()
+            trial.stop, trial.why, trial.ended = status, why, self.clock()
         return True
 
     def _cancel(self, trial: _Trial, hard: bool) -> None:
@@ -418,12 +422,12 @@ class Engine:
             trial.killed = True
             trial.set_deadline(None, None)
         elif not trial.cancelled:
-            trial.set_deadline(Due.KILL, time.monotonic() + TERM_GRACE)
+            trial.set_deadline(Due.KILL, self.clock() + TERM_GRACE)
         trial.cancelled = True
         self.backend.cancel(trial.spec.trial_id, hard)
 
     def _deadlines(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         for trial in list(self.trials.values()):
             if trial.deadline is None or now < trial.deadline or trial.spec.trial_id not in self.trials:
                 continue

@@ -1,0 +1,278 @@
+"""The engine's deadlines in fake time: timeouts, the SIGTERM grace, the exit grace, retries,
+pruning and Ctrl-C, each to the second and in milliseconds of real time.
+
+The engine (sweeper.engine) takes its clock as a parameter; here it is a number the test
+moves, and the backend (:class:`Timed`) plays each trial's life as a script of events at
+fake times, moving the clock to the next event or by the timeout the engine waits with.
+What the backend was asked to do (start, SIGTERM, SIGKILL, a verdict) is noted with the
+fake time it was asked at, so an ordering is asserted exactly; the same orderings with real
+processes take tens of seconds each and are tested end to end in test_failures.py."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import select
+import signal
+from typing import Any
+
+import pytest
+
+from sweeper.engine import EXIT_GRACE, TERM_GRACE, Engine, Hooks, Interrupted
+from sweeper.ledger import Ledger
+from sweeper.protocol import Began, Exited, PruneVerdict, Reports, Result
+from sweeper.runner import plan
+from sweeper.trial import Status, TrialResult
+
+pytestmark = pytest.mark.unit
+
+T0 = 1000.0  # the fake clock's start
+
+
+class Clock:
+    """A clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Timed:
+    """A backend in fake time. ``lives[i]``: the i-th started trial's script, ``(seconds
+    after its start, event)``; a trial whose script ends without ``Exited`` runs on. On a
+    SIGTERM (a soft cancel) a trial dies at once (``on_term="die"``) or runs on
+    (``"ignore"``); on a SIGKILL it dies at once."""
+
+    capacity = 1
+    stop_word = "killed"
+
+    def __init__(self, clock: Clock, lives: list[list[tuple[float, Any]]], on_term: str = "die",
+                 answers: bool = False) -> None:
+        self.clock, self.lives, self.on_term, self.answers = clock, lives, on_term, answers
+        self.pending: list[tuple[float, int, str, Any]] = []
+        self.order = itertools.count()
+        self.calls: list[tuple[float, str, str]] = []  # (fake time, what, trial id)
+        self.started: list[str] = []
+        self.on_wait: list[Any] = []  # callables run at the start of the next waits, one each
+
+    def _at(self, t: float, tid: str, event: Any) -> None:
+        heapq.heappush(self.pending, (t, next(self.order), tid, event))
+
+    def open(self) -> None:
+        pass
+
+    def start(self, spec: Any) -> Began:
+        life = self.lives[min(len(self.started), len(self.lives) - 1)]
+        self.started.append(spec.trial_id)
+        self.calls.append((self.clock.now - T0, "start", spec.trial_id))
+        for dt, event in life:
+            self._at(self.clock.now + dt, spec.trial_id, event)
+        return Began(1000 + len(self.started), "cpu")
+
+    def wait(self, timeout: float | None, wake: int) -> list[tuple[str, Any]]:
+        if self.on_wait:
+            self.on_wait.pop(0)()
+        if select.select([wake], [], [], 0)[0]:  # a signal woke the loop: at once, as a real backend
+            return []
+        assert len(self.calls) < 200, "the engine kept going"
+        nxt = self.pending[0][0] if self.pending else None
+        if nxt is None or (timeout is not None and self.clock.now + timeout < nxt):
+            assert timeout is not None, "the engine would wait forever for a trial that never ends"
+            self.clock.now += timeout
+            return []
+        self.clock.now = max(self.clock.now, nxt)
+        events = []
+        while self.pending and self.pending[0][0] <= self.clock.now:
+            _, _, tid, event = heapq.heappop(self.pending)
+            events.append((tid, event))
+        return events
+
+    def _forget(self, tid: str) -> None:
+        self.pending = [p for p in self.pending if p[2] != tid]
+        heapq.heapify(self.pending)
+
+    def cancel(self, trial_id: str, hard: bool) -> None:
+        self.calls.append((self.clock.now - T0, "SIGKILL" if hard else "SIGTERM", trial_id))
+        if hard or self.on_term == "die":
+            self._forget(trial_id)
+            self._at(self.clock.now, trial_id, Exited(-9 if hard else -15))
+
+    def tell(self, trial_id: str, message: Any) -> None:
+        assert isinstance(message, PruneVerdict)
+        self.calls.append((self.clock.now - T0, f"verdict {message.why!r}", trial_id))
+
+    def drain(self, trial_id: str) -> list[Any]:
+        return []
+
+    def ahead(self, queued: int) -> None:
+        pass
+
+    def close(self) -> list[Any]:
+        return []
+
+
+def run(tmp_path: Any, backend: Timed, n: int = 1, **engine: Any) -> tuple[dict[str, TrialResult], list[Any]]:
+    """Run ``n`` trials; their rows by spec order, and what the backend was asked, by trial index."""
+    ledger = Ledger(str(tmp_path))
+    try:
+        specs = plan([{"x": i} for i in range(n)], str(tmp_path), seed=0)
+        Engine(backend, ledger, clock=backend.clock, **engine).run(specs)
+        rows = ledger.results()
+        return [rows[s.trial_id] for s in specs], _named(backend, specs)
+    finally:
+        ledger.close()
+
+
+def _named(backend: Timed, specs: list[Any]) -> list[tuple[float, str, int]]:
+    index = {s.trial_id: i for i, s in enumerate(specs)}
+    return [(round(t, 6), what, index[tid]) for t, what, tid in backend.calls]
+
+
+def ok(acc: float = 0.9) -> Result:
+    return Result(Status.OK, {"acc": acc}, "", None)
+
+
+# -- timeouts and graces -----------------------------------------------------------------------
+
+def test_a_trial_past_its_timeout_gets_sigterm_then_sigkill_after_the_grace(tmp_path):
+    backend = Timed(Clock(), [[]], on_term="ignore")  # hangs, ignores SIGTERM
+    (row,), calls = run(tmp_path, backend, timeout=30)
+    assert calls == [(0, "start", 0), (30, "SIGTERM", 0), (30 + TERM_GRACE, "SIGKILL", 0)]
+    assert row.status is Status.TIMEOUT and "ran past the timeout of 30s and was killed" in row.error
+    assert row.duration_s == pytest.approx(30)  # to its stop, not to its death
+
+
+def test_a_trial_that_obeys_sigterm_is_not_killed(tmp_path):
+    (row,), calls = run(tmp_path, Timed(Clock(), [[]], on_term="die"), timeout=30)
+    assert calls == [(0, "start", 0), (30, "SIGTERM", 0)]
+    assert row.status is Status.TIMEOUT and row.exitcode == -15
+
+
+def test_a_result_a_moment_before_the_timeout_stands(tmp_path):
+    backend = Timed(Clock(), [[(29.9, ok()), (30.5, Exited(0))]])
+    (row,), calls = run(tmp_path, backend, timeout=30)
+    assert calls == [(0, "start", 0)]  # its result came first: no stop, no signal
+    assert row.status is Status.OK and row.metrics == {"acc": 0.9}
+    assert row.duration_s == pytest.approx(29.9)
+
+
+def test_a_result_a_moment_after_the_timeout_is_too_late(tmp_path):
+    # the stop came first: whatever the trial says afterwards, it timed out (a stop beats a result)
+    backend = Timed(Clock(), [[(30.1, ok()), (30.2, Exited(0))]], on_term="ignore")
+    (row,), calls = run(tmp_path, backend, timeout=30)
+    assert calls == [(0, "start", 0), (30, "SIGTERM", 0)]
+    assert row.status is Status.TIMEOUT
+
+
+def test_a_process_that_lingers_after_its_result_is_ended_and_its_result_stands(tmp_path):
+    backend = Timed(Clock(), [[(12, ok())]], on_term="ignore")  # sends its result, never exits
+    (row,), calls = run(tmp_path, backend)
+    assert calls == [(0, "start", 0), (12 + EXIT_GRACE, "SIGTERM", 0), (12 + EXIT_GRACE + TERM_GRACE, "SIGKILL", 0)]
+    assert row.status is Status.OK and row.metrics == {"acc": 0.9} and row.duration_s == pytest.approx(12)
+
+
+def test_no_timeout_means_no_deadline_while_it_trains(tmp_path):
+    backend = Timed(Clock(), [[(86_400 * 3, ok()), (86_400 * 3, Exited(0))]])  # three days
+    (row,), calls = run(tmp_path, backend)
+    assert calls == [(0, "start", 0)] and row.status is Status.OK
+
+
+# -- retries ---------------------------------------------------------------------------------
+
+def test_a_timed_out_trial_is_retried_with_a_clock_of_its_own(tmp_path):
+    backend = Timed(Clock(), [[], [(5, ok()), (5.1, Exited(0))]])
+    (row,), calls = run(tmp_path, backend, timeout=30, retries=1)
+    assert calls == [(0, "start", 0), (30, "SIGTERM", 0), (30, "start", 0)]
+    assert row.status is Status.OK and row.attempts == 2 and row.duration_s == pytest.approx(5)
+
+
+def test_retries_run_out_and_the_last_timeout_is_recorded(tmp_path):
+    (row,), calls = run(tmp_path, Timed(Clock(), [[]]), timeout=10, retries=2)
+    assert [c for c in calls if c[1] == "start"] == [(0, "start", 0), (10, "start", 0), (20, "start", 0)]
+    assert row.status is Status.TIMEOUT and row.attempts == 3
+
+
+def test_an_error_is_not_retried(tmp_path):
+    backend = Timed(Clock(), [[(1, Result(Status.ERROR, {}, "ValueError: bad", None)), (1, Exited(1))]])
+    (row,), calls = run(tmp_path, backend, retries=3)
+    assert [c[1] for c in calls] == ["start"] and row.status is Status.ERROR
+
+
+def test_the_next_trial_starts_when_the_first_has_exited_not_when_it_was_stopped(tmp_path):
+    backend = Timed(Clock(), [[], [(1, ok()), (1, Exited(0))]], on_term="ignore")
+    rows, calls = run(tmp_path, backend, n=2, timeout=10)
+    # one place: the second trial waits for the first's process to be gone (SIGKILL at 15)
+    assert calls == [(0, "start", 0), (10, "SIGTERM", 0), (10 + TERM_GRACE, "SIGKILL", 0),
+                     (10 + TERM_GRACE, "start", 1)]
+    assert [r.status for r in rows] == [Status.TIMEOUT, Status.OK]
+
+
+# -- pruning ---------------------------------------------------------------------------------
+
+def _reports(epoch: int, loss: float) -> Reports:
+    return Reports([{"epoch": epoch, "metrics": {"loss": loss}, "t": 0.0}])
+
+
+def test_a_pruned_trial_is_stopped_at_once_and_killed_after_the_grace(tmp_path):
+    verdicts = []
+
+    def prune(spec, items):
+        verdicts.append(items[-1]["epoch"])
+        return "pruned by median at epoch 2" if items[-1]["epoch"] == 2 else None
+
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (3, _reports(3, 0.7))]
+    backend = Timed(Clock(), [life], on_term="ignore")
+    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=prune))
+    assert calls == [(0, "start", 0), (2, "SIGTERM", 0), (2 + TERM_GRACE, "SIGKILL", 0)]
+    assert row.status is Status.PRUNED and row.error == "pruned by median at epoch 2"
+    assert verdicts[:2] == [1, 2]
+
+
+def test_a_trial_that_waits_for_verdicts_stops_by_itself_or_is_ended_after_the_grace(tmp_path):
+    def prune(spec, items):
+        return "pruned at epoch 2" if items[-1]["epoch"] == 2 else None
+
+    # it hears each verdict; told to stop at epoch 2, it does not (a hung callback): ended
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8))]
+    backend = Timed(Clock(), [life], on_term="ignore", answers=True)
+    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=prune, verdicts=True))
+    assert calls == [(0, "start", 0), (1, "verdict ''", 0), (2, "verdict 'pruned at epoch 2'", 0),
+                     (2 + TERM_GRACE, "SIGTERM", 0), (2 + 2 * TERM_GRACE, "SIGKILL", 0)]
+    assert row.status is Status.PRUNED and row.epoch_reached == 2 and row.metrics == {"loss": 0.8}
+
+
+def test_a_result_in_the_same_batch_as_the_prune_stands(tmp_path):
+    def prune(spec, items):
+        return "pruned"
+
+    backend = Timed(Clock(), [[(3, _reports(3, 0.5)), (3, ok(0.7)), (3.2, Exited(0))]])
+    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=prune))
+    assert calls == [(0, "start", 0)]
+    assert row.status is Status.OK and row.metrics["acc"] == 0.7
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------
+
+def test_ctrl_c_stops_running_trials_and_kills_them_after_the_grace(tmp_path):
+    backend = Timed(Clock(), [[]], on_term="ignore")
+    backend.on_wait = [lambda: os.kill(os.getpid(), signal.SIGINT)]
+    with pytest.raises(Interrupted):
+        run(tmp_path, backend, timeout=100)
+    assert [(t, what) for t, what, _ in backend.calls] == [(0, "start"), (0, "SIGTERM"), (TERM_GRACE, "SIGKILL")]
+    ledger = Ledger(str(tmp_path))
+    try:
+        (row,) = ledger.results().values()
+    finally:
+        ledger.close()
+    assert row.status is Status.INTERRUPTED and "SIGINT" in row.error
+
+
+def test_a_second_ctrl_c_kills_at_once(tmp_path):
+    backend = Timed(Clock(), [[]], on_term="ignore")
+    backend.on_wait = [lambda: os.kill(os.getpid(), signal.SIGINT), lambda: os.kill(os.getpid(), signal.SIGINT)]
+    with pytest.raises(Interrupted):
+        run(tmp_path, backend)
+    assert [(t, what) for t, what, _ in backend.calls] == [(0, "start"), (0, "SIGTERM"), (0, "SIGKILL")]
