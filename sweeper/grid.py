@@ -18,7 +18,6 @@ importing this module stays cheap.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import numbers
 import warnings
@@ -28,6 +27,7 @@ from typing import Any
 
 from .errors import SweepError
 from .metrics import CONTROL, printable
+from .trial import canonical_json
 
 __all__ = ["Points", "expand", "point_key", "sample", "uniform", "loguniform", "randint"]
 
@@ -137,11 +137,6 @@ def _fresh(value: Any) -> Any:
     return value
 
 
-def _dumps(point: Mapping[str, Any]) -> str:
-    """Canonical JSON text of an already normalised point."""
-    return json.dumps(point, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
 def _check_name(name: object, where: str, example: str) -> str:
     """Return ``name`` if it is a non-empty str, else raise SweepError."""
     if not isinstance(name, str) or not name:
@@ -234,7 +229,7 @@ def expand(grid: Mapping[str, Any] | list[Mapping[str, Any]]) -> Points:
     points: list[dict[str, Any]] = []
     seen: set[str] = set()
     for point in itertools.chain.from_iterable(expanded):
-        key = _dumps(point)
+        key = canonical_json(point)
         if key not in seen:
             seen.add(key)
             points.append(point)
@@ -267,7 +262,7 @@ def point_key(params: Mapping[str, Any]) -> str:
         _check_name(name, "point", 'e.g. {"lr": 0.01}'): normalise_value(value, name)
         for name, value in params.items()
     }
-    return _dumps(point)
+    return canonical_json(point)
 
 
 # --------------------------------------------------------------------------
@@ -309,7 +304,7 @@ class _Axis:
             return self.dist.high - self.dist.low
         if self.dist is not None:
             return None
-        return len({_dumps({"v": value}) for value in self.choices})
+        return len({canonical_json({"v": value}) for value in self.choices})
 
 
 def _axis(name: str, value: Any) -> _Axis:
@@ -400,7 +395,7 @@ def sample(space: Mapping[str, Any], n: int, seed: int = 0) -> Points:
     while len(points) < target and draws < 100 * n:
         point = {axis.name: axis.draw(rng) for axis in axes}
         draws += 1
-        key = _dumps(point)
+        key = canonical_json(point)
         if key not in seen:
             seen.add(key)
             points.append(point)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass
 from typing import IO, Iterator
 
@@ -141,10 +142,28 @@ def atomic(path: str, fsync: bool = True, encoding: str | None = None) -> Iterat
 # -- the log header: written by the trial process, read by the parent ----------------------
 
 
-def log_header(name: str, trial_id: str, attempt: int, pid: int, device: str, seed: int, stamp: str) -> str:
-    """The line that starts one attempt's part of a trial's log (``pid`` finds it again)."""
+def log_header(name: str, trial_id: str, attempt: int, pid: int, device: str, seed: int) -> str:
+    """The line that starts one attempt's part of a trial's log (``pid`` finds it again),
+    stamped with the time now (UTC)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     return (f"{LOG_HEADER} trial {name} (id {trial_id}) attempt {attempt}, "
             f"pid {pid}, device {device}, seed {seed}, {stamp}Z ===")
+
+
+def set_aside(path: str) -> str | None:
+    """Keep a file or folder of an earlier sweep beside its successor: renamed with the time
+    now, ``results.csv`` to ``results.20261203-101500.csv`` (a SQLite file takes its
+    ``-wal`` and ``-shm`` with it). The new name, or None when there was nothing there."""
+    if not os.path.lexists(path):
+        return None
+    head, name = os.path.split(path)
+    stem, ext = os.path.splitext(name) if os.path.isfile(path) else (name, "")
+    aside = os.path.join(head, f"{stem}.{time.strftime('%Y%m%d-%H%M%S')}{ext}")
+    os.replace(path, aside)
+    for extra in ("-wal", "-shm"):
+        if os.path.exists(path + extra):
+            os.replace(path + extra, aside + extra)
+    return aside
 
 
 def log_tail(path: str, lines: int = LOG_TAIL_LINES, pid: int | None = None) -> list[str]:

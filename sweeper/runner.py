@@ -183,15 +183,8 @@ def prepare_folder(folder: str) -> None:
 
 def set_aside(folder: str) -> None:
     """``--fresh``: keep the old ledger and CSV beside the new ones, renamed with a time stamp."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     for name in (paths.LEDGER, paths.RESULTS):
-        path = os.path.join(folder, name)
-        if os.path.exists(path):
-            stem, ext = os.path.splitext(name)
-            os.replace(path, os.path.join(folder, f"{stem}.{stamp}{ext}"))
-            for extra in ("-wal", "-shm"):
-                if os.path.exists(path + extra):
-                    os.replace(path + extra, os.path.join(folder, f"{stem}.{stamp}{ext}{extra}"))
+        paths.set_aside(os.path.join(folder, name))
 
 
 def run(

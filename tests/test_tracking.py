@@ -30,14 +30,14 @@ GRID = {"lr": [0.1, 0.2, 0.3], "act": ["relu", "tanh"]}
 # -- reading back, with the tools' own readers ----------------------------------------------
 
 
-def tb_sessions(folder) -> tuple[object, dict[str, dict]]:
-    """TensorBoard's view of ``<folder>/tensorboard``: the HParams experiment, and per run
+def tb_sessions(folder, sub: str = "tensorboard") -> tuple[object, dict[str, dict]]:
+    """TensorBoard's view of ``<folder>/tensorboard`` (or ``sub``): the HParams experiment, and per run
     (trial) its hparams, status and scalars, as TensorBoard's event multiplexer reads them."""
     from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
     from tensorboard.plugins.hparams import api_pb2, metadata
 
     mux = EventMultiplexer()
-    mux.AddRunsFromDirectory(os.path.join(folder, "tensorboard"))
+    mux.AddRunsFromDirectory(os.path.join(folder, sub))
     mux.Reload()
     content = mux.PluginRunToTagToContent(metadata.PLUGIN_NAME)
     experiment = None
@@ -130,6 +130,19 @@ def test_tensorboard_shows_every_trial_its_parameters_status_epochs_and_result(t
         assert pairs(shown["scalars"]["epoch/loss"], want)
         # a failed trial's row carries its last epoch's metrics, as every row does
         assert pairs(shown["scalars"]["acc"], [(3, row.acc)])
+
+
+def test_a_fresh_sweep_keeps_the_old_tensorboard_folder_aside(tmp_path):
+    """``--fresh`` is a new sweep: its TensorBoard folder starts empty, and the old one is
+    kept beside it under a stamped name (as the old ledger is), whole."""
+    opts = dict(tensorboard=True, out=str(tmp_path), name="f", progress=False)
+    sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.2]}, **opts)
+    sweeper.sweep(sweep_fns.tracked, {"lr": [0.3]}, fresh=True, **opts)
+    folder = tmp_path / "f"
+    (old,) = [n for n in os.listdir(folder) if n.startswith("tensorboard.")]
+    assert len(tb_sessions(folder, old)[1]) == 2  # the first sweep's trials, kept whole
+    _, sessions = tb_sessions(folder)
+    assert [s["hparams"]["lr"] for s in sessions.values()] == [0.3]
 
 
 def test_mlflow_has_one_parent_run_and_a_nested_run_per_trial(tmp_path):

@@ -200,8 +200,7 @@ def _ray_trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
     os.environ.update({**spec.env, contract.TRIAL_DIR: spec.dir})
     channel.put((spec.trial_id, Placed(os.getpid(), spec.device, limit)))
     log = _redirect_to_nameless()
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-    print(paths.log_header(spec.name, spec.trial_id, spec.attempt, os.getpid(), spec.device, spec.seed, stamp),
+    print(paths.log_header(spec.name, spec.trial_id, spec.attempt, os.getpid(), spec.device, spec.seed),
           flush=True)
     started = time.monotonic()
     hook = imports.install()
@@ -516,8 +515,7 @@ def _redirect_output(spec: TrialSpec, prelog: int | None = None) -> None:
     """Point output at the trial's log, after a header and what a standby printed so far."""
     os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
     _redirect_fds(os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-    print(paths.log_header(spec.name, spec.trial_id, spec.attempt, os.getpid(), spec.device, spec.seed, stamp),
+    print(paths.log_header(spec.name, spec.trial_id, spec.attempt, os.getpid(), spec.device, spec.seed),
           flush=True)
     if prelog is not None:  # what the standby printed while it imported
         try:

@@ -30,7 +30,7 @@ import socket
 import time
 from typing import IO, Any, Sequence
 
-from ..paths import SweepPaths, atomic
+from ..paths import SweepPaths, atomic, set_aside
 from ..trial import Status, TrialResult
 from . import Attempt, Domain, Held, SweepInfo, domains_of_points, numbers, seconds
 
@@ -132,7 +132,7 @@ class TensorBoardFiles:
             state = {}
         if state.get("uid") not in (None, sweep.uid) and os.path.isdir(self.root):
             # another sweep's files (before --fresh): kept beside, as the old ledger is
-            os.replace(self.root, f"{self.root}.{time.strftime('%Y%m%d-%H%M%S')}")
+            set_aside(self.root)
             state = {}
         os.makedirs(self.root, exist_ok=True)
         self.state = {"uid": sweep.uid, "trials": state.get("trials", {}), "metrics": state.get("metrics", [])}
