@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .errors import SweepError
 from .capping import MemoryPolicy, resolve
 from .metrics import direction
 from .slots import parse_gpus
+
+if TYPE_CHECKING:  # Optuna is imported only by a search, in the function that runs it
+    from optuna.pruners import BasePruner
+    from optuna.samplers import BaseSampler
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,7 @@ class Options:
     seed: int = 0  #: the sweep's seed; each trial's seed derives from it and the trial id
     timeout: float | None = None  #: seconds a trial may run before it is killed
     retries: int = 0  #: extra attempts for trials that crash, run out of memory or time out
-    gpus: Any = None  #: "all" (default), "none", or ids such as [0, 2] or "0,2"
+    gpus: str | int | Sequence[int | str] | None = None  #: "all" (default), "none", or ids such as [0, 2] or "0,2"
     per_gpu: int | None = None  #: trials sharing one GPU (default: 1, or int(1 / memory_fraction))
     memory_fraction: float | None = None  #: cap per trial, share of the card (default: 0.95 / per_gpu)
     memory_growth: bool = False  #: let each trial's memory grow instead of capping it
@@ -37,11 +41,11 @@ class Options:
     backend: str = "local"  #: "local", or "ray" (a Ray cluster places the trials)
     address: str | None = None  #: with backend="ray": "auto", "HOST:6379"; None starts a local Ray
     cpus_per_trial: float = 1.0  #: with backend="ray": CPUs each trial asks Ray for
-    search: Any = None  #: "tpe", "random", "cmaes", "qmc", "gp" or an Optuna sampler: grid is then a space
+    search: str | BaseSampler | None = None  #: "tpe", "random", "cmaes", "qmc", "gp" or an Optuna sampler: grid is then a space
     trials: int | None = None  #: with search: how many trials in all (a re-run resumes to this count)
-    prune: Any = None  #: with search: "median", "asha", "hyperband" or an Optuna pruner; None prunes nothing
+    prune: str | BasePruner | None = None  #: with search: "median", "asha", "hyperband" or an Optuna pruner; None prunes nothing
     tensorboard: bool = False  #: show the sweep in TensorBoard (HParams, scalars): <out>/<name>/tensorboard
-    mlflow: Any = None  #: True (a local store in the sweep folder) or a tracking URI: a run per trial
+    mlflow: bool | str | None = None  #: True (a local store in the sweep folder) or a tracking URI: a run per trial
 
     @classmethod
     def names(cls) -> list[str]:

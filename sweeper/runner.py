@@ -25,13 +25,15 @@ from .metrics import direction
 from .ledger import Ledger, StorageError
 from .options import Options
 from .paths import SweepPaths
-from .engine import Backend, Engine, Hooks, Interrupted, log
+from .engine import Backend, Engine, Hooks, Interrupted, Listener, log
 from .slots import Placement, Slot, parse_gpus, place
 from .target import Target
 from .trial import Status, TrialResult, TrialSpec, trial_id, trial_name, trial_seed
 
 if TYPE_CHECKING:
     from .backends.local import Spare
+    from .search import Search
+    from .tracking.process import TrackerProcess
 
 
 @dataclass
@@ -194,7 +196,7 @@ def run(
     *,
     default_name: str,
     source_file: str | None = None,
-    listener: Any = None,
+    listener: Listener | None = None,
     what: str = "",
     spare: Spare | None = None,
 ) -> Outcome:
@@ -210,7 +212,7 @@ def run(
 
 
 def _plan_and_run(target: Target, grid: Any, options: Options, default_name: str, source_file: str | None,
-                  listener: Any, what: str, spare: Spare | None) -> Outcome:
+                  listener: Listener | None, what: str, spare: Spare | None) -> Outcome:
     start = time.monotonic()
     options.check_ranking()
     chosen.check(options)
@@ -265,7 +267,7 @@ def _run(
     ledger: Ledger,
     folder: str,
     source_file: str | None,
-    listener: Any,
+    listener: Listener | None,
     start: float,
     what: str,
     spare: Spare | None = None,
@@ -284,7 +286,7 @@ def _run(
     old_print = ledger.get("grid_fingerprint")
     if print_ and old_print and print_ != old_print and previous:
         notes.append(f"the grid file changed since the last run ({len(previous)} trials on record)")
-    total = options.trials if search is not None else len(specs)
+    total = search.total if search is not None else len(specs)
     uid = ledger.get("uid") or (default_uid(folder) if previous else uuid.uuid4().hex)
     facts = [("grid_fingerprint", print_ or ""), ("total", str(total)), ("uid", uid),
              ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))]
@@ -427,7 +429,7 @@ def default_uid(folder: str) -> str:
 
 
 def _trackers(options: Options, folder: str, uid: str, mode: str, space: Any, specs: list[TrialSpec],
-              feed: Any) -> list[Any]:
+              feed: _Asked | None) -> list[TrackerProcess]:
     """TensorBoard and MLflow, kept current from the ledger by a process of their own (a
     thread each there, so a slow server holds up neither the sweep nor the other): their
     work never shares the engine's interpreter. Here, only their labels and hints."""
@@ -453,7 +455,7 @@ def _trackers(options: Options, folder: str, uid: str, mode: str, space: Any, sp
 
 
 def _search(space: Any, options: Options, folder: str, ledger: Ledger,
-            previous: Mapping[str, TrialResult]) -> tuple[Any, list[TrialSpec]]:
+            previous: Mapping[str, TrialResult]) -> tuple[Search, list[TrialSpec]]:
     """The study, rebuilt from the ledger, and the specs of the trials on record (kept, or
     interrupted and to run again first)."""
     from .search import Search
