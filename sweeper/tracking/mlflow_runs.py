@@ -444,24 +444,14 @@ class _Batch:
 def _copy_into(path: str, where: str) -> None:
     """A file into a run's local artifact folder, where MLflow's local repository puts it,
     without its per-file path checks and temporary file (the name is the log's own; the
-    run is told final only after the copy). A trial's log is done with once it is told, so
-    on the same filesystem (the sweep folder's own store) it is linked, not copied: one
-    call instead of a read and a write of the whole log, for every trial; deleting the
-    trial's folder leaves MLflow's copy whole."""
+    run is told final only after the copy)."""
     import shutil
 
     from mlflow.utils.file_utils import local_file_uri_to_path
 
     folder = local_file_uri_to_path(where)
     os.makedirs(folder, exist_ok=True)
-    target = os.path.join(folder, os.path.basename(path))
-    try:
-        os.link(path, target)
-    except FileExistsError:  # told again (an export of a run already there): the newest log
-        os.remove(target)
-        _copy_into(path, where)
-    except OSError:  # another filesystem, or one without links
-        shutil.copyfile(path, target)
+    shutil.copyfile(path, os.path.join(folder, os.path.basename(path)))
 
 
 def _order(metric: Mapping[str, Any]) -> tuple[int, int, float]:
