@@ -392,7 +392,7 @@ class Engine:
             tail = tuple(log_tail(spec.log_path, pid=pid)) if pid else ()  # this attempt's part
         verdict = outcome.judge(outcome.Ending(began, how, trial.result, trial.stop, trial.why, tail,
                                                trial.epoch_metrics))
-        duration = (trial.ended or self.clock()) - trial.t0
+        duration = (trial.ended if trial.ended is not None else self.clock()) - trial.t0
         if trial.stop is None and trial.result is not None and trial.result.duration_s is not None:
             duration = trial.result.duration_s
         return TrialResult(

@@ -150,15 +150,23 @@ def log_header(name: str, trial_id: str, attempt: int, pid: int, device: str, se
             f"pid {pid}, device {device}, seed {seed}, {stamp}Z ===")
 
 
-def set_aside(path: str) -> str | None:
-    """Keep a file or folder of an earlier sweep beside its successor: renamed with the time
-    now, ``results.csv`` to ``results.20261203-101500.csv`` (a SQLite file takes its
-    ``-wal`` and ``-shm`` with it). The new name, or None when there was nothing there."""
+def set_aside(path: str, stamp: str | None = None) -> str | None:
+    """Keep a file or folder of an earlier sweep beside its successor: renamed with a time
+    stamp (now, unless given: files set aside together share one), ``results.csv`` to
+    ``results.20261203-101500.csv``; a name already taken gets ``-2``, ``-3``, ... (never
+    overwritten). A SQLite file takes its ``-wal`` and ``-shm`` with it. The new name, or
+    None when there was nothing there."""
+    path = os.path.normpath(path)
     if not os.path.lexists(path):
         return None
     head, name = os.path.split(path)
     stem, ext = os.path.splitext(name) if os.path.isfile(path) else (name, "")
-    aside = os.path.join(head, f"{stem}.{time.strftime('%Y%m%d-%H%M%S')}{ext}")
+    stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
+    aside = os.path.join(head, f"{stem}.{stamp}{ext}")
+    n = 1
+    while any(os.path.lexists(aside + extra) for extra in ("", "-wal", "-shm")):
+        n += 1
+        aside = os.path.join(head, f"{stem}.{stamp}-{n}{ext}")
     os.replace(path, aside)
     for extra in ("-wal", "-shm"):
         if os.path.exists(path + extra):

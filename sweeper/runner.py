@@ -185,8 +185,9 @@ def prepare_folder(folder: str) -> None:
 
 def set_aside(folder: str) -> None:
     """``--fresh``: keep the old ledger and CSV beside the new ones, renamed with a time stamp."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
     for name in (paths.LEDGER, paths.RESULTS):
-        paths.set_aside(os.path.join(folder, name))
+        paths.set_aside(os.path.join(folder, name), stamp)
 
 
 def run(

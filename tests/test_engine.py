@@ -137,6 +137,8 @@ def test_import_sweeper_is_light():
 
 BAD_GRIDS = [
     ("raising", "import sweep_fns\n1 / 0\n", "raised on import: ZeroDivisionError"),
+    # control characters in the error's text are escaped: one line, no terminal codes
+    ("raising_control", "raise ValueError('bad\\rvalue\\x1b[31m')\n", "raised on import: ValueError: bad\\rvalue\\x1b[31m"),
     ("syntax", "def train(:\n", "is not valid Python"),
     ("no_train", "grid = {'x': [1]}\n", "defines no train"),
     ("no_grid", "from sweep_fns import echo as train\n", "defines no grid"),

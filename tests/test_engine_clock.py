@@ -57,6 +57,7 @@ class Timed:
         self.calls: list[tuple[float, str, str]] = []  # (fake time, what, trial id)
         self.started: list[str] = []
         self.on_wait: list[Any] = []  # callables run at the start of the next waits, one each
+        self.waits = 0
 
     def _at(self, t: float, tid: str, event: Any) -> None:
         heapq.heappush(self.pending, (t, next(self.order), tid, event))
@@ -77,7 +78,8 @@ class Timed:
             self.on_wait.pop(0)()
         if select.select([wake], [], [], 0)[0]:  # a signal woke the loop: at once, as a real backend
             return []
-        assert len(self.calls) < 200, "the engine kept going"
+        self.waits += 1
+        assert self.waits < 500 and len(self.calls) < 200, "the engine kept going"
         nxt = self.pending[0][0] if self.pending else None
         if nxt is None or (timeout is not None and self.clock.now + timeout < nxt):
             assert timeout is not None, "the engine would wait forever for a trial that never ends"
@@ -189,6 +191,13 @@ def test_a_timed_out_trial_is_retried_with_a_clock_of_its_own(tmp_path):
     assert row.status is Status.OK and row.attempts == 2 and row.duration_s == pytest.approx(5)
 
 
+def test_a_retry_times_out_a_whole_timeout_after_its_own_start(tmp_path):
+    (row,), calls = run(tmp_path, Timed(Clock(), [[(0.5, _reports(1, 0.9))], []]), timeout=30, retries=1)
+    assert calls == [(0, "start", 0), (30, "SIGTERM", 0), (30, "start", 0), (60, "SIGTERM", 0)]
+    assert row.status is Status.TIMEOUT and row.attempts == 2
+    assert row.epoch_reached is None  # the first attempt's epochs are not the second's
+
+
 def test_retries_run_out_and_the_last_timeout_is_recorded(tmp_path):
     (row,), calls = run(tmp_path, Timed(Clock(), [[]]), timeout=10, retries=2)
     assert [c for c in calls if c[1] == "start"] == [(0, "start", 0), (10, "start", 0), (20, "start", 0)]
@@ -231,7 +240,19 @@ def test_a_pruned_trial_is_stopped_at_once_and_killed_after_the_grace(tmp_path):
     assert verdicts[:2] == [1, 2]
 
 
-def test_a_trial_that_waits_for_verdicts_stops_by_itself_or_is_ended_after_the_grace(tmp_path):
+def test_a_trial_that_waits_for_verdicts_and_stops_by_itself_is_not_signalled(tmp_path):
+    def prune(spec, items):
+        return "pruned at epoch 2" if items[-1]["epoch"] == 2 else None
+
+    # told to stop at epoch 2, it raises out of report() and exits a moment later
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (2.1, Exited(0))]
+    backend = Timed(Clock(), [life], on_term="ignore", answers=True)
+    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=prune, verdicts=True))
+    assert calls == [(0, "start", 0), (1, "verdict ''", 0), (2, "verdict 'pruned at epoch 2'", 0)]
+    assert row.status is Status.PRUNED and row.epoch_reached == 2 and row.error == "pruned at epoch 2"
+
+
+def test_a_trial_that_waits_for_verdicts_and_does_not_stop_is_ended_after_the_grace(tmp_path):
     def prune(spec, items):
         return "pruned at epoch 2" if items[-1]["epoch"] == 2 else None
 
@@ -245,11 +266,15 @@ def test_a_trial_that_waits_for_verdicts_stops_by_itself_or_is_ended_after_the_g
 
 
 def test_a_result_in_the_same_batch_as_the_prune_stands(tmp_path):
+    judged = []
+
     def prune(spec, items):
+        judged.append(items[-1]["epoch"])
         return "pruned"
 
     backend = Timed(Clock(), [[(3, _reports(3, 0.5)), (3, ok(0.7)), (3.2, Exited(0))]])
     (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=prune))
+    assert judged == [3]  # the pruner said stop; the result that came with the report stands
     assert calls == [(0, "start", 0)]
     assert row.status is Status.OK and row.metrics["acc"] == 0.7
 

@@ -31,6 +31,22 @@ def test_a_folder_is_set_aside_under_a_stamped_name(tmp_path):
     assert open(os.path.join(aside, "x")).read() == "kept"
 
 
+def test_a_set_aside_never_overwrites_one_made_the_same_second(tmp_path):
+    for text in ("first", "second", "third"):
+        (tmp_path / "results.csv").write_text(text)
+        paths.set_aside(str(tmp_path / "results.csv"), stamp="20261203-101500")
+    got = {n: (tmp_path / n).read_text() for n in os.listdir(tmp_path)}
+    assert got == {"results.20261203-101500.csv": "first", "results.20261203-101500-2.csv": "second",
+                   "results.20261203-101500-3.csv": "third"}
+
+
+def test_a_folder_named_with_a_trailing_slash_goes_beside_itself(tmp_path):
+    (tmp_path / "tensorboard").mkdir()
+    aside = paths.set_aside(str(tmp_path / "tensorboard") + os.sep, stamp="20261203-101500")
+    assert aside == str(tmp_path / "tensorboard.20261203-101500") and os.listdir(tmp_path) == [
+        "tensorboard.20261203-101500"]
+
+
 def test_nothing_there_is_nothing_to_set_aside(tmp_path):
     assert paths.set_aside(str(tmp_path / "results.csv")) is None
     assert os.listdir(tmp_path) == []

@@ -9,6 +9,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import SweepError
+from ..metrics import printable
 from ..outcome import last_line
 from ..protocol import GridRead, GridRefused
 
@@ -27,7 +28,7 @@ def inspect(path: str, seed: int | None, send: Callable[[Any], Any]) -> "FileTar
         send(GridRefused(str(exc)))
         return None
     except BaseException as exc:  # noqa: BLE001 - anything else is a bug to report plainly
-        send(GridRefused(f"checking {path} failed: {last_line(exc)}"))
+        send(GridRefused(f"checking {path} failed: {printable(last_line(exc))}"))
         return None
     send(GridRead(**data))
     return FileTarget(path, data["attr"], data["shell"])
@@ -50,7 +51,7 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     except BaseException as exc:  # noqa: BLE001
         tb = traceback.extract_tb(exc.__traceback__)
         where = next((f"line {f.lineno}" for f in reversed(tb) if f.filename == path), "")
-        raise SweepError(f"{name} raised on import: {last_line(exc)} ({where or 'in a module it imports'}); "
+        raise SweepError(f"{name} raised on import: {printable(last_line(exc))} ({where or 'in a module it imports'}); "
                          "fix it and run again") from None
     train = getattr(module, "train", None)
     command = getattr(module, "command", None)
