@@ -14,6 +14,10 @@ A sweep folder, ``<out>/<name>/``::
         result.json              what the trial returned (whole, or not there)
         metrics.json             a command trial's metrics, if the command writes them
 
+Beside the sweep folders, one file per user (:func:`user_cache`): an empty MLflow store
+made by the installed MLflow, copied as each new local store (``--mlflow``) rather than
+made again by its migrations (seconds each).
+
 The log header is written and read here, side by side: :func:`log_header` starts each
 attempt's part of ``log.txt``, and :func:`log_tail` finds an attempt's part by it.
 Light on purpose: trial processes import it.
@@ -98,6 +102,18 @@ class SweepPaths:
     def exists(self) -> bool:
         """Whether this is a sweep folder (it has a ledger)."""
         return os.path.exists(self.ledger)
+
+
+def user_cache(name: str) -> str:
+    """A file in the user's cache folder (``$XDG_CACHE_HOME/sweeper``, else
+    ``~/.cache/sweeper``): anything there may be deleted at any time."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "sweeper", name)
+
+
+def mlflow_template(versions: str) -> str:
+    """The empty MLflow store that ``versions`` (MLflow's and SQLAlchemy's) make."""
+    return user_cache(f"mlflow-store-{versions}.db")
 
 
 def trial_log(name: str) -> str:

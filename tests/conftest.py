@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
+import tempfile
 import sys
 
 import psutil
@@ -14,6 +17,10 @@ import pytest
 # tests run as from a terminal, with Python's own Ctrl-C.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# The user's cache (sweeper keeps an empty MLflow store there): the suite's own, not the user's.
+os.environ["XDG_CACHE_HOME"] = _CACHE = tempfile.mkdtemp(prefix="sweeper-test-cache-")
+atexit.register(shutil.rmtree, _CACHE, True)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -379,6 +379,43 @@ def test_the_local_store_appears_with_its_tables_made_for_a_client_watching_it(t
     assert not [p for p in os.listdir(db.parent) if p.endswith(".part")]
 
 
+def test_a_new_local_store_is_a_copy_of_the_empty_store_mlflow_made_once(tmp_path, monkeypatch):
+    """MLflow's migrations take seconds per new store: the first sweep keeps the store they
+    made, emptied, in the user's cache, and later stores are copies of it; a template that
+    is not whole is made again, never used."""
+    import sqlite3
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cache = tmp_path / "cache" / "sweeper"
+
+    def tables(db) -> set[str]:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            return {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+
+    def swept(name: str) -> None:
+        df = sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.2]}, mlflow=True, out=str(tmp_path), name=name,
+                           progress=False)
+        assert (df.status == "ok").all()
+        parents, runs = mlflow_runs(local_uri(tmp_path / name), name)
+        assert len(parents) == 1 and len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
+
+    swept("a")
+    [template] = cache.iterdir()
+    assert template.name.startswith("mlflow-store-") and template.suffix == ".db"
+    with sqlite3.connect(template) as con:
+        assert con.execute("select count(*) from experiments").fetchone() == (0,)
+        assert con.execute("select count(*) from alembic_version").fetchone() == (1,)
+        con.execute("create table sweeper_mark (x)")  # a store copied from it has this too
+    assert tables(template) - {"sweeper_mark"} == tables(tmp_path / "a" / "mlflow.db")
+    swept("b")
+    assert "sweeper_mark" in tables(tmp_path / "b" / "mlflow.db")
+    template.write_bytes(b"not a database")  # a broken template: made again, and the store whole
+    swept("c")
+    assert "sweeper_mark" not in tables(tmp_path / "c" / "mlflow.db")
+    assert tables(template) == tables(tmp_path / "c" / "mlflow.db")
+    assert sorted(p.name for p in cache.iterdir()) == [template.name]  # nothing half made left
+
+
 def test_an_unreachable_tracking_server_is_one_warning_and_the_sweep_goes_on(tmp_path, caplog):
     uri = f"http://127.0.0.1:{_closed_port()}"
     with caplog.at_level(logging.WARNING, logger="sweeper"):

@@ -37,12 +37,13 @@ import urllib.parse
 import urllib.request
 from typing import Any, Mapping, Sequence
 
-from ..paths import SweepPaths
+from ..paths import SweepPaths, mlflow_template
 from ..trial import TrialResult
 from . import Attempt, Held, SweepInfo, key_name, numbers, seconds
 
+log = logging.getLogger("sweeper")
+
 PARENT_TAG = "mlflow.parentRunId"
-#: MLflow's run status for each trial status.
 #: How long the first look at a tracking server may take before it counts as unreachable.
 PROBE_S = 5.0
 #: MLflow's wait per request to a server, and its retries (its defaults: 120 s and 7).
@@ -60,17 +61,59 @@ def _create_whole(db: str) -> None:
     _alembic_tmp_... already exists"). So the tables are made in a file of their own,
     linked into place only if no store is there yet.
 
-    That file is written without a sync per transaction (MLflow's migrations commit about
-    a thousand times, each synced: seconds of a disk shared with the sweep's ledger), and
-    synced once, whole, before it is linked."""
+    That file is a copy of the empty store the installed MLflow made before
+    (:func:`sweeper.paths.mlflow_template`, in the user's cache), checked; failing one,
+    MLflow's migrations make it (about a thousand transactions: seconds), without a sync
+    per transaction, and the result, emptied of the experiment MLflow makes on opening a
+    store, becomes that template. Either way the file is synced once, whole, before it is
+    linked."""
     if os.path.exists(db):
         return
     os.makedirs(os.path.dirname(db) or ".", exist_ok=True)
+    import mlflow
+    import sqlalchemy
+
+    template = mlflow_template(f"{mlflow.__version__}-{sqlalchemy.__version__}")
+    part = f"{db}.{os.getpid()}.part"
+    try:
+        if not _copied(template, part):
+            _migrated(part)
+            _keep(part, template)
+        with open(part, "rb+") as f:
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):  # one came meanwhile: that one is used
+            os.link(part, db)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(part)
+
+
+def _copied(template: str, part: str) -> bool:
+    """``part`` is a copy of ``template`` that is whole: a database that passes SQLite's
+    check, at a schema revision, with no experiment (MLflow makes its default one on
+    opening it, where it runs, as it would in a store it migrated)."""
+    import shutil
+    import sqlite3
+
+    try:
+        shutil.copyfile(template, part)
+        with contextlib.closing(sqlite3.connect(part)) as con:
+            whole = (con.execute("PRAGMA quick_check").fetchone() == ("ok",)
+                     and con.execute("SELECT count(*) FROM alembic_version").fetchone()[0] == 1
+                     and con.execute("SELECT count(*) FROM experiments").fetchone()[0] == 0)
+    except (OSError, sqlite3.Error):
+        whole = False
+    if not whole:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(part)
+    return whole
+
+
+def _migrated(part: str) -> None:
+    """A new store at ``part``, made by MLflow's migrations, unsynced."""
     from mlflow import MlflowClient
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
-
-    part = f"{db}.{os.getpid()}.part"
 
     def unsynced(connection: Any, record: Any) -> None:  # the part file's connections only
         with contextlib.suppress(Exception):
@@ -84,14 +127,30 @@ def _create_whole(db: str) -> None:
         client.search_experiments(max_results=1)
         with contextlib.suppress(Exception):  # its connections to the part file: not needed
             client._tracking_client.store.engine.dispose()
-        with open(part, "rb+") as f:
-            os.fsync(f.fileno())
-        with contextlib.suppress(FileExistsError):  # one came meanwhile: that one is used
-            os.link(part, db)
     finally:
         event.remove(Engine, "connect", unsynced)
+
+
+def _keep(part: str, template: str) -> None:
+    """A store just migrated, emptied of its experiments, as the template (written whole:
+    a copy renamed into place). Never fatal: without a template the next store is migrated."""
+    import shutil
+    import sqlite3
+
+    tmp = f"{template}.{os.getpid()}.part"
+    try:
+        os.makedirs(os.path.dirname(template), exist_ok=True)
+        shutil.copyfile(part, tmp)
+        with contextlib.closing(sqlite3.connect(tmp)) as con:
+            con.execute("DELETE FROM experiment_tags")
+            con.execute("DELETE FROM experiments")
+            con.commit()
+        os.replace(tmp, template)
+    except (OSError, sqlite3.Error) as exc:
+        log.debug("sweeper: MLflow: no template store kept at %s: %s", template, exc)
+    finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(part)
+            os.unlink(tmp)
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
