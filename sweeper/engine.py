@@ -44,6 +44,26 @@ Deadlines, one per running trial, of three kinds (:class:`Due`):
   then it is cancelled (its result stands);
 * ``KILL``: ``TERM_GRACE`` after a cancel (SIGTERM locally), by when it should have
   stopped; then it is cancelled hard (SIGKILL to everything it started).
+
+A trial is in one :class:`Phase` from its start to its end, moved only along :data:`MOVES`
+(any other move is a bug in the engine, refused with :class:`PhaseError`)::
+
+           ┌──────────── moved ◀─────────┐   Began again before train (the fork watchdog):
+           ▼                             │   at once on to RUNNING, with a new clock
+      STARTING ──────── Began ────────▶ RUNNING
+           │                             │
+           ├──────────▶ STOPPING ◀───────┤   cancel (SIGTERM): timeout, exit grace, pruned, Ctrl-C
+           │               │             │
+           │               ▼             │
+           └──────────▶ KILLED ◀─────────┘   cancel hard (SIGKILL): the grace ran out, a second
+                                             Ctrl-C (two at once: from STARTING or RUNNING)
+
+      STARTING, RUNNING, STOPPING, KILLED ──── Exited ───▶ ENDED   its process is gone (or the
+                                                                  backend closed): no move on
+
+The phase says where a trial is, not how it ended: its result (which may come in any phase
+before ``ENDED``) and the stop the engine asked for are what the judge reads. A trial
+stopped before it began (its files could not be written) stays ``STARTING``: no clock.
 """
 
 from __future__ import annotations
@@ -168,6 +188,37 @@ class Due(enum.Enum):
     KILL = "kill"  #: it was cancelled but has not stopped: cancel it hard
 
 
+class Phase(enum.Enum):
+    """Where a trial is, from its start to its end (the judge, not the phase, says how it
+    ended); moved only along :data:`MOVES`."""
+
+    STARTING = "starting"  #: started; its process has not begun (no clock yet)
+    RUNNING = "running"  #: it reached its process (Began): its clock and timeout run
+    STOPPING = "stopping"  #: cancelled (SIGTERM): cancelled hard if not gone after TERM_GRACE
+    KILLED = "killed"  #: cancelled hard (SIGKILL): its end is due
+    ENDED = "ended"  #: its process is gone: judged and recorded (unless the sweep failed)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the engine has cancelled it (asked it to stop, or ended it hard)."""
+        return self in (Phase.STOPPING, Phase.KILLED)
+
+
+#: The moves a trial may make, from each phase (see the module's diagram).
+MOVES: dict[Phase, frozenset[Phase]] = {
+    Phase.STARTING: frozenset({Phase.RUNNING, Phase.STOPPING, Phase.KILLED, Phase.ENDED}),
+    Phase.RUNNING: frozenset({Phase.STARTING, Phase.STOPPING, Phase.KILLED, Phase.ENDED}),
+    Phase.STOPPING: frozenset({Phase.KILLED, Phase.ENDED}),
+    Phase.KILLED: frozenset({Phase.ENDED}),
+    Phase.ENDED: frozenset(),
+}
+
+
+class PhaseError(AssertionError):
+    """A trial was moved where :data:`MOVES` does not allow: a bug in the engine, not in
+    the sweep."""
+
+
 @dataclass
 class _Trial:
     """The engine's view of one running trial."""
@@ -175,19 +226,26 @@ class _Trial:
     spec: TrialSpec
     started_at: str  #: ISO 8601, when it was started
     t0: float  #: monotonic; when it reached its process (from Began), else when started
-    began: Began | None = None
+    phase: Phase = Phase.STARTING  #: where it is; moved by :meth:`to` only
+    began: Began | None = None  #: where it was placed (once it began, or was stopped before)
     due: Due | None = None
     deadline: float | None = None
-    cancelled: bool = False  #: asked to stop (SIGTERM)
-    killed: bool = False  #: ended hard (SIGKILL)
     stop: Status | None = None  #: the status the engine decided when it stopped it
     why: str = ""
-    ended: float | None = None  #: monotonic; when its result came or it was stopped
+    t1: float | None = None  #: monotonic; when its result came or it was stopped (its duration's end)
     result: Result | None = None
     early: TrialResult | None = None  #: recorded when its result arrived
     reported: bool = False  #: sent per-epoch reports (then a returned History is not used)
     epoch: int | None = None  #: the last epoch it reported
     epoch_metrics: dict[str, Any] = field(default_factory=dict)  #: what it reported then
+
+    def to(self, phase: Phase) -> None:
+        """Move it to ``phase``; a move :data:`MOVES` does not allow is refused."""
+        if phase not in MOVES[self.phase]:
+            raise PhaseError(f"trial {self.spec.trial_id} ({self.spec.name}) cannot move from "
+                             f"{self.phase.name} to {phase.name}: a bug in sweeper's engine, "
+                             "please report it")
+        self.phase = phase
 
     def set_deadline(self, due: Due | None, at: float | None) -> None:
         self.due, self.deadline = due, at
@@ -325,7 +383,7 @@ class Engine:
             elif isinstance(event, Exited):
                 self._exited(trial, event)
         for trial, why in prune:  # after the batch: a result that came with it stands
-            if trial.spec.trial_id in self.trials and trial.stop is None and trial.result is None:
+            if trial.phase is not Phase.ENDED and trial.stop is None and trial.result is None:
                 if self._stop(trial, Status.PRUNED, why):
                     if trial.spec.verdicts:  # it stops by itself, at that epoch; if not, it is ended
                         trial.set_deadline(Due.EXIT, self.clock() + TERM_GRACE)
@@ -338,15 +396,17 @@ class Engine:
         """The trial reached its process: its clock starts; status shows it running. Told
         again with ``moved``: it was moved to a new process before ``train`` began there
         (the fork watchdog), so its clock starts again and the move is said."""
-        if began.moved and trial.began is not None and trial.stop is None and not trial.cancelled:
+        if began.moved and trial.phase is Phase.RUNNING and trial.stop is None:
             log.warning("sweeper: trial %s: %s", trial.spec.name, began.moved)
+            trial.to(Phase.STARTING)
             trial.began = None
             trial.set_deadline(None, None)
-        if trial.began is not None or trial.stop is not None or trial.cancelled:
+        if trial.phase is not Phase.STARTING or trial.stop is not None:
             if trial.began is None:  # stopped before it began: where it was placed, no clock
                 trial.began = began
                 trial.spec = replace(trial.spec, device=began.device)
             return
+        trial.to(Phase.RUNNING)
         trial.began, trial.t0 = began, self.clock()
         trial.spec = replace(trial.spec, device=began.device)
         if self.timeout and trial.due is None:
@@ -359,7 +419,7 @@ class Engine:
         self._storage_failed(storage_error(event.path, event.error))
         if trial.result is None and trial.stop is None:
             trial.stop, trial.why = Status.INTERRUPTED, f"could not write {event.path} ({event.error})"
-            trial.ended = self.clock()
+            trial.t1 = self.clock()
 
     def _result(self, trial: _Trial, result: Result) -> None:
         """The trial's own account: recorded at once (durable now, not when it has exited)."""
@@ -369,14 +429,15 @@ class Engine:
             self.history(trial, result.history)
         trial.result = result
         if trial.stop is None:
-            trial.ended = self.clock()
+            trial.t1 = self.clock()
         trial.early = self._record_of(trial, Exited())
         self.store(self.ledger.record, trial.early)
-        if not trial.cancelled:
+        if not trial.phase.cancelled:
             trial.set_deadline(Due.EXIT, self.clock() + EXIT_GRACE)  # it should exit now
 
     def _exited(self, trial: _Trial, how: Exited) -> None:
         """The process is gone: judge the trial, record it, let its place be reused."""
+        trial.to(Phase.ENDED)
         del self.trials[trial.spec.trial_id]
         result = self._record_of(trial, how)
         early = trial.early
@@ -392,7 +453,7 @@ class Engine:
             tail = tuple(log_tail(spec.log_path, pid=pid)) if pid else ()  # this attempt's part
         verdict = outcome.judge(outcome.Ending(began, how, trial.result, trial.stop, trial.why, tail,
                                                trial.epoch_metrics))
-        duration = (trial.ended if trial.ended is not None else self.clock()) - trial.t0
+        duration = (trial.t1 if trial.t1 is not None else self.clock()) - trial.t0
         if trial.stop is None and trial.result is not None and trial.result.duration_s is not None:
             duration = trial.result.duration_s
         return TrialResult(
@@ -411,25 +472,27 @@ class Engine:
         """The engine stops a trial: whatever it returns afterwards, this is its status.
         A result it sent before the stop is read first, and stands. False once it ended."""
         self._handle(self.backend.drain(trial.spec.trial_id))
-        if trial.spec.trial_id not in self.trials:
+        if trial.phase is Phase.ENDED:
             return False
         if trial.result is None and trial.stop is None:
-            trial.stop, trial.why, trial.ended = status, why, self.clock()
+            trial.stop, trial.why, trial.t1 = status, why, self.clock()
         return True
 
     def _cancel(self, trial: _Trial, hard: bool) -> None:
+        """Ask a trial to stop (``STOPPING``; ended hard after TERM_GRACE), or end it hard
+        (``KILLED``). One asked already is asked again, its grace unchanged."""
         if hard:
-            trial.killed = True
+            trial.to(Phase.KILLED)
             trial.set_deadline(None, None)
-        elif not trial.cancelled:
+        elif not trial.phase.cancelled:
+            trial.to(Phase.STOPPING)
             trial.set_deadline(Due.KILL, self.clock() + TERM_GRACE)
-        trial.cancelled = True
         self.backend.cancel(trial.spec.trial_id, hard)
 
     def _deadlines(self) -> None:
         now = self.clock()
         for trial in list(self.trials.values()):
-            if trial.deadline is None or now < trial.deadline or trial.spec.trial_id not in self.trials:
+            if trial.deadline is None or now < trial.deadline or trial.phase is Phase.ENDED:
                 continue
             if trial.due is Due.TIMEOUT:
                 why = f"ran past the timeout of {self.timeout:g}s and was {self.backend.stop_word}"
@@ -448,9 +511,9 @@ class Engine:
         for trial in list(self.trials.values()):
             if not self._stop(trial, Status.INTERRUPTED, why):
                 continue
-            if hard and not trial.killed:
+            if hard and trial.phase is not Phase.KILLED:
                 self._cancel(trial, hard=True)
-            elif not trial.cancelled:
+            elif not trial.phase.cancelled:
                 self._cancel(trial, hard=False)
         self.backend.ahead(0)  # no standby is needed any more
 
@@ -468,6 +531,8 @@ class Engine:
                     continue
                 trial.stop, trial.why = Status.INTERRUPTED, "the sweep stopped while it ran"
             self._handle([(trial_id, event)])
+        for trial in self.trials.values():  # the backend ended them: nothing of them runs
+            trial.to(Phase.ENDED)
         self.trials.clear()
 
     # -- recording ------------------------------------------------------------------------

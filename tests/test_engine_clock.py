@@ -6,7 +6,11 @@ moves, and the backend (:class:`Timed`) plays each trial's life as a script of e
 fake times, moving the clock to the next event or by the timeout the engine waits with.
 What the backend was asked to do (start, SIGTERM, SIGKILL, a verdict) is noted with the
 fake time it was asked at, so an ordering is asserted exactly; the same orderings with real
-processes take tens of seconds each and are tested end to end in test_failures.py."""
+processes take tens of seconds each and are tested end to end in test_failures.py.
+
+Every move of a trial between phases (sweeper.engine.Phase) is noted too (:func:`moves`),
+and every trial of every test here must have ENDED; the races of a trial's end (a Ctrl-C
+while it stops, a result after its kill, a prune and a result) show their paths."""
 
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from sweeper.engine import EXIT_GRACE, TERM_GRACE, Engine, Hooks, Interrupted
+from sweeper import engine as engine_module
+from sweeper.engine import EXIT_GRACE, TERM_GRACE, Engine, Hooks, Interrupted, Phase
 from sweeper.ledger import Ledger
 from sweeper.protocol import Began, Exited, PruneVerdict, Reports, Result
 from sweeper.runner import plan
@@ -28,6 +33,32 @@ from sweeper.trial import Status, TrialResult
 pytestmark = pytest.mark.unit
 
 T0 = 1000.0  # the fake clock's start
+
+
+@pytest.fixture(autouse=True)
+def moves(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Every trial's moves between phases, as (the trial, from, to); once the test is over,
+    every trial that moved has ENDED (its process gone, judged, recorded)."""
+    seen: list[tuple[Any, Phase, Phase]] = []
+    move = engine_module._Trial.to
+
+    def noted(trial: Any, phase: Phase) -> None:
+        before = trial.phase
+        move(trial, phase)
+        seen.append((trial, before, phase))
+
+    monkeypatch.setattr(engine_module._Trial, "to", noted)
+    yield seen
+    trials = {id(t): t for t, _, _ in seen}.values()
+    assert [t.phase for t in trials] == [Phase.ENDED] * len(trials)
+
+
+def paths(moves: list[tuple[Any, Phase, Phase]]) -> list[list[str]]:
+    """Each trial's phases (each attempt its own), in the order they first moved."""
+    out: dict[int, list[str]] = {}
+    for trial, before, after in moves:
+        out.setdefault(id(trial), [before.name]).append(after.name)
+    return list(out.values())
 
 
 class Clock:
@@ -301,3 +332,175 @@ def test_a_second_ctrl_c_kills_at_once(tmp_path):
     with pytest.raises(Interrupted):
         run(tmp_path, backend)
     assert [(t, what) for t, what, _ in backend.calls] == [(0, "start"), (0, "SIGTERM"), (0, "SIGKILL")]
+
+
+# -- phases: the races of a trial's end ------------------------------------------------------
+
+def _signal() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def _only_row(tmp_path: Any) -> TrialResult:
+    ledger = Ledger(str(tmp_path))
+    try:
+        (row,) = ledger.results().values()
+        return row
+    finally:
+        ledger.close()
+
+
+def test_the_paths_of_a_trial_that_ends_by_itself_and_one_that_times_out(tmp_path, moves):
+    backend = Timed(Clock(), [[(1, ok()), (1, Exited(0))], []])
+    rows, _ = run(tmp_path, backend, n=2, timeout=10)
+    assert [r.status for r in rows] == [Status.OK, Status.TIMEOUT]
+    assert paths(moves) == [["STARTING", "RUNNING", "ENDED"],
+                            ["STARTING", "RUNNING", "STOPPING", "ENDED"]]
+
+
+def test_ctrl_c_while_a_trial_is_stopping_leaves_its_stop_and_its_grace(tmp_path, moves):
+    # timed out at 30 (SIGTERM, which it ignores), then Ctrl-C during the grace: the stop that
+    # came first stands, the grace is not restarted, and no retry starts
+    backend = Timed(Clock(), [[]], on_term="ignore")
+    backend.on_wait = [lambda: None, _signal]
+    with pytest.raises(Interrupted):
+        run(tmp_path, backend, timeout=30, retries=1)
+    assert [(t, what) for t, what, _ in backend.calls] == [(0, "start"), (30, "SIGTERM"),
+                                                           (30 + TERM_GRACE, "SIGKILL")]
+    row = _only_row(tmp_path)
+    assert row.status is Status.TIMEOUT and "ran past the timeout of 30s" in row.error and row.attempts == 1
+    assert row.duration_s == pytest.approx(30) and row.exitcode == -9
+    assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "KILLED", "ENDED"]]
+
+
+def test_a_second_ctrl_c_while_a_trial_is_stopping_kills_it_at_once(tmp_path, moves):
+    backend = Timed(Clock(), [[]], on_term="ignore")
+    backend.on_wait = [lambda: None, _signal, _signal]
+    with pytest.raises(Interrupted):
+        run(tmp_path, backend, timeout=30)
+    assert [(t, what) for t, what, _ in backend.calls] == [(0, "start"), (30, "SIGTERM"), (30, "SIGKILL")]
+    assert _only_row(tmp_path).status is Status.TIMEOUT
+    assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "KILLED", "ENDED"]]
+
+
+class StartsLate(Timed):
+    """Its trials begin (Began) ``after`` seconds after their start, not at once."""
+
+    def __init__(self, clock: Clock, lives: list[list[tuple[float, Any]]], after: float, **kw: Any) -> None:
+        super().__init__(clock, lives, **kw)
+        self.after = after
+
+    def start(self, spec: Any) -> Any:
+        began = super().start(spec)
+        self._at(self.clock.now + self.after, spec.trial_id, began)
+        return None
+
+
+def test_ctrl_c_before_a_trial_began_stops_it_and_its_late_began_starts_no_clock(tmp_path, moves):
+    backend = StartsLate(Clock(), [[]], after=1, on_term="ignore")
+    backend.on_wait = [_signal]
+    with pytest.raises(Interrupted):
+        run(tmp_path, backend, timeout=30)
+    # its Began (at 1, during the grace) says where it ran, and sets no timeout
+    assert [(t, what) for t, what, _ in backend.calls] == [(0, "start"), (0, "SIGTERM"), (TERM_GRACE, "SIGKILL")]
+    row = _only_row(tmp_path)
+    assert row.status is Status.INTERRUPTED and row.device == "cpu" and row.duration_s == pytest.approx(0)
+    assert paths(moves) == [["STARTING", "STOPPING", "KILLED", "ENDED"]]
+
+
+def test_a_result_after_the_timeouts_sigterm_keeps_its_metrics_but_not_its_status(tmp_path, moves):
+    # its SIGTERM handler stops training and returns: partial metrics, never ok
+    backend = Timed(Clock(), [[(31, ok()), (31.5, Exited(0))]], on_term="ignore")
+    (row,), calls = run(tmp_path, backend, timeout=30)
+    assert calls == [(0, "start", 0), (30, "SIGTERM", 0)]  # its result set no exit grace: it is stopping
+    assert row.status is Status.TIMEOUT and row.metrics == {"acc": 0.9} and row.duration_s == pytest.approx(30)
+    assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "ENDED"]]
+
+
+class SaysTooLate(Timed):
+    """On a SIGKILL, a result the trial had sent is read with its death (it was in the pipe)."""
+
+    def __init__(self, clock: Clock, lives: list[list[tuple[float, Any]]], late: Any, **kw: Any) -> None:
+        super().__init__(clock, lives, **kw)
+        self.late = late
+
+    def cancel(self, trial_id: str, hard: bool) -> None:
+        super().cancel(trial_id, hard)
+        if hard:  # its death again, after the result
+            self._forget(trial_id)
+            self._at(self.clock.now, trial_id, self.late)
+            self._at(self.clock.now, trial_id, Exited(-9))
+
+
+def test_a_result_read_after_the_timeouts_kill_is_too_late(tmp_path, moves):
+    backend = SaysTooLate(Clock(), [[]], late=ok(0.8), on_term="ignore")
+    (row,), calls = run(tmp_path, backend, timeout=30)
+    assert calls == [(0, "start", 0), (30, "SIGTERM", 0), (30 + TERM_GRACE, "SIGKILL", 0)]
+    assert row.status is Status.TIMEOUT and row.metrics == {"acc": 0.8} and row.exitcode == -9
+    assert row.duration_s == pytest.approx(30)
+    assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "KILLED", "ENDED"]]
+
+
+class Piped(Timed):
+    """``drain`` reads what a trial sent up to ``window`` seconds later: messages already in
+    its pipe when the engine stops it, which ``wait`` had not read yet."""
+
+    def __init__(self, clock: Clock, lives: list[list[tuple[float, Any]]], window: float, **kw: Any) -> None:
+        super().__init__(clock, lives, **kw)
+        self.window = window
+
+    def drain(self, trial_id: str) -> list[Any]:
+        ready = sorted(p for p in self.pending if p[2] == trial_id and p[0] <= self.clock.now + self.window)
+        self.pending = [p for p in self.pending if p not in ready]
+        heapq.heapify(self.pending)
+        return [(tid, event) for _, _, tid, event in ready]
+
+
+def _prune_at_2(spec: Any, items: list[dict[str, Any]]) -> str | None:
+    return "pruned at epoch 2" if items[-1]["epoch"] == 2 else None
+
+
+def test_a_result_read_just_before_the_prunes_stop_stands(tmp_path, moves):
+    # pruned at 2; its result, sent at 2.05, is read by the stop's drain: it stands (still
+    # SIGTERMed, as a trial the pruner stopped)
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (2.05, ok(0.7)), (2.5, Exited(0))]
+    backend = Piped(Clock(), [life], window=0.1, on_term="die")
+    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=_prune_at_2))
+    assert calls == [(0, "start", 0), (2, "SIGTERM", 0)]
+    assert row.status is Status.OK and row.metrics == {"acc": 0.7, "loss": 0.8} and row.duration_s == pytest.approx(2)
+    assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "ENDED"]]
+
+
+def test_a_result_just_after_the_prunes_stop_is_too_late(tmp_path, moves):
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (2.5, ok(0.7)), (3, Exited(0))]
+    backend = Piped(Clock(), [life], window=0.1, on_term="ignore")
+    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=_prune_at_2))
+    assert calls == [(0, "start", 0), (2, "SIGTERM", 0)]
+    assert row.status is Status.PRUNED and row.error == "pruned at epoch 2"
+    assert row.metrics == {"acc": 0.7, "loss": 0.8} and row.duration_s == pytest.approx(2)
+    assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "ENDED"]]
+
+
+def test_a_result_in_the_same_batch_as_the_prune_is_never_stopped(tmp_path, moves):
+    backend = Timed(Clock(), [[(3, _reports(3, 0.5)), (3, ok(0.7)), (3.2, Exited(0))]])
+    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=lambda spec, items: "pruned"))
+    assert calls == [(0, "start", 0)] and row.status is Status.OK
+    assert paths(moves) == [["STARTING", "RUNNING", "ENDED"]]
+
+
+def test_a_result_after_a_verdict_to_stop_is_pruned_and_the_trial_never_cancelled(tmp_path, moves):
+    # told to stop at epoch 2, it returns what it had and exits: stopped, never signalled
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (2.1, ok(0.7)), (2.2, Exited(0))]
+    backend = Timed(Clock(), [life], on_term="ignore", answers=True)
+    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=_prune_at_2, verdicts=True))
+    assert [what for _, what, _ in calls] == ["start", "verdict ''", "verdict 'pruned at epoch 2'"]
+    assert row.status is Status.PRUNED and row.metrics == {"acc": 0.7, "loss": 0.8}
+    assert paths(moves) == [["STARTING", "RUNNING", "ENDED"]]
+
+
+def test_a_trial_moved_to_a_new_process_goes_back_to_starting_and_its_clock_restarts(tmp_path, moves):
+    moved = Began(2001, "cpu", moved="moved to a fresh process: the fork hung")
+    backend = Timed(Clock(), [[(5, moved)]], on_term="die")
+    (row,), calls = run(tmp_path, backend, timeout=30)
+    assert calls == [(0, "start", 0), (35, "SIGTERM", 0)]  # 30 s after the move
+    assert row.status is Status.TIMEOUT and row.duration_s == pytest.approx(30) and row.pid == 2001
+    assert paths(moves) == [["STARTING", "RUNNING", "STARTING", "RUNNING", "STOPPING", "ENDED"]]

@@ -1,0 +1,91 @@
+"""A trial's phases in the engine (sweeper.engine.Phase) and the one table of moves between
+them (MOVES): every move in the table is made, every other is refused as a bug of the
+engine (PhaseError, an AssertionError: never a user's error). The moves the engine makes
+as events come, in fake time, are in test_engine_clock.py."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from sweeper.engine import MOVES, Phase, PhaseError, _Trial
+from sweeper.errors import SweepError
+from sweeper.trial import TrialSpec
+
+pytestmark = pytest.mark.unit
+
+ALLOWED = [(a, b) for a in Phase for b in sorted(MOVES[a], key=list(Phase).index)]
+REFUSED = [(a, b) for a, b in itertools.product(Phase, Phase) if b not in MOVES[a]]
+
+
+def trial(phase: Phase) -> _Trial:
+    spec = TrialSpec(trial_id="t1", name="lr=0.1", index=0, params={"lr": 0.1}, seed=1, dir="/nowhere")
+    return _Trial(spec, "", 0.0, phase=phase)
+
+
+def test_a_trial_starts_in_starting():
+    assert _Trial(trial(Phase.STARTING).spec, "", 0.0).phase is Phase.STARTING
+
+
+def test_the_table_names_every_phase():
+    assert set(MOVES) == set(Phase)
+
+
+@pytest.mark.parametrize("start, end", ALLOWED, ids=[f"{a.name}->{b.name}" for a, b in ALLOWED])
+def test_every_move_in_the_table_is_made(start, end):
+    t = trial(start)
+    t.to(end)
+    assert t.phase is end
+
+
+@pytest.mark.parametrize("start, end", REFUSED, ids=[f"{a.name}->{b.name}" for a, b in REFUSED])
+def test_every_move_not_in_the_table_is_refused_and_the_trial_stays(start, end):
+    t = trial(start)
+    with pytest.raises(PhaseError):
+        t.to(end)
+    assert t.phase is start
+
+
+def test_the_moves_the_engine_must_never_make_are_not_in_the_table():
+    refused = set(REFUSED)
+    assert (Phase.ENDED, Phase.RUNNING) in refused  # an ended trial does not run again
+    assert (Phase.ENDED, Phase.ENDED) in refused  # nor is it ended (judged, recorded) twice
+    assert (Phase.KILLED, Phase.KILLED) in refused  # nor killed twice
+    assert (Phase.KILLED, Phase.STOPPING) in refused  # a killed trial is not asked to stop
+    assert (Phase.STOPPING, Phase.RUNNING) in refused  # a cancel is not taken back
+    assert (Phase.STOPPING, Phase.STARTING) in refused  # a cancelled trial is not moved to a new process
+    assert (Phase.STARTING, Phase.STARTING) in refused
+
+
+def test_ended_is_the_end_and_every_phase_reaches_it():
+    assert MOVES[Phase.ENDED] == frozenset()
+    for phase in Phase:
+        if phase is not Phase.ENDED:
+            assert Phase.ENDED in MOVES[phase]
+
+
+def test_every_phase_is_reached_from_starting():
+    seen, todo = {Phase.STARTING}, [Phase.STARTING]
+    while todo:
+        for nxt in MOVES[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    assert seen == set(Phase)
+
+
+def test_a_cancel_is_never_taken_back():
+    # once asked to stop or killed, a trial only goes on to be killed or to end
+    for phase in Phase:
+        if phase.cancelled:
+            assert MOVES[phase] <= {Phase.KILLED, Phase.ENDED}
+    assert [p for p in Phase if p.cancelled] == [Phase.STOPPING, Phase.KILLED]
+
+
+def test_a_refused_move_is_an_internal_error_that_names_the_trial_and_the_move():
+    t = trial(Phase.ENDED)
+    with pytest.raises(AssertionError) as caught:
+        t.to(Phase.RUNNING)
+    assert isinstance(caught.value, PhaseError) and not isinstance(caught.value, SweepError)
+    message = str(caught.value)
+    assert "t1 (lr=0.1)" in message and "from ENDED to RUNNING" in message and "bug" in message
