@@ -32,22 +32,20 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from . import paths
 from .errors import SweepError
 from .paths import SweepPaths
-from .metrics import direction
-from .trial import Status
+from .metrics import HISTORY_COLUMNS, direction
+from .trial import RESULT_COLUMNS, Status
 
 if TYPE_CHECKING:
     import pandas
     from matplotlib.figure import Figure
 
 #: Columns of ``results.csv`` that are neither hyperparameters nor metrics.
-FIXED_COLUMNS = (
-    "trial_id", "trial", "status", "seed", "device", "started_at", "duration_s",
-    "error", "attempts", "epoch_reached", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb",
-)
+FIXED_COLUMNS = RESULT_COLUMNS
 #: Columns of ``history.csv`` that are not per-epoch metrics.
-HISTORY_KEYS = ("trial_id", "trial", "epoch")
-#: Trial statuses in the order the report lists them (others follow, sorted).
-STATUSES = ("ok", "pruned", "error", "oom", "crashed", "timeout", "interrupted")
+HISTORY_KEYS = HISTORY_COLUMNS
+#: Trial statuses in the order the report lists them: those that succeeded first, each
+#: group in :class:`~sweeper.trial.Status`' order (others follow, sorted).
+STATUSES = tuple(s.value for s in sorted(Status, key=lambda s: not s.succeeded))
 TOP = 5
 
 _NEED_MPL = "the report needs matplotlib: pip install matplotlib"

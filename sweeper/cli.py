@@ -54,56 +54,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", dest="grid_data", help="with --command: a .json or .yaml file holding the grid")
     p.add_argument("--shell", action="store_true", help="with --command: run it through /bin/sh "
                    "(values reach it as environment variables, never as shell text)")
-    p.add_argument("--name", help="sweep folder name (default: the grid file's stem)")
-    p.add_argument("--out", help=f"folder for sweep folders (default {_default('out')})")
-    p.add_argument("--workers", type=int, help="trials at once (default: GPU slots, else CPU count)")
-    p.add_argument("--seed", type=int, help=f"sweep seed (default {_default('seed')}); trial seeds derive from it")
-    p.add_argument("--timeout", type=float, help="seconds a trial may run before it is killed")
-    p.add_argument("--retries", type=int,
-                   help=f"extra attempts for crashed, oom or timed-out trials (default {_default('retries')})")
-    p.add_argument("--gpus", help="all (default), none, free (those no process uses now), or GPUs by index "
-                   "or UUID, such as 0,2 or GPU-5f3c...")
-    p.add_argument("--per-gpu", type=int, dest="per_gpu", help="trials sharing one GPU (default 1)")
-    p.add_argument("--memory-fraction", type=float, dest="memory_fraction",
-                   help="cap each trial at this share of its GPU's memory (default 0.95 / per-gpu)")
-    p.add_argument("--memory-growth", action="store_true", default=None, dest="memory_growth",
-                   help="let each trial's GPU memory grow instead of capping it")
-    p.add_argument("--fresh", action="store_true", default=None, help="start a new ledger (the old one is kept)")
-    p.add_argument("--skip-failed", action="store_true", default=None, dest="skip_failed",
-                   help="keep failed trials' rows instead of running them again")
-    p.add_argument("--dry-run", action="store_true", default=None, dest="dry_run",
-                   help="print the trials and where they would start, run nothing")
-    p.add_argument("--metric", help="metric to rank trials by (default: the first)")
-    p.add_argument("--mode", choices=["max", "min"],
-                   help="max or min (default: from the metric's name: losses and errors min, accuracy, "
-                        "auc, f1, r2, scores max)")
-    p.add_argument("--no-prefetch", action="store_false", default=None, dest="prefetch",
-                   help="do not start each slot's next trial process ahead of time")
-    p.add_argument("--start-method", choices=["forkserver", "spawn"], dest="start_method",
-                   help=f"(default {_default('start_method')}) forkserver: each trial is a fresh fork of one "
-                        "process that imported the installed libraries the grid file uses, and runs the grid "
-                        "file itself; spawn: a fresh interpreter per trial")
-    p.add_argument("--backend", choices=["local", "ray"],
-                   help=f"(default {_default('backend')}) local, or ray: trials as Ray tasks")
-    p.add_argument("--address", help="with --backend ray: the cluster (auto, or HOST:6379); none starts a local Ray")
-    p.add_argument("--cpus-per-trial", type=float, dest="cpus_per_trial",
-                   help=f"with --backend ray: CPUs each trial asks for (default {_default('cpus_per_trial'):g})")
-    p.add_argument("--search", help="search the grid file's space with Optuna: tpe, random, cmaes, qmc or gp")
-    p.add_argument("--trials", type=int, help="with --search: how many trials in all (a re-run resumes to it)")
-    p.add_argument("--prune", help="with --search: stop bad trials early: median, asha, hyperband or none")
-    p.add_argument("--tensorboard", action="store_true", default=None,
-                   help="show the sweep in TensorBoard's HParams dashboard: tensorboard --logdir <out>/<name>")
-    p.add_argument("--mlflow", nargs="?", const=True, metavar="URI",
-                   help="a MLflow run per trial, nested in one per sweep; URI: a server, a database, or a "
-                        "folder (a SQLite store in it); without URI a local store in <out>/<name>/mlflow.db "
-                        "(needs sweeper[mlflow])")
+    add_option_flags(p)
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     return p
 
 
-def _default(name: str) -> Any:
-    """An option's default as :class:`Options` has it: --help says what the code does."""
-    return Options.__dataclass_fields__[name].default
+def add_option_flags(p: argparse.ArgumentParser) -> None:
+    """A flag for each :class:`Options` field that has one, in the fields' order, as its
+    :class:`~sweeper.options.Flag` says. Each defaults to None (a flag not given leaves
+    the grid file's value, else Options'), and its help states the default as Options
+    has it: --help says what the code does."""
+    for f, flag in Options.flags():
+        how: dict[str, Any] = {"action": flag.action, "dest": f.name, "default": None,
+                               "help": flag.help.format(default=f.default)}
+        if flag.type is not None:
+            how["type"] = flag.type
+        if flag.choices:
+            how["choices"] = list(flag.choices)
+        if flag.nargs is not None:
+            how.update(nargs=flag.nargs, const=flag.const)
+        if flag.metavar is not None:
+            how["metavar"] = flag.metavar
+        p.add_argument(flag.flag(f.name), **how)
 
 
 def _check_unknown(p: argparse.ArgumentParser, unknown: list[str]) -> None:
@@ -184,12 +156,7 @@ def _main(argv: list[str]) -> int:
     _check_unknown(p, unknown)
     if isinstance(args.mlflow, str) and args.mlflow.endswith(".py") and not args.grid_file:
         args.grid_file, args.mlflow = args.mlflow, True  # --mlflow grid.py: the file, not a URI
-    flags = {k: getattr(args, k) for k in ("name", "out", "workers", "seed", "timeout", "retries",
-                                           "gpus", "per_gpu", "memory_fraction", "memory_growth",
-                                           "fresh", "skip_failed", "dry_run", "metric", "mode",
-                                           "prefetch", "start_method", "backend", "address",
-                                           "cpus_per_trial", "search", "trials", "prune",
-                                           "tensorboard", "mlflow")}
+    flags = {f.name: getattr(args, f.name) for f, _ in Options.flags()}
     flags = {k: v for k, v in flags.items() if v is not None}
     Options.build(flags, where="the command line")
     show_messages(not args.quiet)
@@ -359,7 +326,7 @@ def _folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = _Parser(prog=f"{_prog()} {prog}", description=description, allow_abbrev=False)
     p.add_argument("folder", help="a sweep folder, <out>/<name> (e.g. results/digits_mlp)")
     p.add_argument("--metric", help="metric to rank trials by (default: the sweep's, else the first)")
-    p.add_argument("--mode", choices=["max", "min"], help="max or min (default: the sweep's, else from "
+    p.add_argument("--mode", choices=list(Options.choices("mode")), help="max or min (default: the sweep's, else from "
                    "the metric's name)")
     return p
 

@@ -22,7 +22,7 @@ import json
 import os
 import sqlite3
 import time
-from dataclasses import replace
+from dataclasses import MISSING, Field, fields, replace
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from .errors import SweepError
@@ -80,10 +80,23 @@ CREATE TABLE IF NOT EXISTS history (
 );
 """
 
-_COLUMNS = (
-    "trial_id, idx, name, params, status, metrics, seed, device, started_at, "
-    "duration_s, error, attempts, pid, exitcode, log, gpu_uuid, gpu_mem_cap_mb, gpu_mem_peak_mb, epoch_reached"
-)
+#: The trials table's name for a :class:`TrialResult` field where it is not the field's
+#: (``index`` is a word of SQL's). The table has a column per field, and ``recorded_at``.
+_SQL_NAMES = {"index": "idx"}
+_FIELDS = fields(TrialResult)
+_COLUMNS = ", ".join(_SQL_NAMES.get(f.name, f.name) for f in _FIELDS)
+#: How a field's value is stored, where not as it is, and read back.
+_STORED: dict[str, Callable[[Any], Any]] = {
+    "params": lambda params: json.dumps(params, sort_keys=True),
+    "status": lambda status: status.value,
+    "metrics": json.dumps,
+}
+_READ: dict[str, Callable[[Any], Any]] = {
+    "trial_id": current_id,
+    "params": json.loads,
+    "status": Status,
+    "metrics": json.loads,
+}
 
 
 class StorageError(SweepError):
@@ -194,27 +207,8 @@ class Ledger:
     def record(self, result: TrialResult, durable: bool = True) -> None:
         """Store a trial's outcome, replacing any earlier row for it; fsynced unless told not
         to (an update of a row that is already durable)."""
-        row = (
-            result.trial_id,
-            result.index,
-            result.name,
-            json.dumps(result.params, sort_keys=True),
-            result.status.value,
-            json.dumps(result.metrics),
-            result.seed,
-            result.device,
-            result.started_at,
-            result.duration_s,
-            result.error,
-            result.attempts,
-            result.pid,
-            result.exitcode,
-            result.log,
-            result.gpu_uuid,
-            result.gpu_mem_cap_mb,
-            result.gpu_mem_peak_mb,
-            result.epoch_reached,
-        )
+        row = tuple(_STORED[f.name](getattr(result, f.name)) if f.name in _STORED else getattr(result, f.name)
+                    for f in _FIELDS)
         db = self._db if durable else self._fast
         with db:  # one transaction: the row and the end of its running mark
             db.execute("BEGIN IMMEDIATE")
@@ -383,13 +377,21 @@ class Ledger:
         return {current_id(tid): epoch for tid, epoch in rows}
 
 
+def _reader(f: Field[Any]) -> Callable[[Any], Any] | None:
+    """How a trials column is read back into its field: as :data:`_READ` says; a NULL or
+    empty value of a field with a default (a column a later schema added) as that default."""
+    if f.name in _READ:
+        return _READ[f.name]
+    default = f.default
+    if default is None or default is MISSING:
+        return None
+    return lambda value: value or default
+
+
+_READERS = [(f.name, _reader(f)) for f in _FIELDS]
+
+
 def result_of(row: tuple[Any, ...]) -> TrialResult:
-    (tid, idx, name, params, status, metrics, seed, device, started_at,
-     duration_s, error, attempts, pid, exitcode, log, uuid, cap, peak, epochs) = row
-    return TrialResult(
-        trial_id=current_id(tid), name=name, index=idx, params=json.loads(params), status=Status(status),
-        metrics=json.loads(metrics), seed=seed or 0, device=device or "",
-        started_at=started_at or "", duration_s=duration_s or 0.0, error=error or "",
-        attempts=attempts or 1, pid=pid or 0, exitcode=exitcode, log=log or "",
-        gpu_uuid=uuid or "", gpu_mem_cap_mb=cap, gpu_mem_peak_mb=peak, epoch_reached=epochs,
-    )
+    """A trials row (its columns as :data:`_COLUMNS` names them) as the result it stores."""
+    return TrialResult(**{name: value if read is None else read(value)
+                          for (name, read), value in zip(_READERS, row, strict=True)})

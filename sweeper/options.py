@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import SweepError
 from .capping import MemoryPolicy, resolve
@@ -17,39 +17,127 @@ if TYPE_CHECKING:  # Optuna is imported only by a search, in the function that r
 
 
 @dataclass(frozen=True)
-class Options:
-    """Every ``sweep()`` keyword. The CLI's flags and a grid file's ``options`` map onto these."""
+class Flag:
+    """How an :class:`Options` field is given on the command line: ``sweeper.cli`` builds
+    its parser from these, so a new option is written once, here. A field without one is
+    no flag (``progress``: the CLI's ``--quiet`` says more than it)."""
 
-    name: str | None = None  #: sweep folder name under ``out`` (default: the module's stem)
-    out: str = "results"  #: where sweep folders go
-    workers: int | None = None  #: trials at once (default: GPU slots, else the CPU count)
-    seed: int = 0  #: the sweep's seed; each trial's seed derives from it and the trial id
-    timeout: float | None = None  #: seconds a trial may run before it is killed
-    retries: int = 0  #: extra attempts for trials that crash, run out of memory or time out
-    gpus: str | int | Sequence[int | str] | None = None  #: "all" (default), "none", or ids such as [0, 2] or "0,2"
-    per_gpu: int | None = None  #: trials sharing one GPU (default: 1, or int(1 / memory_fraction))
-    memory_fraction: float | None = None  #: cap per trial, share of the card (default: 0.95 / per_gpu)
-    memory_growth: bool = False  #: let each trial's memory grow instead of capping it
-    fresh: bool = False  #: start a new ledger (the old one is kept, renamed)
-    skip_failed: bool = False  #: keep failed trials' rows instead of running them again
-    dry_run: bool = False  #: build the plan and run nothing
-    metric: str | None = None  #: metric that ranks trials (default: the first one)
-    mode: str | None = None  #: "max" or "min" (default: from the metric's name, as Keras ranks it)
+    help: str  #: what ``--help`` says; ``{default}`` stands for the field's default as Options has it
+    name: str = ""  #: the flag, when not ``--`` and the field's name with ``-`` for ``_``
+    type: Callable[[str], Any] | None = None  #: what the text is read as (``int``, ``float``); None: text
+    choices: tuple[str, ...] = ()  #: the values allowed (``checked()`` refuses others from code too)
+    action: str = "store"  #: an argparse action: ``store_true`` for a switch, ``store_false`` for a ``--no-`` one
+    nargs: str | None = None  #: ``"?"``: the value may be left out, and is then ``const``
+    const: Any = None
+    metavar: str | None = None  #: what ``--help`` calls the value (default: the field's name in capitals)
+
+    def flag(self, field_name: str) -> str:
+        return self.name or "--" + field_name.replace("_", "-")
+
+
+def flag(help: str, **how: Any) -> dict[str, Flag]:
+    """A field's metadata that makes it a command-line flag (see :class:`Flag`)."""
+    return {"flag": Flag(help, **how)}
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every ``sweep()`` keyword. The CLI's flags and a grid file's ``options`` map onto these;
+    a field's ``metadata["flag"]`` (a :class:`Flag`) is its flag, help, type and choices."""
+
+    #: sweep folder name under ``out`` (default: the module's stem)
+    name: str | None = field(default=None, metadata=flag("sweep folder name (default: the grid file's stem)"))
+    #: where sweep folders go
+    out: str = field(default="results", metadata=flag("folder for sweep folders (default {default})"))
+    #: trials at once (default: GPU slots, else the CPU count)
+    workers: int | None = field(default=None, metadata=flag("trials at once (default: GPU slots, else CPU count)",
+                                                             type=int))
+    #: the sweep's seed; each trial's seed derives from it and the trial id
+    seed: int = field(default=0, metadata=flag("sweep seed (default {default}); trial seeds derive from it",
+                                               type=int))
+    #: seconds a trial may run before it is killed
+    timeout: float | None = field(default=None, metadata=flag("seconds a trial may run before it is killed",
+                                                               type=float))
+    #: extra attempts for trials that crash, run out of memory or time out
+    retries: int = field(default=0, metadata=flag("extra attempts for crashed, oom or timed-out trials "
+                                                  "(default {default})", type=int))
+    #: "all" (default), "none", or ids such as [0, 2] or "0,2"
+    gpus: str | int | Sequence[int | str] | None = field(default=None, metadata=flag(
+        "all (default), none, free (those no process uses now), or GPUs by index or UUID, such as 0,2 or "
+        "GPU-5f3c..."))
+    #: trials sharing one GPU (default: 1, or int(1 / memory_fraction))
+    per_gpu: int | None = field(default=None, metadata=flag("trials sharing one GPU (default 1)", type=int))
+    #: cap per trial, share of the card (default: 0.95 / per_gpu)
+    memory_fraction: float | None = field(default=None, metadata=flag(
+        "cap each trial at this share of its GPU's memory (default 0.95 / per-gpu)", type=float))
+    #: let each trial's memory grow instead of capping it
+    memory_growth: bool = field(default=False, metadata=flag(
+        "let each trial's GPU memory grow instead of capping it", action="store_true"))
+    #: start a new ledger (the old one is kept, renamed)
+    fresh: bool = field(default=False, metadata=flag("start a new ledger (the old one is kept)",
+                                                     action="store_true"))
+    #: keep failed trials' rows instead of running them again
+    skip_failed: bool = field(default=False, metadata=flag(
+        "keep failed trials' rows instead of running them again", action="store_true"))
+    #: build the plan and run nothing
+    dry_run: bool = field(default=False, metadata=flag("print the trials and where they would start, run nothing",
+                                                       action="store_true"))
+    #: metric that ranks trials (default: the first one)
+    metric: str | None = field(default=None, metadata=flag("metric to rank trials by (default: the first)"))
+    #: "max" or "min" (default: from the metric's name, as Keras ranks it)
+    mode: str | None = field(default=None, metadata=flag(
+        "max or min (default: from the metric's name: losses and errors min, accuracy, auc, f1, r2, scores max)",
+        choices=("max", "min")))
     progress: bool = True  #: print a line per finished trial
-    prefetch: bool = True  #: start each slot's next process ahead, importing train while a trial runs
-    start_method: str = "forkserver"  #: "forkserver" (trials fork from one process that imported train), or "spawn"
-    backend: str = "local"  #: "local", or "ray" (a Ray cluster places the trials)
-    address: str | None = None  #: with backend="ray": "auto", "HOST:6379"; None starts a local Ray
-    cpus_per_trial: float = 1.0  #: with backend="ray": CPUs each trial asks Ray for
-    search: str | BaseSampler | None = None  #: "tpe", "random", "cmaes", "qmc", "gp" or an Optuna sampler: grid is then a space
-    trials: int | None = None  #: with search: how many trials in all (a re-run resumes to this count)
-    prune: str | BasePruner | None = None  #: with search: "median", "asha", "hyperband" or an Optuna pruner; None prunes nothing
-    tensorboard: bool = False  #: show the sweep in TensorBoard (HParams, scalars): <out>/<name>/tensorboard
-    mlflow: bool | str | None = None  #: True (a local store in the sweep folder) or a tracking URI: a run per trial
+    #: start each slot's next process ahead, importing train while a trial runs
+    prefetch: bool = field(default=True, metadata=flag(
+        "do not start each slot's next trial process ahead of time", name="--no-prefetch", action="store_false"))
+    #: "forkserver" (trials fork from one process that imported train), or "spawn"
+    start_method: str = field(default="forkserver", metadata=flag(
+        "(default {default}) forkserver: each trial is a fresh fork of one process that imported the installed "
+        "libraries the grid file uses, and runs the grid file itself; spawn: a fresh interpreter per trial",
+        choices=("forkserver", "spawn")))
+    #: "local", or "ray" (a Ray cluster places the trials)
+    backend: str = field(default="local", metadata=flag("(default {default}) local, or ray: trials as Ray tasks",
+                                                        choices=("local", "ray")))
+    #: with backend="ray": "auto", "HOST:6379"; None starts a local Ray
+    address: str | None = field(default=None, metadata=flag(
+        "with --backend ray: the cluster (auto, or HOST:6379); none starts a local Ray"))
+    #: with backend="ray": CPUs each trial asks Ray for
+    cpus_per_trial: float = field(default=1.0, metadata=flag(
+        "with --backend ray: CPUs each trial asks for (default {default:g})", type=float))
+    #: "tpe", "random", "cmaes", "qmc", "gp" or an Optuna sampler: grid is then a space
+    search: str | BaseSampler | None = field(default=None, metadata=flag(
+        "search the grid file's space with Optuna: tpe, random, cmaes, qmc or gp"))
+    #: with search: how many trials in all (a re-run resumes to this count)
+    trials: int | None = field(default=None, metadata=flag(
+        "with --search: how many trials in all (a re-run resumes to it)", type=int))
+    #: with search: "median", "asha", "hyperband" or an Optuna pruner; None prunes nothing
+    prune: str | BasePruner | None = field(default=None, metadata=flag(
+        "with --search: stop bad trials early: median, asha, hyperband or none"))
+    #: show the sweep in TensorBoard (HParams, scalars): <out>/<name>/tensorboard
+    tensorboard: bool = field(default=False, metadata=flag(
+        "show the sweep in TensorBoard's HParams dashboard: tensorboard --logdir <out>/<name>", action="store_true"))
+    #: True (a local store in the sweep folder) or a tracking URI: a run per trial
+    mlflow: bool | str | None = field(default=None, metadata=flag(
+        "a MLflow run per trial, nested in one per sweep; URI: a server, a database, or a folder (a SQLite store "
+        "in it); without URI a local store in <out>/<name>/mlflow.db (needs sweeper[mlflow])",
+        nargs="?", const=True, metavar="URI"))
 
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+    @classmethod
+    def flags(cls) -> list[tuple[Field[Any], Flag]]:
+        """The fields the command line gives, in order, each with its :class:`Flag`."""
+        return [(f, f.metadata["flag"]) for f in fields(cls) if "flag" in f.metadata]
+
+    @classmethod
+    def choices(cls, name: str) -> tuple[str, ...]:
+        """The values an option allows (its flag's choices), e.g. ``("max", "min")`` for ``mode``."""
+        choices: tuple[str, ...] = cls.__dataclass_fields__[name].metadata["flag"].choices
+        return choices
 
     @classmethod
     def build(cls, values: Mapping[str, Any], where: str = "sweep()") -> "Options":
@@ -70,6 +158,12 @@ class Options:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
                 raise SweepError(f"{name} must be a whole number >= {low}, got {value!r}")
 
+        def one_of(name: str, value: Any) -> None:
+            allowed = self.choices(name)
+            if value not in allowed:
+                said = ", ".join(map(repr, allowed[:-1])) + f" or {allowed[-1]!r}"
+                raise SweepError(f"{name} must be {said}, got {value!r}")
+
         whole("workers", self.workers, 1)
         whole("retries", self.retries, 0)
         whole("per_gpu", self.per_gpu, 1)
@@ -77,16 +171,14 @@ class Options:
             raise SweepError(f"seed must be a whole number, got {self.seed!r}")
         if self.timeout is not None and (not isinstance(self.timeout, (int, float)) or self.timeout <= 0):
             raise SweepError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
-        if self.backend not in ("local", "ray"):
-            raise SweepError(f"backend must be 'local' or 'ray', got {self.backend!r}")
+        one_of("backend", self.backend)
         if self.address is not None and self.backend != "ray":
             raise SweepError("address goes with backend='ray' (--backend ray --address auto)")
         if not isinstance(self.cpus_per_trial, (int, float)) or self.cpus_per_trial <= 0:
             raise SweepError(f"cpus_per_trial must be a positive number, got {self.cpus_per_trial!r}")
-        if self.start_method not in ("spawn", "forkserver"):
-            raise SweepError(f"start_method must be 'spawn' or 'forkserver', got {self.start_method!r}")
-        if self.mode not in (None, "max", "min"):
-            raise SweepError(f"mode must be 'max' or 'min', got {self.mode!r}")
+        one_of("start_method", self.start_method)
+        if self.mode is not None:
+            one_of("mode", self.mode)
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise SweepError(f"name {self.name!r} cannot be a folder name; use letters, digits, - and _")
         whole("trials", self.trials, 1)

@@ -4,6 +4,8 @@ Columns, in order: ``trial_id``, ``trial``, ``status``, one ``param_<name>`` per
 hyperparameter (scikit-learn's ``cv_results_`` convention), one column per metric,
 then ``seed``, ``device``, ``started_at``, ``duration_s``, ``error``, ``attempts``,
 ``epoch_reached`` when any trial reported epochs, and, when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``, ``gpu_mem_peak_mb``.
+They come from :class:`~sweeper.trial.TrialResult`'s fields, each placed by its metadata
+(:class:`~sweeper.trial.Place`).
 Rows follow the grid's order. The CSV is written with the standard ``csv`` module (so
 the parent need not import pandas while trials run), to a temporary file renamed over
 the old one, so a reader never sees half a file.
@@ -21,12 +23,25 @@ import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from . import paths
-from .metrics import BACK_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS, HISTORY_COLUMNS
-from .trial import TrialResult
+from .metrics import HISTORY_COLUMNS
+from .trial import CSV_FIELDS, Place, TrialResult, csv_name, place_of
 
 if TYPE_CHECKING:
     import pandas
 
+
+
+#: The places whose columns appear only when some trial fills them, with the test per
+#: row: epochs when a trial reported one, the GPU's when a trial ran on one.
+_SOMETIMES: dict[Place, Callable[[TrialResult], bool]] = {
+    Place.EPOCHS: lambda r: r.epoch_reached is not None,
+    Place.GPU: lambda r: r.device.startswith("gpu"),
+}
+#: How a field's value is written, where not as it is.
+_WRITTEN: dict[str, Callable[[Any], Any]] = {
+    "status": lambda status: status.value,
+    "duration_s": lambda seconds: round(seconds, 3),
+}
 
 
 def columns(results: Sequence[TrialResult]) -> list[str]:
@@ -36,30 +51,29 @@ def columns(results: Sequence[TrialResult]) -> list[str]:
     for r in results:
         for k in r.metrics:
             metrics.setdefault(k, None)
-    gpu = GPU_COLUMNS if any(r.device.startswith("gpu") for r in results) else ()
-    epochs = EPOCH_COLUMNS if any(r.epoch_reached is not None for r in results) else ()
-    return [*FRONT_COLUMNS, *(f"param_{p}" for p in params), *metrics, *BACK_COLUMNS, *epochs, *gpu]
+    out: list[str] = []
+    for f in CSV_FIELDS:
+        place = place_of(f)
+        if place is Place.PARAMS:
+            out.extend(f"param_{p}" for p in params)
+        elif place is Place.METRICS:
+            out.extend(metrics)
+        elif place not in _SOMETIMES or any(map(_SOMETIMES[place], results)):
+            out.append(csv_name(f))
+    return out
 
 
 def row(result: TrialResult) -> dict[str, Any]:
     """One trial as a flat mapping from column name to value."""
-    out: dict[str, Any] = {"trial_id": result.trial_id, "trial": result.name, "status": result.status.value}
-    for key, value in result.params.items():
-        out[f"param_{key}"] = json.dumps(value) if isinstance(value, list) else value
-    out.update(result.metrics)
-    out.update(
-        seed=result.seed,
-        device=result.device,
-        started_at=result.started_at,
-        duration_s=round(result.duration_s, 3),
-        error=result.error,
-        attempts=result.attempts,
-    )
-    if result.epoch_reached is not None:
-        out["epoch_reached"] = result.epoch_reached
-    if result.device.startswith("gpu"):
-        out.update(gpu_uuid=result.gpu_uuid, gpu_mem_cap_mb=result.gpu_mem_cap_mb,
-                   gpu_mem_peak_mb=result.gpu_mem_peak_mb)
+    out: dict[str, Any] = {}
+    for f in CSV_FIELDS:
+        place, value = place_of(f), getattr(result, f.name)
+        if place is Place.PARAMS:
+            out.update((f"param_{k}", json.dumps(v) if isinstance(v, list) else v) for k, v in value.items())
+        elif place is Place.METRICS:
+            out.update(value)
+        elif place not in _SOMETIMES or _SOMETIMES[place](result):
+            out[csv_name(f)] = _WRITTEN[f.name](value) if f.name in _WRITTEN else value
     return out
 
 

@@ -20,7 +20,7 @@ import enum
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, Mapping
 
 #: Longest readable part of a trial name before it is cut and hashed.
@@ -193,30 +193,87 @@ class TrialSpec:
         return log_file(self.dir)
 
 
+class Place(enum.Enum):
+    """Where a :class:`TrialResult` field stands in ``results.csv``, in the CSV's order: a
+    column of its own, or the columns it spreads into. The ledger stores every field."""
+
+    FRONT = "front"  #: first, in every row
+    PARAMS = "params"  #: one ``param_<name>`` column per hyperparameter
+    METRICS = "metrics"  #: one column per metric
+    BACK = "back"  #: after the metrics, in every row
+    EPOCHS = "epochs"  #: when any trial reported epochs (a pruned trial's tells where it stopped)
+    GPU = "gpu"  #: when any trial ran on a GPU
+    LEDGER = "ledger"  #: in the ledger alone
+
+
+def column(place: Place, csv: str | None = None) -> dict[str, Any]:
+    """A :class:`TrialResult` field's metadata: its place in ``results.csv``, and the
+    column's name there where it is not the field's."""
+    return {"place": place, "csv": csv}
+
+
 @dataclass(frozen=True)
 class TrialResult:
-    """What became of one trial: one row of the results table."""
+    """What became of one trial: one row of the results table. Each field's metadata
+    (:func:`column`) places it in ``results.csv``; :data:`RESULT_COLUMNS` follows."""
 
-    trial_id: str
-    name: str
-    index: int
-    params: dict[str, Any] = field(hash=False)
-    status: Status
-    metrics: dict[str, float] = field(default_factory=dict, hash=False)
-    seed: int = 0
-    device: str = ""
-    started_at: str = ""  #: ISO 8601, UTC
-    duration_s: float = 0.0
-    error: str = ""  #: one line; empty when ok
-    attempts: int = 1
-    pid: int = 0
-    exitcode: int | None = None
-    log: str = ""
-    gpu_uuid: str = ""  #: the GPU's UUID, when NVML told it
-    gpu_mem_cap_mb: int | None = None  #: the memory cap the trial ran under
-    gpu_mem_peak_mb: int | None = None  #: its peak GPU memory, where NVML could see it
-    epoch_reached: int | None = None  #: the last epoch it reported (None: it reported none)
+    trial_id: str = field(metadata=column(Place.FRONT))
+    name: str = field(metadata=column(Place.FRONT, csv="trial"))
+    index: int = field(metadata=column(Place.LEDGER))  #: position in the grid's order (the CSV's row order)
+    params: dict[str, Any] = field(hash=False, metadata=column(Place.PARAMS))
+    status: Status = field(metadata=column(Place.FRONT))
+    metrics: dict[str, float] = field(default_factory=dict, hash=False, metadata=column(Place.METRICS))
+    seed: int = field(default=0, metadata=column(Place.BACK))
+    device: str = field(default="", metadata=column(Place.BACK))
+    started_at: str = field(default="", metadata=column(Place.BACK))  #: ISO 8601, UTC
+    duration_s: float = field(default=0.0, metadata=column(Place.BACK))
+    error: str = field(default="", metadata=column(Place.BACK))  #: one line; empty when ok
+    attempts: int = field(default=1, metadata=column(Place.BACK))
+    pid: int = field(default=0, metadata=column(Place.LEDGER))
+    exitcode: int | None = field(default=None, metadata=column(Place.LEDGER))
+    log: str = field(default="", metadata=column(Place.LEDGER))
+    #: the GPU's UUID, when NVML told it
+    gpu_uuid: str = field(default="", metadata=column(Place.GPU))
+    #: the memory cap the trial ran under
+    gpu_mem_cap_mb: int | None = field(default=None, metadata=column(Place.GPU))
+    #: its peak GPU memory, where NVML could see it
+    gpu_mem_peak_mb: int | None = field(default=None, metadata=column(Place.GPU))
+    #: the last epoch it reported (None: it reported none)
+    epoch_reached: int | None = field(default=None, metadata=column(Place.EPOCHS))
 
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
+
+
+def place_of(f: Field[Any]) -> Place:
+    """Where a :class:`TrialResult` field stands in ``results.csv``."""
+    place: Place = f.metadata["place"]
+    return place
+
+
+def csv_name(f: Field[Any]) -> str:
+    """The ``results.csv`` column of a :class:`TrialResult` field (``name`` is ``trial``)."""
+    return f.metadata["csv"] or f.name
+
+
+#: :class:`TrialResult`'s fields in the order of ``results.csv``: by :class:`Place`, then
+#: as the class has them; those of the ledger alone left out.
+CSV_FIELDS: tuple[Field[Any], ...] = tuple(sorted(
+    (f for f in fields(TrialResult) if place_of(f) is not Place.LEDGER), key=lambda f: list(Place).index(place_of(f))))
+
+
+def csv_columns(*places: Place) -> tuple[str, ...]:
+    """The fixed ``results.csv`` columns of these places, in the CSV's order."""
+    return tuple(csv_name(f) for f in CSV_FIELDS if place_of(f) in places)
+
+
+#: Columns every results table has, first and after the metrics; a metric may not take one.
+FRONT_COLUMNS = csv_columns(Place.FRONT)
+BACK_COLUMNS = csv_columns(Place.BACK)
+#: Present when any trial reported epochs.
+EPOCH_COLUMNS = csv_columns(Place.EPOCHS)
+#: Present when any trial ran on a GPU.
+GPU_COLUMNS = csv_columns(Place.GPU)
+#: Every fixed column ``results.csv`` may have (neither a hyperparameter nor a metric), in its order.
+RESULT_COLUMNS = csv_columns(Place.FRONT, Place.BACK, Place.EPOCHS, Place.GPU)
