@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import SweepError
-from .metrics import CONTROL, printable
+from .text import CONTROL, printable
 from .trial import canonical_json
 
 __all__ = ["Points", "expand", "point_key", "sample", "uniform", "loguniform", "randint"]

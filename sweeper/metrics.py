@@ -5,21 +5,14 @@ How a trial ended (its status) is judged in :mod:`sweeper.outcome`, not here."""
 from __future__ import annotations
 
 import numbers
-import re
 from typing import Any, Mapping
 
-#: Columns every results table has; a metric may not take one of these names.
-FRONT_COLUMNS = ("trial_id", "trial", "status")
-BACK_COLUMNS = ("seed", "device", "started_at", "duration_s", "error", "attempts")
-#: Present when any trial ran on a GPU.
-GPU_COLUMNS = ("gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb")
-#: Present when any trial reported epochs (a pruned trial's tells where it stopped).
-EPOCH_COLUMNS = ("epoch_reached",)
-RESERVED = frozenset(FRONT_COLUMNS + BACK_COLUMNS + GPU_COLUMNS + EPOCH_COLUMNS)
+from .text import CONTROL, printable
+from .trial import RESULT_COLUMNS
 
-#: C0 and C1 control characters (and DEL): never in a console line or a CSV field.
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
+#: The results table's own columns (from :class:`sweeper.trial.TrialResult`'s fields): a
+#: metric may not take one of these names.
+RESERVED = frozenset(RESULT_COLUMNS)
 
 class BadResult(ValueError):
     """``fn`` returned something that is not a mapping of metric names to numbers."""
@@ -90,11 +83,6 @@ def check_metric_name(name: Any, final: bool = True) -> str:
             f"metric {name!r} clashes with the table's own column of that name; rename it"
         )
     return name
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters escaped (``\\x1b``, ``\\n``), for one console line or CSV field."""
-    return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def normalise(value: Any) -> dict[str, int | float]:

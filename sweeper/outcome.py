@@ -26,7 +26,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .metrics import BadResult, normalise, printable
+from .metrics import BadResult, normalise
+from .text import printable
 from .protocol import Began, Exited, Result
 from .trial import Status
 

@@ -198,7 +198,7 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES, pid: int | None = None) -> 
     after the attempt's own header count, so an earlier attempt's words are never this
     one's. Cheap for big logs: reads the end only.
     """
-    from .metrics import printable
+    from .text import printable
 
     try:
         with open(path, "rb") as f:

@@ -9,7 +9,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import SweepError
-from ..metrics import printable
+from ..text import printable
 from ..outcome import last_line
 from ..protocol import GridRead, GridRefused
 
