@@ -7,6 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import runner, table
+from .folder import sweep_folder
 from .messages import show_messages
 from .command import Command
 from .grid import expand
@@ -131,7 +132,7 @@ def load(path: "str | os.PathLike[str]", every: bool = False) -> "pandas.DataFra
     ``every=True``, every trial on record, points since removed from the grid included.
     ``frame.attrs["metric"]`` and ``["mode"]`` say what the sweep ranked by (or None).
     """
-    ledger = Ledger(runner.sweep_folder(path), readonly=True)
+    ledger = Ledger(sweep_folder(path), readonly=True)
     try:
         current = None if every else ledger.current()
         results = list((ledger.results() if current is None else current).values())

@@ -12,6 +12,7 @@ from typing import Any, NoReturn, Sequence
 
 from . import __version__, gridfile, procs, runner
 from .errors import SweepError
+from .folder import default_uid, holder, sweep_folder
 from .messages import show_messages
 from .grid import Points
 from .options import Options
@@ -340,8 +341,8 @@ def status_main(argv: list[str]) -> int:
     from .ledger import Ledger
 
     args = _folder_parser("status", "Show a sweep's progress, while it runs or after.").parse_args(argv)
-    folder = runner.sweep_folder(args.folder)
-    pid = runner.holder(folder)
+    folder = sweep_folder(args.folder)
+    pid = holder(folder)
     ledger = Ledger(folder, readonly=True)
     try:
         current = ledger.current()
@@ -389,7 +390,7 @@ def report_main(argv: list[str]) -> int:
     from .api import load
 
     args = _folder_parser("report", "Print a sweep's leaderboard and write its report.html.").parse_args(argv)
-    folder = runner.sweep_folder(args.folder)
+    folder = sweep_folder(args.folder)
     frame = load(folder)
     try:
         metric, mode = analysis.choose(frame, *_ranking(frame, args.metric, args.mode))
@@ -430,8 +431,8 @@ def export_main(argv: list[str]) -> int:
     if not args.tensorboard and not args.mlflow:
         raise SweepError("export needs --tensorboard and/or --mlflow [URI]; e.g. "
                          f"{_prog()} export {args.folder} --mlflow http://localhost:5000")
-    folder = runner.sweep_folder(args.folder)
-    running = runner.holder(folder)
+    folder = sweep_folder(args.folder)
+    running = holder(folder)
     if running:  # its trials' attempts change under an export: only the sweep itself shows them right
         raise SweepError(f"a sweep (pid {running}) is running in {folder}; export it when it has ended, "
                          "or start the sweep with --tensorboard / --mlflow to see it live")
@@ -439,7 +440,7 @@ def export_main(argv: list[str]) -> int:
     chosen.check(opts)
     ledger = Ledger(folder, readonly=True)
     try:
-        uid = ledger.get("uid") or runner.default_uid(folder)
+        uid = ledger.get("uid") or default_uid(folder)
         metric, mode, search = ledger.get("metric") or "", ledger.get("mode") or "", ledger.get("search") or ""
         results = ledger.results()
     finally:

@@ -1,8 +1,8 @@
 """The engine: every trial of a sweep, from the queue to one recorded result.
 
 The engine owns what does not depend on where trials run: the queue, retries, deadlines,
-the stop signals (Ctrl-C, SIGTERM), recording in the ledger, and the hooks the console
-and the CSVs hang on. Where and how a trial runs is a backend's
+the stop signals (Ctrl-C, SIGTERM), recording in the ledger, and telling the sweep's
+outputs (:class:`sweeper.lifecycle.Callback`: the CSVs, the console, a search) what happened. Where and how a trial runs is a backend's
 (:class:`Backend`: :mod:`sweeper.backends.local`, :mod:`sweeper.backends.ray`).
 
 Data flow of one sweep::
@@ -25,7 +25,7 @@ Data flow of one sweep::
                                      outcome.judge ◀─────────────────┘
                                           │ TrialResult, before the slot is reused
                                           ▼
-                     Ledger (SQLite WAL, fsync) ──▶ results.csv (tmp + rename) ──▶ listener
+                     Ledger (SQLite WAL, fsync) ──▶ outputs.recorded / .finished ──▶ results.csv, console
 
 A trial's status is decided in one place, :func:`sweeper.outcome.judge`, from what the
 engine gathered: its :class:`~sweeper.protocol.Result` (if any), the stop the engine
@@ -33,7 +33,7 @@ asked for (timeout, interrupted, pruned), and how its process ended (:class:`~sw
 
 A search (:mod:`sweeper.search`) hooks in at two places: trials come from its
 :class:`Feed` as places free, and each batch of per-epoch reports is offered to its
-pruner (``Hooks.prune``); a trial it names is stopped as ``pruned`` and cancelled like a
+pruner (``prune``); a trial it names is stopped as ``pruned`` and cancelled like a
 timed-out one (SIGTERM, then SIGKILL after the grace), so its GPU memory is freed at once.
 
 Deadlines, one per running trial, of three kinds (:class:`Due`):
@@ -85,6 +85,7 @@ from . import outcome
 from . import contract
 from .errors import SweepError
 from .ledger import Ledger, StorageError, storage_error
+from .lifecycle import Callback
 from .paths import log_tail
 from .protocol import Began, Broken, Event, Exited, LoadFailed, PruneVerdict, Reports, Result, Unwritable
 from .trial import Status, TrialResult, TrialSpec
@@ -139,26 +140,8 @@ class Backend(Protocol):
         """End everything still running; the events of trials that ended meanwhile."""
 
 
-class Listener(Protocol):
-    def begin(self, to_run: int, total: int) -> None: ...
-    def started(self, spec: TrialSpec) -> None: ...
-    def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None: ...
-    def finished(self, result: TrialResult, retrying: bool) -> None: ...
-
-
-@dataclass(frozen=True)
-class Hooks:
-    """What the rest of sweeper hears from the engine."""
-
-    listener: Listener | None = None  #: the console view
-    on_record: Callable[[TrialResult], None] | None = None  #: a trial's result is in the ledger
-    on_final: Callable[[TrialResult], None] | None = None  #: ... and it will not be retried
-    on_history: Callable[[], None] | None = None  #: per-epoch reports are in the ledger
-    tick: Callable[[], float | None] | None = None  #: periodic work; seconds until it is due
-    #: A trial reported epochs: a reason to prune it now, or None (a search's pruner).
-    prune: Callable[[TrialSpec, list[dict[str, Any]]], str | None] | None = None
-    #: The pruner may stop trials: each report waits for its verdict (where the backend answers).
-    verdicts: bool = False
+#: A search's pruner: a trial reported epochs; a reason to prune it now, or None.
+Prune = Callable[[TrialSpec, list[dict[str, Any]]], "str | None"]
 
 
 class Feed(Protocol):
@@ -254,14 +237,19 @@ class _Trial:
 class Engine:
     """Runs specs on a backend; every trial ends as one :class:`TrialResult` in the ledger."""
 
-    def __init__(self, backend: Backend, ledger: Ledger, *, hooks: Hooks = Hooks(),
-                 timeout: float | None = None, retries: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.backend, self.ledger, self.hooks = backend, ledger, hooks
+    def __init__(self, backend: Backend, ledger: Ledger, *, outputs: Callback | None = None,
+                 prune: Prune | None = None, verdicts: bool = False, timeout: float | None = None,
+                 retries: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+        """``outputs``: told each trial's start, reports, record and end (the sweep's
+        :class:`~sweeper.lifecycle.Callbacks`); ``prune``: a search's pruner, offered
+        each batch of reports; ``verdicts``: it may stop trials, so each report waits for
+        its verdict (where the backend answers)."""
+        self.backend, self.ledger = backend, ledger
+        self.outputs = outputs if outputs is not None else Callback()
+        self.prune, self.verdicts = prune, verdicts
         #: Seconds, for deadlines and durations: monotonic time; a test's fake clock
         #: (tests/test_engine_clock.py plays deadlines, graces, retries and Ctrl-C in it).
         self.clock = clock
-        self.listener = hooks.listener
         self.timeout, self.retries = timeout, retries
         self.queue: deque[TrialSpec] = deque()
         self.feed: Feed | None = None
@@ -328,7 +316,7 @@ class Engine:
             if spec is None:
                 break
             spec = replace(spec, env={**spec.env, **contract.trial_env(spec)},
-                           verdicts=self.hooks.verdicts and getattr(self.backend, "answers", False))
+                           verdicts=self.verdicts and getattr(self.backend, "answers", False))
             trial = _Trial(spec, "", self.clock())
             self.trials[spec.trial_id] = trial
             began = self.backend.start(spec)
@@ -337,17 +325,15 @@ class Engine:
             self.store(self.ledger.clear_history, spec.trial_id)  # a new attempt's epochs replace the old ones
             if began is not None:
                 self._began(trial, began)
-            if self.listener:
-                self.listener.started(trial.spec)
+            self.outputs.started(trial.spec)
         self.backend.ahead(self._queued() if self.taking_new else 0)
 
     def _next_timeout(self) -> float | None:
         times = [t.deadline for t in self.trials.values() if t.deadline is not None]
         soonest = min(times) - self.clock() if times else None
-        if self.hooks.tick:
-            due = self.hooks.tick()
-            if due is not None:
-                soonest = due if soonest is None else min(soonest, due)
+        due = self.outputs.tick()
+        if due is not None:
+            soonest = due if soonest is None else min(soonest, due)
         return None if soonest is None else max(0.0, soonest)
 
     # -- events -------------------------------------------------------------------------
@@ -371,7 +357,7 @@ class Engine:
             elif isinstance(event, Reports):
                 trial.reported = True
                 self.history(trial, event.items)
-                why = self.hooks.prune(trial.spec, event.items) if self.hooks.prune and event.items else None
+                why = self.prune(trial.spec, event.items) if self.prune and event.items else None
                 if trial.spec.verdicts:  # it waits for the verdict: answered at once
                     self.backend.tell(trial_id, PruneVerdict(why or ""))
                 if why:
@@ -560,12 +546,9 @@ class Engine:
         stored = self.store(self.ledger.record, result, durable=durable)
         if retrying:
             self.queue.append(replace(spec, attempt=spec.attempt + 1))
-        if self.hooks.on_record and stored:  # the tables show what the ledger holds
-            self.hooks.on_record(result)
-        if self.hooks.on_final and not retrying:
-            self.hooks.on_final(result)
-        if self.listener:
-            self.listener.finished(result, retrying)
+        if stored:  # the tables show what the ledger holds
+            self.outputs.recorded(result)
+        self.outputs.finished(result, retrying)
 
     def history(self, trial: _Trial, items: list[dict[str, Any]]) -> None:
         """A trial's per-epoch reports: into the ledger and the view; its last epoch noted."""
@@ -574,10 +557,9 @@ class Engine:
             if trial.epoch is None or item["epoch"] >= trial.epoch:
                 trial.epoch, trial.epoch_metrics = item["epoch"], dict(item["metrics"])
         self.store(self.ledger.add_history, spec.trial_id, items)
-        if self.hooks.on_history:
-            self.hooks.on_history()
-        if self.listener and items:
-            self.listener.reported(spec, items[-1]["epoch"], items[-1]["metrics"])
+        self.outputs.history()
+        if items:
+            self.outputs.reported(spec, items[-1]["epoch"], items[-1]["metrics"])
 
 
 def now_iso() -> str:

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any
 
+from .lifecycle import Callback
 from .metrics import direction
 from .paths import log_tail
 from .trial import Status, TrialResult, TrialSpec
@@ -75,7 +76,7 @@ class Tally:
         return ", ".join(f"{self.counts[s.value]} {s.value}" for s in Status if self.counts.get(s.value))
 
 
-class PlainLines:
+class PlainLines(Callback):
     """One plain line per finished trial on a stream: no control characters, pipe-friendly."""
 
     def __init__(self, metric: str | None = None, mode: str | None = None, stream: Any = None) -> None:

@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 
 from sweeper import engine as engine_module
-from sweeper.engine import EXIT_GRACE, TERM_GRACE, Engine, Hooks, Interrupted, Phase
+from sweeper.engine import EXIT_GRACE, TERM_GRACE, Engine, Interrupted, Phase
 from sweeper.ledger import Ledger
 from sweeper.protocol import Began, Exited, PruneVerdict, Reports, Result
-from sweeper.runner import plan
+from sweeper.lifecycle import Callback, Callbacks
+from sweeper.planning import plan
 from sweeper.trial import Status, TrialResult
 
 pytestmark = pytest.mark.unit
@@ -265,7 +266,7 @@ def test_a_pruned_trial_is_stopped_at_once_and_killed_after_the_grace(tmp_path):
 
     life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (3, _reports(3, 0.7))]
     backend = Timed(Clock(), [life], on_term="ignore")
-    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=prune))
+    (row,), calls = run(tmp_path, backend, prune=prune)
     assert calls == [(0, "start", 0), (2, "SIGTERM", 0), (2 + TERM_GRACE, "SIGKILL", 0)]
     assert row.status is Status.PRUNED and row.error == "pruned by median at epoch 2"
     assert verdicts[:2] == [1, 2]
@@ -278,7 +279,7 @@ def test_a_trial_that_waits_for_verdicts_and_stops_by_itself_is_not_signalled(tm
     # told to stop at epoch 2, it raises out of report() and exits a moment later
     life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (2.1, Exited(0))]
     backend = Timed(Clock(), [life], on_term="ignore", answers=True)
-    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=prune, verdicts=True))
+    (row,), calls = run(tmp_path, backend, prune=prune, verdicts=True)
     assert calls == [(0, "start", 0), (1, "verdict ''", 0), (2, "verdict 'pruned at epoch 2'", 0)]
     assert row.status is Status.PRUNED and row.epoch_reached == 2 and row.error == "pruned at epoch 2"
 
@@ -290,7 +291,7 @@ def test_a_trial_that_waits_for_verdicts_and_does_not_stop_is_ended_after_the_gr
     # it hears each verdict; told to stop at epoch 2, it does not (a hung callback): ended
     life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8))]
     backend = Timed(Clock(), [life], on_term="ignore", answers=True)
-    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=prune, verdicts=True))
+    (row,), calls = run(tmp_path, backend, prune=prune, verdicts=True)
     assert calls == [(0, "start", 0), (1, "verdict ''", 0), (2, "verdict 'pruned at epoch 2'", 0),
                      (2 + TERM_GRACE, "SIGTERM", 0), (2 + 2 * TERM_GRACE, "SIGKILL", 0)]
     assert row.status is Status.PRUNED and row.epoch_reached == 2 and row.metrics == {"loss": 0.8}
@@ -304,7 +305,7 @@ def test_a_result_in_the_same_batch_as_the_prune_stands(tmp_path):
         return "pruned"
 
     backend = Timed(Clock(), [[(3, _reports(3, 0.5)), (3, ok(0.7)), (3.2, Exited(0))]])
-    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=prune))
+    (row,), calls = run(tmp_path, backend, prune=prune)
     assert judged == [3]  # the pruner said stop; the result that came with the report stands
     assert calls == [(0, "start", 0)]
     assert row.status is Status.OK and row.metrics["acc"] == 0.7
@@ -464,7 +465,7 @@ def test_a_result_read_just_before_the_prunes_stop_stands(tmp_path, moves):
     # SIGTERMed, as a trial the pruner stopped)
     life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (2.05, ok(0.7)), (2.5, Exited(0))]
     backend = Piped(Clock(), [life], window=0.1, on_term="die")
-    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=_prune_at_2))
+    (row,), calls = run(tmp_path, backend, prune=_prune_at_2)
     assert calls == [(0, "start", 0), (2, "SIGTERM", 0)]
     assert row.status is Status.OK and row.metrics == {"acc": 0.7, "loss": 0.8} and row.duration_s == pytest.approx(2)
     assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "ENDED"]]
@@ -473,7 +474,7 @@ def test_a_result_read_just_before_the_prunes_stop_stands(tmp_path, moves):
 def test_a_result_just_after_the_prunes_stop_is_too_late(tmp_path, moves):
     life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (2.5, ok(0.7)), (3, Exited(0))]
     backend = Piped(Clock(), [life], window=0.1, on_term="ignore")
-    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=_prune_at_2))
+    (row,), calls = run(tmp_path, backend, prune=_prune_at_2)
     assert calls == [(0, "start", 0), (2, "SIGTERM", 0)]
     assert row.status is Status.PRUNED and row.error == "pruned at epoch 2"
     assert row.metrics == {"acc": 0.7, "loss": 0.8} and row.duration_s == pytest.approx(2)
@@ -482,7 +483,7 @@ def test_a_result_just_after_the_prunes_stop_is_too_late(tmp_path, moves):
 
 def test_a_result_in_the_same_batch_as_the_prune_is_never_stopped(tmp_path, moves):
     backend = Timed(Clock(), [[(3, _reports(3, 0.5)), (3, ok(0.7)), (3.2, Exited(0))]])
-    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=lambda spec, items: "pruned"))
+    (row,), calls = run(tmp_path, backend, prune=lambda spec, items: "pruned")
     assert calls == [(0, "start", 0)] and row.status is Status.OK
     assert paths(moves) == [["STARTING", "RUNNING", "ENDED"]]
 
@@ -491,7 +492,7 @@ def test_a_result_after_a_verdict_to_stop_is_pruned_and_the_trial_never_cancelle
     # told to stop at epoch 2, it returns what it had and exits: stopped, never signalled
     life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (2.1, ok(0.7)), (2.2, Exited(0))]
     backend = Timed(Clock(), [life], on_term="ignore", answers=True)
-    (row,), calls = run(tmp_path, backend, hooks=Hooks(prune=_prune_at_2, verdicts=True))
+    (row,), calls = run(tmp_path, backend, prune=_prune_at_2, verdicts=True)
     assert [what for _, what, _ in calls] == ["start", "verdict ''", "verdict 'pruned at epoch 2'"]
     assert row.status is Status.PRUNED and row.metrics == {"acc": 0.7, "loss": 0.8}
     assert paths(moves) == [["STARTING", "RUNNING", "ENDED"]]
@@ -504,3 +505,69 @@ def test_a_trial_moved_to_a_new_process_goes_back_to_starting_and_its_clock_rest
     assert calls == [(0, "start", 0), (35, "SIGTERM", 0)]  # 30 s after the move
     assert row.status is Status.TIMEOUT and row.duration_s == pytest.approx(30) and row.pid == 2001
     assert paths(moves) == [["STARTING", "RUNNING", "STARTING", "RUNNING", "STOPPING", "ENDED"]]
+
+
+# -- what the outputs hear (sweeper.lifecycle) ---------------------------------------------------
+
+class Heard(Callback):
+    """Every call an output gets, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def started(self, spec: Any) -> None:
+        self.calls.append(("started", spec.params["x"], spec.attempt))
+
+    def reported(self, spec: Any, epoch: int, metrics: dict[str, Any]) -> None:
+        self.calls.append(("reported", spec.params["x"], epoch))
+
+    def history(self) -> None:
+        self.calls.append(("history",))
+
+    def recorded(self, result: TrialResult) -> None:
+        self.calls.append(("recorded", result.params["x"], result.status.value))
+
+    def finished(self, result: TrialResult, retrying: bool) -> None:
+        self.calls.append(("finished", result.params["x"], result.status.value, retrying))
+
+
+def test_the_outputs_hear_each_start_report_record_and_end_in_order_a_retry_included(tmp_path):
+    backend = Timed(Clock(), [[(1, _reports(1, 0.5)), (2, ok()), (2, Exited(0))],
+                              [(1, Exited(-11))],  # a segfault: crashed, retried
+                              [(1, ok()), (1, Exited(0))]])
+    heard = Heard()
+    rows, _ = run(tmp_path, backend, n=2, outputs=heard, retries=1)
+    assert [r.status for r in rows] == [Status.OK, Status.OK]
+    assert heard.calls == [
+        ("started", 0, 1), ("history",), ("reported", 0, 1), ("recorded", 0, "ok"), ("finished", 0, "ok", False),
+        ("started", 1, 1), ("recorded", 1, "crashed"), ("finished", 1, "crashed", True),
+        ("started", 1, 2), ("recorded", 1, "ok"), ("finished", 1, "ok", False)]
+
+
+def test_the_engine_waits_no_longer_than_an_outputs_tick_asks():
+    class Due(Callback):
+        def __init__(self, wait: float | None) -> None:
+            self.wait = wait
+
+        def tick(self) -> float | None:
+            return self.wait
+
+    assert Callbacks([Due(None), Due(3.0), Due(1.5)]).tick() == 1.5
+    assert Callbacks([Due(None)]).tick() is None and Callbacks().tick() is None
+
+
+def test_every_output_is_ended_even_when_one_fails_and_the_first_failure_is_raised():
+    ended: list[str] = []
+
+    class Ends(Callback):
+        def __init__(self, name: str, fails: bool = False) -> None:
+            self.name, self.fails = name, fails
+
+        def end(self, state: str) -> None:
+            ended.append(f"{self.name} {state}")
+            if self.fails:
+                raise OSError(f"{self.name} could not flush")
+
+    with pytest.raises(OSError, match="a could not flush"):
+        Callbacks([Ends("a", fails=True), Ends("b", fails=True), Ends("c")]).end("interrupted")
+    assert ended == ["a interrupted", "b interrupted", "c interrupted"]

@@ -17,7 +17,7 @@ from sweeper.engine import Engine, Interrupted
 from sweeper.errors import SweepError
 from sweeper.ledger import Ledger
 from sweeper.protocol import Began, Broken, Exited, Result
-from sweeper.runner import plan
+from sweeper.planning import plan
 from sweeper.trial import Status
 
 

@@ -225,7 +225,7 @@ def test_a_retried_trial_has_one_run_of_its_last_attempt(tmp_path):
     """The mirror at each step of a retry, the ledger written as the engine writes it: the
     first attempt shows (running, its epochs, failed), then the retry replaces it."""
     from sweeper.ledger import Ledger
-    from sweeper.runner import plan
+    from sweeper.planning import plan
     from sweeper.tracking import SweepInfo, domains_of_points
     from sweeper.tracking.chosen import make
     from sweeper.tracking.mirror import Mirror

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sweeper.runner import plan
+from sweeper.planning import plan
 from sweeper.trial import Status, trial_id, trial_name, trial_seed
 from conftest import ROOT, write_grid
 

@@ -1,0 +1,104 @@
+"""A sweep's folder as one thing: made writable, held by one sweep at a time, set aside.
+
+Every name in it comes from :class:`sweeper.paths.SweepPaths`; this module adds what a
+sweep does with the folder: :meth:`SweepFolder.prepare` (made, and shown writable before
+anything runs), :meth:`SweepFolder.locked` (one sweep per folder: a second one would run
+the same trials twice), :meth:`SweepFolder.set_aside` (``--fresh``), and, for the
+commands that read a folder, :func:`sweep_folder`, :func:`holder` and :func:`default_uid`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import time
+from typing import Iterator
+
+from . import paths
+from .errors import SweepError
+from .paths import SweepPaths
+
+
+class SweepFolder:
+    """``<out>/<name>``, absolute."""
+
+    def __init__(self, out: str, name: str) -> None:
+        self.path = os.path.abspath(os.path.join(out, name))
+        self.paths = SweepPaths(self.path)
+
+    def prepare(self) -> None:
+        """Made, with its ``trials/``, and shown writable (one line naming the folder if not)."""
+        try:
+            os.makedirs(self.paths.trials, exist_ok=True)
+            probe = os.path.join(self.path, f".probe{os.getpid()}")
+            with open(probe, "w"):
+                pass
+            os.remove(probe)
+        except OSError as exc:
+            raise SweepError(f"cannot write to {self.path} ({exc.strerror}); choose another --out") from None
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Held by this sweep (its pid in the lock file) until the block ends; a second
+        sweep here is refused in one line naming the first one's pid."""
+        fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                raise SweepError(
+                    f"another sweep (pid {other}) is running in {self.path}; wait for it, "
+                    "or give this one another --name"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            shutil.rmtree(os.path.join(self.path, paths.OLD_STANDBY), ignore_errors=True)
+            yield
+        finally:
+            os.close(fd)
+
+    def set_aside(self) -> None:
+        """``--fresh``: the old ledger and CSV kept beside the new ones, renamed with a time stamp."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for name in (paths.LEDGER, paths.RESULTS):
+            paths.set_aside(os.path.join(self.path, name), stamp)
+
+
+
+def default_uid(folder: str) -> str:
+    """The id of a sweep whose ledger has none (written by an older release)."""
+    return hashlib.sha256(os.path.abspath(folder).encode()).hexdigest()[:32]
+
+
+def holder(folder: str) -> int | None:
+    """The pid of the sweep running in a folder (it holds the lock :meth:`SweepFolder.locked`
+    takes), or None."""
+    try:
+        fd = os.open(SweepPaths(folder).lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else -1
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def sweep_folder(path: "str | os.PathLike[str]") -> str:
+    """The sweep folder a user named (``<out>/<name>`` or its ``results.csv``; a string or a
+    ``pathlib.Path``), checked."""
+    path = os.fspath(path)
+    folder = os.path.dirname(path) if path.endswith(".csv") else path
+    if not SweepPaths(folder).exists():
+        raise SweepError(f"{folder} is not a sweep folder (no {paths.LEDGER}); give <out>/<name>, "
+                         "e.g. results/digits_mlp")
+    return folder
