@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .api import SweepInterrupted, load, sweep
     from .command import Command, flags
-    from .context import current_trial, report
+    from .child.context import current_trial, report
     from .errors import SweepError
     from .grid import Points, expand, loguniform, randint, sample, uniform
     from .options import Options
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 #: imports ``sweeper.child``) does not pay for the engine, the CLI or the API.
 _WHERE = {
     "SweepInterrupted": "api", "load": "api", "sweep": "api",
-    "current_trial": "context", "report": "context",
+    "current_trial": "child.context", "report": "child.context",
     "SweepError": "errors",
     "Command": "command", "flags": "command",
     "Points": "grid", "expand": "grid", "loguniform": "grid", "randint": "grid", "sample": "grid",

@@ -1,4 +1,5 @@
-"""GPU memory caps: decided by the parent, applied by each framework in the child.
+"""GPU memory caps: decided by the parent (here), applied by each framework in the child
+(:mod:`sweeper.child.capping`).
 
 The parent turns ``per_gpu`` / ``memory_fraction`` / ``memory_growth`` into a
 :class:`MemoryPolicy` and then into environment variables of each slot. The child
@@ -19,19 +20,13 @@ uses, including one imported inside ``train``. Command trials get the same throu
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from typing import Any
 
 from . import contract
 from .errors import SweepError
 
 #: Share of a card left unclaimed when the fraction follows from ``per_gpu``.
 MARGIN = 0.95
-
-
-class CapError(RuntimeError):
-    """The memory cap could not be applied in the child."""
 
 
 @dataclass(frozen=True)
@@ -80,39 +75,3 @@ def resolve(per_gpu: int | None, fraction: float | None, growth: bool) -> Memory
         return MemoryPolicy(per_gpu or max(1, int(1 / fraction + 1e-9)), float(fraction))
     k = per_gpu or 1
     return MemoryPolicy(k, None if growth else MARGIN / k, growth)
-
-
-# -- in the child -----------------------------------------------------------------------
-
-
-def apply_tensorflow(tf: Any) -> str:
-    """Cap (or set growth on) the GPU TensorFlow sees; a no-op on the CPU."""
-    limit = os.environ.get(contract.MEMORY_LIMIT_MB)
-    growth = os.environ.get(contract.MEMORY_GROWTH) == "1"
-    if not limit and not growth and not os.environ.get(contract.MEMORY_FRACTION):
-        return "no cap asked"
-    gpus = tf.config.list_physical_devices("GPU")  # cuInit, but no context, no memory yet
-    if not gpus:
-        return "no GPU visible to TensorFlow"
-    try:
-        for gpu in gpus:
-            if limit:
-                tf.config.set_logical_device_configuration(
-                    gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(limit))]
-                )
-            else:  # growth, or a fraction whose MB NVML could not tell
-                tf.config.experimental.set_memory_growth(gpu, True)
-    except RuntimeError as exc:
-        raise CapError(
-            f"could not cap GPU memory: TensorFlow had already initialised the GPU ({exc}); "
-            "do not run TensorFlow ops at import time of the grid file, do it inside train"
-        ) from None
-    return f"TensorFlow capped at {limit} MB" if limit else "TensorFlow memory growth on"
-
-
-def apply_torch(torch: Any) -> str:
-    fraction = os.environ.get(contract.MEMORY_FRACTION)
-    if not fraction or not torch.cuda.is_available():
-        return "no cap for PyTorch"
-    torch.cuda.set_per_process_memory_fraction(float(fraction), 0)
-    return f"PyTorch capped at {fraction} of the GPU"

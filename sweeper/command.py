@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import contract, paths
 from .errors import SweepError
 from .metrics import BadResult
-from .context import attempt_tail
+from .child.context import attempt_tail
 from .outcome import TrialFailed, command_exit
 from .trial import Status
 
@@ -201,7 +201,7 @@ class Command:
         return "".join(script), env, "".join(shown)
 
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
-        from .context import current_trial, report
+        from .child.context import current_trial, report
 
         trial = current_trial()
         folder = trial.dir if trial else os.getcwd()

@@ -11,7 +11,7 @@ of its processes, declared once, with what writes it and what reads it.
                                    writes its own (procs.tag_slot)
     SWEEPER_TRIAL_ID, _NAME, _DIR  trial_env(spec), for each trial       a command trial's script;
     SWEEPER_SEED, SWEEPER_PARAMS                                         seed_from_env, params_from_env
-    SWEEPER_MEMORY_LIMIT_MB,       capping.Cap.env, per slot (a Ray      capping.apply_* as frameworks
+    SWEEPER_MEMORY_LIMIT_MB,       capping.Cap.env, per slot (a Ray      child.capping.apply_* as frameworks
     _FRACTION, _GROWTH             task sets the limit on its node)      are imported
     SWEEPER_PRELOAD_READY, _LIST,  backends.forkserver, as the server    sweeper._preload, in the
     _PATH                          starts                                server, once

@@ -6,7 +6,7 @@ from typing import Any
 
 import keras
 
-from .context import report
+from .child.context import report
 
 
 class Report(keras.callbacks.Callback):

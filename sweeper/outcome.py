@@ -82,7 +82,7 @@ def raised(exc: BaseException, log_tail: Callable[[], list[str]] = list) -> Verd
     """What ``train`` raised: ``oom`` for out-of-memory (any framework, or a child process
     of the trial that failed saying so), the status of a :class:`TrialFailed`, else
     ``error`` with the exception's last line. ``log_tail``: the last lines of this
-    attempt's log (:func:`sweeper.context.attempt_tail`), read only for a failed child."""
+    attempt's log (:func:`sweeper.child.context.attempt_tail`), read only for a failed child."""
     if isinstance(exc, TrialFailed):
         return Verdict(exc.status, str(exc))
     if isinstance(exc, BadResult):

@@ -181,7 +181,7 @@ def tf_matmul(params):
     """A TensorFlow trial, capped through the real code path; runs wherever TF puts it."""
     import tensorflow as tf
 
-    from sweeper import capping
+    from sweeper.child import capping
 
     product = tf.matmul(tf.ones((4, 4)), tf.ones((4, 4)))
     return {"sum": float(tf.reduce_sum(product)), "gpus_seen": float(len(tf.config.list_physical_devices("GPU"))),

@@ -1,7 +1,13 @@
 """The child side of a trial: everything that runs in a trial process.
 
 * :mod:`sweeper.child.bootstrap`: from spawn (or a Ray task's start) to exit;
-* :mod:`sweeper.child.imports`: GPU caps and seeds, applied as frameworks are imported.
+* :mod:`sweeper.child.imports`: GPU caps and seeds, applied as frameworks are imported;
+* :mod:`sweeper.child.capping`: each framework's cap, as the parent decided it;
+* :mod:`sweeper.child.context`: ``current_trial()`` and ``report()``, from inside ``train``
+  (and the reporter the bootstrap starts);
+* :mod:`sweeper.child.gridcheck`: a grid file checked where it will run.
 
-The parent never imports these for itself; it only names their entry points.
+The parent never imports these for itself (``report`` and ``current_trial`` are imported
+lazily by ``sweeper``'s own namespace, and do nothing outside a trial); it only names
+their entry points.
 """

@@ -42,11 +42,11 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NoReturn
 
-from .. import context, contract, outcome, paths, procs
+from .. import contract, outcome, paths, procs
 from ..metrics import BadResult, epochs_of
 from ..protocol import Exiting, LoadFailed, Placed, Ready, Result, Unwritable
 from ..trial import TrialSpec
-from . import imports
+from . import context, imports
 
 _PR_SET_PDEATHSIG = 1
 #: Exit code of a trial process that found itself re-running the caller's ``sweep()``

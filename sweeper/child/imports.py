@@ -15,7 +15,7 @@ import random
 import sys
 from typing import Any, Callable
 
-from .. import capping
+from . import capping
 
 
 def _cap_tensorflow(mod: Any) -> None:

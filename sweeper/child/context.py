@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any
 
-from .protocol import Reports, TrainStarted
-from .trial import TrialSpec
+from ..protocol import Reports, TrainStarted
+from ..trial import TrialSpec
 
 _current: TrialSpec | None = None
 _reporter: "_Reporter | None" = None
@@ -53,7 +53,7 @@ class _Reporter:
     INTERVAL = 0.25
 
     def __init__(self, send: Any, receive: Any = None) -> None:
-        from .metrics import check_metric_name, number_of
+        from ..metrics import check_metric_name, number_of
 
         self._number = number_of
         self._name = check_metric_name
@@ -92,8 +92,8 @@ class _Reporter:
             self._answered += 1
             why = getattr(message, "why", "")
             if why:
-                from .outcome import TrialFailed
-                from .trial import Status
+                from ..outcome import TrialFailed
+                from ..trial import Status
 
                 raise TrialFailed(Status.PRUNED, why)
 
@@ -157,7 +157,7 @@ def stop_reporting() -> None:
 
 def attempt_tail(lines: int = 20) -> list[str]:
     """The last lines of the running trial's log from this attempt (this process's); [] outside a trial."""
-    from . import paths
+    from .. import paths
 
     trial = current_trial()
     return paths.log_tail(trial.log_path, lines, pid=os.getpid()) if trial else []
