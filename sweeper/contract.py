@@ -13,8 +13,8 @@ of its processes, declared once, with what writes it and what reads it.
     SWEEPER_SEED, SWEEPER_PARAMS                                         seed_from_env, params_from_env
     SWEEPER_MEMORY_LIMIT_MB,       capping.Cap.env, per slot (a Ray      child.capping.apply_* as frameworks
     _FRACTION, _GROWTH             task sets the limit on its node)      are imported
-    SWEEPER_PRELOAD_READY, _LIST,  backends.forkserver, as the server    sweeper._preload, in the
-    _PATH                          starts                                server, once
+    SWEEPER_PRELOAD_READY, _LIST,  backends.local.server, as the       child.preload, in the
+    _PATH                          server starts                         server, once
     SWEEPER_ARG_<i>, SWEEPER_FLAG_ command, a --shell trial's values     /bin/sh, never sweeper
     <j>, SWEEPER_FLAGS
 

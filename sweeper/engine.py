@@ -73,7 +73,6 @@ import enum
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections import deque
@@ -578,16 +577,6 @@ def load_error(message: str) -> SweepError:
         f"a trial process could not import train: {message}; fix it and run again "
         "(finished trials are kept)"
     )
-
-
-def no_main_guard() -> SweepError:
-    """A trial process re-ran the caller's ``sweep()``: the script lacks its main guard."""
-    main = getattr(sys.modules.get("__main__"), "__file__", None) or "the calling script"
-    return SweepError(
-        f"{main} calls sweep() at its top level, so every trial process, which re-imports it, "
-        "calls it again; put the call under if __name__ == \"__main__\": (finished trials are kept)"
-    )
-
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ import pytest
 
 import sweeper
 from conftest import HERE, ROOT, assert_dead, install_module, run_cli, write_grid
-from sweeper.backends import local
+from sweeper.backends.local import fork
 from sweeper.table import READ_CSV
 
 #: A module that notes each process that imports it, then takes IMPORT_S (sleeping: an
@@ -133,7 +133,7 @@ def test_a_fork_that_never_reaches_train_is_killed_and_its_trial_run_under_spawn
                                                                                   workers, watchdog, timeout):
     """Whatever the timeout: with --timeout 5 the watchdog (30 s) looks at half the timeout."""
     if watchdog is not None:
-        monkeypatch.setattr(local, "FORK_WATCHDOG_S", watchdog)
+        monkeypatch.setattr(fork, "FORK_WATCHDOG_S", watchdog)
     user = _deadlocking_library(tmp_path, monkeypatch)
     with caplog.at_level("WARNING", logger="sweeper"):
         df = sweeper.sweep(user.train, {"x": [1, 2, 3, 4]}, workers=workers, out=str(tmp_path / "o"),
@@ -143,12 +143,12 @@ def test_a_fork_that_never_reaches_train_is_killed_and_its_trial_run_under_spawn
     # the hung forks' trials and every later one ran in spawn processes: children of this one
     assert (df.ppid == os.getpid()).all() and df.pid.nunique() == 4
     logs = {t: (tmp_path / "o" / "deadlock_user" / "trials" / t / "log.txt").read_text() for t in df.trial}
-    fired = [t for t, text in logs.items() if local.WATCHDOG_MARK in text]
+    fired = [t for t, text in logs.items() if fork.WATCHDOG_MARK in text]
     hung = ["x=1", "x=2"][:workers]  # the forks made before the first rescue; none after it
     assert fired == hung, fired
     for t in hung:  # why, then the header of the process that ran it
         pid = df.loc[df.trial == t, "pid"].item()
-        assert logs[t].index(local.WATCHDOG_MARK) < logs[t].index(f"pid {pid},")
+        assert logs[t].index(fork.WATCHDOG_MARK) < logs[t].index(f"pid {pid},")
     warned = [r.getMessage() for r in caplog.records if "had not reached train" in r.getMessage()]
     assert len(warned) == workers and all(any(t in w for w in warned) for t in hung)
 

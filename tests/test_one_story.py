@@ -246,13 +246,13 @@ def test_a_ctrl_c_while_a_child_starts_arrives_when_it_has_started():
     held, and arrives as the window closes."""
     import signal
 
-    from sweeper.backends.local import _sigint_ignored
+    from sweeper.backends.local.process import sigint_ignored
 
     import threading
 
     got = []
     with pytest.raises(KeyboardInterrupt):
-        with _sigint_ignored():
+        with sigint_ignored():
             # to the thread that starts children (the main one), where kill and a terminal's
             # Ctrl-C land in a process whose other threads block SIGINT, as sweeper's do
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)

@@ -3,7 +3,7 @@
 multiprocessing's ``forkserver`` does the forking; this adds what makes it fit a sweep:
 
 * it is started with **no GPU visible** (``CUDA_VISIBLE_DEVICES=-1``) and the sweep's tag,
-  and imports the *installed* modules ``train``'s module needs (:mod:`sweeper._preload`,
+  and imports the *installed* modules ``train``'s module needs (:mod:`sweeper.child.preload`,
   :mod:`sweeper.modules`), never the user's module itself: each trial runs that, so what
   its top level makes (random generators, ids, threads, connections) is the trial's own,
   as under spawn; a trial forks with its framework imported and pins its own GPU before
@@ -11,13 +11,14 @@ multiprocessing's ``forkserver`` does the forking; this adds what makes it fit a
 * it says when its import is done, **without blocking the sweep**: the preload writes
   ``ok`` (or why not) into a FIFO whose read end the sweep's loop waits on beside the
   trials' pipes; its death is seen through a pidfd. Until then trials wait for it or
-  start as spawn processes (:mod:`sweeper.backends.local`), never on a blocked loop;
+  start as spawn processes (:mod:`sweeper.backends.local.fork`), never on a blocked loop;
 * it is **one per sweep**, stopped when the sweep ends, so a later sweep in the same
   process imports its own module, not the first one's.
 
 Forking a process that has threads is safe only while none of them holds a lock the child
-needs; the local backend's watchdog (``FORK_WATCHDOG_S``) catches a forked trial that
-does not reach ``train`` and runs it again under spawn.
+needs; the local backend's watchdog (``FORK_WATCHDOG_S``, :mod:`sweeper.backends.local.fork`)
+catches a forked trial that does not reach ``train`` and runs it again under spawn.
+multiprocessing's private names it needs are in :mod:`sweeper.backends.local.internals`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ import threading
 import time
 from typing import Any
 
-from .. import contract, procs
+from ... import contract, procs
+from .internals import MpForkServer, own_mp_temp, restore_mp_temp
 
 #: One fork server per process (multiprocessing keeps one): a second sweep running at the
 #: same time in this process (another thread) uses spawn.
@@ -65,38 +67,15 @@ def clean_temp() -> None:
             continue
 
 
-def _own_mp_temp(folder: str) -> str | None:
-    """Have multiprocessing put its own temporary files (the server's socket) in the sweep's
-    folder, so a SIGKILL leaves no ``pymp-*`` folder of its own behind. Returns a marker to
-    undo it with, or None where multiprocessing has its folder already."""
-    from multiprocessing import process
-
-    config: dict[str, Any] = getattr(process.current_process(), "_config")  # private: get_temp_dir()'s folder
-    if config.get("tempdir") is not None:
-        return None
-    config["tempdir"] = folder
-    return folder
-
-
-def _restore_mp_temp(marker: str | None) -> None:
-    from multiprocessing import process
-
-    config: dict[str, Any] = getattr(process.current_process(), "_config")
-    if marker is not None and config.get("tempdir") == marker:
-        del config["tempdir"]
-
-
 class ForkServer:
     """Starting, ready, failed or dead; ``fd`` becomes readable when its import has ended."""
 
     def __init__(self, ctx: Any, preload: list[str], tag: str, env: dict[str, str]) -> None:
-        import multiprocessing.forkserver
-
         self.state = "starting"
         self.why = ""  #: why it cannot be used ("failed")
         self.started = time.monotonic()
         self.import_s: float | None = None  #: how long its import took
-        self._server: Any = getattr(multiprocessing.forkserver, "_forkserver")  # its pid and _stop: private
+        self._server = MpForkServer()
         self._owned = _IN_USE.acquire(blocking=False)
         clean_temp()
         self._dir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=_temp_base())
@@ -106,7 +85,7 @@ class ForkServer:
         self.fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
         self.exit_fd: int | None = None
         self._mp_temp: str | None = None
-        if not self._owned or self._server._forkserver_pid is not None:
+        if not self._owned or self._server.pid is not None:
             self._fail("another sweep in this process is using the fork server")
             return
         listing = os.path.join(self._dir, "modules")
@@ -118,15 +97,15 @@ class ForkServer:
                       contract.SLOT: procs.SLOT_PLACEHOLDER, contract.PRELOAD_LIST: listing,
                       contract.PRELOAD_PATH: os.pathsep.join(p for p in sys.path if p)}
         # never the user's module (not even a script run as __main__: each fork imports it)
-        ctx.set_forkserver_preload(["sweeper._preload"])
-        self._mp_temp = _own_mp_temp(self._dir)
+        ctx.set_forkserver_preload(["sweeper.child.preload"])
+        self._mp_temp = own_mp_temp(self._dir)
         try:
             with procs.environ(server_env):
                 self._server.ensure_running()
         except OSError as exc:
             self._fail(f"the fork server could not start ({exc})")
             return
-        started: Any = self._server._forkserver_pid
+        started: Any = self._server.pid
         try:
             self.exit_fd = os.pidfd_open(started)
         except (AttributeError, OSError, TypeError):  # not Linux >= 5.3: a dead server is not seen
@@ -134,8 +113,7 @@ class ForkServer:
 
     @property
     def pid(self) -> int | None:
-        pid: int | None = self._server._forkserver_pid if self._owned else None
-        return pid
+        return self._server.pid if self._owned else None
 
     def waits(self) -> list[int]:
         """Descriptors for the sweep's loop: its import's end while it starts, its death
@@ -171,13 +149,6 @@ class ForkServer:
     def _fail(self, why: str) -> None:
         self.state, self.why = "failed", why
 
-    def _forget_server(self) -> None:
-        """multiprocessing's record of a server that is gone, cleared as its own code does."""
-        with contextlib.suppress(OSError, TypeError):
-            os.close(self._server._forkserver_alive_fd)
-        self._server._forkserver_pid = self._server._forkserver_alive_fd = None
-        self._server._forkserver_address = None
-
     def _how(self) -> str:
         """How the (dead) server ended, as its parent can tell: " (killed by SIGKILL)"."""
         pid = self.pid
@@ -189,7 +160,7 @@ class ForkServer:
             return ""
         if not done:
             return ""
-        self._forget_server()  # reaped here: multiprocessing must not wait for it
+        self._server.forget()  # reaped here: multiprocessing must not wait for it
         code = os.waitstatus_to_exitcode(status)
         if code < 0:
             name = signal.Signals(-code).name
@@ -199,24 +170,25 @@ class ForkServer:
     def stop(self) -> None:
         """End it (and its import, if still going) with the sweep."""
         try:
-            if self._owned and self._server._forkserver_pid is not None:
+            pid = self._server.pid
+            if self._owned and pid is not None:
                 # killed, not asked: mid-import it would not notice, and it waits for every
                 # holder of its lifeline (each fork has one) before it leaves
                 with contextlib.suppress(OSError):
-                    os.kill(self._server._forkserver_pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 with contextlib.suppress(OSError, AttributeError):
-                    self._server._stop()  # closes the lifeline, reaps it
-                if self._server._forkserver_pid is not None:  # _stop gave up midway (reaped already)
-                    self._forget_server()
-            elif self._owned and self._server._forkserver_alive_fd is not None:  # reaped by _how
-                self._forget_server()
+                    self._server.stop()  # closes the lifeline, reaps it
+                if self._server.pid is not None:  # its stop gave up midway (reaped already)
+                    self._server.forget()
+            elif self._owned and self._server.alive_fd is not None:  # reaped by _how
+                self._server.forget()
         finally:
             for fd in (self.fd, self.exit_fd):
                 if fd is not None:
                     with contextlib.suppress(OSError):
                         os.close(fd)
             self.fd, self.exit_fd = -1, None
-            _restore_mp_temp(self._mp_temp)
+            restore_mp_temp(self._mp_temp)
             shutil.rmtree(self._dir, ignore_errors=True)
             if self._owned:
                 self._owned = False

@@ -1,7 +1,7 @@
-"""Imported by a sweep's fork server (:mod:`sweeper.backends.forkserver`): imports the
+"""Imported by a sweep's fork server (:mod:`sweeper.backends.local.server`): imports the
 installed modules ``train`` needs (candidates listed one a line in the file named by
 ``SWEEPER_PRELOAD_LIST``; :mod:`sweeper.modules` keeps the installed ones), never the
-user's own module, which each trial imports itself; then tries one fork (:func:`_probe`),
+user's own module, which each trial imports itself; then tries one fork (:func:`probe`),
 and says ``ok``, or why not, into the FIFO named by ``SWEEPER_PRELOAD_READY``.
 
 On anything but ``ok`` nothing is forked: trials start as spawn processes (which report an
@@ -10,15 +10,15 @@ import error the usual way).
 
 import os
 
-from . import contract
-from .child import bootstrap  # noqa: F401  (every fork starts there: imported once, here)
+from .. import contract
+from . import bootstrap  # noqa: F401  (every fork starts there: imported once, here)
 
 
 def _import() -> str:
     import sys
     from importlib import import_module
 
-    from .modules import installed
+    from ..modules import installed
 
     # multiprocessing (3.11) does not give its fork server the sweep's sys.path: the parent's
     # own entries (a folder it added, the script's) come through the environment
@@ -42,7 +42,7 @@ def _import() -> str:
             import_module(name)
         except BaseException:  # noqa: BLE001 - an alias or a private module: the trial imports it
             continue
-    return _probe()
+    return probe()
 
 
 #: Seconds the probe fork may take to compute with each framework (a first TensorFlow op
@@ -50,7 +50,7 @@ def _import() -> str:
 PROBE_S = 10.0
 
 
-def _probe() -> str:
+def probe() -> str:
     """Fork once and compute a little with each framework the import loaded (their thread
     pools included), as a trial would. Some libraries cannot run in a fork once their
     threads have started (PyTorch after an op at the module's top level, whose OpenMP

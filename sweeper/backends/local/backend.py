@@ -1,0 +1,269 @@
+"""The local backend's class: the Backend protocol's methods (open, start, wait, drain,
+tell, cancel, ahead, close), tying the parts together: the launcher and its fork server
+(:mod:`.fork`, :mod:`.server`), the standbys (:mod:`.standby`), the reaper
+(:mod:`.reaper`), and the trials' processes and pipes (:mod:`.process`).
+
+Per slot (one trial's worth of a device, :mod:`sweeper.slots`)::
+
+    start(spec) ─▶ a standby of the slot, a fork, or a spawn process ─▶ spec over its pipe
+                   (while the fork server imports: the trial waits, its Began comes later)
+    wait()      ◀─ pipe: messages     ◀─ pidfd: it exited   ◀─ standbys: ready / died
+                ◀─ the fork server: imported (FIFO) / died (pidfd)
+                ─▶ watchdog: a fork that has not reached train after FORK_WATCHDOG_S is
+                   killed and its trial handed to a spawn process (Began again, with why)
+    ahead(n)    ─▶ standbys for the next n trials: a fork per busy slot; spawn ones while
+                   measured idle cores allow (:mod:`sweeper.headroom`), never more than n
+    cancel()    ─▶ SIGTERM / SIGKILL to its process group, its descendants, and the
+                   orphans it left with the sweep's tag (this process is a subreaper)
+
+A *standby* is a slot's next process, started while the slot's trial runs: it has
+``train`` imported (a fork has it from the server) when the trial comes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing.connection
+import os
+import signal
+import time
+from dataclasses import replace
+from typing import Any, Sequence
+
+from ... import contract
+from ...child import bootstrap
+from ...gpus import MemorySampler
+from ...protocol import Began, Broken, Event, Exited
+from ...slots import Slot, pick
+from ...target import Target
+from ...trial import TrialSpec
+from .fork import SERVER_WAIT_S, Launcher, rescue, watched
+from .process import REAP_WAIT_S, Proc, join, new_tag, no_main_guard, receive
+from .reaper import Reaper, orphan_exit
+from .standby import Spare, Standbys
+
+#: Seconds between NVML reads of the trials' GPU memory, while trials run on GPUs.
+SAMPLE_EVERY = 0.5
+
+
+class LocalBackend:
+    """Trials as processes of this machine, on its slots (see the module docstring)."""
+
+    stop_word = "killed"
+    answers = True
+
+    def __init__(self, target: Target, slots: Sequence[Slot], *, workers: int | None = None,
+                 prefetch: bool = True, start_method: str = "forkserver", spare: Spare | None = None,
+                 timeout: float | None = None) -> None:
+        self.target = target
+        self.slots = list(slots)
+        self.capacity = min(workers or len(self.slots), len(self.slots))
+        #: Carried by every process of this sweep (and only this sweep), for :mod:`sweeper.procs`.
+        self.tag = spare.tag if spare and spare.tag else new_tag()
+        self.launcher = Launcher(target, self.tag, start_method, timeout)
+        self.pool = Standbys(prefetch)
+        if spare is not None:
+            self.pool.adopt(spare, self.slots[:self.capacity])
+        self.reaper = Reaper(self.tag, self._workers)
+        self.running: dict[str, Proc] = {}  #: by trial id
+        self.pending: dict[str, tuple[TrialSpec, Slot]] = {}  #: waiting for the fork server
+        self._events: list[tuple[str, Event]] = []  #: for the next wait()
+        self.sampler: MemorySampler | None = None
+        self._next_sample = 0.0
+
+    # -- the Backend protocol ------------------------------------------------------------
+
+    def open(self) -> None:
+        self.reaper.open()
+        if any(s.gpu is not None for s in self.slots):
+            sampler = MemorySampler()
+            self.sampler = sampler if sampler.start() else None
+
+    def start(self, spec: TrialSpec) -> Began | None:
+        self.launcher.open_server(self.slots, self.pool, self.running.values())
+        taken = {p.slot.index for p in self.running.values()} | {s.index for _, s in self.pending.values()}
+        free = [s for s in self.slots if s.index not in taken]
+        slot = pick(free, [p.slot for p in self.running.values()] + [s for _, s in self.pending.values()],
+                    prefer={i for i, sbs in self.pool.by_slot.items() if sbs})
+        queue = self.pool.by_slot.get(slot.index, [])
+        if queue:
+            process = next((sb for sb in queue if sb.ready), queue[0])
+            queue.remove(process)
+        elif self.launcher.starting():  # its import is under way: the trial waits for a fork
+            self.pending[spec.trial_id] = (spec, slot)
+            return None
+        else:
+            process = self.launcher.new_process(slot)
+        return self._hand(spec, slot, process)
+
+    def wait(self, timeout: float | None, wake: int) -> list[tuple[str, Event]]:
+        waits: list[Any] = [wake]
+        for sb in self.pool.all():
+            waits += [sb.exit_fd, sb.conn]
+        for p in self.running.values():
+            waits.append(p.exit_fd)
+            if p.conn is not None:
+                waits.append(p.conn)
+        if self.launcher.server is not None:
+            waits += self.launcher.server.waits()
+        now = time.monotonic()
+        due = [self._next_sample] if self.sampler and self.running else []
+        due += [p.watch_at for p in self.running.values() if watched(p)]
+        due += [self.pool.recheck_at] if self.pool.recheck_at is not None else []
+        due += [self.launcher.server.started + SERVER_WAIT_S] if self.pending and self.launcher.server else []
+        if self._events:
+            due.append(now)
+        if due:
+            soon = max(0.0, min(due) - now)
+            timeout = soon if timeout is None else min(timeout, soon)
+        ready = set(multiprocessing.connection.wait(waits, timeout))
+        events, self._events = self._events, []
+        events += self._server_event(ready)
+        for sb in self.pool.all():
+            events += self.pool.event(sb, ready)
+        for tid, p in list(self.running.items()):
+            if p.conn is not None and p.conn in ready:
+                events += receive(p)
+            if p.exit_fd in ready:
+                events += self._exited(p)
+        now = time.monotonic()
+        for p in [p for p in self.running.values() if watched(p) and now >= p.watch_at]:
+            if self.launcher.stuck(p, now):
+                events += self._rescue(p)
+        if self.sampler and now >= self._next_sample:
+            self.sampler.sample({p.process.pid for p in self.running.values()})
+            self._next_sample = now + SAMPLE_EVERY
+        return events
+
+    def drain(self, trial_id: str) -> list[tuple[str, Event]]:
+        p = self.running.get(trial_id)
+        if p is None or p.conn is None or p.has_result:
+            return []
+        return receive(p)
+
+    def tell(self, trial_id: str, message: Any) -> None:
+        p = self.running.get(trial_id)
+        if p is not None and p.conn is not None:
+            with contextlib.suppress(OSError):  # it died meanwhile: its exit is judged as usual
+                p.conn.send(message)
+
+    def cancel(self, trial_id: str, hard: bool) -> None:
+        if self.pending.pop(trial_id, None) is not None:  # it had no process yet
+            self._events.append((trial_id, Exited(cancelled=True)))
+            return
+        p = self.running.get(trial_id)
+        if p is not None:
+            p.cancelled = True
+            self.reaper.signal(p, signal.SIGKILL if hard else signal.SIGTERM)
+
+    def ahead(self, queued: int) -> None:
+        """Standbys for the next ``queued`` trials, never more: a fork per busy slot at once
+        (it costs no import); spawn ones, which import, as measured idle cores allow."""
+        self.pool.trim(queued)
+        if not self.pool.prefetch or self.launcher.starting():
+            return
+        forks = not self.launcher.no_forks
+        for p in self.running.values():
+            if len(self.pool.all()) >= queued:
+                return
+            # A spawn standby only once the slot's trial has its imports behind it: two
+            # processes importing TensorFlow at once on few cores slow each other.
+            if not self.pool.by_slot.get(p.slot.index) and (forks or p.fn_started):
+                self.pool.add(p.slot, self._standby(p.slot))
+        if not forks:
+            self.pool.more(queued, self.running.values(), self._standby)
+
+    def close(self) -> list[tuple[str, Event]]:
+        """Last resort on any way out: nothing of a trial outlives the sweep."""
+        events: list[tuple[str, Event]] = [(tid, Exited(cancelled=True)) for tid in self.pending]
+        self.pending.clear()
+        try:
+            for sb in self.pool.all():
+                sb.close()
+            self.pool.by_slot.clear()
+            for p in self.running.values():
+                self.reaper.signal(p, signal.SIGKILL)
+            deadline = time.monotonic() + REAP_WAIT_S
+            for p in list(self.running.values()):
+                if join(p.process, p.exit_fd, max(0.0, deadline - time.monotonic())):
+                    events += self._exited(p)
+                else:
+                    self._forget(p)
+            if self.launcher.server is not None:
+                self.launcher.server.stop()
+            self.reaper.reap(final=True)
+        finally:
+            self.reaper.close()
+            if self.sampler:
+                self.sampler.stop()
+        return events
+
+    # -- processes ----------------------------------------------------------------------
+
+    def _standby(self, slot: Slot) -> Spare:
+        return self.launcher.new_process(slot, standby=True)
+
+    def _workers(self) -> set[int]:
+        """This process's own children that are the sweep's workers (for the reaper)."""
+        return {p.process.pid for p in self.running.values()} | {sb.process.pid for sb in self.pool.all()}
+
+    def _hand(self, spec: TrialSpec, slot: Slot, process: Spare) -> Began:
+        """Give a trial to a process: its pipe gets the spec; the trial's clock starts."""
+        process.closed = True  # a trial's process now: ended as one
+        spec = replace(spec, device=slot.device)
+        self.running[spec.trial_id] = Proc(spec, slot, process.process, process.conn, process.exit_fd,
+                                           forked=process.forked, watch_at=time.monotonic() + self.launcher.watch_s)
+        try:
+            process.conn.send(spec)
+        except OSError:  # it died in its bootstrap; its exit is judged like any other
+            pass
+        fraction = slot.env.get(contract.MEMORY_FRACTION)
+        return Began(process.process.pid, slot.device, slot.uuid, slot.cap_mb, fraction)
+
+    def _server_event(self, ready: set[Any]) -> list[tuple[str, Event]]:
+        """The fork server's import ended (or it died, or is too slow): trials waiting for it start."""
+        if not self.launcher.settled(ready, bool(self.pending), self.pool, self.running.values()):
+            return []
+        events: list[tuple[str, Event]] = []
+        for tid, (spec, slot) in list(self.pending.items()):
+            del self.pending[tid]
+            events.append((tid, self._hand(spec, slot, self.launcher.new_process(slot))))
+        return events
+
+    def _rescue(self, p: Proc) -> list[tuple[str, Event]]:
+        """The watchdog took a fork for deadlocked (:func:`.fork.rescue` killed it and said
+        why in its log): its trial goes to a spawn process (Began again), as do the rest."""
+        why = rescue(p)
+        self._forget(p)
+        self.launcher.stop_forking("the fork watchdog fired", self.pool, self.running.values())
+        began = self._hand(p.spec, p.slot, self.launcher.new_process(p.slot))
+        return [(p.spec.trial_id, replace(began, moved=why))]
+
+    def _exited(self, p: Proc) -> list[tuple[str, Event]]:
+        """The process has exited: end what it left, read what it sent, free the slot."""
+        # Unreaped, the process keeps its pid and group id, so neither can name a stranger yet.
+        self.reaper.signal(p, signal.SIGKILL)  # anything it left in its group, or left as a daemon
+        self.reaper.reap()
+        server = self.launcher.server
+        own = orphan_exit(p, server is not None and server.state == "dead")
+        join(p.process, p.exit_fd, REAP_WAIT_S)
+        events = receive(p) if p.conn is not None else []
+        peak = self.sampler.peaks.pop(p.process.pid, None) if self.sampler else None
+        exitcode = p.process.exitcode if own is None else own
+        if p.fn_started:  # how long trials run, for how many standbys keep a slot fed
+            self.pool.trial_s = [*self.pool.trial_s[-15:], time.monotonic() - p.handed]
+        self._forget(p)
+        if exitcode == bootstrap.NO_MAIN_GUARD and not p.has_result and not p.fn_started:
+            # the sweep's problem, not this trial's: no row (it runs next time)
+            return events + [("", Broken(str(no_main_guard())))]
+        return events + [(p.spec.trial_id, Exited(exitcode, peak_mb=peak))]
+
+    def _forget(self, p: Proc) -> None:
+        self.running.pop(p.spec.trial_id, None)
+        if p.conn is not None:
+            p.conn.close()
+            p.conn = None
+        if p.exit_fd != p.process.sentinel:
+            os.close(p.exit_fd)
+        if p.process.exitcode is not None:
+            p.process.close()

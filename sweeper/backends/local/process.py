@@ -1,0 +1,136 @@
+"""A trial's process as the local backend holds it (:class:`Proc`), and what every worker
+process of the sweep needs: its exit seen through a pidfd (:func:`exit_fd`), its reaping
+without waiting on a sentinel a daemon may hold (:func:`join`), a start that a Ctrl-C
+cannot cut short (:func:`sigint_ignored`), the sweep's tag (:func:`new_tag`), and the
+reading of what a trial sends over its pipe (:func:`receive`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing.connection
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ... import outcome
+from ...errors import SweepError
+from ...protocol import Event, Result, TrainStarted
+from ...slots import Slot
+from ...trial import TrialSpec
+
+#: Seconds a process is waited for once it was killed (SIGKILL) or has exited, to reap it
+#: and what it left. (Not the engine's ``TERM_GRACE``, which is how long a trial asked to
+#: stop, SIGTERM, has before it is killed; both are 5 s.)
+REAP_WAIT_S = 5.0
+
+
+@dataclass
+class Proc:
+    """A trial's process."""
+
+    spec: TrialSpec
+    slot: Slot
+    process: Any
+    conn: multiprocessing.connection.Connection | None
+    exit_fd: int
+    forked: bool = False
+    handed: float = field(default_factory=time.monotonic)  #: when it was sent its trial
+    watch_at: float = 0.0  #: a fork: when the watchdog looks at it next (if not in train yet)
+    cpu_s: float = 0.0  #: a fork: the CPU time it had used when the watchdog last looked
+    fn_started: bool = False  #: its train() has begun (its imports are done)
+    has_result: bool = False
+    cancelled: bool = False
+
+
+def receive(p: Proc) -> list[tuple[str, Event]]:
+    """Every message waiting in a trial's pipe."""
+    assert p.conn is not None
+    tid = p.spec.trial_id
+    events: list[tuple[str, Event]] = []
+    try:
+        while p.conn.poll():
+            try:
+                message = p.conn.recv()
+            except (EOFError, OSError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - a message the parent cannot read back
+                message = outcome.unreadable(exc)
+            if isinstance(message, TrainStarted):
+                p.fn_started = True
+            elif isinstance(message, Result):
+                if p.has_result:
+                    continue
+                p.has_result = True
+            events.append((tid, message))
+    except (EOFError, OSError):
+        p.conn.close()
+        p.conn = None
+    return events
+
+
+def no_main_guard() -> SweepError:
+    """A trial process re-ran the caller's ``sweep()``: the script lacks its main guard."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None) or "the calling script"
+    return SweepError(
+        f"{main} calls sweep() at its top level, so every trial process, which re-imports it, "
+        "calls it again; put the call under if __name__ == \"__main__\": (finished trials are kept)"
+    )
+
+
+def new_tag() -> str:
+    """A tag for one sweep's processes (``SWEEPER_SWEEP``), unique on this machine."""
+    return f"{os.getpid()}-{os.urandom(4).hex()}"
+
+
+def join(process: Any, exit_fd: int, timeout: float) -> bool:
+    """Reap a process once its exit descriptor says it has exited (at most ``timeout`` s).
+
+    ``Process.join(timeout)`` would wait on the sentinel, which a daemon the trial left
+    behind may hold open: seconds lost per trial. A pidfd says the truth; then ``join()``
+    only collects the exit status.
+    """
+    if process.exitcode is None and not multiprocessing.connection.wait([exit_fd], timeout):
+        return False
+    process.join()
+    return True
+
+
+def exit_fd(process: Any) -> int:
+    """A descriptor readable once the process has exited.
+
+    A pidfd, not the process's sentinel: the sentinel stays open in any grandchild
+    that inherited it (``os.fork``), so it would say nothing while one of those lives.
+    """
+    try:
+        return os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3
+        fd: int = process.sentinel
+        return fd
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Start a child with SIGINT ignored, so a Ctrl-C during its bootstrap (before it leads
+    its own process group) reaches only the parent, which then stops it properly.
+
+    The parent's own SIGINT is blocked meanwhile, not lost: a signal sent to a blocked
+    thread is kept pending even while ignored, and arrives when the handler is back. (A
+    Ctrl-C in this window was lost: on a busy machine the child can import the grid file
+    before ``start()`` returns. The child unblocks it first thing, in its bootstrap.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
