@@ -104,15 +104,19 @@ class SweepPaths:
         return os.path.exists(self.ledger)
 
 
-def user_cache(name: str) -> str:
+def user_cache(name: str) -> str | None:
     """A file in the user's cache folder (``$XDG_CACHE_HOME/sweeper``, else
-    ``~/.cache/sweeper``): anything there may be deleted at any time."""
+    ``~/.cache/sweeper``): anything there may be deleted at any time. None where there is
+    no such folder (no home, a relative ``XDG_CACHE_HOME``): nothing is cached."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(root):
+        return None
     return os.path.join(root, "sweeper", name)
 
 
-def mlflow_template(versions: str) -> str:
-    """The empty MLflow store that ``versions`` (MLflow's and SQLAlchemy's) make."""
+def mlflow_template(versions: str) -> str | None:
+    """The empty MLflow store that ``versions`` (MLflow's, SQLAlchemy's, its migrations')
+    make; None where nothing is cached."""
     return user_cache(f"mlflow-store-{versions}.db")
 
 

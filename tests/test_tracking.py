@@ -415,6 +415,20 @@ def test_a_new_local_store_is_a_copy_of_the_empty_store_mlflow_made_once(tmp_pat
     assert tables(template) == tables(tmp_path / "c" / "mlflow.db")
     assert sorted(p.name for p in cache.iterdir()) == [template.name]  # nothing half made left
 
+    from sweeper.tracking.mlflow_runs import _create_whole
+
+    def experiments(db) -> list[tuple[int, str]]:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            return con.execute("select experiment_id, name from experiments").fetchall()
+
+    _create_whole(str(tmp_path / "d" / "mlflow.db"))  # as it appears: whole, its Default experiment made
+    assert experiments(tmp_path / "d" / "mlflow.db") == [(0, "Default")]
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # no cache folder: made by the migrations
+    monkeypatch.chdir(tmp_path)
+    _create_whole(str(tmp_path / "e" / "mlflow.db"))
+    assert experiments(tmp_path / "e" / "mlflow.db") == [(0, "Default")]
+    assert not (tmp_path / "relative").exists()
+
 
 def test_an_unreachable_tracking_server_is_one_warning_and_the_sweep_goes_on(tmp_path, caplog):
     uri = f"http://127.0.0.1:{_closed_port()}"

@@ -31,6 +31,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -58,26 +59,25 @@ def _create_whole(db: str) -> None:
     """Make the sweep's local store appear with its tables made, never half made: MLflow
     makes them on first use, and a second client opening the file meanwhile (``mlflow ui``,
     a script watching the sweep) migrates it too, and one of them fails ("table
-    _alembic_tmp_... already exists"). So the tables are made in a file of their own,
-    linked into place only if no store is there yet.
+    _alembic_tmp_... already exists"). So the store is made in a file of its own, opened
+    once by MLflow (its tables, its default experiment), and linked into place only if no
+    store is there yet.
 
     That file is a copy of the empty store the installed MLflow made before
-    (:func:`sweeper.paths.mlflow_template`, in the user's cache), checked; failing one,
-    MLflow's migrations make it (about a thousand transactions: seconds), without a sync
-    per transaction, and the result, emptied of the experiment MLflow makes on opening a
-    store, becomes that template. Either way the file is synced once, whole, before it is
-    linked."""
+    (:func:`sweeper.paths.mlflow_template`, in the user's cache, named by the versions of
+    MLflow, SQLAlchemy and MLflow's migrations), checked; failing one, MLflow's migrations
+    make it (about a thousand transactions: seconds), without a sync per transaction, and
+    the result, emptied of its experiments, becomes that template. Either way the file is
+    synced once, whole, before it is linked."""
     if os.path.exists(db):
         return
     os.makedirs(os.path.dirname(db) or ".", exist_ok=True)
-    import mlflow
-    import sqlalchemy
-
-    template = mlflow_template(f"{mlflow.__version__}-{sqlalchemy.__version__}")
-    part = f"{db}.{os.getpid()}.part"
+    template = mlflow_template(_versions())
+    part = f"{db}.{os.getpid()}.{threading.get_ident()}.part"
     try:
-        if not _copied(template, part):
-            _migrated(part)
+        copied = template is not None and _copied(template, part)
+        _opened(part)  # the tables, if not copied; the default experiment, where it runs
+        if template is not None and not copied:
             _keep(part, template)
         with open(part, "rb+") as f:
             os.fsync(f.fileno())
@@ -86,6 +86,24 @@ def _create_whole(db: str) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(part)
+
+
+def _versions() -> str:
+    """What makes an empty store: MLflow's and SQLAlchemy's versions, and MLflow's
+    migrations (their files' names and sizes: a development install may change them
+    under one version)."""
+    import hashlib
+
+    import mlflow
+    import sqlalchemy
+
+    folder = os.path.join(os.path.dirname(mlflow.__file__), "store", "db_migrations", "versions")
+    try:
+        files = sorted((e.name, e.stat().st_size) for e in os.scandir(folder) if e.name.endswith(".py"))
+    except OSError:
+        files = []
+    digest = hashlib.sha256(repr(files).encode()).hexdigest()[:12]
+    return f"{mlflow.__version__}-{sqlalchemy.__version__}-{digest}"
 
 
 def _copied(template: str, part: str) -> bool:
@@ -109,8 +127,9 @@ def _copied(template: str, part: str) -> bool:
     return whole
 
 
-def _migrated(part: str) -> None:
-    """A new store at ``part``, made by MLflow's migrations, unsynced."""
+def _opened(part: str) -> None:
+    """MLflow's store at ``part``, opened once and closed: its tables made by its migrations
+    where there are none (unsynced), its default experiment made."""
     from mlflow import MlflowClient
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
@@ -136,10 +155,14 @@ def _keep(part: str, template: str) -> None:
     a copy renamed into place). Never fatal: without a template the next store is migrated."""
     import shutil
     import sqlite3
+    import tempfile
 
-    tmp = f"{template}.{os.getpid()}.part"
+    tmp = ""
     try:
         os.makedirs(os.path.dirname(template), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(template) + ".", suffix=".part",
+                                   dir=os.path.dirname(template))
+        os.close(fd)
         shutil.copyfile(part, tmp)
         with contextlib.closing(sqlite3.connect(tmp)) as con:
             con.execute("DELETE FROM experiment_tags")
@@ -149,8 +172,9 @@ def _keep(part: str, template: str) -> None:
     except (OSError, sqlite3.Error) as exc:
         log.debug("sweeper: MLflow: no template store kept at %s: %s", template, exc)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if tmp:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:

@@ -37,7 +37,8 @@ from ...protocol import Began, Broken, Event, Exited
 from ...slots import Slot, pick
 from ...target import Target
 from ...trial import TrialSpec
-from .fork import SERVER_WAIT_S, Launcher, rescue, watched
+from . import fork
+from .fork import Launcher, rescue, watched
 from .process import REAP_WAIT_S, Proc, join, new_tag, no_main_guard, receive
 from .reaper import Reaper, orphan_exit
 from .standby import Spare, Standbys
@@ -110,7 +111,7 @@ class LocalBackend:
         due = [self._next_sample] if self.sampler and self.running else []
         due += [p.watch_at for p in self.running.values() if watched(p)]
         due += [self.pool.recheck_at] if self.pool.recheck_at is not None else []
-        due += [self.launcher.server.started + SERVER_WAIT_S] if self.pending and self.launcher.server else []
+        due += [self.launcher.server.started + fork.SERVER_WAIT_S] if self.pending and self.launcher.server else []
         if self._events:
             due.append(now)
         if due:
