@@ -13,26 +13,26 @@ from sweeper.target import FileTarget
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("version", [(3, 11)])
+@pytest.mark.parametrize("version", [(3, 11), (3, 12)])
 def test_a_tested_python_may_use_the_fork_server(monkeypatch, version):
     monkeypatch.setattr(internals, "PYTHON", version)
     assert internals.refusal() is None
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("version", [(3, 10), (3, 12), (3, 14), (4, 0)])
+@pytest.mark.parametrize("version", [(3, 10), (3, 13), (3, 14), (4, 0)])
 def test_an_untested_python_is_refused_in_one_line(monkeypatch, version):
     monkeypatch.setattr(internals, "PYTHON", version)
     assert internals.refusal() == (f"the fork server is not used on Python {version[0]}.{version[1]} "
-                                   "(tested on 3.11)")
+                                   "(tested on 3.11-3.12)")
 
 
 @pytest.mark.unit
 def test_a_tested_range_is_named_first_to_last(monkeypatch):
-    monkeypatch.setattr(internals, "TESTED", ((3, 11), (3, 13)))
-    monkeypatch.setattr(internals, "PYTHON", (3, 14))
-    assert internals.refusal() == "the fork server is not used on Python 3.14 (tested on 3.11-3.13)"
+    monkeypatch.setattr(internals, "TESTED", ((3, 11), (3, 11)))
     monkeypatch.setattr(internals, "PYTHON", (3, 12))
+    assert internals.refusal() == "the fork server is not used on Python 3.12 (tested on 3.11)"
+    monkeypatch.setattr(internals, "TESTED", ((3, 11), (3, 13)))
     assert internals.refusal() is None
 
 
@@ -45,7 +45,7 @@ def test_on_an_untested_python_no_server_starts_trials_are_spawned_and_it_is_sai
             launcher.open_server([], Standbys(prefetch=True), [])
     assert launcher.no_forks and launcher.server is None and not launcher.starting()
     assert [r.getMessage() for r in caplog.records] == [
-        "sweeper: the fork server is not used on Python 3.14 (tested on 3.11); "
+        "sweeper: the fork server is not used on Python 3.14 (tested on 3.11-3.12); "
         "trials start in fresh spawn processes"]
 
 
