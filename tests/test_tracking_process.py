@@ -116,9 +116,13 @@ def test_every_trial_reaches_both_trackers_and_the_sweep_never_imports_them(tmp_
     assert all(r.data.metrics["value"] == 1.0 for r in runs)
 
 
-def test_the_trackers_process_ends_with_a_killed_sweep(tmp_path):
+def test_the_trackers_process_yields_to_the_trials_and_ends_with_a_killed_sweep(tmp_path):
     with _blocked_sweep(tmp_path, "k") as (proc, release):
         trackers = _trackers_process(proc.pid)
+        if hasattr(os, "SCHED_IDLE"):  # Linux: an idle task, which the trials' wake-ups always preempt
+            assert os.sched_getscheduler(trackers.pid) == os.SCHED_IDLE
+        else:
+            assert trackers.nice() >= 19
         proc.kill()  # SIGKILL: the sweep says nothing to anyone
         gone, alive = psutil.wait_procs([trackers], timeout=60)
         assert not alive, "the trackers' process outlived the sweep"
