@@ -48,8 +48,8 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
             union), or the points from :func:`sweeper.sample`. With ``search``, the space
             searched: ``{name: uniform(..) | loguniform(..) | randint(..) | [choices] | value}``.
         **options: any field of :class:`sweeper.Options`: ``workers``, ``seed``,
-            ``timeout``, ``retries``, ``gpus``, ``per_gpu``, ``name``, ``out``, ``fresh``,
-            ``skip_failed``, ``dry_run``, ``progress``; for an adaptive search (Optuna),
+            ``timeout`` and ``stall`` (seconds, or ``"10m"``), ``retries``, ``gpus``,
+            ``per_gpu``, ``name``, ``out``, ``fresh``, ``skip_failed``, ``dry_run``, ``progress``; for an adaptive search (Optuna),
             ``search="tpe"``, ``trials=20``, ``prune="asha"`` with ``metric`` (and ``mode``);
             to show it elsewhere, ``tensorboard=True``, ``mlflow=True`` or ``mlflow="http://host:5000"``.
 

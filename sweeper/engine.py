@@ -36,10 +36,14 @@ A search (:mod:`sweeper.search`) hooks in at two places: trials come from its
 pruner (``prune``); a trial it names is stopped as ``pruned`` and cancelled like a
 timed-out one (SIGTERM, then SIGKILL after the grace), so its GPU memory is freed at once.
 
-Deadlines, one per running trial, of three kinds (:class:`Due`):
+Deadlines, one per running trial, of four kinds (:class:`Due`):
 
 * ``TIMEOUT``: ``timeout`` seconds after the trial reached its process (:class:`Began`,
   the same moment on both backends); then the trial is stopped (``timeout``) and cancelled;
+* ``STALL``: ``stall`` seconds after its last sign of life (its start, an epoch report);
+  then its log is looked at: written since, the deadline moves on from that write; else
+  the trial is stopped (``stalled``) and cancelled. Whichever of these two comes first is
+  the running trial's deadline;
 * ``EXIT``: ``EXIT_GRACE`` after it sent its result, by when its process should be gone;
   then it is cancelled (its result stands);
 * ``KILL``: ``TERM_GRACE`` after a cancel (SIGTERM locally), by when it should have
@@ -80,8 +84,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from . import outcome
-from . import contract
+from . import contract, outcome
 from .errors import SweepError
 from .ledger import Ledger, StorageError, storage_error
 from .lifecycle import Callback
@@ -166,6 +169,7 @@ class Due(enum.Enum):
     """What happens when a trial's deadline passes."""
 
     TIMEOUT = "timeout"  #: it ran too long: stop it as ``timeout``, cancel it
+    STALL = "stall"  #: no sign of life for ``stall`` seconds (if its log says none either): ``stalled``
     EXIT = "exit"  #: it sent its result but has not exited: cancel it
     KILL = "kill"  #: it was cancelled but has not stopped: cancel it hard
 
@@ -208,6 +212,7 @@ class _Trial:
     spec: TrialSpec
     started_at: str  #: ISO 8601, when it was started
     t0: float  #: monotonic; when it reached its process (from Began), else when started
+    sign: float = 0.0  #: monotonic; its last sign of life (Began, an epoch report, a write to its log)
     phase: Phase = Phase.STARTING  #: where it is; moved by :meth:`to` only
     began: Began | None = None  #: where it was placed (once it began, or was stopped before)
     due: Due | None = None
@@ -238,18 +243,22 @@ class Engine:
 
     def __init__(self, backend: Backend, ledger: Ledger, *, outputs: Callback | None = None,
                  prune: Prune | None = None, verdicts: bool = False, timeout: float | None = None,
-                 retries: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+                 retries: int = 0, stall: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 log_age: Callable[[TrialSpec], float | None] | None = None) -> None:
         """``outputs``: told each trial's start, reports, record and end (the sweep's
         :class:`~sweeper.lifecycle.Callbacks`); ``prune``: a search's pruner, offered
         each batch of reports; ``verdicts``: it may stop trials, so each report waits for
-        its verdict (where the backend answers)."""
+        its verdict (where the backend answers); ``stall``: seconds a running trial may
+        go without a sign of life; ``log_age``: seconds since a trial's log was last
+        written, None where it has none (default: from the file's modification time)."""
         self.backend, self.ledger = backend, ledger
         self.outputs = outputs if outputs is not None else Callback()
         self.prune, self.verdicts = prune, verdicts
         #: Seconds, for deadlines and durations: monotonic time; a test's fake clock
         #: (tests/test_engine_clock.py plays deadlines, graces, retries and Ctrl-C in it).
         self.clock = clock
-        self.timeout, self.retries = timeout, retries
+        self.timeout, self.retries, self.stall = timeout, retries, stall
+        self.log_age = log_age if log_age is not None else log_file_age
         self.queue: deque[TrialSpec] = deque()
         self.feed: Feed | None = None
         self.trials: dict[str, _Trial] = {}
@@ -354,7 +363,7 @@ class Engine:
             if isinstance(event, Began):
                 self._began(trial, event)
             elif isinstance(event, Reports):
-                trial.reported = True
+                trial.reported, trial.sign = True, self.clock()  # a sign of life (the stall looks at it when due)
                 self.history(trial, event.items)
                 why = self.prune(trial.spec, event.items) if self.prune and event.items else None
                 if trial.spec.verdicts:  # it waits for the verdict: answered at once
@@ -393,9 +402,10 @@ class Engine:
             return
         trial.to(Phase.RUNNING)
         trial.began, trial.t0 = began, self.clock()
+        trial.sign = trial.t0
         trial.spec = replace(trial.spec, device=began.device)
-        if self.timeout and trial.due is None:
-            trial.set_deadline(Due.TIMEOUT, trial.t0 + self.timeout)
+        if trial.due is None:
+            self._watch(trial)
         self.store(self.ledger.mark_running, trial.spec, began.pid, trial.started_at)
 
     def _unwritable(self, trial: _Trial, event: Unwritable) -> None:
@@ -474,6 +484,16 @@ class Engine:
             trial.set_deadline(Due.KILL, self.clock() + TERM_GRACE)
         self.backend.cancel(trial.spec.trial_id, hard)
 
+    def _watch(self, trial: _Trial) -> None:
+        """A running trial's deadline: its timeout or its stall, whichever comes first."""
+        due: list[tuple[float, Due]] = []
+        if self.timeout:
+            due.append((trial.t0 + self.timeout, Due.TIMEOUT))
+        if self.stall:
+            due.append((trial.sign + self.stall, Due.STALL))
+        at, what = min(due, key=lambda d: d[0]) if due else (None, None)
+        trial.set_deadline(what, at)
+
     def _deadlines(self) -> None:
         now = self.clock()
         for trial in list(self.trials.values()):
@@ -482,6 +502,18 @@ class Engine:
             if trial.due is Due.TIMEOUT:
                 why = f"ran past the timeout of {self.timeout:g}s and was {self.backend.stop_word}"
                 if self._stop(trial, Status.TIMEOUT, why):
+                    self._cancel(trial, hard=False)
+            elif trial.due is Due.STALL:
+                assert self.stall
+                age = self.log_age(trial.spec)
+                if age is not None:  # a write to its log is a sign of life too
+                    trial.sign = max(trial.sign, now - max(age, 0.0))
+                if now - trial.sign < self.stall:  # alive since the deadline was set
+                    self._watch(trial)
+                    continue
+                why = (f"neither reported an epoch nor wrote to its log for {self.stall:g}s and was "
+                       f"{self.backend.stop_word}")
+                if self._stop(trial, Status.STALLED, why):
                     self._cancel(trial, hard=False)
             elif trial.due is Due.EXIT:
                 self._cancel(trial, hard=False)
@@ -559,6 +591,15 @@ class Engine:
         self.outputs.history()
         if items:
             self.outputs.reported(spec, items[-1]["epoch"], items[-1]["metrics"])
+
+
+def log_file_age(spec: TrialSpec) -> float | None:
+    """Seconds since the trial's log was last written (None: it has none here, as a Ray
+    trial's, written when it ends)."""
+    try:
+        return time.time() - os.stat(spec.log_path).st_mtime
+    except OSError:
+        return None
 
 
 def now_iso() -> str:

@@ -35,6 +35,34 @@ class Flag:
         return self.name or "--" + field_name.replace("_", "-")
 
 
+#: What a duration's unit means in seconds: ``90``, ``90s``, ``10m``, ``1.5h``, ``2d``.
+UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(value: Any, name: str = "a duration") -> float:
+    """Seconds from a number or a text such as ``"10m"`` (units: s, m, h, d); a one-line
+    error otherwise (this is also the CLI's type for such flags)."""
+    text = str(value).strip().lower()
+    number, unit = (text[:-1], text[-1]) if text[-1:] in UNITS else (text, "s")
+    try:
+        seconds = float(number) * UNITS[unit]
+    except ValueError:
+        seconds = float("nan")
+    if isinstance(value, bool) or not seconds > 0 or seconds == float("inf"):
+        raise SweepError(f"{name} must be a positive number of seconds or a duration such as 90s, 10m, 1.5h "
+                         f"or 2d, got {value!r}")
+    return seconds
+
+
+def _duration_flag(text: str) -> float:
+    import argparse
+
+    try:
+        return duration(text)
+    except SweepError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("a duration must be ", "")) from None
+
+
 def flag(help: str, **how: Any) -> dict[str, Flag]:
     """A field's metadata that makes it a command-line flag (see :class:`Flag`)."""
     return {"flag": Flag(help, **how)}
@@ -55,11 +83,16 @@ class Options:
     #: the sweep's seed; each trial's seed derives from it and the trial id
     seed: int = field(default=0, metadata=flag("sweep seed (default {default}); trial seeds derive from it",
                                                type=int))
-    #: seconds a trial may run before it is killed
-    timeout: float | None = field(default=None, metadata=flag("seconds a trial may run before it is killed",
-                                                               type=float))
-    #: extra attempts for trials that crash, run out of memory or time out
-    retries: int = field(default=0, metadata=flag("extra attempts for crashed, oom or timed-out trials "
+    #: seconds a trial may run before it is killed (or a duration: "90s", "10m", "2h")
+    timeout: float | None = field(default=None, metadata=flag(
+        "how long a trial may run before it is killed: seconds, or 90s, 10m, 2h", type=_duration_flag,
+        metavar="DURATION"))
+    #: seconds a trial may go without reporting an epoch or writing to its log (or "10m")
+    stall: float | None = field(default=None, metadata=flag(
+        "stop a trial that neither reports an epoch nor writes to its log for this long (status stalled): "
+        "seconds, or 90s, 10m, 2h", type=_duration_flag, metavar="DURATION"))
+    #: extra attempts for trials that crash, run out of memory, time out or stall
+    retries: int = field(default=0, metadata=flag("extra attempts for crashed, oom, timed-out or stalled trials "
                                                   "(default {default})", type=int))
     #: "all" (default), "none", or ids such as [0, 2] or "0,2"
     gpus: str | int | Sequence[int | str] | None = field(default=None, metadata=flag(
@@ -169,8 +202,12 @@ class Options:
         whole("per_gpu", self.per_gpu, 1)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise SweepError(f"seed must be a whole number, got {self.seed!r}")
-        if self.timeout is not None and (not isinstance(self.timeout, (int, float)) or self.timeout <= 0):
-            raise SweepError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        for name in ("timeout", "stall"):  # durations given as text become seconds, once
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                          and 0 < value < float("inf")):
+                seconds: Any = duration(value, name)
+                return replace(self, **{name: seconds}).checked()
         one_of("backend", self.backend)
         if self.address is not None and self.backend != "ray":
             raise SweepError("address goes with backend='ray' (--backend ray --address auto)")

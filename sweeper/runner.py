@@ -181,7 +181,7 @@ class Sweep:
         engine = Engine(self._backend(spare), ledger, outputs=outputs,
                         prune=plan_.search.prune if plan_.search else None,
                         verdicts=plan_.search is not None and plan_.search.prunes,
-                        timeout=options.timeout, retries=options.retries)
+                        timeout=options.timeout, retries=options.retries, stall=options.stall)
         trackers = Trackers.of(options, folder, plan_, self.space)
         outputs.each.append(trackers)
         interrupted = None
@@ -210,7 +210,8 @@ class Sweep:
         from .backends.local import LocalBackend
 
         return LocalBackend(self.target, self.placement.slots, workers=options.workers, prefetch=options.prefetch,
-                            start_method=options.start_method, spare=spare, timeout=options.timeout)
+                            start_method=options.start_method, spare=spare,
+                            timeout=min((t for t in (options.timeout, options.stall) if t), default=None))
 
 
 # -- what the console shows ----------------------------------------------------------------

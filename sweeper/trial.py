@@ -36,6 +36,7 @@ class Status(str, enum.Enum):
     OOM = "oom"  #: out of memory (GPU or host); retried with ``retries``.
     CRASHED = "crashed"  #: the process died without a result; retried.
     TIMEOUT = "timeout"  #: ran past ``timeout``; its process group was killed; retried.
+    STALLED = "stalled"  #: no epoch and no log line for ``stall``; its process group was killed; retried.
     INTERRUPTED = "interrupted"  #: the sweep was stopped (Ctrl-C, SIGTERM) while it ran.
     PRUNED = "pruned"  #: a search's pruner stopped it early; not a failure, never retried.
 
@@ -45,7 +46,7 @@ class Status(str, enum.Enum):
     @property
     def retryable(self) -> bool:
         """Whether running the trial again may give another outcome."""
-        return self in (Status.OOM, Status.CRASHED, Status.TIMEOUT)
+        return self in (Status.OOM, Status.CRASHED, Status.TIMEOUT, Status.STALLED)
 
     @property
     def succeeded(self) -> bool:
@@ -276,4 +277,4 @@ EPOCH_COLUMNS = csv_columns(Place.EPOCHS)
 #: Present when any trial ran on a GPU.
 GPU_COLUMNS = csv_columns(Place.GPU)
 #: Every fixed column ``results.csv`` may have (neither a hyperparameter nor a metric), in its order.
-RESULT_COLUMNS = csv_columns(Place.FRONT, Place.BACK, Place.EPOCHS, Place.GPU)
+RESULT_COLUMNS = tuple(csv_name(f) for f in CSV_FIELDS if place_of(f) not in (Place.PARAMS, Place.METRICS))

@@ -214,6 +214,72 @@ def test_no_timeout_means_no_deadline_while_it_trains(tmp_path):
     assert calls == [(0, "start", 0)] and row.status is Status.OK
 
 
+# -- stalls: no epoch report and no write to the log for `stall` seconds ------------------------
+
+def _log_written_at(clock: Clock, *times: float) -> Any:
+    """A trial's log as the engine sees it: last written at the latest of ``times`` (fake
+    seconds after T0) not after now; None (no log) before the first."""
+    def age(spec: Any) -> float | None:
+        past = [t for t in times if T0 + t <= clock.now]
+        return clock.now - (T0 + max(past)) if past else None
+    return age
+
+
+def test_a_trial_silent_for_the_stall_is_stopped_as_stalled(tmp_path):
+    clock = Clock()
+    backend = Timed(clock, [[]], on_term="ignore")  # hangs, ignores SIGTERM
+    (row,), calls = run(tmp_path, backend, stall=60, log_age=_log_written_at(clock))
+    assert calls == [(0, "start", 0), (60, "SIGTERM", 0), (60 + TERM_GRACE, "SIGKILL", 0)]
+    assert row.status is Status.STALLED and row.status.retryable and not row.status.succeeded
+    assert "neither reported an epoch nor wrote to its log for 60s and was killed" in row.error
+
+
+def test_each_epoch_report_is_a_sign_of_life(tmp_path):
+    clock = Clock()
+    life = [(50, _reports(1, 0.9)), (100, _reports(2, 0.8)), (150, _reports(3, 0.7))]  # then silent
+    (row,), calls = run(tmp_path, Timed(clock, [life]), stall=60, log_age=_log_written_at(clock))
+    assert calls == [(0, "start", 0), (210, "SIGTERM", 0)]
+    assert row.status is Status.STALLED and row.epoch_reached == 3 and row.metrics == {"loss": 0.7}
+
+
+def test_a_write_to_the_log_is_a_sign_of_life(tmp_path):
+    clock = Clock()
+    backend = Timed(clock, [[(200, ok()), (200, Exited(0))]])  # no epochs; its log written at 30 and 80
+    (row,), calls = run(tmp_path, backend, stall=60, log_age=_log_written_at(clock, 0, 30, 80))
+    # looked at 60 (written at 30: on to 90), at 90 (written at 80: on to 140), stalled at 140
+    assert calls == [(0, "start", 0), (140, "SIGTERM", 0)]
+    assert row.status is Status.STALLED
+
+
+def test_a_trial_that_keeps_writing_its_log_is_never_stalled(tmp_path):
+    clock = Clock()
+    backend = Timed(clock, [[(200, ok()), (200, Exited(0))]])
+    (row,), calls = run(tmp_path, backend, stall=60, log_age=_log_written_at(clock, *range(0, 200, 50)))
+    assert calls == [(0, "start", 0)] and row.status is Status.OK
+
+
+@pytest.mark.parametrize("timeout, stall, when, status", [(30, 60, 30, Status.TIMEOUT), (100, 20, 20, Status.STALLED)])
+def test_the_timeout_or_the_stall_whichever_comes_first(tmp_path, timeout, stall, when, status):
+    clock = Clock()
+    (row,), calls = run(tmp_path, Timed(clock, [[]]), timeout=timeout, stall=stall, log_age=_log_written_at(clock))
+    assert calls == [(0, "start", 0), (when, "SIGTERM", 0)] and row.status is status
+
+
+def test_a_timeout_still_comes_while_the_trial_keeps_reporting(tmp_path):
+    clock = Clock()
+    life = [(t, _reports(t, 0.5)) for t in range(5, 100, 5)]
+    (row,), calls = run(tmp_path, Timed(clock, [life]), timeout=42, stall=10, log_age=_log_written_at(clock))
+    assert calls == [(0, "start", 0), (42, "SIGTERM", 0)] and row.status is Status.TIMEOUT
+
+
+def test_a_stalled_trial_is_retried_with_a_clock_of_its_own(tmp_path):
+    clock = Clock()
+    backend = Timed(clock, [[], [(5, ok()), (5.1, Exited(0))]])
+    (row,), calls = run(tmp_path, backend, stall=60, retries=1, log_age=_log_written_at(clock))
+    assert calls == [(0, "start", 0), (60, "SIGTERM", 0), (60, "start", 0)]
+    assert row.status is Status.OK and row.attempts == 2
+
+
 # -- retries ---------------------------------------------------------------------------------
 
 def test_a_timed_out_trial_is_retried_with_a_clock_of_its_own(tmp_path):

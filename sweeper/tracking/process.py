@@ -66,7 +66,7 @@ def lower_priority(nice: int) -> str:
     delays the trials' wake-ups: 1.18x on a saturated 2-core machine); elsewhere
     ``nice``. Returns what it did."""
     with contextlib.suppress(AttributeError, OSError):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         return "idle"
     with contextlib.suppress(OSError):
         os.nice(nice)
