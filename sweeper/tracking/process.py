@@ -62,9 +62,9 @@ NICE = 19
 def lower_priority(nice: int) -> str:
     """Make this process yield to every other: on Linux an idle task (``SCHED_IDLE``),
     which runs only on a core nothing else wants, and whose core the kernel counts as
-    idle when it places a waking process (a nice-19 one still takes its share and
-    delays the trials' wake-ups: 1.18x on a saturated 2-core machine); elsewhere
-    ``nice``. Returns what it did."""
+    idle when it places a waking process (a nice-19 one still takes a small share;
+    bench/trackers.py measured 1.08x for this against 1.10x for nice 19, within the
+    noise); elsewhere ``nice``. Returns what it did."""
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         return "idle"
