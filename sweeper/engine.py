@@ -84,7 +84,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from . import contract, outcome
+from . import contract, hostmem, outcome
 from .errors import SweepError
 from .ledger import Ledger, StorageError, storage_error
 from .lifecycle import Callback
@@ -459,6 +459,7 @@ class Engine:
             pid=pid, exitcode=how.exitcode, log=spec.log_path, gpu_uuid=began.gpu_uuid,
             gpu_mem_cap_mb=how.cap_mb if how.cap_mb is not None else began.cap_mb,
             gpu_mem_peak_mb=how.peak_mb, epoch_reached=trial.epoch,
+            mem_peak_mb=hostmem.peak(how.mem_peak_mb, trial.result.mem_peak_mb if trial.result else None),
         )
 
     # -- stopping -------------------------------------------------------------------------

@@ -76,11 +76,13 @@ class Result:
     error: str = ""
     duration_s: float | None = None  #: from the trial reaching its process to the end of train
     history: list[dict[str, Any]] = field(default_factory=list)  #: a returned Keras History's epochs
+    mem_peak_mb: int | None = None  #: the process's own peak resident memory when train returned
 
     def to_json(self, trial_id: str) -> dict[str, Any]:
         """What ``result.json`` holds."""
         return {"trial_id": trial_id, "status": self.status.value, "metrics": self.metrics,
-                "error": self.error, "history": self.history, "duration_s": self.duration_s}
+                "error": self.error, "history": self.history, "duration_s": self.duration_s,
+                "mem_peak_mb": self.mem_peak_mb}
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,7 @@ class Exited:
     note: str = ""  #: the backend's own words on how it ended (Ray's exception)
     cancelled: bool = False  #: the backend cancelled it (nothing else is known)
     peak_mb: int | None = None  #: its peak GPU memory, where it could be seen
+    mem_peak_mb: int | None = None  #: its tree's peak resident host memory, as the parent sampled it
     pid: int | None = None
     device: str | None = None
     cap_mb: int | None = None

@@ -3,7 +3,9 @@
 Columns, in order: ``trial_id``, ``trial``, ``status``, one ``param_<name>`` per
 hyperparameter (scikit-learn's ``cv_results_`` convention), one column per metric,
 then ``seed``, ``device``, ``started_at``, ``duration_s``, ``error``, ``attempts``,
-``epoch_reached`` when any trial reported epochs, and, when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``, ``gpu_mem_peak_mb``.
+``epoch_reached`` when any trial reported epochs, ``mem_peak_mb`` when any trial's host
+memory was measured, and, when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``,
+``gpu_mem_peak_mb``.
 They come from :class:`~sweeper.trial.TrialResult`'s fields, each placed by its metadata
 (:class:`~sweeper.trial.Place`).
 Rows follow the grid's order. The CSV is written with the standard ``csv`` module (so
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 #: row: epochs when a trial reported one, the GPU's when a trial ran on one.
 _SOMETIMES: dict[Place, Callable[[TrialResult], bool]] = {
     Place.EPOCHS: lambda r: r.epoch_reached is not None,
+    Place.MEMORY: lambda r: r.mem_peak_mb is not None,
     Place.GPU: lambda r: r.device.startswith("gpu"),
 }
 #: How a field's value is written, where not as it is.

@@ -203,6 +203,7 @@ class Place(enum.Enum):
     METRICS = "metrics"  #: one column per metric
     BACK = "back"  #: after the metrics, in every row
     EPOCHS = "epochs"  #: when any trial reported epochs (a pruned trial's tells where it stopped)
+    MEMORY = "memory"  #: when any trial's host memory was measured
     GPU = "gpu"  #: when any trial ran on a GPU
     LEDGER = "ledger"  #: in the ledger alone
 
@@ -241,6 +242,8 @@ class TrialResult:
     gpu_mem_peak_mb: int | None = field(default=None, metadata=column(Place.GPU))
     #: the last epoch it reported (None: it reported none)
     epoch_reached: int | None = field(default=None, metadata=column(Place.EPOCHS))
+    #: its peak resident host memory, MB, over its process tree (None: not measured)
+    mem_peak_mb: int | None = field(default=None, metadata=column(Place.MEMORY))
 
     @property
     def ok(self) -> bool:
@@ -274,6 +277,8 @@ FRONT_COLUMNS = csv_columns(Place.FRONT)
 BACK_COLUMNS = csv_columns(Place.BACK)
 #: Present when any trial reported epochs.
 EPOCH_COLUMNS = csv_columns(Place.EPOCHS)
+#: Present when any trial's host memory was measured.
+MEMORY_COLUMNS = csv_columns(Place.MEMORY)
 #: Present when any trial ran on a GPU.
 GPU_COLUMNS = csv_columns(Place.GPU)
 #: Every fixed column ``results.csv`` may have (neither a hyperparameter nor a metric), in its order.

@@ -17,7 +17,7 @@ from conftest import ROOT, run_cli, write_grid
 EXAMPLE = os.path.join(ROOT, "experiments", "digits_mlp.py")
 COLUMNS = ["trial_id", "trial", "status", "param_batch_size", "param_epochs", "param_lr", "param_units",
            "val_accuracy", "val_loss", "train_accuracy", "epochs_run", "accuracy", "loss",
-           "seed", "device", "started_at", "duration_s", "error", "attempts", "epoch_reached"]
+           "seed", "device", "started_at", "duration_s", "error", "attempts", "epoch_reached", "mem_peak_mb"]
 SMALL = {"lr": [0.01], "units": [16, 64], "batch_size": [64], "epochs": 3}
 
 

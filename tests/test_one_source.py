@@ -15,13 +15,13 @@ from sweeper.errors import SweepError
 from sweeper.ledger import Ledger
 from sweeper.options import Flag, Options
 from sweeper.paths import SweepPaths
-from sweeper.trial import (BACK_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS, RESULT_COLUMNS, Place,
+from sweeper.trial import (BACK_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS, MEMORY_COLUMNS, RESULT_COLUMNS, Place,
                            Status, TrialResult)
 
 #: results.csv's fixed columns, in its order: a contract with the analysts who load it,
 #: written out here so that a change to TrialResult that would move one fails a test.
 CSV_CONTRACT = ("trial_id", "trial", "status", "seed", "device", "started_at", "duration_s", "error",
-                "attempts", "epoch_reached", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb")
+                "attempts", "epoch_reached", "mem_peak_mb", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb")
 
 
 def _actions() -> dict[str, argparse.Action]:
@@ -85,24 +85,24 @@ def test_parsed_flags_build_options_and_the_choices_are_the_ones_checked():
 
 # -- the table's columns from TrialResult -------------------------------------------------
 
-def _result(index: int, device: str = "cpu", epoch: int | None = None) -> TrialResult:
+def _result(index: int, device: str = "cpu", epoch: int | None = None, mem: int | None = None) -> TrialResult:
     return TrialResult(f"t{index:012x}", f"lr={index}", index, {"lr": index, "units": [64, 32]}, Status.OK,
                        {"val_loss": 0.5, "acc": 1}, seed=7, device=device, started_at="2024-01-01T00:00:00Z",
                        duration_s=1.23456, attempts=2, pid=99, exitcode=0, log="log.txt",
                        gpu_uuid="GPU-1" if device != "cpu" else "", gpu_mem_cap_mb=1000 if device != "cpu" else None,
-                       gpu_mem_peak_mb=None, epoch_reached=epoch)
+                       gpu_mem_peak_mb=None, epoch_reached=epoch, mem_peak_mb=mem)
 
 
 @pytest.mark.unit
 def test_the_csv_fixed_columns_are_the_ones_derived_from_trialresult():
     assert RESULT_COLUMNS == CSV_CONTRACT
     assert analysis.FIXED_COLUMNS == RESULT_COLUMNS
-    assert (*FRONT_COLUMNS, *BACK_COLUMNS, *EPOCH_COLUMNS, *GPU_COLUMNS) == RESULT_COLUMNS
+    assert (*FRONT_COLUMNS, *BACK_COLUMNS, *EPOCH_COLUMNS, *MEMORY_COLUMNS, *GPU_COLUMNS) == RESULT_COLUMNS
     assert metrics.RESERVED == set(RESULT_COLUMNS)  # no metric may take one of these names
-    everything = [_result(1, "gpu:0", epoch=3), _result(2)]
+    everything = [_result(1, "gpu:0", epoch=3), _result(2, mem=512)]
     cols = table.columns(everything)
     assert cols == [*FRONT_COLUMNS, "param_lr", "param_units", "val_loss", "acc", *BACK_COLUMNS, *EPOCH_COLUMNS,
-                    *GPU_COLUMNS]
+                    *MEMORY_COLUMNS, *GPU_COLUMNS]
     assert [c for c in cols if c in RESULT_COLUMNS] == list(RESULT_COLUMNS)
     assert table.columns([_result(1)]) == [*FRONT_COLUMNS, "param_lr", "param_units", "val_loss", "acc",
                                            *BACK_COLUMNS]

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 from ... import contract
 from ...child import bootstrap
 from ...gpus import MemorySampler
+from ...hostmem import HostSampler
 from ...protocol import Began, Broken, Event, Exited
 from ...slots import Slot, pick
 from ...target import Target
@@ -69,7 +70,8 @@ class LocalBackend:
         self.running: dict[str, Proc] = {}  #: by trial id
         self.pending: dict[str, tuple[TrialSpec, Slot]] = {}  #: waiting for the fork server
         self._events: list[tuple[str, Event]] = []  #: for the next wait()
-        self.sampler: MemorySampler | None = None
+        self.sampler: MemorySampler | None = None  #: GPU memory, where NVML sees cards
+        self.host = HostSampler()  #: host memory, on every machine
         self._next_sample = 0.0
 
     # -- the Backend protocol ------------------------------------------------------------
@@ -108,7 +110,7 @@ class LocalBackend:
         if self.launcher.server is not None:
             waits += self.launcher.server.waits()
         now = time.monotonic()
-        due = [self._next_sample] if self.sampler and self.running else []
+        due = [self._next_sample] if self.running else []
         due += [p.watch_at for p in self.running.values() if watched(p)]
         due += [self.pool.recheck_at] if self.pool.recheck_at is not None else []
         due += [self.launcher.server.started + fork.SERVER_WAIT_S] if self.pending and self.launcher.server else []
@@ -131,8 +133,11 @@ class LocalBackend:
         for p in [p for p in self.running.values() if watched(p) and now >= p.watch_at]:
             if self.launcher.stuck(p, now):
                 events += self._rescue(p)
-        if self.sampler and now >= self._next_sample:
-            self.sampler.sample({p.process.pid for p in self.running.values()})
+        if self.running and now >= self._next_sample:
+            pids = {p.process.pid for p in self.running.values()}
+            self.host.sample(pids)
+            if self.sampler:
+                self.sampler.sample(pids)
             self._next_sample = now + SAMPLE_EVERY
         return events
 
@@ -250,6 +255,7 @@ class LocalBackend:
         join(p.process, p.exit_fd, REAP_WAIT_S)
         events = receive(p) if p.conn is not None else []
         peak = self.sampler.peaks.pop(p.process.pid, None) if self.sampler else None
+        host = self.host.peaks.pop(p.process.pid, None)
         exitcode = p.process.exitcode if own is None else own
         if p.fn_started:  # how long trials run, for how many standbys keep a slot fed
             self.pool.trial_s = [*self.pool.trial_s[-15:], time.monotonic() - p.handed]
@@ -257,7 +263,7 @@ class LocalBackend:
         if exitcode == bootstrap.NO_MAIN_GUARD and not p.has_result and not p.fn_started:
             # the sweep's problem, not this trial's: no row (it runs next time)
             return events + [("", Broken(str(no_main_guard())))]
-        return events + [(p.spec.trial_id, Exited(exitcode, peak_mb=peak))]
+        return events + [(p.spec.trial_id, Exited(exitcode, peak_mb=peak, mem_peak_mb=host))]
 
     def _forget(self, p: Proc) -> None:
         self.running.pop(p.spec.trial_id, None)
