@@ -3,19 +3,21 @@
 Two measurements, the larger recorded (:func:`peak`):
 
 * the parent samples each running trial's tree (:class:`HostSampler`, with the GPU
-  sampler's period): the sum of the resident memory of the trial's process and of every
-  process below it (a command trial's script, a ``train``'s workers), as ``/proc`` shows
-  it; a peak shorter than the period can fall between two samples;
+  sampler's period): the resident memory of the trial's process, plus what each process
+  below it holds privately (a command trial's script, a ``train``'s workers: their pages
+  shared with the trial, copied-on-write after a fork, are counted once, in the trial's);
+  a peak shorter than the period can fall between two samples;
 * the trial's process measures its own high-water mark when ``train`` returns
-  (:func:`own_peak_mb`, the kernel's ``ru_maxrss`` of the process and of the largest
-  child it waited for): exact for one process, sent with its result, so a trial shorter
-  than the period is measured too. A trial that dies without a result has the samples
-  alone.
+  (:func:`own_peak_mb`: ``VmHWM``, which starts afresh at exec, and the kernel's
+  ``ru_maxrss`` of the largest child it waited for), sent with its result, so a trial
+  shorter than the period is measured too. A trial that dies without a result has the
+  samples alone.
 
 Resident memory counts the pages a process shares: a fork of the fork server counts the
 libraries the server imported (shared by every fork, copied only when written), so the
-figure is what the trial had in memory, not what it alone added. Linux; elsewhere the
-samples are empty and the own measure is taken as the platform reports it.
+figure is what the trial had in memory, not what it alone added. Linux (``/proc``);
+elsewhere the samples are empty and the own measure is ``ru_maxrss`` as the platform
+reports it.
 """
 
 from __future__ import annotations
@@ -31,25 +33,55 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _MB = 1 << 20
 
 
-def rss_mb(pids: Iterable[int]) -> int | None:
-    """The resident memory of these processes together, MB (None: none could be read)."""
-    total, seen = 0, False
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                total += int(f.read().split()[1]) * _PAGE
-            seen = True
-        except (OSError, IndexError, ValueError):
-            continue
-    return round(total / _MB) if seen else None
+def _status_kb(pid: int | str, field: str) -> int | None:
+    """A ``kB`` field of ``/proc/<pid>/status`` (``VmHWM``, ``VmRSS``), None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(field.encode() + b":"):
+                    return int(line.split()[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
+
+
+def _rss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _private_bytes(pid: int) -> int | None:
+    """What ``pid`` holds that no other process shares (``smaps_rollup``'s private pages)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            return sum(int(line.split()[1]) * 1024 for line in f if line.startswith((b"Private_Clean:",
+                                                                                    b"Private_Dirty:")))
+    except (OSError, IndexError, ValueError):
+        return _rss_bytes(pid)  # an older kernel: its resident memory, shared pages and all
+
+
+def tree_mb(pid: int, below: Iterable[int] = ()) -> int | None:
+    """The resident memory of ``pid`` plus what each process in ``below`` holds privately,
+    MB (None: ``pid`` could not be read)."""
+    own = _rss_bytes(pid)
+    if own is None:
+        return None
+    return round((own + sum(_private_bytes(q) or 0 for q in below)) / _MB)
 
 
 def own_peak_mb() -> int:
     """This process's peak resident memory, or that of the largest child it waited for if
-    larger, MB (``ru_maxrss``: kilobytes on Linux, bytes on macOS)."""
+    larger, MB. On Linux the process's own is ``VmHWM``: ``ru_maxrss`` carries the
+    high-water mark of the process that spawned this one across exec (a sweep whose
+    parent once held 600 MB would give every spawned trial 600 MB)."""
     unit = 1 if sys.platform == "darwin" else 1024
-    most = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return round(most * unit / _MB)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * unit
+    own_kb = _status_kb("self", "VmHWM")
+    own = own_kb * 1024 if own_kb is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit
+    return round(max(own, children) / _MB)
 
 
 def peak(*measured: int | None) -> int | None:
@@ -66,6 +98,6 @@ class HostSampler:
 
     def sample(self, pids: Iterable[int]) -> None:
         for pid in pids:
-            held = rss_mb([pid, *procs.descendants(pid)])
+            held = tree_mb(pid, procs.descendants(pid))
             if held is not None and held > self.peaks.get(pid, -1):
                 self.peaks[pid] = held

@@ -202,10 +202,9 @@ class Options:
         whole("per_gpu", self.per_gpu, 1)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise SweepError(f"seed must be a whole number, got {self.seed!r}")
-        for name in ("timeout", "stall"):  # durations given as text become seconds, once
+        for name in ("timeout", "stall"):  # durations (text, ints, NumPy) become float seconds, once
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                          and 0 < value < float("inf")):
+            if value is not None and not (type(value) is float and 0 < value < float("inf")):  # noqa: E721
                 seconds: Any = duration(value, name)
                 return replace(self, **{name: seconds}).checked()
         one_of("backend", self.backend)

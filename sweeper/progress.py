@@ -114,7 +114,7 @@ class PlainLines(Callback):
 
 def failure_lines(result: TrialResult, lines: int = 4) -> list[str]:
     out = [f"    log: {result.log}"]
-    if result.status in (Status.CRASHED, Status.OOM, Status.ERROR):
+    if result.status in (Status.CRASHED, Status.OOM, Status.ERROR, Status.STALLED):  # a stall: where it hung
         out += [f"    | {line}" for line in log_tail(result.log, lines, pid=result.pid)]
     return out
 

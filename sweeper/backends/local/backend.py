@@ -267,6 +267,9 @@ class LocalBackend:
 
     def _forget(self, p: Proc) -> None:
         self.running.pop(p.spec.trial_id, None)
+        self.host.peaks.pop(p.process.pid, None)  # a later process may get its pid
+        if self.sampler:
+            self.sampler.peaks.pop(p.process.pid, None)
         if p.conn is not None:
             p.conn.close()
             p.conn = None
