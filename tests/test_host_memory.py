@@ -103,6 +103,12 @@ def test_the_measures_and_their_largest():
     assert hostmem.tree_mb(2 ** 22 + 12345) is None  # no such process: not measured, not 0
     assert hostmem.own_peak_mb() >= me - 1  # a high-water mark is never below the present
     assert hostmem.peak(None, 3, 5) == 5 and hostmem.peak(None, None) is None and hostmem.peak(0) == 0
+    spike = bytearray(200 << 20)  # a peak before train (an import, a grid read) ...
+    del spike
+    assert hostmem.reset_own_peak()  # ... is not train's: the high-water mark starts again
+    with open("/proc/self/status") as f:
+        hwm_kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    assert hwm_kb <= (hostmem.tree_mb(os.getpid()) + 20) * 1024
 
 
 @pytest.mark.unit

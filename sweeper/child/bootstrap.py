@@ -410,6 +410,7 @@ def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: imports.OnImport, s
     try:
         hook.catch_up()
         context.announce_start()  # the parent may now start this slot's next process
+        hostmem.reset_own_peak()  # the peak is train's, not that of how this process was made
         value = fn(dict(spec.params))
         verdict = outcome.returned(value)  # what it returned is not metrics: an error
         if verdict.error:
