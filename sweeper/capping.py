@@ -27,13 +27,19 @@ from .errors import SweepError
 
 #: Share of a card left unclaimed when the fraction follows from ``per_gpu``.
 MARGIN = 0.95
+#: ``per_gpu="auto"``: at most this many trials share a card (the slots made per card);
+#: how many run there is decided by memory (:mod:`sweeper.packing`).
+AUTO_PER_GPU = 8
 
 
 @dataclass(frozen=True)
 class MemoryPolicy:
     per_gpu: int
-    fraction: float | None  #: of the card's total memory; None with growth
+    fraction: float | None  #: of the card's total memory; None with growth or auto
     growth: bool = False
+    #: ``per_gpu="auto"``: each trial's cap is set when it starts, from the memory it is
+    #: predicted to need (:mod:`sweeper.packing`); ``per_gpu`` is then the most per card
+    auto: bool = False
 
     def limit_mb(self, total_mb: int | None) -> int | None:
         if self.fraction is None or not total_mb:
@@ -43,6 +49,8 @@ class MemoryPolicy:
     def env(self, total_mb: int | None) -> dict[str, str]:
         """Variables a slot's process starts with; JAX and the child's caps read them."""
         env: dict[str, str] = {}
+        if self.auto:  # the cap comes with the trial: TensorFlow's is applied then, not at import
+            env[contract.MEMORY_AUTO] = "1"
         if self.growth:
             env.update({contract.MEMORY_GROWTH: "1", "TF_FORCE_GPU_ALLOW_GROWTH": "true",
                         "XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
@@ -55,11 +63,28 @@ class MemoryPolicy:
         return env
 
 
-def resolve(per_gpu: int | None, fraction: float | None, growth: bool) -> MemoryPolicy:
+def trial_env(cap_mb: int, total_mb: int) -> dict[str, str]:
+    """A trial's own cap under ``per_gpu="auto"`` (its slot's environment has none): MB for
+    TensorFlow, the matching share of the card for JAX and PyTorch."""
+    fraction = f"{min(1.0, cap_mb / total_mb):.6g}"
+    return {contract.MEMORY_LIMIT_MB: str(cap_mb), contract.MEMORY_FRACTION: fraction,
+            "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction}
+
+
+def resolve(per_gpu: int | str | None, fraction: float | None, growth: bool) -> MemoryPolicy:
     """Fill in whichever of ``per_gpu`` and ``memory_fraction`` was not given.
 
     ``k = int(1 / f)`` as in the seed document; ``f = 0.95 / k`` leaving a margin.
+    ``per_gpu="auto"``: caps per trial, from what each is predicted to need.
     """
+    if per_gpu == "auto":
+        if fraction is not None or growth:
+            raise SweepError("per_gpu='auto' sets each trial's cap from the memory it needs; drop "
+                             f"{'memory_fraction' if fraction is not None else 'memory_growth'} "
+                             "(or give per_gpu a number)")
+        return MemoryPolicy(AUTO_PER_GPU, None, auto=True)
+    if isinstance(per_gpu, str):
+        raise SweepError(f"per_gpu must be a whole number >= 1 or 'auto', got {per_gpu!r}")
     if fraction is not None:
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
             raise SweepError(f"memory_fraction must be in (0, 1], got {fraction!r}; e.g. --memory-fraction 0.3")

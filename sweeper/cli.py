@@ -302,6 +302,10 @@ def plan_lines(placement: Placement) -> list[str]:
     if policy is None:
         lines.append(f"{len(slots)} slots on the CPU (no GPU visible to children: CUDA_VISIBLE_DEVICES=-1)")
         return lines
+    if policy.auto:
+        lines.append(f"{len(slots)} slots: up to {policy.per_gpu} per GPU on {', '.join(devices)}, as many as "
+                     "fit by memory; cap per trial: its own (per_gpu auto)")
+        return lines
     if policy.growth:
         cap = "memory growth, no cap"
     else:

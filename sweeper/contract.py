@@ -11,8 +11,12 @@ of its processes, declared once, with what writes it and what reads it.
                                    writes its own (procs.tag_slot)
     SWEEPER_TRIAL_ID, _NAME, _DIR  trial_env(spec), for each trial       a command trial's script;
     SWEEPER_SEED, SWEEPER_PARAMS                                         seed_from_env, params_from_env
-    SWEEPER_MEMORY_LIMIT_MB,       capping.Cap.env, per slot (a Ray      child.capping.apply_* as frameworks
-    _FRACTION, _GROWTH             task sets the limit on its node)      are imported
+    SWEEPER_MEMORY_LIMIT_MB,       capping.MemoryPolicy.env, per slot    child.capping.apply_* as frameworks
+    _FRACTION, _GROWTH             (a Ray task sets the limit on its     are imported
+                                   node; per_gpu="auto": per trial,
+                                   capping.trial_env)
+    SWEEPER_MEMORY_AUTO            per slot with per_gpu="auto"          child.imports: caps wait for the
+                                                                         trial (its env has them)
     SWEEPER_PRELOAD_READY, _LIST,  backends.local.server, as the       child.preload, in the
     _PATH                          server starts                         server, once
     SWEEPER_ARG_<i>, SWEEPER_FLAG_ command, a --shell trial's values     /bin/sh, never sweeper
@@ -40,6 +44,7 @@ PARAMS = "SWEEPER_PARAMS"
 MEMORY_LIMIT_MB = "SWEEPER_MEMORY_LIMIT_MB"
 MEMORY_FRACTION = "SWEEPER_MEMORY_FRACTION"
 MEMORY_GROWTH = "SWEEPER_MEMORY_GROWTH"
+MEMORY_AUTO = "SWEEPER_MEMORY_AUTO"
 PRELOAD_READY = "SWEEPER_PRELOAD_READY"
 PRELOAD_LIST = "SWEEPER_PRELOAD_LIST"
 PRELOAD_PATH = "SWEEPER_PRELOAD_PATH"

@@ -135,6 +135,18 @@ class Backend(Protocol):
     def ahead(self, queued: int) -> None:
         """``queued`` more trials will start soon (a backend may prepare processes)."""
 
+    def admits(self, spec: TrialSpec) -> bool:
+        """Whether this trial may start now. A backend packing trials by memory says no while
+        it fits nowhere; the engine then tries the next queued one (a later call may say yes)."""
+
+    def again(self, result: TrialResult) -> bool:
+        """Whether this attempt runs again on other terms, retries or not (packing: a first OOM)."""
+
+    @property
+    def exhausted(self) -> str | None:
+        """Why no trial can start any more (every place stopped taking them), else None; the
+        sweep then lets running trials end, starts no more, and fails with this."""
+
     def tell(self, trial_id: str, message: Any) -> None:
         """Send a running trial a message (the pruner's verdict), where ``answers``."""
 
@@ -269,8 +281,8 @@ class Engine:
 
     @property
     def taking_new(self) -> bool:
-        """Whether queued trials may still start (no stop signal, the ledger writable)."""
-        return not self.signals and self.storage_error is None
+        """Whether queued trials may still start (no stop signal, the ledger writable, a place left)."""
+        return not self.signals and self.storage_error is None and self.backend.exhausted is None
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -309,14 +321,28 @@ class Engine:
             raise Interrupted(self.signals[0])
         if self.storage_error is not None:
             raise self.storage_error
+        if self.backend.exhausted is not None and self._queued():
+            raise SweepError(f"no place left for the {self._queued()} trials still queued: "
+                             f"{self.backend.exhausted}; look at those trials' logs, then run the same "
+                             "command again (finished trials are kept)")
 
     def _queued(self) -> int:
         return len(self.queue) + (self.feed.remaining if self.feed is not None else 0)
 
     def _next(self) -> TrialSpec | None:
-        if self.queue:
-            return self.queue.popleft()
-        return self.feed.next() if self.feed is not None and self.feed.remaining else None
+        """The first queued trial the backend admits now (a search's next point, asked for
+        when none waits; one that does not fit waits in the queue), or None."""
+        for i, spec in enumerate(self.queue):
+            if self.backend.admits(spec):
+                del self.queue[i]
+                return spec
+        if self.queue or self.feed is None or not self.feed.remaining:
+            return None
+        fed = self.feed.next()
+        if fed is not None and not self.backend.admits(fed):
+            self.queue.append(fed)
+            return None
+        return fed
 
     def _fill(self) -> None:
         while self._queued() and len(self.trials) < self.backend.capacity and self.taking_new:
@@ -458,7 +484,7 @@ class Engine:
             started_at=trial.started_at, duration_s=duration, error=verdict.error, attempts=spec.attempt,
             pid=pid, exitcode=how.exitcode, log=spec.log_path, gpu_uuid=began.gpu_uuid,
             gpu_mem_cap_mb=how.cap_mb if how.cap_mb is not None else began.cap_mb,
-            gpu_mem_peak_mb=how.peak_mb, epoch_reached=trial.epoch,
+            gpu_mem_reserved_mb=began.reserved_mb, gpu_mem_peak_mb=how.peak_mb, epoch_reached=trial.epoch,
             mem_peak_mb=hostmem.peak(how.mem_peak_mb, trial.result.mem_peak_mb if trial.result else None),
         )
 
@@ -573,8 +599,8 @@ class Engine:
 
     def conclude(self, spec: TrialSpec, result: TrialResult, durable: bool = True) -> None:
         """Record a trial's outcome (before its place is reused), queue a retry, tell the view."""
-        retrying = (result.status.retryable and spec.attempt - spec.first_attempt < self.retries
-                    and self.taking_new)
+        retrying = self.taking_new and ((result.status.retryable and spec.attempt - spec.first_attempt
+                                         < self.retries) or self.backend.again(result))
         stored = self.store(self.ledger.record, result, durable=durable)
         if retrying:
             self.queue.append(replace(spec, attempt=spec.attempt + 1))

@@ -133,6 +133,7 @@ class MemorySampler:
 
     def __init__(self) -> None:
         self.peaks: dict[int, int] = {}  #: trial pid -> most MB its tree held at one sample
+        self.now: dict[int, int] = {}  #: trial pid -> MB its tree held at the last sample
         self._nvml: Any = None
         self._handles: list[Any] = []
 
@@ -157,6 +158,7 @@ class MemorySampler:
             for pid, mb in _processes(self._nvml, handle):
                 if mb is not None:  # unknown is not 0: no peak rather than a wrong one
                     held[pid] = held.get(pid, 0) + mb
+        self.now = {}
         if not held:
             return
         from .procs import descendants
@@ -165,8 +167,22 @@ class MemorySampler:
         for pid in pids:
             tree = [pid, *descendants(pid)] if strangers else [pid]
             mine = [held[q] for q in tree if q in held]
+            self.now[pid] = sum(mine)
             if mine and sum(mine) > self.peaks.get(pid, -1):
                 self.peaks[pid] = sum(mine)
+
+    def cards(self) -> dict[str, tuple[int, int]]:
+        """Each card's (total, free) MB now, by its index as a text ({} where NVML fails)."""
+        if self._nvml is None:
+            return {}
+        out = {}
+        for i, handle in enumerate(self._handles):
+            try:
+                mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+            except Exception:  # a card NVML cannot read now takes no trial now
+                continue
+            out[str(i)] = (mem.total >> 20, mem.free >> 20)
+        return out
 
     def stop(self) -> None:
         if self._nvml is not None:

@@ -31,9 +31,9 @@ from .trial import Status, TrialResult, TrialSpec, current_id
 
 #: ``PRAGMA user_version`` of the ledgers this release writes. 0: before versions (trial
 #: ids without their ``t``, no ``grid`` table); 1: ids with it; 2: ``epoch_reached``; 3:
-#: ``mem_peak_mb``. Older ledgers are migrated
+#: ``mem_peak_mb``; 4: ``gpu_mem_reserved_mb``. Older ledgers are migrated
 #: when a sweep opens them, and read as migrated by ``load()`` and ``status``.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS trials (
@@ -57,7 +57,8 @@ CREATE TABLE IF NOT EXISTS trials (
     gpu_mem_peak_mb INTEGER,
     recorded_at REAL NOT NULL,
     epoch_reached INTEGER,
-    mem_peak_mb INTEGER
+    mem_peak_mb INTEGER,
+    gpu_mem_reserved_mb INTEGER
 );
 CREATE TABLE IF NOT EXISTS running (
     trial_id TEXT PRIMARY KEY,
@@ -177,8 +178,9 @@ class Ledger:
                 for table in ("trials", "running", "history", "grid"):
                     self._db.execute(f"UPDATE {table} SET trial_id = 't' || trial_id WHERE trial_id NOT LIKE 't%'")
             have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
-            # 2: the epoch a trial reached (pruned trials stop early); 3: its peak host memory
-            for added in ("epoch_reached", "mem_peak_mb")[max(version - 1, 0):]:
+            # 2: the epoch a trial reached (pruned trials stop early); 3: its peak host memory;
+            # 4: the GPU memory reserved for it
+            for added in ("epoch_reached", "mem_peak_mb", "gpu_mem_reserved_mb")[max(version - 1, 0):]:
                 if added not in have:
                     self._db.execute(f"ALTER TABLE trials ADD COLUMN {added} INTEGER")
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -54,6 +54,39 @@ def duration(value: Any, name: str = "a duration") -> float:
     return seconds
 
 
+#: What a size's unit means in MB: ``6GB``, ``6000MB``, ``6g``, ``512m``, ``1.5TB``; a bare number is MB.
+SIZES = {"k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 ** 2}
+
+
+def megabytes(value: Any, name: str = "a memory size") -> int:
+    """MB from a number (MB) or a text such as ``"6GB"`` (units K, M, G, T, with or without
+    B or iB; powers of 1024, as nvidia-smi counts); a one-line error otherwise."""
+    text = str(value).strip().lower().removesuffix("ib").removesuffix("b")
+    number, unit = (text[:-1], text[-1]) if text[-1:] in SIZES else (text, "m")
+    try:
+        mb = float(number) * SIZES[unit]
+    except ValueError:
+        mb = float("nan")
+    if isinstance(value, bool) or not 0 < mb < float("inf"):
+        raise SweepError(f"{name} must be a positive size such as 6GB, 512MB or 6000 (MB), got {value!r}")
+    return max(1, round(mb))
+
+
+def _per_gpu_flag(text: str) -> int | str:
+    import argparse
+
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a whole number or auto, got {text!r}") from None
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip() for w in text.split(",") if w.strip()]
+
+
 def _duration_flag(text: str) -> float:
     import argparse
 
@@ -98,8 +131,21 @@ class Options:
     gpus: str | int | Sequence[int | str] | None = field(default=None, metadata=flag(
         "all (default), none, free (those no process uses now), or GPUs by index or UUID, such as 0,2 or "
         "GPU-5f3c..."))
-    #: trials sharing one GPU (default: 1, or int(1 / memory_fraction))
-    per_gpu: int | None = field(default=None, metadata=flag("trials sharing one GPU (default 1)", type=int))
+    #: trials sharing one GPU (default: 1, or int(1 / memory_fraction)); "auto": as many as
+    #: the memory they measurably need allows (:mod:`sweeper.packing`)
+    per_gpu: int | str | None = field(default=None, metadata=flag(
+        "trials sharing one GPU (default 1); auto: as many as fit by the memory each is predicted to need, "
+        "measured as the sweep runs", type=_per_gpu_flag, metavar="N|auto"))
+    #: with per_gpu="auto": parameters that decide a trial's GPU memory (points that agree on
+    #: them are predicted to need what the first of them measured)
+    memory_keys: Sequence[str] | None = field(default=None, metadata=flag(
+        "with --per-gpu auto: the parameters that decide a trial's GPU memory, such as units,batch_size",
+        type=_words, metavar="KEYS"))
+    #: with per_gpu="auto": what each trial needs on its card ("6GB"), or a function of the
+    #: point giving it; taken as the prediction until a measurement says more
+    gpu_memory: str | int | Callable[[dict[str, Any]], Any] | None = field(default=None, metadata=flag(
+        "with --per-gpu auto: what each trial needs on its card, such as 6GB (before any is measured)",
+        metavar="SIZE"))
     #: cap per trial, share of the card (default: 0.95 / per_gpu)
     memory_fraction: float | None = field(default=None, metadata=flag(
         "cap each trial at this share of its GPU's memory (default 0.95 / per-gpu)", type=float))
@@ -199,7 +245,10 @@ class Options:
 
         whole("workers", self.workers, 1)
         whole("retries", self.retries, 0)
-        whole("per_gpu", self.per_gpu, 1)
+        if self.per_gpu != "auto" and self.per_gpu is not None and (
+                not isinstance(self.per_gpu, int) or isinstance(self.per_gpu, bool) or self.per_gpu < 1):
+            raise SweepError(f"per_gpu must be a whole number >= 1 or 'auto', got {self.per_gpu!r}")
+        self._check_packing()
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise SweepError(f"seed must be a whole number, got {self.seed!r}")
         for name in ("timeout", "stall"):  # durations (text, ints, NumPy) become float seconds, once
@@ -226,6 +275,22 @@ class Options:
         parse_gpus(self.gpus)
         self.memory_policy()
         return self
+
+    def _check_packing(self) -> None:
+        """``memory_keys`` and ``gpu_memory`` say how to pack, so they go with per_gpu='auto'."""
+        if self.per_gpu == "auto" and self.backend == "ray":
+            raise SweepError("per_gpu='auto' packs trials on this machine's GPUs; Ray places its own: give "
+                             "--per-gpu N with --backend ray")
+        given = [n for n in ("memory_keys", "gpu_memory") if getattr(self, n) is not None]
+        if given and self.per_gpu != "auto":
+            raise SweepError(f"{given[0]} goes with per_gpu='auto' (--per-gpu auto), which packs trials by "
+                             "the memory they need")
+        keys = self.memory_keys
+        if keys is not None and (isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys)):
+            raise SweepError(f"memory_keys must be a list of parameter names such as ['units', 'batch_size'], "
+                             f"got {keys!r}")
+        if self.gpu_memory is not None and not callable(self.gpu_memory):
+            megabytes(self.gpu_memory, "gpu_memory")
 
     def check_ranking(self) -> None:
         """A named metric whose direction its name does not say needs a mode; trials and

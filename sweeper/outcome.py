@@ -187,7 +187,7 @@ def judge(ending: Ending) -> Verdict:
     error = verdict.error
     if verdict.status is Status.OOM:
         place = ending.began
-        error = f"{error} (hint: {oom_hint(place.device, place.cap_mb, place.fraction)})"
+        error = f"{error} (hint: {oom_hint(place.device, place.cap_mb, place.fraction, place.packed)})"
     return Verdict(verdict.status, printable(error), verdict.metrics)
 
 
@@ -216,10 +216,14 @@ def unreadable(exc: BaseException) -> Result:
     return Result(Status.ERROR, {}, f"its result could not be read back by the sweep: {type(exc).__name__}: {exc}")
 
 
-def oom_hint(device: str, cap_mb: int | None = None, fraction: str | None = None) -> str:
+def oom_hint(device: str, cap_mb: int | None = None, fraction: str | None = None, packed: bool = False) -> str:
     """What to change after an out-of-memory, given where the trial ran."""
     if not device or device == "cpu":
         return "host memory ran out; run fewer trials at once (--workers) or use a smaller batch size"
+    if packed:
+        return (f"it ran under a cap of {cap_mb} MB on {device}, from what per_gpu auto predicted; a first OOM "
+                "runs again with 1.5x, a second with a card to itself; a --gpu-memory hint or --memory-keys "
+                "that tell sizes apart predict better")
     if cap_mb:
         cap = f"a cap of {cap_mb} MB"
     elif fraction:

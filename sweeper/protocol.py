@@ -137,6 +137,8 @@ class Began:
     fraction: str | None = None  #: the memory fraction it runs under, when no MB cap is known
     #: Why the trial began again in another process, when it did (the fork watchdog's words).
     moved: str = ""
+    reserved_mb: int | None = None  #: the GPU memory set aside for it on its card
+    packed: bool = False  #: placed by the memory it was predicted to need (per_gpu="auto")
 
 
 @dataclass(frozen=True)

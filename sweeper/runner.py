@@ -32,6 +32,7 @@ from .grid import check_not_empty, expand
 from .ledger import Ledger
 from .lifecycle import Callback, Callbacks
 from .options import Options
+from .packing import Needs, Packer
 from .outputs import Ranking, SearchTold, TableFiles, Trackers
 from .paths import SweepPaths
 from .planning import Plan, keeps, plan
@@ -133,6 +134,26 @@ class Sweep:
             self.placement = Placement([], [], options.memory_policy())
         else:
             self.placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
+        self.packer = self._packer()
+
+    def _packer(self) -> Packer | None:
+        """per_gpu="auto" on GPUs: the packer (on the CPU the option changes nothing)."""
+        options, placement = self.options, self.placement
+        if placement.policy is None or not placement.policy.auto:
+            return None
+        if not placement.gpus:
+            from . import gpus
+
+            raise SweepError(f"per_gpu='auto' packs trials by the free memory NVML reports, and NVML cannot "
+                             f"tell ({gpus.unavailable or 'it lists none of these GPUs'}); give --per-gpu N")
+        keys = options.memory_keys
+        if keys is not None and self.specs:
+            named = {k for s in self.specs for k in s.params}
+            unknown = [k for k in keys if k not in named]
+            if unknown:
+                raise SweepError(f"memory_keys names {', '.join(map(repr, unknown))}, which no point of the grid "
+                                 f"has; choose among {', '.join(sorted(named)) or 'none'}")
+        return Packer(Needs(keys, options.gpu_memory), [str(g.index) for g in placement.gpus])
 
     def run(self, listener: Callback | None = None, spare: Spare | None = None) -> Outcome:
         if self.options.dry_run:
@@ -157,7 +178,7 @@ class Sweep:
             finally:
                 ledger.close()
         kept = {s.trial_id for s in self.specs if keeps(previous.get(s.trial_id), self.options.skip_failed)}
-        notes = []
+        notes = [self.packer.describe()] if self.packer is not None else []
         if self.space is not None:  # its points are asked for as it runs: none to list
             from .search import describe
 
@@ -173,6 +194,9 @@ class Sweep:
         tables = TableFiles(ledger, plan_, self.folder.paths)
         ranking.seen(tables.results.values())  # the rows kept may have the metric already
         outputs = Callbacks([tables, ranking])
+        if self.packer is not None:  # it learns what trials need from each row
+            self.packer.seen(tables.results.values())
+            outputs.each.append(self.packer)
         if plan_.search is not None:
             outputs.each.append(SearchTold(plan_.search))
         if listener is not None:
@@ -211,7 +235,8 @@ class Sweep:
 
         return LocalBackend(self.target, self.placement.slots, workers=options.workers, prefetch=options.prefetch,
                             start_method=options.start_method, spare=spare,
-                            timeout=min((t for t in (options.timeout, options.stall) if t), default=None))
+                            timeout=min((t for t in (options.timeout, options.stall) if t), default=None),
+                            packer=self.packer)
 
 
 # -- what the console shows ----------------------------------------------------------------

@@ -5,7 +5,7 @@ hyperparameter (scikit-learn's ``cv_results_`` convention), one column per metri
 then ``seed``, ``device``, ``started_at``, ``duration_s``, ``error``, ``attempts``,
 ``epoch_reached`` when any trial reported epochs, ``mem_peak_mb`` when any trial's host
 memory was measured, and, when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``,
-``gpu_mem_peak_mb``.
+``gpu_mem_peak_mb``, ``gpu_mem_reserved_mb``.
 They come from :class:`~sweeper.trial.TrialResult`'s fields, each placed by its metadata
 (:class:`~sweeper.trial.Place`).
 Rows follow the grid's order. The CSV is written with the standard ``csv`` module (so

@@ -240,6 +240,8 @@ class TrialResult:
     gpu_mem_cap_mb: int | None = field(default=None, metadata=column(Place.GPU))
     #: its peak GPU memory, where NVML could see it
     gpu_mem_peak_mb: int | None = field(default=None, metadata=column(Place.GPU))
+    #: the GPU memory set aside for it on its card (per_gpu="auto": its predicted need plus headroom)
+    gpu_mem_reserved_mb: int | None = field(default=None, metadata=column(Place.GPU))
     #: the last epoch it reported (None: it reported none)
     epoch_reached: int | None = field(default=None, metadata=column(Place.EPOCHS))
     #: its peak resident host memory, MB, over its process tree (None: not measured)

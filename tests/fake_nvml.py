@@ -185,6 +185,50 @@ def hold(board: str, mb: int, pid: int | None = None) -> None:
         time.sleep(0.02)
 
 
+#: MB a fake framework holds for its CUDA context, outside its allocator's cap.
+CONTEXT_MB = 300
+
+
+class ResourceExhaustedError(RuntimeError):
+    """What TensorFlow raises when its allocator cannot give what a tensor needs."""
+
+
+def allocate(board: str, mb: int) -> None:
+    """Take ``mb`` of this process's card as a framework does: its context, then ``mb -
+    CONTEXT_MB`` through an allocator capped at ``SWEEPER_MEMORY_LIMIT_MB``. It fails, with
+    TensorFlow's OOM message and nothing held, when the cap or the card (as the fake NVML
+    of ``SWEEPER_FAKE_NVML`` counts it, others' holdings included) has less; else it holds
+    the memory until the parent has seen it (:func:`hold`)."""
+    import fcntl
+
+    uuid = os.environ["CUDA_VISIBLE_DEVICES"]
+    cap = os.environ.get("SWEEPER_MEMORY_LIMIT_MB")
+    want = mb - CONTEXT_MB
+    with open(os.path.join(board, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one allocation at a time on the machine: no race for the last MB
+        if cap is not None and want > int(cap):
+            raise ResourceExhaustedError(f"OOM when allocating tensor of {want} MB: the allocator is capped at "
+                                         f"{cap} MB")
+        fake = FakeNvml.from_json(os.environ["SWEEPER_FAKE_NVML"])
+        fake.board = board
+        card = next(c for c in fake.cards if c.uuid == uuid)
+        mem = fake.nvmlDeviceGetMemoryInfo(card)
+        free = (mem.free >> 20) + fake.used_by_trials(uuid).get(os.getpid(), 0)
+        if mb > free:
+            raise ResourceExhaustedError(f"OOM when allocating tensor of {want} MB: the card has {free} MB free")
+        tmp = os.path.join(board, f".{os.getpid()}.tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{uuid} {mb}")
+        os.replace(tmp, os.path.join(board, str(os.getpid())))
+    hold(board, mb)
+
+
+def holders(board: str) -> int:
+    """How many live processes hold memory of this process's card now."""
+    fake = FakeNvml([], board)
+    return len(fake.used_by_trials(os.environ["CUDA_VISIBLE_DEVICES"]))
+
+
 def main() -> None:
     """``python tests/fake_nvml.py ARGS``: ``python -m sweeper ARGS`` on the machine that
     ``SWEEPER_FAKE_NVML`` describes (a :meth:`FakeNvml.to_json`)."""

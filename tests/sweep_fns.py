@@ -177,6 +177,26 @@ def gpu_env(params):
     }
 
 
+def packed(params):
+    """A trial on a fake card (tests/fake_nvml.py): takes ``need_mb`` of it as a framework
+    does (OOM past its cap or the card's free memory), and holds it until ``peers``
+    processes hold memory of that card at once (60 s at most), then ``busy_s`` more. A
+    ``crash_on`` card index (or ``"all"``) crashes it there (SIGSEGV), as a faulty card would."""
+    import fake_nvml
+
+    crash_on = params.get("crash_on")
+    if crash_on == "all" or (crash_on is not None and os.environ["CUDA_VISIBLE_DEVICES"].endswith(
+            f"-{int(crash_on):012d}")):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    fake_nvml.allocate(params["board"], params["need_mb"])
+    deadline, met = time.monotonic() + 60, 0
+    while met < params.get("peers", 1) and time.monotonic() < deadline:  # polls the board
+        met = max(met, fake_nvml.holders(params["board"]))
+        time.sleep(0.02)
+    time.sleep(params.get("busy_s", 0.0))
+    return {"met": float(met), "cap": float(os.environ.get("SWEEPER_MEMORY_LIMIT_MB", "nan"))}
+
+
 def tf_matmul(params):
     """A TensorFlow trial, capped through the real code path; runs wherever TF puts it."""
     import tensorflow as tf

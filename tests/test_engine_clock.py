@@ -80,6 +80,13 @@ class Timed:
 
     capacity = 1
     stop_word = "killed"
+    exhausted = None  # every place takes trials
+
+    def admits(self, spec):
+        return True
+
+    def again(self, result):
+        return False
 
     def __init__(self, clock: Clock, lives: list[list[tuple[float, Any]]], on_term: str = "die",
                  answers: bool = False) -> None:

@@ -26,6 +26,13 @@ class Scripted:
 
     capacity = 2
     stop_word = "killed"
+    exhausted = None  # every place takes trials
+
+    def admits(self, spec):
+        return True
+
+    def again(self, result):
+        return False
 
     def __init__(self, events, send_signal=None):
         self.events, self.send_signal = events, send_signal

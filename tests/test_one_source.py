@@ -21,7 +21,8 @@ from sweeper.trial import (BACK_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS, GPU_COLUM
 #: results.csv's fixed columns, in its order: a contract with the analysts who load it,
 #: written out here so that a change to TrialResult that would move one fails a test.
 CSV_CONTRACT = ("trial_id", "trial", "status", "seed", "device", "started_at", "duration_s", "error",
-                "attempts", "epoch_reached", "mem_peak_mb", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb")
+                "attempts", "epoch_reached", "mem_peak_mb", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb",
+                "gpu_mem_reserved_mb")
 
 
 def _actions() -> dict[str, argparse.Action]:
@@ -115,7 +116,7 @@ def test_a_row_writes_each_column_as_before():
         "trial_id": "t000000000001", "trial": "lr=1", "status": "ok", "param_lr": 1, "param_units": "[64, 32]",
         "val_loss": 0.5, "acc": 1, "seed": 7, "device": "gpu:0", "started_at": "2024-01-01T00:00:00Z",
         "duration_s": 1.235, "error": "", "attempts": 2, "epoch_reached": 3, "gpu_uuid": "GPU-1",
-        "gpu_mem_cap_mb": 1000, "gpu_mem_peak_mb": None}
+        "gpu_mem_cap_mb": 1000, "gpu_mem_peak_mb": None, "gpu_mem_reserved_mb": None}
     assert list(table.row(_result(2))) == ["trial_id", "trial", "status", "param_lr", "param_units", "val_loss",
                                            "acc", *BACK_COLUMNS]
 

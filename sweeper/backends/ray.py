@@ -42,7 +42,7 @@ from ..capping import MemoryPolicy
 from ..errors import SweepError
 from ..protocol import Began, Event, Exited, Exiting, LoadFailed, Placed, Unwritable
 from ..target import FileTarget, FunctionTarget, Target
-from ..trial import TrialSpec
+from ..trial import TrialResult, TrialSpec
 
 #: Seconds between looks at the report queue while tasks run.
 POLL = 0.2
@@ -175,8 +175,17 @@ class RayBackend:
             task.cancelled = True
             self.ray.cancel(task.ref, force=True)
 
+    #: Ray places trials by its own counts; it never runs out of places for sweeper.
+    exhausted: str | None = None
+
     def ahead(self, queued: int) -> None:
         pass
+
+    def admits(self, spec: TrialSpec) -> bool:
+        return True  # Ray queues a task until a node has the resources it asks for
+
+    def again(self, result: TrialResult) -> bool:
+        return False
 
     def tell(self, trial_id: str, message: Any) -> None:
         pass  # never called: ``answers`` is False

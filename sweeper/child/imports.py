@@ -4,17 +4,20 @@
 so TensorFlow's GPU memory cap (:mod:`sweeper.capping`) precedes the module's own code,
 whatever it touches at its top; PyTorch's, which initialises CUDA, and the seeds for
 ``random``, NumPy, TensorFlow, Keras and PyTorch follow with the trial (a standby imports
-before it has one, and must hold no GPU memory while it waits).
+before it has one, and must hold no GPU memory while it waits). Under ``per_gpu="auto"``
+every cap follows with the trial: it is the trial's own.
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import os
 import random
 import sys
 from typing import Any, Callable
 
+from .. import contract
 from . import capping
 
 
@@ -48,6 +51,12 @@ _CAPS: dict[str, Callable[[Any], None]] = {"tensorflow": _cap_tensorflow, "torch
 #: standby, applied when its trial begins, not at import, so a standby waiting beside a
 #: running trial holds no GPU memory (its context would come on top of the trial's cap).
 _CAPS_AT_TRIAL = {"torch"}
+
+
+def _at_trial() -> set[str]:
+    """The caps applied when the trial begins: PyTorch's, and every one under
+    ``per_gpu="auto"``, where the cap is the trial's own (it comes in the trial's env)."""
+    return set(_CAPS) if os.environ.get(contract.MEMORY_AUTO) == "1" else _CAPS_AT_TRIAL
 _SEEDS: dict[str, Callable[[Any, int], None]] = {
     "numpy": _seed_numpy,
     "tensorflow": _seed_tensorflow,
@@ -82,7 +91,7 @@ class OnImport(importlib.abc.MetaPathFinder):
         """The trial begins: caps left for it, then seeds ``random`` and every framework
         imported so far; later ones on import."""
         self.seed = seed
-        for name in sorted(_CAPS_AT_TRIAL & self.done):
+        for name in sorted(_at_trial() & self.done):
             _CAPS[name](sys.modules[name])
         random.seed(seed)
         for name, seeder in _SEEDS.items():
@@ -98,7 +107,7 @@ class OnImport(importlib.abc.MetaPathFinder):
 
     def _ready(self, name: str, module: Any) -> None:
         self.done.add(name)
-        if name in _CAPS and (self.seed is not None or name not in _CAPS_AT_TRIAL):
+        if name in _CAPS and (self.seed is not None or name not in _at_trial()):
             _CAPS[name](module)
         if self.seed is not None:
             _SEEDS[name](module, self.seed)

@@ -30,14 +30,15 @@ import time
 from dataclasses import replace
 from typing import Any, Sequence
 
-from ... import contract
+from ... import capping, contract
 from ...child import bootstrap
 from ...gpus import MemorySampler
 from ...hostmem import HostSampler
+from ...packing import Card, Packer, Spot
 from ...protocol import Began, Broken, Event, Exited
 from ...slots import Slot, pick
 from ...target import Target
-from ...trial import TrialSpec
+from ...trial import TrialResult, TrialSpec
 from . import fork
 from .fork import Launcher, rescue, watched
 from .process import REAP_WAIT_S, Proc, join, new_tag, no_main_guard, receive
@@ -56,8 +57,14 @@ class LocalBackend:
 
     def __init__(self, target: Target, slots: Sequence[Slot], *, workers: int | None = None,
                  prefetch: bool = True, start_method: str = "forkserver", spare: Spare | None = None,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, packer: Packer | None = None) -> None:
         self.target = target
+        #: per_gpu="auto": where each trial goes, by the memory it is predicted to need
+        self.packer = packer
+        self._spots: dict[str, Spot] = {}  #: by trial id: admitted, not started yet
+        self.reserved: dict[str, tuple[str, int]] = {}  #: by trial id: (card, MB) of a running trial
+        self._totals: dict[str, int] = {}  #: card -> its total MB, as NVML said
+        self._read: list[Card] | None = None  #: the cards as NVML told them since the last wait()
         self.slots = list(slots)
         self.capacity = min(workers or len(self.slots), len(self.slots))
         #: Carried by every process of this sweep (and only this sweep), for :mod:`sweeper.procs`.
@@ -82,10 +89,36 @@ class LocalBackend:
             sampler = MemorySampler()
             self.sampler = sampler if sampler.start() else None
 
+    def admits(self, spec: TrialSpec) -> bool:
+        """Whether the trial may start now: always, unless trials are packed by memory;
+        then while it fits on a card (:mod:`sweeper.packing`), where it is to go is kept."""
+        if self.packer is None:
+            return True
+        free = {s.gpu for s in self._free()}
+        spot = self.packer.place(spec.params, [c for c in self._cards() if c.gpu in free])
+        if spot is None:
+            return False
+        self._spots[spec.trial_id] = spot
+        return True
+
+    @property
+    def exhausted(self) -> str | None:
+        """Why no trial can start any more (every card stopped taking them), else None."""
+        return self.packer.exhausted if self.packer is not None else None
+
+    def again(self, result: TrialResult) -> bool:
+        """Whether this attempt runs again on other terms (a first OOM of a packed trial)."""
+        return self.packer is not None and self.packer.again(result)
+
     def start(self, spec: TrialSpec) -> Began | None:
         self.launcher.open_server(self.slots, self.pool, self.running.values())
-        taken = {p.slot.index for p in self.running.values()} | {s.index for _, s in self.pending.values()}
-        free = [s for s in self.slots if s.index not in taken]
+        free = self._free()
+        spot = self._spots.pop(spec.trial_id, None)
+        if spot is not None:  # packed: its card, and its own cap in its environment
+            free = [s for s in free if s.gpu == spot.gpu]
+            total = self._totals.get(spot.gpu, spot.reserved_mb)
+            spec = replace(spec, env={**spec.env, **capping.trial_env(spot.cap_mb, total)})
+            self.reserved[spec.trial_id] = (spot.gpu, spot.reserved_mb)
         slot = pick(free, [p.slot for p in self.running.values()] + [s for _, s in self.pending.values()],
                     prefer={i for i, sbs in self.pool.by_slot.items() if sbs})
         queue = self.pool.by_slot.get(slot.index, [])
@@ -100,6 +133,7 @@ class LocalBackend:
         return self._hand(spec, slot, process)
 
     def wait(self, timeout: float | None, wake: int) -> list[tuple[str, Event]]:
+        self._read = None  # what NVML said holds until trials may have come and gone
         waits: list[Any] = [wake]
         for sb in self.pool.all():
             waits += [sb.exit_fd, sb.conn]
@@ -155,6 +189,7 @@ class LocalBackend:
 
     def cancel(self, trial_id: str, hard: bool) -> None:
         if self.pending.pop(trial_id, None) is not None:  # it had no process yet
+            self.reserved.pop(trial_id, None)
             self._events.append((trial_id, Exited(cancelled=True)))
             return
         p = self.running.get(trial_id)
@@ -182,6 +217,8 @@ class LocalBackend:
     def close(self) -> list[tuple[str, Event]]:
         """Last resort on any way out: nothing of a trial outlives the sweep."""
         events: list[tuple[str, Event]] = [(tid, Exited(cancelled=True)) for tid in self.pending]
+        for tid in self.pending:
+            self.reserved.pop(tid, None)
         self.pending.clear()
         try:
             for sb in self.pool.all():
@@ -206,6 +243,27 @@ class LocalBackend:
 
     # -- processes ----------------------------------------------------------------------
 
+    def _free(self) -> list[Slot]:
+        taken = {p.slot.index for p in self.running.values()} | {s.index for _, s in self.pending.values()}
+        return [s for s in self.slots if s.index not in taken]
+
+    def _cards(self) -> list[Card]:
+        """The sweep's cards now: NVML's free memory, and what our trials there reserved and
+        hold (read once between waits; the reservations as they are)."""
+        if self.sampler is None or self.packer is None:
+            return []
+        if self._read is None:
+            self.sampler.sample({p.process.pid for p in self.running.values()})
+            read = self.sampler.cards()
+            self._totals.update({g: total for g, (total, _) in read.items()})
+            self._read = [Card(g, total, free) for g, (total, free) in read.items() if g in self.packer.gpus]
+        ours: dict[str, list[tuple[float, float]]] = {}
+        for tid, (gpu, mb) in self.reserved.items():
+            p = self.running.get(tid)
+            held = self.sampler.now.get(p.process.pid, 0) if p is not None else 0
+            ours.setdefault(gpu, []).append((mb, held))
+        return [replace(c, ours=tuple(ours.get(c.gpu, ()))) for c in self._read]
+
     def _standby(self, slot: Slot) -> Spare:
         return self.launcher.new_process(slot, standby=True)
 
@@ -223,8 +281,13 @@ class LocalBackend:
             process.conn.send(spec)
         except OSError:  # it died in its bootstrap; its exit is judged like any other
             pass
-        fraction = slot.env.get(contract.MEMORY_FRACTION)
-        return Began(process.process.pid, slot.device, slot.uuid, slot.cap_mb, fraction)
+        fraction = spec.env.get(contract.MEMORY_FRACTION, slot.env.get(contract.MEMORY_FRACTION))
+        packed = self.reserved.get(spec.trial_id)
+        if packed is not None:  # its own cap, and what it reserved
+            cap = int(spec.env[contract.MEMORY_LIMIT_MB])
+            return Began(process.process.pid, slot.device, slot.uuid, cap, fraction, reserved_mb=packed[1],
+                         packed=True)
+        return Began(process.process.pid, slot.device, slot.uuid, slot.cap_mb, fraction, reserved_mb=slot.cap_mb)
 
     def _server_event(self, ready: set[Any]) -> list[tuple[str, Event]]:
         """The fork server's import ended (or it died, or is too slow): trials waiting for it start."""
@@ -240,7 +303,10 @@ class LocalBackend:
         """The watchdog took a fork for deadlocked (:func:`.fork.rescue` killed it and said
         why in its log): its trial goes to a spawn process (Began again), as do the rest."""
         why = rescue(p)
+        packed = self.reserved.get(p.spec.trial_id)
         self._forget(p)
+        if packed is not None:  # the same terms in the new process
+            self.reserved[p.spec.trial_id] = packed
         self.launcher.stop_forking("the fork watchdog fired", self.pool, self.running.values())
         began = self._hand(p.spec, p.slot, self.launcher.new_process(p.slot))
         return [(p.spec.trial_id, replace(began, moved=why))]
@@ -267,6 +333,7 @@ class LocalBackend:
 
     def _forget(self, p: Proc) -> None:
         self.running.pop(p.spec.trial_id, None)
+        self.reserved.pop(p.spec.trial_id, None)
         self.host.peaks.pop(p.process.pid, None)  # a later process may get its pid
         if self.sampler:
             self.sampler.peaks.pop(p.process.pid, None)

@@ -1,0 +1,262 @@
+"""Trials packed on GPUs by the memory they measurably need (``per_gpu="auto"``).
+
+What a trial needs is *predicted* (:class:`Needs`), in this order:
+
+1. the user's hint, ``gpu_memory="6GB"`` or a function of the point;
+2. the same point's earlier attempts: the most its process tree held (``gpu_mem_peak_mb``,
+   as NVML counts it: CUDA context and libraries included); after an OOM, 1.5 times what
+   it was given (its cap plus :data:`CONTEXT_MB`) or held, whichever is more, and after a
+   second OOM a card to itself;
+3. points that agree on the parameters named ``memory_keys``: the most any of them held;
+4. without ``memory_keys``: the most any trial of the sweep held;
+5. else nothing is known: the trial gets a card to itself, and is measured there; the
+   others of its shape (without ``memory_keys``: every other unmeasured one) wait for that.
+
+A trial is *placed* (:meth:`Packer.place`) on the card where it fits best: its reservation
+(the prediction plus :data:`HEADROOM`) must fit in ::
+
+    room = free (NVML, now) - sum over our trials there of max(0, reserved - held now) - MARGIN_MB
+
+that is, what NVML says is free, less what our running trials there reserved and have not
+taken yet, less a margin for the driver and fragmentation. A stranger's process counts
+through NVML's free memory, as does memory a trial left behind. A trial that needs a card
+to itself goes only on a card where none of ours runs, and gets what is free there.
+
+Its framework's *cap* is the reservation less :data:`CONTEXT_MB` (the CUDA context lives
+outside TensorFlow's allocator and JAX's fraction), but never below the prediction.
+
+An ``oom`` or ``crashed`` trial counts against its card: :data:`BREAKER` of them in a row on
+one card (no ``ok`` between) and the card takes no new trial, said in one line; when no card
+is left the sweep stops taking trials (:attr:`Packer.exhausted`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .lifecycle import Callback
+from .trial import Status, TrialResult
+
+log = logging.getLogger("sweeper")
+
+#: Share added to a prediction for what a trial reserves: a later epoch, another batch's
+#: shapes, the allocator's rounding.
+HEADROOM = 0.25
+#: MB a framework holds on the card outside its allocator's cap (CUDA context, cuBLAS/cuDNN
+#: handles): subtracted from a reservation to give the cap.
+CONTEXT_MB = 500
+#: MB of each card never reserved: the driver's own use and fragmentation.
+MARGIN_MB = 512
+#: A trial that ran out of memory is given this many times what it had, next time.
+OOM_GROWTH = 1.5
+#: Trials in a row ending ``oom`` or ``crashed`` on one card before it takes no new one.
+BREAKER = 3
+#: A prediction with nothing measured: the whole card.
+ALONE = math.inf
+
+
+def point_key(params: Mapping[str, Any]) -> str:
+    """One text per point (the same for the same parameters in any order)."""
+    return json.dumps(params, sort_keys=True, default=repr)
+
+
+@dataclass(frozen=True)
+class Need:
+    """A trial's predicted peak GPU memory: MB (``ALONE``: a card to itself), and why."""
+
+    mb: float
+    source: str  #: "hint", "same point", "memory_keys", "largest so far", "unmeasured", "oom twice"
+    shape: str = ""  #: unmeasured: the shape its measurement will tell (memory_keys' values)
+
+    @property
+    def alone(self) -> bool:
+        return self.mb == ALONE
+
+
+class Needs:
+    """Predictions from what trials held (see the module docstring); learns from each row."""
+
+    def __init__(self, memory_keys: Sequence[str] | None = None,
+                 hint: Callable[[dict[str, Any]], Any] | str | int | None = None) -> None:
+        self.keys = list(memory_keys) if memory_keys is not None else None
+        self.hint = hint
+        self.by_point: dict[str, float] = {}
+        self.by_shape: dict[str, float] = {}
+        self.largest: float | None = None
+        self.ooms: dict[str, int] = {}  #: point -> OOMs so far
+
+    def _shape(self, params: Mapping[str, Any]) -> str:
+        return point_key({k: params.get(k) for k in self.keys or ()})
+
+    def shape_of(self, params: Mapping[str, Any]) -> str:
+        """The shape a trial's measurement tells (every point's, without ``memory_keys``)."""
+        return self._shape(params) if self.keys is not None else ""
+
+    def predict(self, params: dict[str, Any]) -> Need:
+        key = point_key(params)
+        if self.ooms.get(key, 0) >= 2:
+            return Need(ALONE, "oom twice")
+        if key in self.by_point:
+            return Need(self.by_point[key], "same point")
+        if self.hint is not None:
+            from .options import megabytes
+
+            value = self.hint(params) if callable(self.hint) else self.hint
+            return Need(float(megabytes(value, "gpu_memory")), "hint")
+        if self.keys is not None:
+            shape = self.by_shape.get(self._shape(params))
+            return Need(shape, "memory_keys") if shape is not None else Need(ALONE, "unmeasured", self._shape(params))
+        return Need(self.largest, "largest so far") if self.largest is not None else Need(ALONE, "unmeasured")
+
+    def learn(self, result: TrialResult) -> None:
+        """What a finished attempt says of its point's need (nothing, where it was not measured)."""
+        key = point_key(result.params)
+        need = float(result.gpu_mem_peak_mb) if result.gpu_mem_peak_mb else None
+        if result.status is Status.OOM:
+            self.ooms[key] = self.ooms.get(key, 0) + 1
+            given = result.gpu_mem_cap_mb + CONTEXT_MB if result.gpu_mem_cap_mb else 0
+            need = OOM_GROWTH * max(need or 0.0, given)
+            if not need:  # it ran out, and nothing says of what: a card to itself next time
+                self.by_point[key] = ALONE
+                return
+        if need is None:
+            return
+        self.by_point[key] = max(need, self.by_point.get(key, 0.0))
+        if self.keys is not None:
+            shape = self._shape(result.params)
+            self.by_shape[shape] = max(need, self.by_shape.get(shape, 0.0))
+        self.largest = max(need, self.largest or 0.0)
+
+
+@dataclass(frozen=True)
+class Card:
+    """One GPU as the packer sees it at a placement: NVML's numbers, and ours on it."""
+
+    gpu: str  #: its index, as slots name it
+    total_mb: int
+    free_mb: int  #: NVML, now
+    #: (reserved MB, MB its tree holds now) per trial of ours on the card
+    ours: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def room(self) -> float:
+        unclaimed = sum(max(0.0, reserved - held) for reserved, held in self.ours)
+        return self.free_mb - unclaimed - MARGIN_MB
+
+
+@dataclass(frozen=True)
+class Spot:
+    """Where a trial goes and on what terms."""
+
+    gpu: str
+    reserved_mb: int
+    cap_mb: int
+    need: Need
+
+
+def terms(need: Need, card: Card) -> tuple[int, int] | None:
+    """(reserved, cap) MB for a trial with this need on this card, None if it does not fit."""
+    if need.alone:
+        if card.ours or card.room <= 0:
+            return None
+        reserved = card.room
+    else:
+        reserved = math.ceil(need.mb * (1 + HEADROOM))
+        if reserved > card.room and card.ours:  # an empty card takes it anyway: it cannot wait for less
+            return None
+        reserved = min(reserved, max(card.room, need.mb)) if not card.ours else reserved
+    floor = 0 if need.alone else math.ceil(min(need.mb, reserved))  # a known need is never capped below
+    cap = max(floor, math.floor(reserved - CONTEXT_MB))
+    return int(reserved), int(cap)
+
+
+class Packer(Callback):
+    """Decides where each trial goes by memory; learns from each row the sweep records
+    (a :class:`~sweeper.lifecycle.Callback`), and from the rows a resume keeps."""
+
+    def __init__(self, needs: Needs, gpus: Sequence[str], breaker: int = BREAKER) -> None:
+        self.needs = needs
+        self.gpus = list(gpus)  #: the cards the sweep may use
+        self.breaker = breaker
+        self.failures: dict[str, int] = {}  #: card -> trials ending oom or crashed in a row
+        self.closed: dict[str, str] = {}  #: card -> why it takes no new trial
+        #: shapes whose first trial runs, unmeasured: the others of the shape wait for it
+        self.measuring: set[str] = set()
+
+    def describe(self) -> str:
+        """The policy in one line (``--dry-run``)."""
+        needs = self.needs
+        order = ["the same point's earlier attempts"]
+        if needs.hint is not None:
+            order.insert(0, "the gpu_memory hint" + ("" if callable(needs.hint) else f" ({needs.hint})"))
+        elif needs.keys is not None:
+            order.append(f"points alike in {', '.join(needs.keys)}")
+        else:
+            order.append("the largest measured so far")
+        return (f"per_gpu auto: a trial starts on a card while its predicted need plus {HEADROOM:.0%} fits the "
+                f"free memory NVML reports, less {MARGIN_MB} MB and what this sweep's trials there reserved and "
+                f"do not hold yet; predicted from {', then '.join(order)}; an unmeasured one gets a card to "
+                f"itself; each is capped at its reservation less {CONTEXT_MB} MB (CUDA context); a first OOM runs "
+                f"again with {OOM_GROWTH:g}x; {self.breaker} oom or crashed in a row close a card")
+
+    def place(self, params: dict[str, Any], cards: Iterable[Card]) -> Spot | None:
+        """The card where the trial fits with the least room left (best fit), or None: it
+        waits. An empty card takes a trial that fits nowhere (it could wait for ever)."""
+        need = self.needs.predict(params)
+        if need.source == "unmeasured" and need.shape in self.measuring:
+            return None  # its shape's first trial is being measured: wait for what it says
+        best: tuple[tuple[bool, float], Spot] | None = None
+        for card in cards:
+            if card.gpu in self.closed:
+                continue
+            fit = terms(need, card)
+            if fit is None:
+                continue
+            left = card.room - fit[0]
+            rank = (left < 0, abs(left))
+            if best is None or rank < best[0]:
+                best = (rank, Spot(card.gpu, fit[0], fit[1], need))
+        if best is not None and need.source == "unmeasured":
+            self.measuring.add(need.shape)
+        return best[1] if best else None
+
+    def again(self, result: TrialResult) -> bool:
+        """Whether an attempt runs again on other terms, retries or not: a first ``oom``
+        (the packer's guess was short; the next one is larger)."""
+        return result.status is Status.OOM and self.needs.ooms.get(point_key(result.params), 0) == 0
+
+    def recorded(self, result: TrialResult) -> None:
+        self.learn(result)
+
+    def seen(self, results: Iterable[TrialResult]) -> None:
+        """Rows on record before this run (a resume): what they measured counts, not their cards."""
+        for result in results:
+            self.needs.learn(result)
+
+    @property
+    def exhausted(self) -> str | None:
+        """Why no card takes a trial any more, once none does."""
+        if self.gpus and all(g in self.closed for g in self.gpus):
+            return "; ".join(f"gpu:{g}: {why}" for g, why in self.closed.items())
+        return None
+
+    def learn(self, result: TrialResult) -> None:
+        self.needs.learn(result)
+        self.measuring.discard(self.needs.shape_of(result.params))
+        gpu = result.device.removeprefix("gpu:") if result.device.startswith("gpu:") else None
+        if gpu is None or gpu in self.closed:
+            return
+        if result.status in (Status.OOM, Status.CRASHED):
+            self.failures[gpu] = self.failures.get(gpu, 0) + 1
+            if self.failures[gpu] >= self.breaker:
+                why = f"{self.breaker} trials in a row ended oom or crashed there (the last: {result.name})"
+                self.closed[gpu] = why
+                left = [g for g in self.gpus if g not in self.closed]
+                log.warning("sweeper: gpu:%s takes no new trial: %s; %s", gpu, why,
+                            f"the sweep goes on on gpu:{', gpu:'.join(left)}" if left else "no GPU is left")
+        elif result.status is Status.OK:
+            self.failures[gpu] = 0

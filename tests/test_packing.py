@@ -1,0 +1,251 @@
+"""per_gpu="auto": trials packed on GPUs by the memory they measurably need.
+
+The predictions and the placement rule are tested in the process (``unit``); whole sweeps
+run on the fake NVML's cards (tests/fake_nvml.py), whose trials take memory as a framework
+does (:func:`fake_nvml.allocate`: OOM past their cap or their card's free memory) and
+whose peaks the parent samples, as on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+
+import sweeper
+import sweep_fns
+from conftest import run_fake_cli, write_grid
+from sweeper.errors import SweepError
+from sweeper.options import Options, megabytes
+from sweeper.packing import (ALONE, CONTEXT_MB, HEADROOM, MARGIN_MB, Card, Needs, Packer, terms)
+from sweeper.trial import Status, TrialResult
+
+
+def row(params, status=Status.OK, peak=None, cap=None, device="gpu:0", name="t"):
+    return TrialResult(trial_id="t1", name=name, index=0, params=params, status=status, device=device,
+                       gpu_mem_peak_mb=peak, gpu_mem_cap_mb=cap)
+
+
+# -- predictions, in the process -----------------------------------------------------------
+
+@pytest.mark.unit
+def test_predictions_come_from_the_point_then_alike_points_else_a_card_to_itself():
+    needs = Needs(memory_keys=["units"])
+    assert needs.predict({"units": 64, "lr": 0.1}).alone  # nothing measured
+    needs.learn(row({"units": 64, "lr": 0.1}, peak=2000))
+    assert needs.predict({"units": 64, "lr": 0.1}) .source == "same point"
+    alike = needs.predict({"units": 64, "lr": 0.5})
+    assert (alike.mb, alike.source) == (2000, "memory_keys")
+    assert needs.predict({"units": 512, "lr": 0.1}).alone  # another shape: unmeasured
+    needs.learn(row({"units": 64, "lr": 0.5}, peak=2600))
+    assert needs.predict({"units": 64, "lr": 0.9}).mb == 2600  # the most any alike point held
+    assert needs.predict({"units": 64, "lr": 0.1}).mb == 2000  # its own measurement first
+
+
+@pytest.mark.unit
+def test_without_memory_keys_the_largest_so_far_predicts_and_a_hint_comes_before():
+    needs = Needs()
+    needs.learn(row({"x": 1}, peak=900))
+    needs.learn(row({"x": 2}, peak=3000))
+    assert (needs.predict({"x": 3}).mb, needs.predict({"x": 3}).source) == (3000, "largest so far")
+    hinted = Needs(hint=lambda p: f"{p['x']}GB")
+    assert (hinted.predict({"x": 3}).mb, hinted.predict({"x": 3}).source) == (3072, "hint")
+    hinted.learn(row({"x": 3}, peak=5000))
+    assert hinted.predict({"x": 3}).mb == 5000  # a measurement says more than the hint
+
+
+@pytest.mark.unit
+def test_an_oom_grows_the_need_and_a_second_gives_a_card_to_itself():
+    needs = Needs(memory_keys=["units"])
+    needs.learn(row({"units": 8}, Status.OOM, peak=None, cap=2000))
+    grown = needs.predict({"units": 8})
+    assert grown.mb == 1.5 * (2000 + CONTEXT_MB) and grown.source == "same point"
+    assert needs.predict({"units": 8, "other": 1}).mb == grown.mb  # alike points learn it too
+    needs.learn(row({"units": 8}, Status.OOM, peak=None, cap=3250))
+    assert needs.predict({"units": 8}).alone
+    blind = Needs()
+    blind.learn(row({"x": 1}, Status.OOM))  # no cap, no peak: nothing to grow
+    assert blind.predict({"x": 1}).alone and blind.largest is None
+
+
+@pytest.mark.unit
+def test_terms_reserve_the_need_plus_headroom_and_cap_below_it_by_the_context():
+    card = Card("0", 16384, 16000)
+    reserved, cap = terms(Needs(hint="4GB").predict({}), card)
+    assert reserved == 4096 * (1 + HEADROOM) and cap == reserved - CONTEXT_MB
+    small = terms(Needs(hint="1GB").predict({}), card)
+    assert small == (1280, 1024)  # never capped below the need itself
+    alone = Needs().predict({})
+    assert terms(alone, card) == (16000 - MARGIN_MB, 16000 - MARGIN_MB - CONTEXT_MB)
+    busy = Card("0", 16384, 12000, ours=((2000, 1500),))
+    assert terms(alone, busy) is None  # a card to itself only where none of ours runs
+    assert busy.room == 12000 - 500 - MARGIN_MB  # reserved and not yet held counts as taken
+
+
+@pytest.mark.unit
+def test_placement_is_best_fit_waits_when_nothing_fits_and_an_empty_card_takes_any():
+    packer = Packer(Needs(hint="6GB"), ["0", "1"])
+    roomy, snug = Card("0", 16384, 16000), Card("1", 16384, 9000)
+    assert packer.place({}, [roomy, snug]).gpu == "1"  # the least room left after it
+    full = Card("1", 16384, 9000, ours=((7500, 7500), (1000, 0)))
+    assert packer.place({}, [full]) is None  # it waits
+    huge = Packer(Needs(hint="40GB"), ["0"])
+    spot = huge.place({}, [roomy])
+    assert spot.gpu == "0" and spot.reserved_mb == 40960  # nowhere fits: an empty card takes it
+
+
+@pytest.mark.unit
+def test_the_breaker_closes_a_card_after_three_failures_in_a_row(caplog):
+    packer = Packer(Needs(), ["0", "1"])
+    with caplog.at_level(logging.WARNING, logger="sweeper"):
+        for status in (Status.CRASHED, Status.OOM, Status.OK, Status.CRASHED, Status.CRASHED):
+            packer.learn(row({"x": 1}, status, device="gpu:0"))
+        assert not packer.closed  # an ok between resets the count
+        packer.learn(row({"x": 1}, Status.OOM, device="gpu:0", name="t7"))
+    assert "0" in packer.closed and packer.exhausted is None
+    assert packer.place({}, [Card("0", 16384, 16000)]) is None
+    assert caplog.text.count("takes no new trial") == 1 and "the last: t7" in caplog.text
+    for _ in range(3):
+        packer.learn(row({"x": 1}, Status.CRASHED, device="gpu:1"))
+    assert "no GPU is left" in caplog.text and "gpu:0:" in packer.exhausted
+
+
+@pytest.mark.unit
+def test_options_say_what_is_wrong_in_one_line():
+    assert megabytes("6GB") == 6144 and megabytes("512mb") == 512 and megabytes(2000) == 2000
+    assert megabytes("1.5GiB") == 1536
+    for bad in ("six", "-1GB", True, "inf"):
+        with pytest.raises(SweepError, match="gpu_memory must be a positive size"):
+            Options(per_gpu="auto", gpu_memory=bad).checked()
+    with pytest.raises(SweepError, match="memory_keys goes with per_gpu='auto'"):
+        Options(memory_keys=["units"]).checked()
+    with pytest.raises(SweepError, match="drop memory_fraction"):
+        Options(per_gpu="auto", memory_fraction=0.5).checked()
+    with pytest.raises(SweepError, match="memory_keys must be a list"):
+        Options(per_gpu="auto", memory_keys="units").checked()
+    with pytest.raises(SweepError, match="Ray places its own"):
+        Options(per_gpu="auto", backend="ray").checked()
+    with pytest.raises(SweepError, match="whole number >= 1 or 'auto'"):
+        Options(per_gpu="many").checked()
+
+
+# -- whole sweeps on the fake NVML's cards ---------------------------------------------------
+
+@pytest.fixture
+def machine(fake_nvml, monkeypatch):
+    """The fake's cards, described to the trials too (their framework asks what is free)."""
+    monkeypatch.setenv("SWEEPER_FAKE_NVML", fake_nvml.to_json())
+    return fake_nvml
+
+
+def test_the_first_of_a_shape_runs_alone_and_the_rest_share_a_card(tmp_path, machine):
+    grid = {"size": ["s"], "need_mb": [2000], "lr": [1, 2, 3, 4, 5, 6], "board": machine.board, "peers": 2}
+    grid = [dict(p, peers=1 if p["lr"] == 1 else 2) for p in sweeper.expand(grid)]
+    df = sweeper.sweep(sweep_fns.packed, grid, per_gpu="auto", memory_keys=["size"], out=str(tmp_path),
+                       progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    first, rest = df.iloc[0], df.iloc[1:]
+    assert first.gpu_mem_reserved_mb == 16384 - MARGIN_MB  # unmeasured: a card to itself
+    assert first.gpu_mem_peak_mb == 2000
+    assert (rest.gpu_mem_reserved_mb == 2500).all() and (rest.gpu_mem_cap_mb == 2000).all()
+    assert (rest.met >= 2).all()  # each shared its card with another trial while it held its memory
+    assert (df.cap == df.gpu_mem_cap_mb).all()  # the cap each ran under is the one its row says
+
+
+def test_an_oom_runs_again_with_a_larger_reservation_without_retries(tmp_path, machine):
+    df = sweeper.sweep(sweep_fns.packed, {"need_mb": [2500], "board": machine.board}, per_gpu="auto",
+                       gpu_memory="2000MB", out=str(tmp_path), progress=False)
+    assert df.status.tolist() == ["ok"] and df.attempts.tolist() == [2]
+    assert df.gpu_mem_reserved_mb[0] == math.ceil(1.5 * (2000 + CONTEXT_MB) * (1 + HEADROOM))
+    log = (tmp_path / "sweep_fns" / "trials" / df.trial[0] / "log.txt").read_text()
+    assert "OOM when allocating tensor of 2200 MB: the allocator is capped at 2000 MB" in log
+
+
+def test_cards_of_different_sizes_take_what_fits_them(tmp_path, fake_nvml, monkeypatch):
+    from fake_nvml import Card as FakeCard
+
+    fake_nvml.cards[:] = [FakeCard(total_mb=8192, uuid=fake_nvml.cards[0].uuid),
+                          FakeCard(total_mb=40960, uuid=fake_nvml.cards[1].uuid)]
+    monkeypatch.setenv("SWEEPER_FAKE_NVML", fake_nvml.to_json())
+    df = sweeper.sweep(sweep_fns.packed, {"need_mb": [10000], "x": [1, 2, 3], "board": fake_nvml.board,
+                                          "peers": 3}, per_gpu="auto", gpu_memory="10000MB", out=str(tmp_path),
+                       progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert set(df.device) == {"gpu:1"} and (df.met == 3).all()  # three on the large card at once
+
+
+def test_a_failing_card_is_closed_and_the_sweep_goes_on_on_the_other(tmp_path, machine, caplog):
+    grid = {"need_mb": [1000], "x": [1, 2, 3, 4], "crash_on": [0], "board": machine.board}
+    with caplog.at_level(logging.WARNING, logger="sweeper"):
+        df = sweeper.sweep(sweep_fns.packed, grid, per_gpu="auto", gpu_memory="1GB", retries=3,
+                           out=str(tmp_path), progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert set(df.device) == {"gpu:1"} and "gpu:0 takes no new trial" in caplog.text
+
+
+def test_no_card_left_stops_the_sweep_with_exit_2(tmp_path, machine):
+    grid = write_grid(tmp_path, f"from sweep_fns import packed as train\n"
+                                f"grid = {{'need_mb': [1000], 'x': list(range(12)), 'crash_on': ['all'], "
+                                f"'board': {machine.board!r}}}\n")
+    proc = run_fake_cli(machine, grid, "--per-gpu", "auto", "--gpu-memory", "1GB", "--out", str(tmp_path),
+                        "--workers", "2")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no place left for the" in proc.stderr and proc.stdout.count("takes no new trial") == 2
+    df = sweeper.load(str(tmp_path / "grid"))
+    assert 6 <= len(df) < 12 and set(df.status) == {"crashed"}
+
+
+def test_dry_run_says_the_policy(tmp_path, machine):
+    grid = write_grid(tmp_path, "from sweep_fns import packed as train\ngrid = {'units': [8, 64], 'need_mb': [100]}\n")
+    proc = run_fake_cli(machine, grid, "--per-gpu", "auto", "--memory-keys", "units", "--dry-run", "--out",
+                        str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "per_gpu auto: a trial starts on a card while its predicted need plus 25%" in proc.stdout
+    assert "points alike in units" in proc.stdout and "up to 8 per GPU" in proc.stdout
+    bad = run_fake_cli(machine, grid, "--per-gpu", "auto", "--memory-keys", "unit", "--dry-run", "--out",
+                       str(tmp_path))
+    assert bad.returncode == 2 and "memory_keys names 'unit', which no point of the grid has" in bad.stderr
+
+
+def test_a_ledger_of_schema_3_gains_the_reserved_column_and_keeps_its_rows(tmp_path):
+    import sqlite3
+
+    from sweeper.ledger import SCHEMA_VERSION, Ledger
+
+    ledger = Ledger(str(tmp_path))
+    ledger.record(row({"x": 1}, peak=700, cap=900))
+    ledger.close()
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as db:  # as the previous release left it
+        db.execute("ALTER TABLE trials DROP COLUMN gpu_mem_reserved_mb")
+        db.execute("PRAGMA user_version = 3")
+    ledger = Ledger(str(tmp_path))
+    try:
+        (kept,) = ledger.results().values()
+        assert (kept.gpu_mem_peak_mb, kept.gpu_mem_cap_mb, kept.gpu_mem_reserved_mb) == (700, 900, None)
+    finally:
+        ledger.close()
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+
+
+@pytest.mark.unit
+def test_under_auto_every_framework_cap_waits_for_the_trial(monkeypatch):
+    """A standby imports TensorFlow before its trial comes; under per_gpu="auto" the cap is
+    the trial's own, so it is applied when the trial begins (its env has it), not at import."""
+    from sweeper.child import imports
+
+    capped: list[str] = []
+    monkeypatch.setitem(imports._CAPS, "tensorflow", lambda mod: capped.append("tensorflow"))
+    monkeypatch.setitem(imports._SEEDS, "tensorflow", lambda mod, seed: None)
+    monkeypatch.setenv("SWEEPER_MEMORY_AUTO", "1")
+    hook = imports.OnImport()
+    hook._ready("tensorflow", object())
+    assert capped == []  # imported in a standby: no cap yet
+    monkeypatch.setattr(imports.sys, "modules", {**imports.sys.modules, "tensorflow": object()})
+    hook.set_seed(7)
+    assert capped == ["tensorflow"]  # the trial began: its cap now
+    monkeypatch.delenv("SWEEPER_MEMORY_AUTO")
+    fixed = imports.OnImport()
+    fixed._ready("tensorflow", object())
+    assert capped == ["tensorflow", "tensorflow"]  # a slot's own cap: at import, as before
