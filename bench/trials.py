@@ -42,3 +42,18 @@ def epochs(params):
         sweeper.report(epoch=epoch, loss=1.0 / epoch + params["x"])
     per_epoch_ms = 1000 * (time.perf_counter() - t0) / int(params["epochs"])
     return stamp(time.time(), loss=1.0 / int(params["epochs"]) + params["x"], per_epoch_ms=per_epoch_ms)
+
+
+def fake_gpu(params):
+    """Takes ``need_mb`` of a simulated card (tests/fake_nvml.py's ``allocate``: OOM past its
+    cap or the card's free memory, as a framework) and holds it until ``busy_s`` after it
+    began (the wait for the parent's sampler to see it included), then returns."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    import fake_nvml
+
+    t0 = time.time()
+    fake_nvml.allocate(params["board"], params["need_mb"])  # waits until the sampler has seen it
+    time.sleep(max(0.0, params["busy_s"] - (time.time() - t0)))  # busy_s in all, as a trial's run
+    return stamp(t0)

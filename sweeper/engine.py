@@ -142,6 +142,10 @@ class Backend(Protocol):
     def again(self, result: TrialResult) -> bool:
         """Whether this attempt runs again on other terms, retries or not (packing: a first OOM)."""
 
+    def ranked(self, queued: Sequence[TrialSpec]) -> list[int] | None:
+        """The order in which to offer the queued trials (indices), None for the queue's own
+        (packing: a shape not measured yet first, so what it needs is known early)."""
+
     @property
     def exhausted(self) -> str | None:
         """Why no trial can start any more (every place stopped taking them), else None; the
@@ -332,7 +336,9 @@ class Engine:
     def _next(self) -> TrialSpec | None:
         """The first queued trial the backend admits now (a search's next point, asked for
         when none waits; one that does not fit waits in the queue), or None."""
-        for i, spec in enumerate(self.queue):
+        order = self.backend.ranked(self.queue) if self.queue else None
+        for i in order if order is not None else range(len(self.queue)):
+            spec = self.queue[i]
             if self.backend.admits(spec):
                 del self.queue[i]
                 return spec

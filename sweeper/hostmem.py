@@ -109,9 +109,13 @@ class HostSampler:
 
     def __init__(self) -> None:
         self.peaks: dict[int, int] = {}  #: trial pid -> most MB its tree held at one sample
+        self.now: dict[int, int] = {}  #: trial pid -> MB its tree held at the last sample
 
     def sample(self, pids: Iterable[int]) -> None:
+        self.now = {}
         for pid in pids:
             held = tree_mb(pid, procs.descendants(pid))
+            if held is not None:
+                self.now[pid] = held
             if held is not None and held > self.peaks.get(pid, -1):
                 self.peaks[pid] = held

@@ -72,7 +72,7 @@ def megabytes(value: Any, name: str = "a memory size") -> int:
     return max(1, round(mb))
 
 
-def _per_gpu_flag(text: str) -> int | str:
+def _count_or_auto(text: str) -> int | str:
     import argparse
 
     if text.strip().lower() == "auto":
@@ -110,9 +110,15 @@ class Options:
     name: str | None = field(default=None, metadata=flag("sweep folder name (default: the grid file's stem)"))
     #: where sweep folders go
     out: str = field(default="results", metadata=flag("folder for sweep folders (default {default})"))
-    #: trials at once (default: GPU slots, else the CPU count)
-    workers: int | None = field(default=None, metadata=flag("trials at once (default: GPU slots, else CPU count)",
-                                                             type=int))
+    #: trials at once (default: GPU slots, else the CPU count); "auto": as many as measured
+    #: idle cores and host memory allow (:class:`sweeper.packing.HostRoom`)
+    workers: int | str | None = field(default=None, metadata=flag(
+        "trials at once (default: GPU slots, else CPU count); auto: as many as measured idle cores and the "
+        "memory each is predicted to need allow", type=_count_or_auto, metavar="N|auto"))
+    #: the most host memory the sweep's trials may reserve at once ("3GB"), by their measured peaks
+    host_memory: str | int | None = field(default=None, metadata=flag(
+        "the most host memory the trials may take at once, such as 3GB: each is predicted from measured peaks "
+        "(mem_peak_mb) and starts while it fits", metavar="SIZE"))
     #: the sweep's seed; each trial's seed derives from it and the trial id
     seed: int = field(default=0, metadata=flag("sweep seed (default {default}); trial seeds derive from it",
                                                type=int))
@@ -135,7 +141,7 @@ class Options:
     #: the memory they measurably need allows (:mod:`sweeper.packing`)
     per_gpu: int | str | None = field(default=None, metadata=flag(
         "trials sharing one GPU (default 1); auto: as many as fit by the memory each is predicted to need, "
-        "measured as the sweep runs", type=_per_gpu_flag, metavar="N|auto"))
+        "measured as the sweep runs", type=_count_or_auto, metavar="N|auto"))
     #: with per_gpu="auto": parameters that decide a trial's GPU memory (points that agree on
     #: them are predicted to need what the first of them measured)
     memory_keys: Sequence[str] | None = field(default=None, metadata=flag(
@@ -243,7 +249,10 @@ class Options:
                 said = ", ".join(map(repr, allowed[:-1])) + f" or {allowed[-1]!r}"
                 raise SweepError(f"{name} must be {said}, got {value!r}")
 
-        whole("workers", self.workers, 1)
+        if self.workers != "auto":
+            whole("workers", self.workers, 1)
+        if self.host_memory is not None:
+            megabytes(self.host_memory, "host_memory")
         whole("retries", self.retries, 0)
         if self.per_gpu != "auto" and self.per_gpu is not None and (
                 not isinstance(self.per_gpu, int) or isinstance(self.per_gpu, bool) or self.per_gpu < 1):
@@ -277,14 +286,21 @@ class Options:
         return self
 
     def _check_packing(self) -> None:
-        """``memory_keys`` and ``gpu_memory`` say how to pack, so they go with per_gpu='auto'."""
-        if self.per_gpu == "auto" and self.backend == "ray":
-            raise SweepError("per_gpu='auto' packs trials on this machine's GPUs; Ray places its own: give "
-                             "--per-gpu N with --backend ray")
-        given = [n for n in ("memory_keys", "gpu_memory") if getattr(self, n) is not None]
-        if given and self.per_gpu != "auto":
-            raise SweepError(f"{given[0]} goes with per_gpu='auto' (--per-gpu auto), which packs trials by "
-                             "the memory they need")
+        """``memory_keys`` and ``gpu_memory`` say how to pack, so they go with what packs."""
+        for name in ("per_gpu", "workers"):
+            if getattr(self, name) == "auto" and self.backend == "ray":
+                raise SweepError(f"{name}='auto' packs trials on this machine by memory; Ray places its own: give "
+                                 f"--{name.replace('_', '-')} N with --backend ray")
+        if self.host_memory is not None and self.backend == "ray":
+            raise SweepError("host_memory budgets this machine's memory; Ray places trials on its nodes by their "
+                             "resources: drop --host-memory with --backend ray")
+        if self.gpu_memory is not None and self.per_gpu != "auto":
+            raise SweepError("gpu_memory goes with per_gpu='auto' (--per-gpu auto), which packs trials by the "
+                             "memory they need")
+        packs = self.per_gpu == "auto" or self.workers == "auto" or self.host_memory is not None
+        if self.memory_keys is not None and not packs:
+            raise SweepError("memory_keys goes with per_gpu='auto', workers='auto' or host_memory, which pack "
+                             "trials by the memory they need")
         keys = self.memory_keys
         if keys is not None and (isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys)):
             raise SweepError(f"memory_keys must be a list of parameter names such as ['units', 'batch_size'], "
@@ -303,6 +319,11 @@ class Options:
             from .analysis import unknown_direction
 
             raise unknown_direction(self.metric)
+
+    @property
+    def worker_count(self) -> int | None:
+        """``workers`` as a count (None: the default, or ``"auto"``, decided as trials run)."""
+        return None if self.workers == "auto" else self.workers  # type: ignore[return-value]
 
     def memory_policy(self) -> MemoryPolicy:
         return resolve(self.per_gpu, self.memory_fraction, bool(self.memory_growth))

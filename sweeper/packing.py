@@ -7,10 +7,18 @@ What a trial needs is *predicted* (:class:`Needs`), in this order:
    as NVML counts it: CUDA context and libraries included); after an OOM, 1.5 times what
    it was given (its cap plus :data:`CONTEXT_MB`) or held, whichever is more, and after a
    second OOM a card to itself;
+   (and what points alike in ``memory_keys`` needed since, if more: an OOM of the shape);
 3. points that agree on the parameters named ``memory_keys``: the most any of them held;
 4. without ``memory_keys``: the most any trial of the sweep held;
-5. else nothing is known: the trial gets a card to itself, and is measured there; the
-   others of its shape (without ``memory_keys``: every other unmeasured one) wait for that.
+5. else (a shape not measured yet, or nothing measured): the trial gets a card to itself,
+   and is measured there; the others of its shape (without ``memory_keys``: every other
+   one) wait for that. Such trials are offered first (:meth:`Packer.ranked`), so what
+   each shape needs is known early.
+
+Placement scans the queue in order and lets a later trial pass one that does not fit
+(backfilling), but not for ever: once :data:`PATIENCE` trials have started past the first
+one that fitted on no card, the card closest to fitting it is *drained* for it (no other
+trial starts there) until it starts.
 
 A trial is *placed* (:meth:`Packer.place`) on the card where it fits best: its reservation
 (the prediction plus :data:`HEADROOM`) must fit in ::
@@ -25,8 +33,9 @@ to itself goes only on a card where none of ours runs, and gets what is free the
 Its framework's *cap* is the reservation less :data:`CONTEXT_MB` (the CUDA context lives
 outside TensorFlow's allocator and JAX's fraction), but never below the prediction.
 
-An ``oom`` or ``crashed`` trial counts against its card: :data:`BREAKER` of them in a row on
-one card (no ``ok`` between) and the card takes no new trial, said in one line; when no card
+An ``oom`` or ``crashed`` trial counts against its card (not a first OOM, which says the
+prediction was short, and runs again): :data:`BREAKER` of them in a row on one card (no
+``ok`` between) and the card takes no new trial, said in one line; when no card
 is left the sweep stops taking trials (:attr:`Packer.exhausted`).
 """
 
@@ -45,18 +54,35 @@ log = logging.getLogger("sweeper")
 
 #: Share added to a prediction for what a trial reserves: a later epoch, another batch's
 #: shapes, the allocator's rounding.
-HEADROOM = 0.25
-#: MB a framework holds on the card outside its allocator's cap (CUDA context, cuBLAS/cuDNN
-#: handles): subtracted from a reservation to give the cap.
-CONTEXT_MB = 500
-#: MB of each card never reserved: the driver's own use and fragmentation.
+HEADROOM = 0.05
+#: MB a framework holds on the card outside its allocator's cap: the CUDA context (about
+#: 300 MB since CUDA 11.7 loads kernels lazily, over 1 GB before: pytorch/pytorch#107667,
+#: #20532) and cuBLAS/cuDNN handles and workspaces (a TensorFlow process capped at 512 MB
+#: was seen holding 1.9 GB: tensorflow/tensorflow#53822). Subtracted from a reservation to
+#: give the cap, so a trial that grows past what it was measured holding stays within its
+#: reservation; measured peaks include it already.
+CONTEXT_MB = 1024
+#: MB of each card never reserved: the driver's own use and fragmentation (an idle card
+#: shows a few hundred MB used), and a small trial's context beyond its reservation.
 MARGIN_MB = 512
 #: A trial that ran out of memory is given this many times what it had, next time.
 OOM_GROWTH = 1.5
+#: Trials that may start past one that fits nowhere before a card is drained for it (draining
+#: idles a card; most waits end sooner by themselves, as trials end).
+PATIENCE = 8
 #: Trials in a row ending ``oom`` or ``crashed`` on one card before it takes no new one.
 BREAKER = 3
 #: A prediction with nothing measured: the whole card.
 ALONE = math.inf
+#: Share added to a predicted host memory peak: resident memory varies more between runs
+#: of a point than a card's (data loading, the allocator's arenas, Python's garbage).
+HOST_HEADROOM = 0.2
+#: MB of the machine's available memory that host packing never reserves: the system, the
+#: parent, the standbys.
+HOST_RESERVE_MB = 1024
+#: ``workers="auto"`` on the CPU: at most this many trials per core (how many run is decided
+#: by memory and measured idle cores).
+AUTO_PER_CORE = 4
 
 
 def point_key(params: Mapping[str, Any]) -> str:
@@ -81,9 +107,10 @@ class Needs:
     """Predictions from what trials held (see the module docstring); learns from each row."""
 
     def __init__(self, memory_keys: Sequence[str] | None = None,
-                 hint: Callable[[dict[str, Any]], Any] | str | int | None = None) -> None:
+                 hint: Callable[[dict[str, Any]], Any] | str | int | None = None, host: bool = False) -> None:
         self.keys = list(memory_keys) if memory_keys is not None else None
         self.hint = hint
+        self.host = host  #: host memory (``mem_peak_mb``), else GPU memory (``gpu_mem_peak_mb``)
         self.by_point: dict[str, float] = {}
         self.by_shape: dict[str, float] = {}
         self.largest: float | None = None
@@ -100,25 +127,28 @@ class Needs:
         key = point_key(params)
         if self.ooms.get(key, 0) >= 2:
             return Need(ALONE, "oom twice")
-        if key in self.by_point:
-            return Need(self.by_point[key], "same point")
+        shape = self.by_shape.get(self._shape(params)) if self.keys is not None else None
+        if key in self.by_point:  # what an alike point needed since counts too (an OOM of the shape)
+            return Need(max(self.by_point[key], shape or 0.0), "same point")
         if self.hint is not None:
             from .options import megabytes
 
             value = self.hint(params) if callable(self.hint) else self.hint
             return Need(float(megabytes(value, "gpu_memory")), "hint")
-        if self.keys is not None:
-            shape = self.by_shape.get(self._shape(params))
-            return Need(shape, "memory_keys") if shape is not None else Need(ALONE, "unmeasured", self._shape(params))
-        return Need(self.largest, "largest so far") if self.largest is not None else Need(ALONE, "unmeasured")
+        if shape is not None:
+            return Need(shape, "memory_keys")
+        if self.largest is not None and self.keys is None:
+            return Need(self.largest, "largest so far")
+        return Need(ALONE, "unmeasured", self.shape_of(params))
 
     def learn(self, result: TrialResult) -> None:
         """What a finished attempt says of its point's need (nothing, where it was not measured)."""
         key = point_key(result.params)
-        need = float(result.gpu_mem_peak_mb) if result.gpu_mem_peak_mb else None
+        peak = result.mem_peak_mb if self.host else result.gpu_mem_peak_mb
+        need = float(peak) if peak else None
         if result.status is Status.OOM:
             self.ooms[key] = self.ooms.get(key, 0) + 1
-            given = result.gpu_mem_cap_mb + CONTEXT_MB if result.gpu_mem_cap_mb else 0
+            given = result.gpu_mem_cap_mb + CONTEXT_MB if result.gpu_mem_cap_mb and not self.host else 0
             need = OOM_GROWTH * max(need or 0.0, given)
             if not need:  # it ran out, and nothing says of what: a card to itself next time
                 self.by_point[key] = ALONE
@@ -186,6 +216,10 @@ class Packer(Callback):
         self.closed: dict[str, str] = {}  #: card -> why it takes no new trial
         #: shapes whose first trial runs, unmeasured: the others of the shape wait for it
         self.measuring: set[str] = set()
+        #: (point, trials started past it): the first trial that fitted nowhere, while it waits
+        self.waiting: tuple[str, int] | None = None
+        #: (card, point): the card kept for it once :data:`PATIENCE` trials passed it, until it starts
+        self.draining: tuple[str, str] | None = None
 
     def describe(self) -> str:
         """The policy in one line (``--dry-run``)."""
@@ -199,9 +233,10 @@ class Packer(Callback):
             order.append("the largest measured so far")
         return (f"per_gpu auto: a trial starts on a card while its predicted need plus {HEADROOM:.0%} fits the "
                 f"free memory NVML reports, less {MARGIN_MB} MB and what this sweep's trials there reserved and "
-                f"do not hold yet; predicted from {', then '.join(order)}; an unmeasured one gets a card to "
-                f"itself; each is capped at its reservation less {CONTEXT_MB} MB (CUDA context); a first OOM runs "
-                f"again with {OOM_GROWTH:g}x; {self.breaker} oom or crashed in a row close a card")
+                f"do not hold yet; predicted from {', then '.join(order)}; an unmeasured shape gets a card to "
+                f"itself first; each is capped at its need (or its reservation less {CONTEXT_MB} MB for the CUDA "
+                f"context, if more); a first OOM runs again with {OOM_GROWTH:g}x; {self.breaker} oom or crashed in a "
+                "row close a card")
 
     def place(self, params: dict[str, Any], cards: Iterable[Card]) -> Spot | None:
         """The card where the trial fits with the least room left (best fit), or None: it
@@ -209,9 +244,14 @@ class Packer(Callback):
         need = self.needs.predict(params)
         if need.source == "unmeasured" and need.shape in self.measuring:
             return None  # its shape's first trial is being measured: wait for what it says
+        cards = [c for c in cards if c.gpu not in self.closed]
+        key = point_key(params)
+        if self.draining is not None and self.draining[0] in self.closed:
+            self.draining = None
+        mine = self.draining is not None and self.draining[1] == key
         best: tuple[tuple[bool, float], Spot] | None = None
         for card in cards:
-            if card.gpu in self.closed:
+            if self.draining is not None and card.gpu == self.draining[0] and not mine:
                 continue
             fit = terms(need, card)
             if fit is None:
@@ -220,9 +260,34 @@ class Packer(Callback):
             rank = (left < 0, abs(left))
             if best is None or rank < best[0]:
                 best = (rank, Spot(card.gpu, fit[0], fit[1], need))
-        if best is not None and need.source == "unmeasured":
+        if best is None:
+            if self.waiting is None or self.waiting[0] == key and self.draining is None:
+                passed = self.waiting[1] if self.waiting is not None else 0
+                self.waiting = (key, passed)
+                if passed >= PATIENCE and cards:  # it would wait for ever behind smaller ones
+                    self.draining = (max(cards, key=lambda c: (not c.ours, c.room)).gpu, key)
+            return None
+        if mine or (self.waiting is not None and self.waiting[0] == key):
+            self.draining = self.waiting = None
+        elif self.waiting is not None:
+            self.waiting = (self.waiting[0], self.waiting[1] + 1)
+        if need.source == "unmeasured":
             self.measuring.add(need.shape)
-        return best[1] if best else None
+        return best[1]
+
+    def ranked(self, queued: Sequence[dict[str, Any]]) -> list[int]:
+        """The order to offer queued trials in: one per shape not measured yet first (what
+        it needs is then known early, and packs the rest of its shape), then the rest, each
+        part in the queue's order."""
+        first: list[int] = []
+        shapes: set[str] = set()
+        for i, params in enumerate(queued):
+            shape = self.needs.shape_of(params)
+            if shape not in shapes and self.needs.predict(params).source == "unmeasured":
+                shapes.add(shape)
+                first.append(i)
+        chosen = set(first)
+        return first + [i for i in range(len(queued)) if i not in chosen]
 
     def again(self, result: TrialResult) -> bool:
         """Whether an attempt runs again on other terms, retries or not: a first ``oom``
@@ -245,10 +310,11 @@ class Packer(Callback):
         return None
 
     def learn(self, result: TrialResult) -> None:
+        guessed_short = self.again(result)  # a first OOM: the prediction's fault, not the card's
         self.needs.learn(result)
         self.measuring.discard(self.needs.shape_of(result.params))
         gpu = result.device.removeprefix("gpu:") if result.device.startswith("gpu:") else None
-        if gpu is None or gpu in self.closed:
+        if gpu is None or gpu in self.closed or guessed_short:
             return
         if result.status in (Status.OOM, Status.CRASHED):
             self.failures[gpu] = self.failures.get(gpu, 0) + 1
@@ -260,3 +326,81 @@ class Packer(Callback):
                             f"the sweep goes on on gpu:{', gpu:'.join(left)}" if left else "no GPU is left")
         elif result.status is Status.OK:
             self.failures[gpu] = 0
+
+
+class HostRoom(Callback):
+    """Host memory as a resource: with ``workers="auto"`` or a ``host_memory`` budget, a
+    trial starts while its predicted peak resident memory (:class:`Needs` on ``mem_peak_mb``,
+    the same order as for GPUs) plus :data:`HOST_HEADROOM` fits in ::
+
+        room = min(budget - sum of our trials' reservations,
+                   MemAvailable - sum over our trials of max(0, reserved - resident now) - HOST_RESERVE_MB)
+
+    An unmeasured one starts only when none of ours runs (the machine to itself). With
+    ``workers="auto"`` a trial also needs a whole idle core, measured
+    (:class:`sweeper.headroom.IdleCpu`; those started since the measurement count as busy),
+    unless none of ours runs: trials that wait (on a GPU, on I/O) pack; trials that compute
+    do not crowd each other out."""
+
+    def __init__(self, needs: Needs, budget_mb: int | None, watch_cores: bool) -> None:
+        from .headroom import IdleCpu
+
+        self.needs, self.budget = needs, budget_mb
+        self.idle = IdleCpu() if watch_cores else None
+        self.measuring: set[str] = set()
+        self.starts: list[float] = []  #: monotonic, when each trial was let start
+
+    def fits(self, params: dict[str, Any], available_mb: float | None,
+             ours: Sequence[tuple[float, float]]) -> tuple[int, Need] | None:
+        """(MB to reserve, the need) when the trial may start now, else None; changes nothing."""
+        need = self.needs.predict(params)
+        if need.source == "unmeasured" and need.shape in self.measuring:
+            return None
+        room = math.inf
+        if self.budget is not None:
+            room = self.budget - sum(r for r, _ in ours)
+        if available_mb is not None:
+            room = min(room, available_mb - sum(max(0.0, r - h) for r, h in ours) - HOST_RESERVE_MB)
+        if need.alone:
+            if ours:
+                return None
+            reserved = room if room != math.inf else 0.0
+        else:
+            reserved = math.ceil(need.mb * (1 + HOST_HEADROOM))
+            if reserved > room and ours:
+                return None
+        if ours and not self._idle_core():
+            return None
+        return max(0, int(reserved)), need
+
+    def _idle_core(self) -> bool:
+        if self.idle is None:
+            return True
+        from .headroom import WINDOW_S
+
+        cores = self.idle.sample()
+        since = sum(1 for t in self.starts if t > self.idle.measured_at - WINDOW_S)
+        return cores is not None and cores - since >= 1
+
+    def commit(self, need: Need) -> None:
+        """The trial starts on these terms."""
+        import time
+
+        self.starts = [*self.starts[-31:], time.monotonic()]
+        if need.source == "unmeasured":
+            self.measuring.add(need.shape)
+
+    def recorded(self, result: TrialResult) -> None:
+        self.needs.learn(result)
+        self.measuring.discard(self.needs.shape_of(result.params))
+
+    def seen(self, results: Iterable[TrialResult]) -> None:
+        for result in results:
+            self.needs.learn(result)
+
+    def describe(self) -> str:
+        budget = f"{self.budget} MB (host_memory)" if self.budget is not None else "no budget"
+        cores = "and a measured idle core, " if self.idle is not None else ""
+        return (f"host memory: a trial starts while its predicted peak plus {HOST_HEADROOM:.0%} fits under {budget} and "
+                f"the available memory less {HOST_RESERVE_MB} MB, {cores}an unmeasured one with the machine to "
+                "itself")

@@ -31,8 +31,8 @@ from .folder import SweepFolder
 from .grid import check_not_empty, expand
 from .ledger import Ledger
 from .lifecycle import Callback, Callbacks
-from .options import Options
-from .packing import Needs, Packer
+from .options import Options, megabytes
+from .packing import HostRoom, Needs, Packer
 from .outputs import Ranking, SearchTold, TableFiles, Trackers
 from .paths import SweepPaths
 from .planning import Plan, keeps, plan
@@ -135,6 +135,15 @@ class Sweep:
         else:
             self.placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
         self.packer = self._packer()
+        self.host_room = self._host_room()
+
+    def _host_room(self) -> HostRoom | None:
+        """workers="auto" or a host_memory budget: trials start by the host memory they need."""
+        options = self.options
+        if options.workers != "auto" and options.host_memory is None:
+            return None
+        budget = megabytes(options.host_memory, "host_memory") if options.host_memory is not None else None
+        return HostRoom(Needs(options.memory_keys, host=True), budget, watch_cores=options.workers == "auto")
 
     def _packer(self) -> Packer | None:
         """per_gpu="auto" on GPUs: the packer (on the CPU the option changes nothing)."""
@@ -178,7 +187,7 @@ class Sweep:
             finally:
                 ledger.close()
         kept = {s.trial_id for s in self.specs if keeps(previous.get(s.trial_id), self.options.skip_failed)}
-        notes = [self.packer.describe()] if self.packer is not None else []
+        notes = [p.describe() for p in (self.packer, self.host_room) if p is not None]
         if self.space is not None:  # its points are asked for as it runs: none to list
             from .search import describe
 
@@ -194,9 +203,10 @@ class Sweep:
         tables = TableFiles(ledger, plan_, self.folder.paths)
         ranking.seen(tables.results.values())  # the rows kept may have the metric already
         outputs = Callbacks([tables, ranking])
-        if self.packer is not None:  # it learns what trials need from each row
-            self.packer.seen(tables.results.values())
-            outputs.each.append(self.packer)
+        for packer in (self.packer, self.host_room):  # each learns what trials need from each row
+            if packer is not None:
+                packer.seen(tables.results.values())
+                outputs.each.append(packer)
         if plan_.search is not None:
             outputs.each.append(SearchTold(plan_.search))
         if listener is not None:
@@ -230,13 +240,13 @@ class Sweep:
 
             return RayBackend(self.target, options.memory_policy(), address=options.address,
                               gpus=parse_gpus(options.gpus) != "none", cpus_per_trial=options.cpus_per_trial,
-                              workers=options.workers)
+                              workers=options.worker_count)
         from .backends.local import LocalBackend
 
-        return LocalBackend(self.target, self.placement.slots, workers=options.workers, prefetch=options.prefetch,
+        return LocalBackend(self.target, self.placement.slots, workers=options.worker_count, prefetch=options.prefetch,
                             start_method=options.start_method, spare=spare,
                             timeout=min((t for t in (options.timeout, options.stall) if t), default=None),
-                            packer=self.packer)
+                            packer=self.packer, host=self.host_room)
 
 
 # -- what the console shows ----------------------------------------------------------------

@@ -19,6 +19,7 @@ from .capping import MemoryPolicy
 from .errors import SweepError
 from . import gpus as _gpus
 from .gpus import FREE_THRESHOLD_MB, Gpu, allowed_by_environment, inventory, log
+from .packing import AUTO_PER_CORE
 
 
 @dataclass(frozen=True)
@@ -137,11 +138,14 @@ def _warn_if_order_differs(allowed: list[str], found: list[Gpu]) -> None:
                     os.environ.get("CUDA_VISIBLE_DEVICES"), ", ".join(sorted({g.name for g in found})))
 
 
-def place(gpus: str | list[str], policy: MemoryPolicy, workers: int | None) -> Placement:
-    """Slots for a sweep: ``policy.per_gpu`` on each chosen GPU, or ``workers`` on the CPU."""
+def place(gpus: str | list[str], policy: MemoryPolicy, workers: int | str | None) -> Placement:
+    """Slots for a sweep: ``policy.per_gpu`` on each chosen GPU, or ``workers`` on the CPU
+    (``"auto"``: :data:`~sweeper.packing.AUTO_PER_CORE` per core, as many as run decided by
+    memory and idle cores)."""
     ids, known, skipped = choose_gpus(gpus)
     if not ids:
-        count = workers or os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+        count = AUTO_PER_CORE * cores if workers == "auto" else int(workers or cores)
         threads = _cpu_threads(count)
         slots = [Slot(i, None, {"CUDA_VISIBLE_DEVICES": "-1", contract.SLOT: str(i), **threads})
                  for i in range(count)]

@@ -197,6 +197,40 @@ def packed(params):
     return {"met": float(met), "cap": float(os.environ.get("SWEEPER_MEMORY_LIMIT_MB", "nan"))}
 
 
+def hog(params):
+    """Holds ``mb`` MB of host memory (every page touched) and says so with a file of its pid
+    in the folder ``room``; waits until ``peers`` such holders are alive at once (60 s at
+    most), then ``busy_s`` more; returns the most it saw alive together."""
+    import glob
+
+    data = bytearray(params["mb"] << 20)
+    data[::4096] = b"\x01" * len(range(0, len(data), 4096))  # resident, not just reserved
+    mine = os.path.join(params["room"], str(os.getpid()))
+    open(mine, "w").close()
+
+    def alive() -> int:
+        return sum(1 for f in glob.glob(os.path.join(params["room"], "*")) if _live(int(os.path.basename(f))))
+
+    deadline, met = time.monotonic() + 60, 0
+    while met < params.get("peers", 1) and time.monotonic() < deadline:  # polls the folder
+        met = max(met, alive())
+        time.sleep(0.02)
+    end = time.monotonic() + params.get("busy_s", 0.0)
+    while time.monotonic() < end:
+        met = max(met, alive())
+        time.sleep(0.02)
+    os.unlink(mine)
+    return {"met": float(met), "held": float(len(data) >> 20)}
+
+
+def _live(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def tf_matmul(params):
     """A TensorFlow trial, capped through the real code path; runs wherever TF puts it."""
     import tensorflow as tf

@@ -88,6 +88,9 @@ class Timed:
     def again(self, result):
         return False
 
+    def ranked(self, queued):
+        return None
+
     def __init__(self, clock: Clock, lives: list[list[tuple[float, Any]]], on_term: str = "die",
                  answers: bool = False) -> None:
         self.clock, self.lives, self.on_term, self.answers = clock, lives, on_term, answers

@@ -34,6 +34,9 @@ class Scripted:
     def again(self, result):
         return False
 
+    def ranked(self, queued):
+        return None
+
     def __init__(self, events, send_signal=None):
         self.events, self.send_signal = events, send_signal
         self.ids: list[str] = []

@@ -18,7 +18,7 @@ import sweep_fns
 from conftest import run_fake_cli, write_grid
 from sweeper.errors import SweepError
 from sweeper.options import Options, megabytes
-from sweeper.packing import (ALONE, CONTEXT_MB, HEADROOM, MARGIN_MB, Card, Needs, Packer, terms)
+from sweeper.packing import CONTEXT_MB, HEADROOM, MARGIN_MB, PATIENCE, Card, Needs, Packer, terms
 from sweeper.trial import Status, TrialResult
 
 
@@ -37,10 +37,11 @@ def test_predictions_come_from_the_point_then_alike_points_else_a_card_to_itself
     assert needs.predict({"units": 64, "lr": 0.1}) .source == "same point"
     alike = needs.predict({"units": 64, "lr": 0.5})
     assert (alike.mb, alike.source) == (2000, "memory_keys")
-    assert needs.predict({"units": 512, "lr": 0.1}).alone  # another shape: unmeasured
+    assert needs.predict({"units": 512, "lr": 0.1}).alone  # another shape: a card to itself, until measured
     needs.learn(row({"units": 64, "lr": 0.5}, peak=2600))
     assert needs.predict({"units": 64, "lr": 0.9}).mb == 2600  # the most any alike point held
-    assert needs.predict({"units": 64, "lr": 0.1}).mb == 2000  # its own measurement first
+    assert Needs(memory_keys=["units"]).predict({"units": 1}).alone  # nothing measured: a card to itself
+    assert needs.predict({"units": 64, "lr": 0.1}).mb == 2600  # its own, or more where an alike point needed it
 
 
 @pytest.mark.unit
@@ -73,9 +74,11 @@ def test_an_oom_grows_the_need_and_a_second_gives_a_card_to_itself():
 def test_terms_reserve_the_need_plus_headroom_and_cap_below_it_by_the_context():
     card = Card("0", 16384, 16000)
     reserved, cap = terms(Needs(hint="4GB").predict({}), card)
-    assert reserved == 4096 * (1 + HEADROOM) and cap == reserved - CONTEXT_MB
+    assert reserved == math.ceil(4096 * (1 + HEADROOM)) and cap == max(4096, reserved - CONTEXT_MB)
+    big = terms(Needs(hint="30GB").predict({}), Card("0", 81920, 80000))
+    assert big == (math.ceil(30720 * (1 + HEADROOM)), math.ceil(30720 * (1 + HEADROOM)) - CONTEXT_MB)
     small = terms(Needs(hint="1GB").predict({}), card)
-    assert small == (1280, 1024)  # never capped below the need itself
+    assert small == (math.ceil(1024 * (1 + HEADROOM)), 1024)  # never capped below the need itself
     alone = Needs().predict({})
     assert terms(alone, card) == (16000 - MARGIN_MB, 16000 - MARGIN_MB - CONTEXT_MB)
     busy = Card("0", 16384, 12000, ours=((2000, 1500),))
@@ -85,14 +88,30 @@ def test_terms_reserve_the_need_plus_headroom_and_cap_below_it_by_the_context():
 
 @pytest.mark.unit
 def test_placement_is_best_fit_waits_when_nothing_fits_and_an_empty_card_takes_any():
-    packer = Packer(Needs(hint="6GB"), ["0", "1"])
+    packer = Packer(Needs(hint="7GB"), ["0", "1"])
     roomy, snug = Card("0", 16384, 16000), Card("1", 16384, 9000)
     assert packer.place({}, [roomy, snug]).gpu == "1"  # the least room left after it
-    full = Card("1", 16384, 9000, ours=((7500, 7500), (1000, 0)))
+    full = Card("1", 16384, 9000, ours=((7500, 7500), (1000, 0)))  # room 9000 - 1000 - 512 < 7 GB + 5%
     assert packer.place({}, [full]) is None  # it waits
     huge = Packer(Needs(hint="40GB"), ["0"])
     spot = huge.place({}, [roomy])
     assert spot.gpu == "0" and spot.reserved_mb == 40960  # nowhere fits: an empty card takes it
+
+
+@pytest.mark.unit
+def test_a_trial_that_fits_nowhere_has_a_card_drained_for_it_not_starved():
+    packer = Packer(Needs(hint=lambda p: p["gb"] * 1024), ["0", "1"])
+    cards = [Card("0", 16384, 9000, ours=((6000, 6000),)), Card("1", 16384, 12000, ours=((3000, 3000),))]
+    assert packer.place({"gb": 12}, cards) is None  # fits nowhere now: it waits, others may pass it
+    for _ in range(PATIENCE):
+        assert packer.place({"gb": 2}, cards) is not None
+    assert packer.draining is None
+    assert packer.place({"gb": 12}, cards) is None  # passed PATIENCE times: a card is kept for it
+    assert packer.draining == ("1", '{"gb": 12}')  # the one closest to fitting it
+    assert packer.place({"gb": 2}, cards).gpu == "0"  # a small one still passes it, but not on card 1
+    assert packer.place({"gb": 8}, [cards[1]]) is None
+    emptied = Card("1", 16384, 16000)
+    assert packer.place({"gb": 12}, [cards[0], emptied]).gpu == "1" and packer.draining is None
 
 
 @pytest.mark.unit
@@ -118,14 +137,19 @@ def test_options_say_what_is_wrong_in_one_line():
     for bad in ("six", "-1GB", True, "inf"):
         with pytest.raises(SweepError, match="gpu_memory must be a positive size"):
             Options(per_gpu="auto", gpu_memory=bad).checked()
-    with pytest.raises(SweepError, match="memory_keys goes with per_gpu='auto'"):
+    with pytest.raises(SweepError, match="memory_keys goes with per_gpu='auto', workers='auto' or host_memory"):
         Options(memory_keys=["units"]).checked()
     with pytest.raises(SweepError, match="drop memory_fraction"):
         Options(per_gpu="auto", memory_fraction=0.5).checked()
     with pytest.raises(SweepError, match="memory_keys must be a list"):
         Options(per_gpu="auto", memory_keys="units").checked()
-    with pytest.raises(SweepError, match="Ray places its own"):
-        Options(per_gpu="auto", backend="ray").checked()
+    for ray in ({"per_gpu": "auto"}, {"workers": "auto"}, {"host_memory": "3GB"}):
+        with pytest.raises(SweepError, match="Ray places"):
+            Options(backend="ray", **ray).checked()
+    with pytest.raises(SweepError, match="host_memory must be a positive size"):
+        Options(host_memory="lots").checked()
+    with pytest.raises(SweepError, match="gpu_memory goes with per_gpu='auto'"):
+        Options(gpu_memory="1GB", workers="auto").checked()
     with pytest.raises(SweepError, match="whole number >= 1 or 'auto'"):
         Options(per_gpu="many").checked()
 
@@ -148,7 +172,7 @@ def test_the_first_of_a_shape_runs_alone_and_the_rest_share_a_card(tmp_path, mac
     first, rest = df.iloc[0], df.iloc[1:]
     assert first.gpu_mem_reserved_mb == 16384 - MARGIN_MB  # unmeasured: a card to itself
     assert first.gpu_mem_peak_mb == 2000
-    assert (rest.gpu_mem_reserved_mb == 2500).all() and (rest.gpu_mem_cap_mb == 2000).all()
+    assert (rest.gpu_mem_reserved_mb == math.ceil(2000 * (1 + HEADROOM))).all() and (rest.gpu_mem_cap_mb == 2000).all()
     assert (rest.met >= 2).all()  # each shared its card with another trial while it held its memory
     assert (df.cap == df.gpu_mem_cap_mb).all()  # the cap each ran under is the one its row says
 
@@ -201,7 +225,7 @@ def test_dry_run_says_the_policy(tmp_path, machine):
     proc = run_fake_cli(machine, grid, "--per-gpu", "auto", "--memory-keys", "units", "--dry-run", "--out",
                         str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert "per_gpu auto: a trial starts on a card while its predicted need plus 25%" in proc.stdout
+    assert f"per_gpu auto: a trial starts on a card while its predicted need plus {HEADROOM:.0%}" in proc.stdout
     assert "points alike in units" in proc.stdout and "up to 8 per GPU" in proc.stdout
     bad = run_fake_cli(machine, grid, "--per-gpu", "auto", "--memory-keys", "unit", "--dry-run", "--out",
                        str(tmp_path))
@@ -235,17 +259,45 @@ def test_under_auto_every_framework_cap_waits_for_the_trial(monkeypatch):
     the trial's own, so it is applied when the trial begins (its env has it), not at import."""
     from sweeper.child import imports
 
+    import sys
+
     capped: list[str] = []
-    monkeypatch.setitem(imports._CAPS, "tensorflow", lambda mod: capped.append("tensorflow"))
-    monkeypatch.setitem(imports._SEEDS, "tensorflow", lambda mod, seed: None)
+    # TensorFlow alone, as a stand-in module: the frameworks this process imported stay as they are
+    monkeypatch.setattr(imports, "_CAPS", {"tensorflow": lambda mod: capped.append("tensorflow")})
+    monkeypatch.setattr(imports, "_SEEDS", {"tensorflow": lambda mod, seed: None})
+    monkeypatch.setitem(sys.modules, "tensorflow", object())
     monkeypatch.setenv("SWEEPER_MEMORY_AUTO", "1")
     hook = imports.OnImport()
-    hook._ready("tensorflow", object())
+    hook._ready("tensorflow", sys.modules["tensorflow"])
     assert capped == []  # imported in a standby: no cap yet
-    monkeypatch.setattr(imports.sys, "modules", {**imports.sys.modules, "tensorflow": object()})
     hook.set_seed(7)
     assert capped == ["tensorflow"]  # the trial began: its cap now
     monkeypatch.delenv("SWEEPER_MEMORY_AUTO")
     fixed = imports.OnImport()
     fixed._ready("tensorflow", object())
     assert capped == ["tensorflow", "tensorflow"]  # a slot's own cap: at import, as before
+
+
+
+# -- host memory: real allocations under a small budget ------------------------------------
+
+def test_a_host_memory_budget_caps_what_runs_at_once(tmp_path):
+    """Trials of 400 MB under a 1400 MB budget: the first runs alone (unmeasured), then two
+    at a time (each reserves its measured peak, 400-480 MB, plus 20%: 2 fit, 3 do not), never three."""
+    room = tmp_path / "room"
+    room.mkdir()
+    grid = [{"i": 0, "peers": 1}, {"i": 1, "peers": 2}, {"i": 2, "peers": 2}, {"i": 3}, {"i": 4}, {"i": 5}]
+    grid = [dict(p, mb=400, room=str(room), busy_s=0.3) for p in grid]
+    df = sweeper.sweep(sweep_fns.hog, grid, host_memory="1400MB", workers=4, out=str(tmp_path), progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert df.met.max() == 2 and df.met[df.param_i.isin([1, 2])].tolist() == [2, 2]
+    assert (df.mem_peak_mb >= 400).all()
+
+
+def test_workers_auto_packs_by_host_memory_too(tmp_path):
+    room = tmp_path / "room"
+    room.mkdir()
+    df = sweeper.sweep(sweep_fns.hog, {"i": [0, 1, 2, 3], "mb": [400], "room": str(room)}, workers="auto",
+                       host_memory="1400MB", out=str(tmp_path), progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert df.met.max() <= 2  # whatever the idle cores: never more than memory allows

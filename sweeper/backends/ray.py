@@ -35,7 +35,7 @@ import os
 import select
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from .. import contract
 from ..capping import MemoryPolicy
@@ -186,6 +186,9 @@ class RayBackend:
 
     def again(self, result: TrialResult) -> bool:
         return False
+
+    def ranked(self, queued: Sequence[TrialSpec]) -> list[int] | None:
+        return None
 
     def tell(self, trial_id: str, message: Any) -> None:
         pass  # never called: ``answers`` is False

@@ -34,7 +34,8 @@ from ... import capping, contract
 from ...child import bootstrap
 from ...gpus import MemorySampler
 from ...hostmem import HostSampler
-from ...packing import Card, Packer, Spot
+from ... import headroom
+from ...packing import Card, HostRoom, Packer, Spot
 from ...protocol import Began, Broken, Event, Exited
 from ...slots import Slot, pick
 from ...target import Target
@@ -57,11 +58,16 @@ class LocalBackend:
 
     def __init__(self, target: Target, slots: Sequence[Slot], *, workers: int | None = None,
                  prefetch: bool = True, start_method: str = "forkserver", spare: Spare | None = None,
-                 timeout: float | None = None, packer: Packer | None = None) -> None:
+                 timeout: float | None = None, packer: Packer | None = None,
+                 host: HostRoom | None = None) -> None:
         self.target = target
-        #: per_gpu="auto": where each trial goes, by the memory it is predicted to need
+        #: per_gpu="auto": where each trial goes, by the GPU memory it is predicted to need
         self.packer = packer
+        #: workers="auto" or host_memory: whether a trial starts, by the host memory it needs
+        self.host_room = host
         self._spots: dict[str, Spot] = {}  #: by trial id: admitted, not started yet
+        self._host_terms: dict[str, int] = {}  #: by trial id: host MB to reserve, admitted
+        self.host_reserved: dict[str, int] = {}  #: by trial id: host MB of a running trial
         self.reserved: dict[str, tuple[str, int]] = {}  #: by trial id: (card, MB) of a running trial
         self._totals: dict[str, int] = {}  #: card -> its total MB, as NVML said
         self._read: list[Card] | None = None  #: the cards as NVML told them since the last wait()
@@ -92,14 +98,29 @@ class LocalBackend:
     def admits(self, spec: TrialSpec) -> bool:
         """Whether the trial may start now: always, unless trials are packed by memory;
         then while it fits on a card (:mod:`sweeper.packing`), where it is to go is kept."""
-        if self.packer is None:
-            return True
-        free = {s.gpu for s in self._free()}
-        spot = self.packer.place(spec.params, [c for c in self._cards() if c.gpu in free])
-        if spot is None:
-            return False
-        self._spots[spec.trial_id] = spot
+        host = None
+        if self.host_room is not None:
+            ours = [(mb, self.host.now.get(self.running[tid].process.pid, 0) if tid in self.running else 0)
+                    for tid, mb in self.host_reserved.items()]
+            host = self.host_room.fits(spec.params, headroom.available_mb(), ours)
+            if host is None:
+                return False
+        if self.packer is not None:
+            free = {s.gpu for s in self._free()}
+            spot = self.packer.place(spec.params, [c for c in self._cards() if c.gpu in free])
+            if spot is None:
+                return False
+            self._spots[spec.trial_id] = spot
+        if host is not None and self.host_room is not None:
+            self.host_room.commit(host[1])
+            self._host_terms[spec.trial_id] = host[0]
         return True
+
+    def ranked(self, queued: Sequence[TrialSpec]) -> list[int] | None:
+        """Packed: the trials whose shape is not measured yet first (see :mod:`sweeper.packing`)."""
+        if self.packer is None:
+            return None
+        return self.packer.ranked([spec.params for spec in queued])
 
     @property
     def exhausted(self) -> str | None:
@@ -113,6 +134,8 @@ class LocalBackend:
     def start(self, spec: TrialSpec) -> Began | None:
         self.launcher.open_server(self.slots, self.pool, self.running.values())
         free = self._free()
+        if spec.trial_id in self._host_terms:
+            self.host_reserved[spec.trial_id] = self._host_terms.pop(spec.trial_id)
         spot = self._spots.pop(spec.trial_id, None)
         if spot is not None:  # packed: its card, and its own cap in its environment
             free = [s for s in free if s.gpu == spot.gpu]
@@ -190,6 +213,7 @@ class LocalBackend:
     def cancel(self, trial_id: str, hard: bool) -> None:
         if self.pending.pop(trial_id, None) is not None:  # it had no process yet
             self.reserved.pop(trial_id, None)
+            self.host_reserved.pop(trial_id, None)
             self._events.append((trial_id, Exited(cancelled=True)))
             return
         p = self.running.get(trial_id)
@@ -219,6 +243,7 @@ class LocalBackend:
         events: list[tuple[str, Event]] = [(tid, Exited(cancelled=True)) for tid in self.pending]
         for tid in self.pending:
             self.reserved.pop(tid, None)
+            self.host_reserved.pop(tid, None)
         self.pending.clear()
         try:
             for sb in self.pool.all():
@@ -303,10 +328,12 @@ class LocalBackend:
         """The watchdog took a fork for deadlocked (:func:`.fork.rescue` killed it and said
         why in its log): its trial goes to a spawn process (Began again), as do the rest."""
         why = rescue(p)
-        packed = self.reserved.get(p.spec.trial_id)
+        packed, host = self.reserved.get(p.spec.trial_id), self.host_reserved.get(p.spec.trial_id)
         self._forget(p)
         if packed is not None:  # the same terms in the new process
             self.reserved[p.spec.trial_id] = packed
+        if host is not None:
+            self.host_reserved[p.spec.trial_id] = host
         self.launcher.stop_forking("the fork watchdog fired", self.pool, self.running.values())
         began = self._hand(p.spec, p.slot, self.launcher.new_process(p.slot))
         return [(p.spec.trial_id, replace(began, moved=why))]
@@ -334,6 +361,7 @@ class LocalBackend:
     def _forget(self, p: Proc) -> None:
         self.running.pop(p.spec.trial_id, None)
         self.reserved.pop(p.spec.trial_id, None)
+        self.host_reserved.pop(p.spec.trial_id, None)
         self.host.peaks.pop(p.process.pid, None)  # a later process may get its pid
         if self.sampler:
             self.sampler.peaks.pop(p.process.pid, None)
