@@ -80,9 +80,6 @@ HOST_HEADROOM = 0.2
 #: MB of the machine's available memory that host packing never reserves: the system, the
 #: parent, the standbys.
 HOST_RESERVE_MB = 1024
-#: ``workers="auto"`` on the CPU: at most this many trials per core (how many run is decided
-#: by memory and measured idle cores).
-AUTO_PER_CORE = 4
 
 
 def point_key(params: Mapping[str, Any]) -> str:

@@ -19,7 +19,11 @@ from .capping import MemoryPolicy
 from .errors import SweepError
 from . import gpus as _gpus
 from .gpus import FREE_THRESHOLD_MB, Gpu, allowed_by_environment, inventory, log
-from .packing import AUTO_PER_CORE
+
+
+#: ``workers="auto"`` on the CPU: at most this many trials per core (how many run is decided
+#: by host memory and measured idle cores: :class:`sweeper.packing.HostRoom`).
+AUTO_PER_CORE = 4
 
 
 @dataclass(frozen=True)
@@ -140,8 +144,7 @@ def _warn_if_order_differs(allowed: list[str], found: list[Gpu]) -> None:
 
 def place(gpus: str | list[str], policy: MemoryPolicy, workers: int | str | None) -> Placement:
     """Slots for a sweep: ``policy.per_gpu`` on each chosen GPU, or ``workers`` on the CPU
-    (``"auto"``: :data:`~sweeper.packing.AUTO_PER_CORE` per core, as many as run decided by
-    memory and idle cores)."""
+    (``"auto"``: :data:`AUTO_PER_CORE` per core, as many as run decided by memory and idle cores)."""
     ids, known, skipped = choose_gpus(gpus)
     if not ids:
         cores = os.cpu_count() or 1
