@@ -371,8 +371,9 @@ def figures(folder: str | os.PathLike[str], metric: str | None = None,
     """The figures ``report.html`` shows, by name, as matplotlib figures not yet drawn to PNG.
 
     ``param:<name>`` for each hyperparameter that takes more than one value (table
-    order), ``progress`` (a search's best so far) and ``curves`` (the learning curves of
-    the top trials), each only where the page has it. The folder, ``metric`` and ``mode``
+    order), ``progress`` (a search's best so far), ``curves`` (the learning curves of
+    the top trials) and ``memory`` (peak GPU memory against reservation, per_gpu="auto"),
+    each only where the page has it. The folder, ``metric`` and ``mode``
     are read as :func:`write_html` reads them.
     """
     folder = os.fspath(folder)
@@ -401,7 +402,7 @@ def _use_log_axis(values: Iterable[Any]) -> bool:
 
 @dataclasses.dataclass
 class _Plot:
-    key: str  #: ``param:<name>``, ``progress`` or ``curves``
+    key: str  #: ``param:<name>``, ``progress``, ``curves`` or ``memory``
     figure: "Figure"
     caption: str
 
@@ -430,7 +431,36 @@ def _plots(df: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: s
             if grey:
                 caption += f"; {grey} pruned trials in grey, x where each was stopped"
             out.append(_Plot("curves", curves, caption))
+    memory = _memory_figure(df)
+    if memory is not None:
+        out.append(_Plot("memory", memory, "each trial's peak GPU memory against what was reserved for it (per_gpu "
+                                           "auto); red x: out of memory; on the line: it took all it was given"))
     return out
+
+
+def _memory_figure(df: "pandas.DataFrame") -> "Figure | None":
+    """Peak against reservation, per trial that has both (a packed sweep), None otherwise."""
+    if "gpu_mem_reserved_mb" not in df or "gpu_mem_peak_mb" not in df:
+        return None
+    rows = df[df.gpu_mem_reserved_mb.notna() & df.gpu_mem_peak_mb.notna()]
+    if rows.empty:
+        return None
+    fig = _figure()
+    ax = fig.add_subplot()
+    oom = rows.status == "oom"
+    ax.scatter(rows.gpu_mem_reserved_mb[~oom], rows.gpu_mem_peak_mb[~oom], s=18, color=_OK_COLOUR, label="trial")
+    if oom.any():
+        ax.scatter(rows.gpu_mem_reserved_mb[oom], rows.gpu_mem_peak_mb[oom], s=30, marker="x", color="#c0392b",
+                   label="oom")
+    top = float(max(rows.gpu_mem_reserved_mb.max(), rows.gpu_mem_peak_mb.max())) * 1.05
+    ax.plot([0, top], [0, top], color="grey", linewidth=0.8, linestyle="--", label="peak = reserved")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("reserved, MB")
+    ax.set_ylabel("peak, MB (NVML)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    return fig
 
 
 def _curves_column(history: "pandas.DataFrame | None", metric: str | None) -> str | None:
@@ -574,6 +604,12 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
     else:
         out.append(f'<p class="note">No learning curves: the history has no {e(str(_curves_column(history, metric)))} '
                    "values for the top trials.</p>")
+
+    if "memory" in by_key:  # a packed sweep: what each trial took of what it was given
+        p = by_key["memory"]
+        out.append("<h2>GPU memory</h2>")
+        out.append(f'<figure><img class="memory" alt="{e(p.caption)}" src="{_data_uri(_png(p.figure))}">'
+                   f"<figcaption>{e(p.caption)}</figcaption></figure>")
 
     # failures: pruned trials are none
     bad = failures(df, folder)

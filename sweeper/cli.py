@@ -373,6 +373,8 @@ def status_main(argv: list[str]) -> int:
         latest = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:3])
         print(f"  running  {run['name']}  {run['device']}  pid {run['pid']}  {elapsed:.0f}s"
               + (f"  epoch {epoch}: {latest}" if epoch is not None else ""))
+    for line in card_lines(running):
+        print(f"sweeper: {line}")
     if results:
         frame = table.dataframe(results)
         try:
@@ -386,6 +388,26 @@ def status_main(argv: list[str]) -> int:
                 best = board.iloc[0]
                 print(f"sweeper: best so far: {metric} = {best[metric]:.4g} ({mode}): {best['trial']}")
     return EXIT_OK
+
+
+def card_lines(running: list[dict[str, Any]]) -> list[str]:
+    """Per card with running trials: what they reserved, and what NVML says is used and free."""
+    reserved: dict[str, list[int]] = {}
+    for run in running:
+        if str(run["device"]).startswith("gpu:") and run.get("reserved_mb") is not None:
+            reserved.setdefault(run["device"], []).append(int(run["reserved_mb"]))
+    if not reserved:
+        return []
+    from .gpus import inventory
+
+    seen = {f"gpu:{g.index}": g for g in inventory()}
+    lines = []
+    for device, mbs in sorted(reserved.items()):
+        line = f"{device}: {len(mbs)} trial{'s' if len(mbs) > 1 else ''} reserve {sum(mbs)} MB"
+        card = seen.get(device)
+        lines.append(line + (f"; NVML: {card.used_mb} MB used, {card.free_mb} MB free of {card.total_mb} MB"
+                             if card else "; NVML cannot tell its memory now"))
+    return lines
 
 
 def report_main(argv: list[str]) -> int:

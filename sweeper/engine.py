@@ -438,7 +438,7 @@ class Engine:
         trial.spec = replace(trial.spec, device=began.device)
         if trial.due is None:
             self._watch(trial)
-        self.store(self.ledger.mark_running, trial.spec, began.pid, trial.started_at)
+        self.store(self.ledger.mark_running, trial.spec, began.pid, trial.started_at, began.reserved_mb)
 
     def _unwritable(self, trial: _Trial, event: Unwritable) -> None:
         """A trial could not write its files: no new trial starts (as for the ledger). One

@@ -98,6 +98,38 @@ def own_peak_mb() -> int:
     return round(max(own, children) / _MB)
 
 
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has killed in this process's memory cgroup
+    (v2 ``memory.events``, v1 ``memory.oom_control``: ``oom_kill N``), None where unreadable.
+    A trial killed by SIGKILL while this count rose was, in all likelihood, one of them."""
+    for path in _oom_files():
+        try:
+            with open(path, "rb") as f:
+                for line in f:
+                    if line.startswith(b"oom_kill "):
+                        return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def _oom_files() -> list[str]:
+    """Where this process's memory cgroup counts OOM kills: its own folder, then the root of
+    what this container sees (a namespaced cgroup shows itself as the root)."""
+    places: list[str] = []
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controllers == "":  # v2
+                    places.append(f"/sys/fs/cgroup{path.rstrip('/')}/memory.events")
+                elif "memory" in controllers.split(","):
+                    places.append(f"/sys/fs/cgroup/memory{path.rstrip('/')}/memory.oom_control")
+    except (OSError, ValueError):
+        pass
+    return [*places, "/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"]
+
+
 def peak(*measured: int | None) -> int | None:
     """The largest of the measurements taken (None: none was)."""
     known = [m for m in measured if m is not None]

@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS running (
     device TEXT,
     pid INTEGER,
     attempt INTEGER,
-    started_at TEXT
+    started_at TEXT,
+    reserved_mb INTEGER
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS grid (
@@ -183,6 +184,8 @@ class Ledger:
             for added in ("epoch_reached", "mem_peak_mb", "gpu_mem_reserved_mb")[max(version - 1, 0):]:
                 if added not in have:
                     self._db.execute(f"ALTER TABLE trials ADD COLUMN {added} INTEGER")
+            if "reserved_mb" not in {r[1] for r in self._db.execute("PRAGMA table_info(running)")}:
+                self._db.execute("ALTER TABLE running ADD COLUMN reserved_mb INTEGER")  # 4: what a running trial reserved
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _readable(self) -> str:
@@ -254,10 +257,11 @@ class Ledger:
     # -- running trials (for status from another terminal) ----------------------------
 
     @_writes
-    def mark_running(self, spec: TrialSpec, pid: int, started_at: str) -> None:
+    def mark_running(self, spec: TrialSpec, pid: int, started_at: str, reserved_mb: int | None = None) -> None:
         self._fast.execute(
-            "INSERT OR REPLACE INTO running VALUES (?,?,?,?,?,?)",
-            (spec.trial_id, spec.name, spec.device, pid, spec.attempt, started_at),
+            "INSERT OR REPLACE INTO running (trial_id, name, device, pid, attempt, started_at, reserved_mb) "
+            "VALUES (?,?,?,?,?,?,?)",
+            (spec.trial_id, spec.name, spec.device, pid, spec.attempt, started_at, reserved_mb),
         )
 
     @_writes
@@ -266,7 +270,9 @@ class Ledger:
         self._fast.execute("DELETE FROM running")
 
     def running(self) -> list[dict[str, Any]]:
-        cur = self._db.execute("SELECT trial_id, name, device, pid, attempt, started_at FROM running")
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(running)")}
+        reserved = "reserved_mb" if "reserved_mb" in have else "NULL AS reserved_mb"  # an older ledger, read-only
+        cur = self._db.execute(f"SELECT trial_id, name, device, pid, attempt, started_at, {reserved} FROM running")
         keys = [d[0] for d in cur.description]
         return [dict(zip(keys, (current_id(row[0]), *row[1:]))) for row in cur]
 

@@ -187,7 +187,8 @@ def judge(ending: Ending) -> Verdict:
     error = verdict.error
     if verdict.status is Status.OOM:
         place = ending.began
-        error = f"{error} (hint: {oom_hint(place.device, place.cap_mb, place.fraction, place.packed)})"
+        device = "cpu" if ending.exited.oom_killed else place.device  # the host's memory ran out
+        error = f"{error} (hint: {oom_hint(device, place.cap_mb, place.fraction, place.packed)})"
     return Verdict(verdict.status, printable(error), verdict.metrics)
 
 
@@ -196,6 +197,8 @@ def exited(how: Exited, tail: list[str]) -> Verdict:
     if how.cancelled:
         return Verdict(Status.INTERRUPTED, "cancelled")
     code = how.exitcode
+    if how.oom_killed:
+        return Verdict(Status.OOM, f"killed by the kernel's out-of-memory killer ({how.oom_killed})"[:MAX_ERROR])
     if code is None and how.note:  # the backend knows no more than its own words
         return Verdict(Status.CRASHED, how.note[:MAX_ERROR])
     if code is not None and code < 0:

@@ -153,6 +153,8 @@ class Exited:
     pid: int | None = None
     device: str | None = None
     cap_mb: int | None = None
+    #: the kernel's OOM killer ended it (SIGKILL while the memory cgroup's oom_kill count rose)
+    oom_killed: str = ""
 
 
 @dataclass(frozen=True)

@@ -231,6 +231,15 @@ def _live(pid: int) -> bool:
         return False
 
 
+def sigkilled(params):
+    """Dies of SIGKILL; with ``counter``, after counting one more OOM kill there, as the kernel's
+    OOM killer counts in the memory cgroup's ``memory.events`` when it kills a process."""
+    if params.get("counter"):
+        with open(params["counter"], "w") as f:
+            f.write("low 0\noom 1\noom_kill 1\n")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def tf_matmul(params):
     """A TensorFlow trial, capped through the real code path; runs wherever TF puts it."""
     import tensorflow as tf

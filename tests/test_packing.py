@@ -301,3 +301,76 @@ def test_workers_auto_packs_by_host_memory_too(tmp_path):
                        host_memory="1400MB", out=str(tmp_path), progress=False)
     assert (df.status == "ok").all(), df.error.tolist()
     assert df.met.max() <= 2  # whatever the idle cores: never more than memory allows
+
+
+
+# -- the kernel's OOM killer, told apart from another SIGKILL --------------------------------
+
+@pytest.mark.unit
+def test_the_oom_kill_count_is_read_from_either_cgroup_version(tmp_path, monkeypatch):
+    from sweeper import hostmem
+
+    v2, v1 = tmp_path / "memory.events", tmp_path / "memory.oom_control"
+    v2.write_text("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 0\n")
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n")
+    monkeypatch.setattr(hostmem, "_oom_files", lambda: [str(tmp_path / "absent"), str(v2), str(v1)])
+    assert hostmem.oom_kills() == 2
+    monkeypatch.setattr(hostmem, "_oom_files", lambda: [str(v1)])
+    assert hostmem.oom_kills() == 5
+    monkeypatch.setattr(hostmem, "_oom_files", lambda: [str(tmp_path / "absent")])
+    assert hostmem.oom_kills() is None
+
+
+def test_a_trial_the_oom_killer_ended_is_oom_and_another_sigkill_is_crashed(tmp_path, monkeypatch):
+    from sweeper import hostmem
+
+    counter = tmp_path / "memory.events"
+    counter.write_text("low 0\noom 0\noom_kill 0\n")
+    monkeypatch.setattr(hostmem, "_oom_files", lambda: [str(counter)])
+    df = sweeper.sweep(sweep_fns.sigkilled, [{"counter": str(counter)}], out=str(tmp_path), name="k",
+                       progress=False)
+    assert df.status.tolist() == ["oom"], df.error.tolist()
+    assert "killed by the kernel's out-of-memory killer (the memory cgroup's oom_kill count went from 0 to 1" \
+        in df.error[0] and "host memory ran out" in df.error[0]
+    plain = sweeper.sweep(sweep_fns.sigkilled, [{"counter": ""}], out=str(tmp_path), name="p", progress=False)
+    assert plain.status.tolist() == ["crashed"] and "SIGKILL" in plain.error[0]
+
+
+# -- what status shows ------------------------------------------------------------------------
+
+@pytest.mark.unit
+def test_status_shows_each_cards_reservations_beside_what_nvml_says(fake_nvml, tmp_path):
+    from sweeper.cli import card_lines
+    from sweeper.ledger import Ledger
+    from sweeper.trial import TrialSpec
+
+    fake_nvml.cards[1].reserved_mb = 300  # the driver's own, as NVML shows it used
+    ledger = Ledger(str(tmp_path))
+    try:
+        for i, (device, mb) in enumerate([("gpu:1", 2100), ("gpu:1", 4000), ("gpu:0", 15872), ("cpu", None)]):
+            spec = TrialSpec(trial_id=f"t{i:012x}", name=f"x={i}", index=i, params={"x": i}, seed=0,
+                             dir=str(tmp_path), device=device)
+            ledger.mark_running(spec, 100 + i, "2026-12-04T00:00:00Z", mb)
+        running = ledger.running()
+    finally:
+        ledger.close()
+    assert sorted(r["reserved_mb"] for r in running if r["reserved_mb"]) == [2100, 4000, 15872]
+    assert card_lines(running) == ["gpu:0: 1 trial reserve 15872 MB; NVML: 0 MB used, 16384 MB free of 16384 MB",
+                                   "gpu:1: 2 trials reserve 6100 MB; NVML: 300 MB used, 16084 MB free of 16384 MB"]
+    assert card_lines([{"device": "gpu:0", "reserved_mb": None}]) == []  # fixed per_gpu, or an older ledger
+
+
+def test_the_report_plots_each_trials_peak_against_its_reservation(tmp_path, machine):
+    grid = {"size": ["s"], "need_mb": [1500], "x": [1, 2, 3], "board": machine.board}
+    sweeper.sweep(sweep_fns.packed, grid, per_gpu="auto", memory_keys=["size"], out=str(tmp_path), progress=False)
+    folder = tmp_path / "sweep_fns"
+    from sweeper import analysis
+
+    figures = analysis.figures(str(folder))
+    assert "memory" in figures
+    ax = figures["memory"].axes[0]
+    assert ax.get_xlabel() == "reserved, MB" and len(ax.collections[0].get_offsets()) == 3
+    html = open(analysis.write_html(str(folder))).read()
+    assert "<h2>GPU memory</h2>" in html and 'class="memory"' in html
+    plain = sweeper.sweep(sweep_fns.echo, {"x": [1, 2]}, out=str(tmp_path), name="plain", progress=False)
+    assert len(plain) == 2 and "memory" not in analysis.figures(str(tmp_path / "plain"))

@@ -34,7 +34,7 @@ from ... import capping, contract
 from ...child import bootstrap
 from ...gpus import MemorySampler
 from ...hostmem import HostSampler
-from ... import headroom
+from ... import headroom, hostmem
 from ...packing import Card, HostRoom, Packer, Spot
 from ...protocol import Began, Broken, Event, Exited
 from ...slots import Slot, pick
@@ -301,7 +301,8 @@ class LocalBackend:
         process.closed = True  # a trial's process now: ended as one
         spec = replace(spec, device=slot.device)
         self.running[spec.trial_id] = Proc(spec, slot, process.process, process.conn, process.exit_fd,
-                                           forked=process.forked, watch_at=time.monotonic() + self.launcher.watch_s)
+                                           forked=process.forked, watch_at=time.monotonic() + self.launcher.watch_s,
+                                           oom_kills=hostmem.oom_kills())
         try:
             process.conn.send(spec)
         except OSError:  # it died in its bootstrap; its exit is judged like any other
@@ -356,7 +357,8 @@ class LocalBackend:
         if exitcode == bootstrap.NO_MAIN_GUARD and not p.has_result and not p.fn_started:
             # the sweep's problem, not this trial's: no row (it runs next time)
             return events + [("", Broken(str(no_main_guard())))]
-        return events + [(p.spec.trial_id, Exited(exitcode, peak_mb=peak, mem_peak_mb=host))]
+        return events + [(p.spec.trial_id, Exited(exitcode, peak_mb=peak, mem_peak_mb=host,
+                                                  oom_killed=_oom_killed(p, exitcode)))]
 
     def _forget(self, p: Proc) -> None:
         self.running.pop(p.spec.trial_id, None)
@@ -372,3 +374,15 @@ class LocalBackend:
             os.close(p.exit_fd)
         if p.process.exitcode is not None:
             p.process.close()
+
+
+def _oom_killed(p: Proc, exitcode: int | None) -> str:
+    """How the kernel's OOM killer is known to have ended this trial, or "": it died of a
+    SIGKILL that was not the sweep's, while its memory cgroup's OOM-kill count rose (the
+    count is the cgroup's: another process killed meanwhile would count too)."""
+    if exitcode != -signal.SIGKILL or p.cancelled or p.oom_kills is None:
+        return ""
+    now = hostmem.oom_kills()
+    if now is None or now <= p.oom_kills:
+        return ""
+    return f"the memory cgroup's oom_kill count went from {p.oom_kills} to {now} while it ran"

@@ -45,6 +45,7 @@ class Proc:
     fn_started: bool = False  #: its train() has begun (its imports are done)
     has_result: bool = False
     cancelled: bool = False
+    oom_kills: int | None = None  #: the cgroup's OOM-kill count when it was handed its trial
 
 
 def receive(p: Proc) -> list[tuple[str, Event]]:
