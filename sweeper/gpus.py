@@ -134,6 +134,7 @@ class MemorySampler:
     def __init__(self) -> None:
         self.peaks: dict[int, int] = {}  #: trial pid -> most MB its tree held at one sample
         self.now: dict[int, int] = {}  #: trial pid -> MB its tree held at the last sample
+        self.listed: dict[int, tuple[str, int]] = {}  #: every pid NVML listed at the last sample -> (card, MB)
         self._nvml: Any = None
         self._handles: list[Any] = []
 
@@ -154,8 +155,10 @@ class MemorySampler:
         if self._nvml is None or not pids:
             return
         held: dict[int, int] = {}
-        for handle in self._handles:
+        self.listed = {}
+        for i, handle in enumerate(self._handles):
             for pid, mb in _processes(self._nvml, handle):
+                self.listed[pid] = (str(i), mb or 0)
                 if mb is not None:  # unknown is not 0: no peak rather than a wrong one
                     held[pid] = held.get(pid, 0) + mb
         self.now = {}

@@ -185,17 +185,19 @@ class Spot:
     need: Need
 
 
-def terms(need: Need, card: Card) -> tuple[int, int] | None:
-    """(reserved, cap) MB for a trial with this need on this card, None if it does not fit."""
+def terms(need: Need, card: Card, overfill: bool = False) -> tuple[int, int] | None:
+    """(reserved, cap) MB for a trial with this need on this card, None if it does not fit.
+    ``overfill``: it may go on this card, if none of ours runs there, even where it does not
+    fit (waiting cannot help it: nothing of ours runs anywhere, or no card could ever hold it)."""
     if need.alone:
-        if card.ours or card.room <= 0:
+        if card.ours or (card.room <= 0 and not overfill):
             return None
-        reserved = card.room
+        reserved = max(card.room, 1.0)
     else:
         reserved = math.ceil(need.mb * (1 + HEADROOM))
-        if reserved > card.room and card.ours:  # an empty card takes it anyway: it cannot wait for less
+        if reserved > card.room and (card.ours or not overfill):
             return None
-        reserved = min(reserved, max(card.room, need.mb)) if not card.ours else reserved
+        reserved = min(reserved, max(card.room, need.mb))
     floor = 0 if need.alone else math.ceil(min(need.mb, reserved))  # a known need is never capped below
     cap = max(floor, math.floor(reserved - CONTEXT_MB))
     return int(reserved), int(cap)
@@ -235,9 +237,11 @@ class Packer(Callback):
                 f"context, if more); a first OOM runs again with {OOM_GROWTH:g}x; {self.breaker} oom or crashed in a "
                 "row close a card")
 
-    def place(self, params: dict[str, Any], cards: Iterable[Card]) -> Spot | None:
+    def place(self, params: dict[str, Any], cards: Iterable[Card], busy: bool = True) -> Spot | None:
         """The card where the trial fits with the least room left (best fit), or None: it
-        waits. An empty card takes a trial that fits nowhere (it could wait for ever)."""
+        waits. ``busy``: a trial of the sweep runs somewhere (one may end and make room);
+        when none does, or no card could ever hold it, a card where none of ours runs takes
+        it anyway (it would wait for ever)."""
         need = self.needs.predict(params)
         if need.source == "unmeasured" and need.shape in self.measuring:
             return None  # its shape's first trial is being measured: wait for what it says
@@ -247,10 +251,12 @@ class Packer(Callback):
             self.draining = None
         mine = self.draining is not None and self.draining[1] == key
         best: tuple[tuple[bool, float], Spot] | None = None
+        largest = max((c.total_mb for c in cards), default=0) - MARGIN_MB
+        overfill = not busy or (not need.alone and need.mb * (1 + HEADROOM) > largest)
         for card in cards:
             if self.draining is not None and card.gpu == self.draining[0] and not mine:
                 continue
-            fit = terms(need, card)
+            fit = terms(need, card, overfill)
             if fit is None:
                 continue
             left = card.room - fit[0]

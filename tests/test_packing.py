@@ -93,6 +93,9 @@ def test_placement_is_best_fit_waits_when_nothing_fits_and_an_empty_card_takes_a
     assert packer.place({}, [roomy, snug]).gpu == "1"  # the least room left after it
     full = Card("1", 16384, 9000, ours=((7500, 7500), (1000, 0)))  # room 9000 - 1000 - 512 < 7 GB + 5%
     assert packer.place({}, [full]) is None  # it waits
+    crowded = Card("0", 16384, 8000)  # another user holds half of it
+    assert Packer(Needs(hint="10GB"), ["0"]).place({}, [crowded]) is None  # a trial of ours may end first
+    assert Packer(Needs(hint="10GB"), ["0"]).place({}, [crowded], busy=False).gpu == "0"  # none will: it goes
     huge = Packer(Needs(hint="40GB"), ["0"])
     spot = huge.place({}, [roomy])
     assert spot.gpu == "0" and spot.reserved_mb == 40960  # nowhere fits: an empty card takes it
@@ -374,3 +377,24 @@ def test_the_report_plots_each_trials_peak_against_its_reservation(tmp_path, mac
     assert "<h2>GPU memory</h2>" in html and 'class="memory"' in html
     plain = sweeper.sweep(sweep_fns.echo, {"x": [1, 2]}, out=str(tmp_path), name="plain", progress=False)
     assert len(plain) == 2 and "memory" not in analysis.figures(str(tmp_path / "plain"))
+
+
+def test_another_users_process_on_a_card_is_said_once_and_counted_as_used(tmp_path, machine, monkeypatch, caplog):
+    import subprocess
+    import sys
+
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        machine.cards[0].others = {stranger.pid: 3000}
+        monkeypatch.setenv("SWEEPER_FAKE_NVML", machine.to_json())
+        grid = {"need_mb": [14000], "x": [1, 2, 3], "board": machine.board}
+        with caplog.at_level(logging.WARNING, logger="sweeper"):
+            df = sweeper.sweep(sweep_fns.packed, grid, per_gpu="auto", gpu_memory="14000MB", out=str(tmp_path),
+                               progress=False)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert set(df.device) == {"gpu:1"}  # 14 GB fits only where the stranger's 3 GB is not
+    said = [r.getMessage() for r in caplog.records if "not this sweep's" in r.getMessage()]
+    assert said == [f"sweeper: gpu:0: pid {stranger.pid}, not this sweep's, holds 3000 MB; counted as used"]

@@ -23,6 +23,7 @@ A *standby* is a slot's next process, started while the slot's trial runs: it ha
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing.connection
 import os
 import signal
@@ -45,6 +46,8 @@ from .fork import Launcher, rescue, watched
 from .process import REAP_WAIT_S, Proc, join, new_tag, no_main_guard, receive
 from .reaper import Reaper, orphan_exit
 from .standby import Spare, Standbys
+
+log = logging.getLogger("sweeper")
 
 #: Seconds between NVML reads of the trials' GPU memory, while trials run on GPUs.
 SAMPLE_EVERY = 0.5
@@ -71,6 +74,7 @@ class LocalBackend:
         self.reserved: dict[str, tuple[str, int]] = {}  #: by trial id: (card, MB) of a running trial
         self._totals: dict[str, int] = {}  #: card -> its total MB, as NVML said
         self._read: list[Card] | None = None  #: the cards as NVML told them since the last wait()
+        self._told: set[int] = set()  #: pids on the cards that were not the sweep's trials, said once
         self.slots = list(slots)
         self.capacity = min(workers or len(self.slots), len(self.slots))
         #: Carried by every process of this sweep (and only this sweep), for :mod:`sweeper.procs`.
@@ -107,7 +111,8 @@ class LocalBackend:
                 return False
         if self.packer is not None:
             free = {s.gpu for s in self._free()}
-            spot = self.packer.place(spec.params, [c for c in self._cards() if c.gpu in free])
+            spot = self.packer.place(spec.params, [c for c in self._cards() if c.gpu in free],
+                                     busy=bool(self.running or self.pending))
             if spot is None:
                 return False
             self._spots[spec.trial_id] = spot
@@ -279,6 +284,7 @@ class LocalBackend:
             return []
         if self._read is None:
             self.sampler.sample({p.process.pid for p in self.running.values()})
+            self._others()
             read = self.sampler.cards()
             self._totals.update({g: total for g, (total, _) in read.items()})
             self._read = [Card(g, total, free) for g, (total, free) in read.items() if g in self.packer.gpus]
@@ -288,6 +294,29 @@ class LocalBackend:
             held = self.sampler.now.get(p.process.pid, 0) if p is not None else 0
             ours.setdefault(gpu, []).append((mb, held))
         return [replace(c, ours=tuple(ours.get(c.gpu, ()))) for c in self._read]
+
+    def _others(self) -> None:
+        """Processes NVML lists on the sweep's cards that are no running trial's (nor below
+        one, nor a standby): one of this sweep's (a trial's leftover) is killed, once said;
+        another user's is said once, and counts as used through NVML's free memory."""
+        assert self.sampler is not None
+        if not self.sampler.listed:
+            return
+        from ... import procs
+
+        ours = {sb.process.pid for sb in self.pool.all()}
+        for p in self.running.values():
+            ours |= {p.process.pid, *procs.descendants(p.process.pid)}
+        for pid, (card, mb) in self.sampler.listed.items():
+            if pid in ours or pid in self._told or not os.path.exists(f"/proc/{pid}"):
+                continue  # (not in /proc: gone, or NVML reports the host's pids to this container)
+            self._told.add(pid)
+            if procs.tags(pid).get(contract.SWEEP) == self.tag:
+                procs.signal_all([pid], signal.SIGKILL)
+                log.warning("sweeper: gpu:%s: pid %d, left by a trial of this sweep, held %d MB after its trial "
+                            "ended; killed", card, pid, mb)
+            else:
+                log.warning("sweeper: gpu:%s: pid %d, not this sweep's, holds %d MB; counted as used", card, pid, mb)
 
     def _standby(self, slot: Slot) -> Spare:
         return self.launcher.new_process(slot, standby=True)
