@@ -215,6 +215,9 @@ class Packer(Callback):
         self.closed: dict[str, str] = {}  #: card -> why it takes no new trial
         #: shapes whose first trial runs, unmeasured: the others of the shape wait for it
         self.measuring: set[str] = set()
+        #: a trial ended ok on a card without NVML showing its memory: nothing will be
+        #: measured, so unmeasured trials run a card each at once instead of waiting
+        self.blind = False
         #: (point, trials started past it): the first trial that fitted nowhere, while it waits
         self.waiting: tuple[str, int] | None = None
         #: (card, point): the card kept for it once :data:`PATIENCE` trials passed it, until it starts
@@ -243,7 +246,7 @@ class Packer(Callback):
         when none does, or no card could ever hold it, a card where none of ours runs takes
         it anyway (it would wait for ever)."""
         need = self.needs.predict(params)
-        if need.source == "unmeasured" and need.shape in self.measuring:
+        if need.source == "unmeasured" and need.shape in self.measuring and not self.blind:
             return None  # its shape's first trial is being measured: wait for what it says
         cards = [c for c in cards if c.gpu not in self.closed]
         key = point_key(params)
@@ -313,6 +316,12 @@ class Packer(Callback):
         return None
 
     def learn(self, result: TrialResult) -> None:
+        if (result.status is Status.OK and result.device.startswith("gpu:") and result.gpu_mem_peak_mb is None
+                and not self.blind):
+            self.blind = True
+            log.warning("sweeper: per_gpu auto: NVML did not show %s's GPU memory (it did not touch the card, or "
+                        "NVML here lists other pids than this container's), so nothing can be measured: trials "
+                        "not measured run one per card; give --gpu-memory or --per-gpu N", result.name)
         guessed_short = self.again(result)  # a first OOM: the prediction's fault, not the card's
         self.needs.learn(result)
         self.measuring.discard(self.needs.shape_of(result.params))
