@@ -57,3 +57,13 @@ def fake_gpu(params):
     fake_nvml.allocate(params["board"], params["need_mb"])  # waits until the sampler has seen it
     time.sleep(max(0.0, params["busy_s"] - (time.time() - t0)))  # busy_s in all, as a trial's run
     return stamp(t0)
+
+
+def hog(params):
+    """Holds ``mb`` MB of host memory (every page touched) for ``wait_s`` in all, as a trial
+    that waits on its GPU holds its host memory."""
+    t0 = time.time()
+    data = bytearray(params["mb"] << 20)
+    data[::4096] = b"\x01" * len(range(0, len(data), 4096))
+    time.sleep(max(0.0, params["wait_s"] - (time.time() - t0)))
+    return stamp(t0, held=float(len(data) >> 20))

@@ -86,7 +86,7 @@ class FakeNvml:
             return {}
         held = {}
         for entry in os.listdir(self.board):
-            if not entry.isdigit() or not _alive(int(entry)):
+            if not entry.isdigit() or not alive(int(entry)):
                 continue
             try:
                 with open(os.path.join(self.board, entry)) as f:
@@ -157,7 +157,8 @@ def no_driver() -> Exception:
     return pynvml.NVMLError_LibraryNotFound(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (in ``/proc``, not a zombie)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from conftest import OnePlaceAlike
 from sweeper import engine as engine_module
 from sweeper.engine import EXIT_GRACE, TERM_GRACE, Engine, Interrupted, Phase
 from sweeper.ledger import Ledger
@@ -72,7 +73,7 @@ class Clock:
         return self.now
 
 
-class Timed:
+class Timed(OnePlaceAlike):
     """A backend in fake time. ``lives[i]``: the i-th started trial's script, ``(seconds
     after its start, event)``; a trial whose script ends without ``Exited`` runs on. On a
     SIGTERM (a soft cancel) a trial dies at once (``on_term="die"``) or runs on
@@ -80,16 +81,6 @@ class Timed:
 
     capacity = 1
     stop_word = "killed"
-    exhausted = None  # every place takes trials
-
-    def admits(self, spec):
-        return True
-
-    def again(self, result):
-        return False
-
-    def ranked(self, queued):
-        return None
 
     def __init__(self, clock: Clock, lives: list[list[tuple[float, Any]]], on_term: str = "die",
                  answers: bool = False) -> None:

@@ -13,6 +13,7 @@ import signal
 
 import pytest
 
+from conftest import OnePlaceAlike
 from sweeper.engine import Engine, Interrupted
 from sweeper.errors import SweepError
 from sweeper.ledger import Ledger
@@ -21,21 +22,11 @@ from sweeper.planning import plan
 from sweeper.trial import Status
 
 
-class Scripted:
+class Scripted(OnePlaceAlike):
     """A backend whose first ``wait`` raises ``signal`` (if any) and returns ``events(ids)``."""
 
     capacity = 2
     stop_word = "killed"
-    exhausted = None  # every place takes trials
-
-    def admits(self, spec):
-        return True
-
-    def again(self, result):
-        return False
-
-    def ranked(self, queued):
-        return None
 
     def __init__(self, events, send_signal=None):
         self.events, self.send_signal = events, send_signal
