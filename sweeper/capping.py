@@ -65,10 +65,13 @@ class MemoryPolicy:
 
 def trial_env(cap_mb: int, total_mb: int) -> dict[str, str]:
     """A trial's own cap under ``per_gpu="auto"`` (its slot's environment has none): MB for
-    TensorFlow, the matching share of the card for JAX and PyTorch."""
+    TensorFlow, the matching share of the card for JAX and PyTorch; each framework grows to
+    it rather than taking it all at once (TensorFlow's allocator and JAX's preallocate their
+    whole limit by default), so what NVML measures is what the trial needed, not its cap."""
     fraction = f"{min(1.0, cap_mb / total_mb):.6g}"
     return {contract.MEMORY_LIMIT_MB: str(cap_mb), contract.MEMORY_FRACTION: fraction,
-            "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction}
+            "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction, "XLA_CLIENT_MEM_FRACTION": fraction,
+            "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 
 
 def resolve(per_gpu: int | str | None, fraction: float | None, growth: bool) -> MemoryPolicy:

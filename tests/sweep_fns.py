@@ -194,7 +194,9 @@ def packed(params):
         met = max(met, fake_nvml.holders(params["board"]))
         time.sleep(0.02)
     time.sleep(params.get("busy_s", 0.0))
-    return {"met": float(met), "cap": float(os.environ.get("SWEEPER_MEMORY_LIMIT_MB", "nan"))}
+    grows = (os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true"
+             and os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE") == "false")
+    return {"met": float(met), "cap": float(os.environ.get("SWEEPER_MEMORY_LIMIT_MB", "nan")), "grows": float(grows)}
 
 
 def hog(params):

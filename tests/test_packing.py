@@ -178,6 +178,8 @@ def test_the_first_of_a_shape_runs_alone_and_the_rest_share_a_card(tmp_path, mac
     assert (rest.gpu_mem_reserved_mb == math.ceil(2000 * (1 + HEADROOM))).all() and (rest.gpu_mem_cap_mb == 2000).all()
     assert (rest.met >= 2).all()  # each shared its card with another trial while it held its memory
     assert (df.cap == df.gpu_mem_cap_mb).all()  # the cap each ran under is the one its row says
+    seen = df.set_index("param_lr")
+    assert (seen.grows == 1).all()  # TensorFlow and JAX grow to their cap, so a peak is a need, not a cap
 
 
 def test_an_oom_runs_again_with_a_larger_reservation_without_retries(tmp_path, machine):
