@@ -7,7 +7,8 @@ Each trial (``hog`` below) takes real memory, 0.2-1.2 GB (one amount per model s
 sizes, 4 trials each: ``memory_keys=["size"]``), touches every page, then waits 2-4 s, as a
 trial waiting on its GPU does. Methods: ``auto`` (``workers="auto", host_memory=<budget>``:
 trials start while their predicted peak fits the budget and an idle core is measured),
-and fixed ``workers`` N (no budget: N at once whatever they hold). Columns: makespan
+``auto-free`` (``workers="auto"`` without a budget: the available memory less 1 GB, and
+idle cores), and fixed ``workers`` N (no budget: N at once whatever they hold). Columns: makespan
 (median over seeds), the most memory the trials held at once (the sum of the
 ``mem_peak_mb`` of trials running together, by their start and end stamps; the largest
 over seeds), whether that stayed within the budget, and the median trial's own
@@ -45,8 +46,12 @@ def _run(spec: dict) -> None:
     from trials import hog
 
     method = spec["method"]
-    kw: dict = ({"workers": "auto", "host_memory": spec["budget"], "memory_keys": ["size"]} if method == "auto"
-                else {"workers": int(method)})
+    if method == "auto":
+        kw: dict = {"workers": "auto", "host_memory": spec["budget"], "memory_keys": ["size"]}
+    elif method == "auto-free":  # no budget: the machine's available memory less 1 GB, and idle cores
+        kw = {"workers": "auto", "memory_keys": ["size"]}
+    else:
+        kw = {"workers": int(method)}
     t0 = time.monotonic()
     df = sweeper.sweep(hog, spec["points"], out=spec["out"], name=f"m{method}", progress=False, **kw)
     wall = time.monotonic() - t0
@@ -64,7 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budget", default="3GB")
-    ap.add_argument("--methods", default="auto,2,4,8")
+    ap.add_argument("--methods", default="auto,auto-free,2,4,8")
     ap.add_argument("--run", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
@@ -92,7 +97,7 @@ def main() -> None:
     print(f"{'method':<22}{'makespan s':>11}{'most held at once MB':>22}{'within budget':>15}{'trial peak MB':>15}")
     for m in methods:
         rs = results[m]
-        name = f"auto (budget {args.budget})" if m == "auto" else f"workers={m}"
+        name = {"auto": f"auto (budget {args.budget})", "auto-free": "auto (no budget)"}.get(m, f"workers={m}")
         most = max(r["together"] for r in rs)
         peak = statistics.median(row["mem"] for r in rs for row in r["rows"])
         print(f"{name:<22}{statistics.median(r['wall'] for r in rs):>11.1f}{most:>22.0f}"

@@ -108,6 +108,8 @@ class Needs:
         self.keys = list(memory_keys) if memory_keys is not None else None
         self.hint = hint
         self.host = host  #: host memory (``mem_peak_mb``), else GPU memory (``gpu_mem_peak_mb``)
+        #: a shape not measured yet is predicted as the largest so far, not given a place to itself
+        self.guess_new_shapes = False
         self.by_point: dict[str, float] = {}
         self.by_shape: dict[str, float] = {}
         self.largest: float | None = None
@@ -134,7 +136,7 @@ class Needs:
             return Need(float(megabytes(value, "gpu_memory")), "hint")
         if shape is not None:
             return Need(shape, "memory_keys")
-        if self.largest is not None and self.keys is None:
+        if self.largest is not None and (self.keys is None or self.guess_new_shapes):
             return Need(self.largest, "largest so far")
         return Need(ALONE, "unmeasured", self.shape_of(params))
 
@@ -348,7 +350,11 @@ class HostRoom(Callback):
         room = min(budget - sum of our trials' reservations,
                    MemAvailable - sum over our trials of max(0, reserved - resident now) - HOST_RESERVE_MB)
 
-    An unmeasured one starts only when none of ours runs (the machine to itself). With
+    Under a budget, a shape not measured yet (and, with nothing measured, any trial) starts
+    only when none of ours runs: the budget is a promise. Without one, a new shape is
+    predicted to need the most any trial held so far (MemAvailable, read at each start,
+    shows what it really takes before the next one starts). What running trials hold now
+    counts where it is more than they reserved. With
     ``workers="auto"`` a trial also needs a whole idle core, measured
     (:class:`sweeper.headroom.IdleCpu`; those started since the measurement count as busy),
     unless none of ours runs: trials that wait (on a GPU, on I/O) pack; trials that compute
@@ -358,6 +364,7 @@ class HostRoom(Callback):
         from .headroom import IdleCpu
 
         self.needs, self.budget = needs, budget_mb
+        needs.guess_new_shapes = budget_mb is None
         self.idle = IdleCpu() if watch_cores else None
         self.measuring: set[str] = set()
         self.starts: list[float] = []  #: monotonic, when each trial was let start
@@ -370,7 +377,7 @@ class HostRoom(Callback):
             return None
         room = math.inf
         if self.budget is not None:
-            room = self.budget - sum(r for r, _ in ours)
+            room = self.budget - sum(max(r, h) for r, h in ours)
         if available_mb is not None:
             room = min(room, available_mb - sum(max(0.0, r - h) for r, h in ours) - HOST_RESERVE_MB)
         if need.alone:
