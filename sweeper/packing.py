@@ -2,12 +2,12 @@
 
 What a trial needs is *predicted* (:class:`Needs`), in this order:
 
-1. the user's hint, ``gpu_memory="6GB"`` or a function of the point;
-2. the same point's earlier attempts: the most its process tree held (``gpu_mem_peak_mb``,
-   as NVML counts it: CUDA context and libraries included); after an OOM, 1.5 times what
-   it was given (its cap plus :data:`CONTEXT_MB`) or held, whichever is more, and after a
-   second OOM a card to itself;
-   (and what points alike in ``memory_keys`` needed since, if more: an OOM of the shape);
+1. the same point's earlier attempts: the most its process tree held (``gpu_mem_peak_mb``,
+   as NVML counts it: CUDA context and libraries included), or what points alike in
+   ``memory_keys`` needed since, if more (an OOM of the shape); after an OOM, 1.5 times
+   what it was given (its cap plus :data:`CONTEXT_MB`) or held, whichever is more, and
+   after a second OOM a card to itself;
+2. the user's hint, ``gpu_memory="6GB"`` or a function of the point;
 3. points that agree on the parameters named ``memory_keys``: the most any of them held;
 4. without ``memory_keys``: the most any trial of the sweep held;
 5. else (a shape not measured yet, or nothing measured): the trial gets a card to itself,
@@ -31,7 +31,8 @@ through NVML's free memory, as does memory a trial left behind. A trial that nee
 to itself goes only on a card where none of ours runs, and gets what is free there.
 
 Its framework's *cap* is the reservation less :data:`CONTEXT_MB` (the CUDA context lives
-outside TensorFlow's allocator and JAX's fraction), but never below the prediction.
+outside TensorFlow's allocator and JAX's fraction), but never below the prediction; the
+framework grows to it (:func:`sweeper.capping.trial_env`), so a peak is a need, not a cap.
 
 An ``oom`` or ``crashed`` trial counts against its card (not a first OOM, which says the
 prediction was short, and runs again): :data:`BREAKER` of them in a row on one card (no
@@ -347,7 +348,7 @@ class HostRoom(Callback):
     trial starts while its predicted peak resident memory (:class:`Needs` on ``mem_peak_mb``,
     the same order as for GPUs) plus :data:`HOST_HEADROOM` fits in ::
 
-        room = min(budget - sum of our trials' reservations,
+        room = min(budget - sum over our trials of max(reserved, resident now),
                    MemAvailable - sum over our trials of max(0, reserved - resident now) - HOST_RESERVE_MB)
 
     Under a budget, a shape not measured yet (and, with nothing measured, any trial) starts
