@@ -49,7 +49,9 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
             searched: ``{name: uniform(..) | loguniform(..) | randint(..) | [choices] | value}``.
         **options: any field of :class:`sweeper.Options`: ``workers``, ``seed``,
             ``timeout`` and ``stall`` (seconds, or ``"10m"``), ``retries``, ``gpus``,
-            ``per_gpu``, ``name``, ``out``, ``fresh``, ``skip_failed``, ``dry_run``, ``progress``; for an adaptive search (Optuna),
+            ``per_gpu``, ``name``, ``out``, ``fresh``, ``skip_failed``, ``dry_run``, ``progress``; to pack
+            trials by the memory they measurably need, ``per_gpu="auto"`` (with ``memory_keys``,
+            ``gpu_memory="6GB"``), ``workers="auto"``, ``host_memory="3GB"``; for an adaptive search (Optuna),
             ``search="tpe"``, ``trials=20``, ``prune="asha"`` with ``metric`` (and ``mode``);
             to show it elsewhere, ``tensorboard=True``, ``mlflow=True`` or ``mlflow="http://host:5000"``.
 
