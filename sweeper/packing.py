@@ -419,8 +419,9 @@ class HostRoom(Callback):
             self.needs.learn(result)
 
     def describe(self) -> str:
-        budget = f"{self.budget} MB (host_memory)" if self.budget is not None else "no budget"
-        cores = "and a measured idle core, " if self.idle is not None else ""
-        return (f"host memory: a trial starts while its predicted peak plus {HOST_HEADROOM:.0%} fits under {budget} and "
-                f"the available memory less {HOST_RESERVE_MB} MB, {cores}an unmeasured one with the machine to "
-                "itself")
+        budget = f"the {self.budget} MB budget and " if self.budget is not None else ""
+        cores = ", and a measured idle core is free" if self.idle is not None else ""
+        new = ("a new shape first runs with the budget to itself" if self.budget is not None
+               else "a new shape is predicted as the largest so far")
+        return (f"host memory: a trial starts while its predicted peak plus {HOST_HEADROOM:.0%} fits under {budget}the "
+                f"available memory less {HOST_RESERVE_MB} MB{cores}; {new}; the first with the machine to itself")

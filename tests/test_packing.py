@@ -232,6 +232,10 @@ def test_dry_run_says_the_policy(tmp_path, machine):
     assert proc.returncode == 0, proc.stderr
     assert f"per_gpu auto: a trial starts on a card while its predicted need plus {HEADROOM:.0%}" in proc.stdout
     assert "points alike in units" in proc.stdout and "up to 8 per GPU" in proc.stdout
+    host = run_fake_cli(machine, grid, "--workers", "auto", "--host-memory", "3GB", "--dry-run", "--out", str(tmp_path))
+    assert host.returncode == 0 and ("host memory: a trial starts while its predicted peak plus 20% fits under the "
+                                     "3072 MB budget and the available memory less 1024 MB, and a measured idle core "
+                                     "is free; a new shape first runs with the budget to itself") in host.stdout
     bad = run_fake_cli(machine, grid, "--per-gpu", "auto", "--memory-keys", "unit", "--dry-run", "--out",
                        str(tmp_path))
     assert bad.returncode == 2 and "memory_keys names 'unit', which no point of the grid has" in bad.stderr
