@@ -31,11 +31,10 @@ import time
 from dataclasses import replace
 from typing import Any, Sequence
 
-from ... import capping, contract
+from ... import capping, contract, headroom, hostmem
 from ...child import bootstrap
 from ...gpus import MemorySampler
 from ...hostmem import HostSampler
-from ... import headroom, hostmem
 from ...packing import Card, HostRoom, Packer, Spot
 from ...protocol import Began, Broken, Event, Exited
 from ...slots import Slot, pick
@@ -297,7 +296,8 @@ class LocalBackend:
 
     def _others(self) -> None:
         """Processes NVML lists on the sweep's cards that are no running trial's (nor below
-        one, nor a standby): one of this sweep's (a trial's leftover) is killed, once said;
+        one, nor a standby): one of this sweep's from a slot no trial runs in (a trial's
+        leftover) is killed, once said (one from a busy slot is its trial's, left alone);
         another user's is said once, and counts as used through NVML's free memory."""
         assert self.sampler is not None
         if not self.sampler.listed:
@@ -307,11 +307,16 @@ class LocalBackend:
         ours = {sb.process.pid for sb in self.pool.all()}
         for p in self.running.values():
             ours |= {p.process.pid, *procs.descendants(p.process.pid)}
+        busy = {str(p.slot.index) for p in self.running.values()} | {str(s.index) for _, s in self.pending.values()}
         for pid, (card, mb) in self.sampler.listed.items():
             if pid in ours or pid in self._told or not os.path.exists(f"/proc/{pid}"):
                 continue  # (not in /proc: gone, or NVML reports the host's pids to this container)
             self._told.add(pid)
-            if procs.tags(pid).get(contract.SWEEP) == self.tag:
+            tag = procs.tags(pid)
+            if tag.get(contract.SWEEP) == self.tag:
+                if tag.get(contract.SLOT) in busy:  # a running trial's detached helper: its trial's
+                    self._told.discard(pid)
+                    continue
                 procs.signal_all([pid], signal.SIGKILL)
                 log.warning("sweeper: gpu:%s: pid %d, left by a trial of this sweep, held %d MB after its trial "
                             "ended; killed", card, pid, mb)
