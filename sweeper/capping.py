@@ -30,6 +30,8 @@ MARGIN = 0.95
 #: ``per_gpu="auto"``: at most this many trials share a card (the slots made per card);
 #: how many run there is decided by memory (:mod:`sweeper.packing`).
 AUTO_PER_GPU = 8
+#: The fork server's probe on a GPU (:mod:`sweeper.child.preload`) runs under this cap, MB.
+PROBE_CAP_MB = 512
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ of its processes, declared once, with what writes it and what reads it.
     SWEEPER_MEMORY_AUTO            per slot with per_gpu="auto"          child.imports: caps wait for the
                                                                          trial (its env has them)
     SWEEPER_PRELOAD_READY, _LIST,  backends.local.server, as the       child.preload, in the
-    _PATH                          server starts                         server, once
+    _PATH, _PROBE_GPU              server starts (_PROBE_GPU: the        server, once (its probe fork
+                                   environment of a GPU slot)            pins that card)
     SWEEPER_ARG_<i>, SWEEPER_FLAG_ command, a --shell trial's values     /bin/sh, never sweeper
     <j>, SWEEPER_FLAGS
 
@@ -48,6 +49,7 @@ MEMORY_AUTO = "SWEEPER_MEMORY_AUTO"
 PRELOAD_READY = "SWEEPER_PRELOAD_READY"
 PRELOAD_LIST = "SWEEPER_PRELOAD_LIST"
 PRELOAD_PATH = "SWEEPER_PRELOAD_PATH"
+PRELOAD_PROBE_GPU = "SWEEPER_PRELOAD_PROBE_GPU"
 #: A --shell command's values: ``SWEEPER_ARG_<i>`` per placeholder, ``SWEEPER_FLAG_<j>`` per
 #: flag of ``{flags}``, and ``SWEEPER_FLAGS`` all flags joined.
 ARG_PREFIX = "SWEEPER_ARG_"

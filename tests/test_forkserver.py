@@ -318,3 +318,67 @@ grid = {"x": [1, 2]}
     assert (df.status == "ok").all(), df.error.tolist()
     for column in ("default", "executor", "spawned", "forkserved"):
         assert (df[column] == 14).all(), (column, df[column].tolist())
+
+
+#: An installed library that "initialises CUDA" where it is imported, as NVML would show it
+#: (tests/fake_nvml.py): the importing process holds memory on the first fake card, as one
+#: holding a CUDA context would. (A real framework started with no card visible, as the fork
+#: server is, makes no context; a library that picks its own card at import does.)
+CUDA_AT_IMPORT = """import os
+if os.environ.get("HOLD_AT_IMPORT_MB"):
+    with open(os.path.join(os.environ["HOLD_BOARD"], str(os.getpid())), "w") as f:
+        f.write(os.environ["HOLD_CARD"] + " " + os.environ["HOLD_AT_IMPORT_MB"])
+"""
+
+TRAIN_WITH_IT = """import os
+import cuda_at_import
+
+def train(params):
+    return {"pid": os.getpid(), "ppid": os.getppid()}
+"""
+
+
+@pytest.mark.parametrize("holds", [True, False], ids=["server-holds-a-context", "clean"])
+def test_on_a_gpu_machine_forks_are_trusted_only_if_the_server_holds_nothing_on_a_card(
+        tmp_path, monkeypatch, fake_nvml, capsys, holds):
+    """The fork server's probe on a GPU machine: after it, NVML must list no process of the
+    server's on any card (a context made before a fork is one no fork can use); else the
+    sweep spawns, said in one line, and every trial is still ok."""
+    site = install_module(tmp_path / "site", "cuda_at_import", CUDA_AT_IMPORT)
+    monkeypatch.syspath_prepend(site)
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "probed_fns.py").write_text(TRAIN_WITH_IT)
+    monkeypatch.syspath_prepend(str(tmp_path / "user"))
+    card = fake_nvml.cards[0]
+    monkeypatch.setenv("HOLD_BOARD", fake_nvml.board)
+    monkeypatch.setenv("HOLD_CARD", card.uuid)
+    if holds:
+        monkeypatch.setenv("HOLD_AT_IMPORT_MB", "700")
+    module = __import__("probed_fns")
+    df = sweeper.sweep(module.train, {"x": [1, 2, 3]}, workers=2, out=str(tmp_path / "out"), progress=False)
+    assert df.status.tolist() == ["ok"] * 3, df.error.tolist()
+    said = capsys.readouterr()
+    lines = [line for line in (said.out + said.err).splitlines() if "fork server" in line]
+    if holds:
+        assert len(lines) == 1, lines
+        assert "holds 700 MB on gpu:0 after its probe" in lines[0] and "spawn processes" in lines[0], lines
+        assert (df.ppid == os.getpid()).all()  # spawned: children of the sweep
+    else:
+        assert lines == []
+        assert (df.ppid != os.getpid()).all()  # forks of the server
+
+
+@pytest.mark.unit
+def test_the_probe_pins_the_first_card_of_the_sweep_under_a_small_cap(fake_nvml):
+    """What the probe fork's environment is on a GPU machine (a GPU slot's, with a cap as a
+    packed trial's), and that on the CPU there is no GPU probe."""
+    from sweeper import capping, contract
+    from sweeper.slots import parse_gpus, place
+
+    env = fork.probe_env(place(parse_gpus("1"), capping.resolve(2, None, False), None).slots)
+    assert env is not None
+    assert env["CUDA_VISIBLE_DEVICES"] == fake_nvml.cards[1].uuid
+    assert env[contract.MEMORY_LIMIT_MB] == str(capping.PROBE_CAP_MB)
+    assert float(env[contract.MEMORY_FRACTION]) == pytest.approx(capping.PROBE_CAP_MB / 16384, rel=1e-3)
+    assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" and contract.SLOT not in env
+    assert fork.probe_env(place("none", capping.resolve(None, None, False), 2).slots) is None

@@ -174,6 +174,62 @@ def test_standbys_hold_no_gpu_memory_while_they_wait(tmp_path, cards, per_proces
     assert 0 < watch.most_at_once <= 2, f"{watch.most_at_once} processes on the card at once with --per-gpu 2"
 
 
+PROBED_GRID = """
+import sys
+sys.path.insert(0, {here!r})
+import {fw}  # at the top: the fork server imports it, and its probe uses it on the card
+import gpu_fns
+
+def train(params):
+    return {{**gpu_fns.allocate({{**params, "fw": {fw!r}}}), "ppid": float(__import__("os").getppid())}}
+
+grid = {{"mb": 256, "board": {board!r}, "i": [1, 2, 3]}}
+"""
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_the_fork_server_is_proven_on_the_card_and_its_forks_train_there(tmp_path, cards, fw):
+    """On a real card the fork server's probe pins it, caps and allocates with the framework
+    the server imported, and leaves nothing there: the sweep forks (no line says it spawns),
+    and every forked trial sees its card."""
+    _installed(fw)
+    board = tmp_path / "board"
+    board.mkdir()
+    grid = tmp_path / "probed_grid.py"
+    grid.write_text(PROBED_GRID.format(here=HERE, fw=fw, board=str(board)))
+    done = subprocess.run([sys.executable, "-m", "sweeper", str(grid), "--gpus", str(cards[0].index),
+                           "--per-gpu", "2", "--out", str(tmp_path / "out")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "spawn processes" not in done.stdout + done.stderr, (done.stdout + done.stderr)[-2000:]
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert (df.status == "ok").all() and (df.devices_seen == 1).all(), df.to_string()
+    assert (df.ppid != os.getpid()).all()
+
+
+def test_auto_packs_trials_of_a_measured_size_onto_one_card(tmp_path, cards, per_process):
+    """per_gpu="auto" on a real card: the first trial of the size runs alone and is
+    measured; the rest share the card, each under a cap of its measured need plus
+    headroom, none over it, all ok, with their reservation in the row."""
+    fw = next((f for f in ("torch", "jax", "tensorflow") if importlib.util.find_spec(f)), None)
+    if fw is None:
+        pytest.skip("no GPU framework installed (torch, jax, tensorflow)")
+    board = tmp_path / "board"
+    board.mkdir()
+    # the first waits alone (30 s) and is measured; the rest hold theirs until two are on the card
+    grid = {"fw": fw, "mb": 1024, "board": str(board), "wait_for": "full", "i": list(range(6))}
+    with Watch(str(board), full_at=2) as watch:
+        df = sweeper.sweep(gpu_fns.allocate, grid, gpus=[cards[0].index], per_gpu="auto", memory_keys=["mb"],
+                           out=str(tmp_path), progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert df.gpu_mem_reserved_mb.notna().all() and df.gpu_mem_peak_mb.notna().all()
+    assert (df.gpu_mem_peak_mb <= df.gpu_mem_cap_mb + MARGIN_MB).all(), df[["gpu_mem_peak_mb", "gpu_mem_cap_mb"]]
+    assert watch.most_at_once >= 2  # packed: more than one trial on the card at once
+    assert released(set(watch.peaks)) == {}
+
+
 def test_free_skips_a_card_another_process_holds(tmp_path, cards):
     fw = _holding_framework()
     card = cards[0]

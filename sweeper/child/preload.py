@@ -48,6 +48,11 @@ def _import() -> str:
 #: Seconds the probe fork may take to compute with each framework (a first TensorFlow op
 #: takes under a second here).
 PROBE_S = 10.0
+#: Seconds it may take on a GPU: a framework's first use of a card (the driver's start,
+#: its libraries loaded, kernels compiled for a new architecture) can take a minute.
+PROBE_GPU_S = 120.0
+#: MB the probe allocates on the card, under its cap (``capping.PROBE_CAP_MB``).
+PROBE_MB = 64
 
 
 def probe() -> str:
@@ -56,29 +61,55 @@ def probe() -> str:
     threads have started (PyTorch after an op at the module's top level, whose OpenMP
     threads are gone in the fork; JAX once its backends are up): such a fork hangs inside
     ``train``, where no watchdog can tell it from training. So that is found out here,
-    once, before any trial forks: "ok", or why the sweep must spawn."""
+    once, before any trial forks: "ok", or why the sweep must spawn.
+
+    On a machine whose GPUs the sweep uses (the parent passes a GPU slot's environment in
+    ``SWEEPER_PRELOAD_PROBE_GPU``), the fork also pins that card, caps each framework there
+    as a trial's is capped, allocates and frees a little memory on it (:func:`_on_gpu`):
+    a framework that looked for GPUs in the server (with none visible) sees none in its
+    forks, and CUDA initialised before a fork fails in it. (That the server and its probe
+    hold nothing on the card afterwards is the parent's check, through NVML:
+    :class:`sweeper.backends.local.server.ForkServer`.)"""
+    import json
     import signal
     import time
 
+    gpu = json.loads(os.environ.pop(contract.PRELOAD_PROBE_GPU, "") or "{}")
+    read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the probe: a fork like any trial's, minus the trial
-        code = 0
+        os.close(read)
+        why = ""
         try:
             _compute()
-        except BaseException:  # noqa: BLE001
-            code = 3
-        os._exit(code)
-    deadline = time.monotonic() + PROBE_S
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            code = os.waitstatus_to_exitcode(status)
-            return "ok" if code == 0 else f"a fork failed to compute with {_loaded()} (exit code {code})"
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return f"a fork hung computing with {_loaded()} for {PROBE_S:g} s (threads started before the fork)"
-        time.sleep(0.01)
+            if gpu:
+                os.environ.update(gpu)
+                why = _on_gpu()
+        except BaseException as exc:  # noqa: BLE001
+            why = f"{'on the GPU ' if gpu else ''}{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        os.write(write, why.encode())
+        os._exit(3 if why else 0)
+    os.close(write)
+    limit = PROBE_GPU_S if gpu else PROBE_S
+    deadline = time.monotonic() + limit
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+                if code == 0:
+                    return "ok"
+                why = os.read(read, 4096).decode(errors="replace")
+                return f"a fork failed to compute with {_loaded()} (exit code {code}{': ' + why if why else ''})"
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                where = " on the GPU" if gpu else ""
+                return (f"a fork hung computing with {_loaded()}{where} for {limit:g} s (threads started, or "
+                        "CUDA initialised, before the fork)")
+            time.sleep(0.01)
+    finally:
+        os.close(read)
 
 
 def _loaded() -> str:
@@ -107,6 +138,92 @@ def _compute() -> None:
         jnp = sys.modules["jax"].numpy
         x = jnp.ones((64, 64))
         float((x @ x).sum())
+
+
+def _on_gpu() -> str:
+    """In the probe fork, pinned to a card with a cap in its environment: each framework
+    the server loaded caps itself (as in a trial: :mod:`sweeper.child.capping`), puts
+    :data:`PROBE_MB` on the card, computes, frees it. "" when all went well, else why not.
+
+    A framework built for CUDA that sees no GPU here while the CUDA driver, asked from a
+    fresh process, sees one looked for GPUs in the server: every fork would train on
+    the CPU, silently. (A framework without CUDA, or a machine whose driver sees no card,
+    is no worse in a fork than in a spawn process.)"""
+    import sys
+
+    from . import capping
+
+    floats = PROBE_MB * 2**20 // 4
+    blind = []
+    if "tensorflow" in sys.modules:
+        tf = sys.modules["tensorflow"]
+        capping.apply_tensorflow(tf)
+        if tf.config.list_physical_devices("GPU"):
+            with tf.device("/GPU:0"):
+                x = tf.ones((floats,))
+                float(tf.reduce_sum(x).numpy())
+                del x
+        elif tf.test.is_built_with_cuda():
+            blind.append("tensorflow")
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        if torch.cuda.is_available():
+            capping.apply_torch(torch)
+            t = torch.ones(floats, device="cuda")
+            float(t.sum())
+            del t
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        elif getattr(torch.version, "cuda", None):
+            blind.append("torch")
+    if "jax" in sys.modules:
+        jax = sys.modules["jax"]
+        try:
+            devices = jax.devices("gpu")
+        except RuntimeError:  # no GPU backend
+            devices = []
+        if devices:
+            y = jax.device_put(jax.numpy.ones((floats,)), devices[0])
+            float(y.sum())
+            y.delete()
+        elif _jax_has_cuda():
+            blind.append("jax")
+    if blind and _driver_sees_a_gpu():
+        return (f"{', '.join(blind)} saw no GPU in a fork of the server while the CUDA driver sees one there "
+                "(it looked for GPUs in the server, where none is visible, before the fork)")
+    return ""
+
+
+def _jax_has_cuda() -> bool:
+    from importlib.util import find_spec
+
+    return any(find_spec(name) is not None for name in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins"))
+
+
+#: Run in a fresh process: exit 0 when the CUDA driver sees a device (no framework imported).
+_DRIVER_CHECK = """
+import ctypes, sys
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+except OSError:
+    sys.exit(1)
+n = ctypes.c_int(0)
+sys.exit(0 if cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0 else 1)
+"""
+
+
+def _driver_sees_a_gpu() -> bool:
+    """Whether the CUDA driver, asked from a fresh process with this environment (the
+    card pinned), sees a device."""
+    import subprocess
+    import sys
+
+    try:
+        return subprocess.run([sys.executable, "-c", _DRIVER_CHECK], timeout=60,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def _tell(said: str) -> None:

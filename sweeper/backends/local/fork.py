@@ -6,7 +6,9 @@ The server starts with the first trial (a sweep with nothing to run starts none)
 the Python is checked (:func:`sweeper.backends.local.internals.refusal`). While it imports,
 trials wait for it (at most ``SERVER_WAIT_S``). Spawn from then on, said in one line, when:
 the Python is untested, the server cannot start or be used (its probe fork,
-:func:`sweeper.child.preload.probe`, failed), it dies, it imports for too long, or the
+:func:`sweeper.child.preload.probe`, failed; on a GPU machine it also pins a card: a
+hang, an error, a framework that sees no GPU in a fork, or memory the server holds on a
+card after it), it dies, it imports for too long, or the
 watchdog fires.
 
 The watchdog: forking a process that has threads is safe only while none of them holds a
@@ -74,7 +76,8 @@ class Launcher:
                 self.stop_forking(refused, pool, running)
                 return
             # now, not before: a sweep with nothing to run starts no server (its import)
-            self.server = ForkServer(self.fork_ctx, preload_of(self.target), self.tag, common_env(slots))
+            self.server = ForkServer(self.fork_ctx, preload_of(self.target), self.tag, common_env(slots),
+                                     probe_env(slots))
             if self.server.state == "failed":
                 self.stop_forking(self.server.why, pool, running)
 
@@ -169,6 +172,24 @@ def preload_of(target: Target) -> list[str]:
     if isinstance(target, FileTarget):
         return list(target.preload)
     return modules.needed_by(sys.modules.get(target.module)) if target.module else []
+
+
+def probe_env(slots: Sequence[Slot]) -> dict[str, str] | None:
+    """The environment the fork server's probe fork takes on a GPU machine: the first GPU
+    slot's (its card pinned) with a cap of ``capping.PROBE_CAP_MB``, as a packed trial's
+    cap is given (:func:`sweeper.capping.trial_env`); None on the CPU."""
+    slot = next((s for s in slots if s.gpu is not None), None)
+    if slot is None:
+        return None
+    from ... import capping, gpus
+
+    env = {k: v for k, v in slot.env.items() if k != contract.SLOT}
+    total = next((g.total_mb for g in gpus.inventory() if g.uuid == slot.uuid), None)
+    if total:
+        env.update(capping.trial_env(capping.PROBE_CAP_MB, total))
+    else:  # NVML cannot tell the card's size: TensorFlow's cap alone
+        env[contract.MEMORY_LIMIT_MB] = str(capping.PROBE_CAP_MB)
+    return env
 
 
 def common_env(slots: Sequence[Slot]) -> dict[str, str]:

@@ -8,6 +8,11 @@ multiprocessing's ``forkserver`` does the forking; this adds what makes it fit a
   its top level makes (random generators, ids, threads, connections) is the trial's own,
   as under spawn; a trial forks with its framework imported and pins its own GPU before
   the framework looks at one;
+* on a GPU machine it is **proven on a card before it is trusted there**: its probe fork
+  (:func:`sweeper.child.preload.probe`) pins the sweep's first card, caps each framework
+  the server loaded as a trial's is capped, allocates, computes and frees a little memory
+  there; then NVML must list no process of the server's on any card (:meth:`ForkServer._held`).
+  A hang, an error, a framework blind to the card in a fork, or a context left: spawn;
 * it says when its import is done, **without blocking the sweep**: the preload writes
   ``ok`` (or why not) into a FIFO whose read end the sweep's loop waits on beside the
   trials' pipes; its death is seen through a pidfd. Until then trials wait for it or
@@ -70,8 +75,12 @@ def clean_temp() -> None:
 class ForkServer:
     """Starting, ready, failed or dead; ``fd`` becomes readable when its import has ended."""
 
-    def __init__(self, ctx: Any, preload: list[str], tag: str, env: dict[str, str]) -> None:
+    def __init__(self, ctx: Any, preload: list[str], tag: str, env: dict[str, str],
+                 probe_gpu: dict[str, str] | None = None) -> None:
         self.state = "starting"
+        self.tag = tag
+        #: a GPU slot's environment, for the probe fork to pin its card (None on the CPU)
+        self.probe_gpu = probe_gpu
         self.why = ""  #: why it cannot be used ("failed")
         self.started = time.monotonic()
         self.import_s: float | None = None  #: how long its import took
@@ -96,6 +105,10 @@ class ForkServer:
         server_env = {**env, "CUDA_VISIBLE_DEVICES": "-1", contract.SWEEP: tag, contract.PRELOAD_READY: fifo,
                       contract.SLOT: procs.SLOT_PLACEHOLDER, contract.PRELOAD_LIST: listing,
                       contract.PRELOAD_PATH: os.pathsep.join(p for p in sys.path if p)}
+        if probe_gpu is not None:
+            import json
+
+            server_env[contract.PRELOAD_PROBE_GPU] = json.dumps(probe_gpu)
         # never the user's module (not even a script run as __main__: each fork imports it)
         ctx.set_forkserver_preload(["sweeper.child.preload"])
         self._mp_temp = own_mp_temp(self._dir)
@@ -136,6 +149,10 @@ class ForkServer:
             except BlockingIOError:
                 said = ""
             if said == "ok":
+                held = self._held() if self.probe_gpu is not None else ""
+                if held:
+                    self._fail(f"the fork server cannot be used: {held}")
+                    return True
                 self.state, self.import_s = "ready", time.monotonic() - self.started
                 return True
             if said:
@@ -145,6 +162,24 @@ class ForkServer:
             self._fail("the fork server died while it imported train's module")
             return True
         return False
+
+    def _held(self) -> str:
+        """After the probe said ok on a GPU machine: what NVML lists on a card from the
+        server (itself, or a process it forked that is no trial's: the slot placeholder
+        still in its environment), or "". Such memory is a CUDA context made before a fork,
+        which no fork can use, or one the probe left behind."""
+        from ... import gpus
+
+        for gpu in gpus.inventory():
+            for pid, mb in gpu.processes:
+                tags = procs.tags(pid)  # {} once gone
+                if tags.get(contract.SWEEP) != self.tag or tags.get(contract.SLOT) != procs.SLOT_PLACEHOLDER:
+                    continue
+                who = "the fork server" if pid == self.pid else f"a process the fork server left (pid {pid})"
+                held = "memory" if mb is None else f"{mb} MB"
+                return (f"{who} holds {held} on gpu:{gpu.index} after its probe (CUDA was initialised "
+                        "before the fork, which forks cannot share)")
+        return ""
 
     def _fail(self, why: str) -> None:
         self.state, self.why = "failed", why
