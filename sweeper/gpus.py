@@ -151,8 +151,9 @@ class MemorySampler:
         return True
 
     def sample(self, pids: set[int]) -> None:
-        """One sample of every card, for the trials whose processes are ``pids``."""
-        if self._nvml is None or not pids:
+        """One sample of every card, for the trials whose processes are ``pids`` (none: what
+        NVML lists, alone)."""
+        if self._nvml is None:
             return
         held: dict[int, int] = {}
         self.listed = {}

@@ -97,6 +97,22 @@ class FakeNvml:
                 held[int(entry)] = int(mb)
         return held
 
+    def unlisted(self, uuid: str) -> int:
+        """MB of this card used by no process NVML lists: the board's ``unlisted-*`` files
+        (:func:`leak`), as a context the driver did not tear down when its process ended."""
+        if not self.board or not os.path.isdir(self.board):
+            return 0
+        total = 0
+        for entry in os.listdir(self.board):
+            if entry.startswith("unlisted-"):
+                try:
+                    with open(os.path.join(self.board, entry)) as f:
+                        card, mb = f.read().split()
+                except (OSError, ValueError):
+                    continue
+                total += int(mb) if card == uuid else 0
+        return total
+
     # -- the pynvml functions -------------------------------------------------------------
 
     def _check(self, name: str) -> None:
@@ -127,7 +143,7 @@ class FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, card: Card) -> SimpleNamespace:
         self._check("nvmlDeviceGetMemoryInfo")
         used_mb = card.reserved_mb + sum(mb or 0 for mb in card.others.values())
-        used_mb += sum(self.used_by_trials(card.uuid).values())
+        used_mb += sum(self.used_by_trials(card.uuid).values()) + self.unlisted(card.uuid)
         total, used = card.total_mb << 20, min(card.total_mb, used_mb) << 20
         return SimpleNamespace(total=total, used=used, free=total - used)
 
@@ -184,6 +200,17 @@ def hold(board: str, mb: int, pid: int | None = None) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"the fake NVML never listed pid {pid}: the sampler did not run")
         time.sleep(0.02)
+
+
+def leak(board: str, mb: int, name: str) -> str:
+    """Leave ``mb`` of this process's card used by no process, once it has ended (a context
+    the driver keeps): the file ``<board>/unlisted-<name>``, whose removal gives it back."""
+    path = os.path.join(board, f"unlisted-{name}")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{os.environ['CUDA_VISIBLE_DEVICES']} {mb}")
+    os.replace(tmp, path)
+    return path
 
 
 #: MB a fake framework holds for its CUDA context, outside its allocator's cap.

@@ -181,7 +181,8 @@ def packed(params):
     """A trial on a fake card (tests/fake_nvml.py): takes ``need_mb`` of it as a framework
     does (OOM past its cap or the card's free memory), and holds it until ``peers``
     processes hold memory of that card at once (60 s at most), then ``busy_s`` more. A
-    ``crash_on`` card index (or ``"all"``) crashes it there (SIGSEGV), as a faulty card would."""
+    ``crash_on`` card index (or ``"all"``) crashes it there (SIGSEGV), as a faulty card would;
+    ``leak_mb`` stays used on the card after it ended, by no process (``fake_nvml.leak``)."""
     import fake_nvml
 
     crash_on = params.get("crash_on")
@@ -189,6 +190,8 @@ def packed(params):
             f"-{int(crash_on):012d}")):
         os.kill(os.getpid(), signal.SIGSEGV)
     fake_nvml.allocate(params["board"], params["need_mb"])
+    if params.get("leak_mb"):  # left on the card by no process once this one has ended
+        fake_nvml.leak(params["board"], params["leak_mb"], os.environ["SWEEPER_TRIAL_ID"])
     deadline, met = time.monotonic() + 60, 0
     while met < params.get("peers", 1) and time.monotonic() < deadline:  # polls the board
         met = max(met, fake_nvml.holders(params["board"]))

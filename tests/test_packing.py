@@ -406,6 +406,32 @@ def test_another_users_process_on_a_card_is_said_once_and_counted_as_used(tmp_pa
     assert said == [f"sweeper: gpu:0: pid {stranger.pid}, not this sweep's, holds 3000 MB; counted as used"]
 
 
+@pytest.mark.parametrize("leak_mb, said", [(5000, True), (200, False)], ids=["leaked", "within-tolerance"])
+def test_memory_a_trial_leaves_on_its_card_is_said_once_and_counted_as_used(tmp_path, machine, monkeypatch,
+                                                                           capsys, leak_mb, said):
+    """Teardown: after a packed trial ends, its card's memory that no listed process holds
+    must come back to within TEARDOWN_TOLERANCE_MB of what it was when the trial started;
+    what does not within TEARDOWN_S is said once, with the trial's name, and counts as
+    used: the next large trial goes to the other card."""
+    from sweeper.backends.local import backend
+
+    monkeypatch.setattr(backend, "TEARDOWN_S", 0.5)
+    first = {"x": 1, "need_mb": 3000, "leak_mb": leak_mb, "board": machine.board}
+    large = [{"x": x, "need_mb": 12000, "board": machine.board} for x in (2, 3)]
+    df = sweeper.sweep(sweep_fns.packed, [first, *large], per_gpu="auto", workers=1, out=str(tmp_path),
+                       gpu_memory=lambda p: f"{p['need_mb']}MB", progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    lines = [line for line in capsys.readouterr().out.splitlines() if "did not come back" in line]
+    by_x = df.set_index("param_x")
+    if said:
+        assert len(lines) == 1, lines
+        assert lines[0].startswith(f"sweeper: gpu:{by_x.device[1][4:]}: 5000 MB did not come back") and \
+            f"after trial {by_x.trial[1]} ended" in lines[0], lines
+        assert set(by_x.device[[2, 3]]) == {"gpu:1"} and by_x.device[1] == "gpu:0"  # 12 GB fit only there
+    else:
+        assert lines == []
+
+
 def test_where_nvml_cannot_see_a_trials_memory_trials_run_one_per_card(tmp_path, machine, capsys):
     """A container whose NVML lists the host's pids: nothing is ever measured; rather than
     waiting for a measurement that never comes, unmeasured trials take a card each."""

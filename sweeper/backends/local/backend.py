@@ -15,6 +15,8 @@ Per slot (one trial's worth of a device, :mod:`sweeper.slots`)::
                    measured idle cores allow (:mod:`sweeper.headroom`), never more than n
     cancel()    ─▶ SIGTERM / SIGKILL to its process group, its descendants, and the
                    orphans it left with the sweep's tag (this process is a subreaper)
+    exit        ─▶ per_gpu="auto": its reservation stands (``tearing``) until its card's
+                   memory is back, or TEARDOWN_S passed (said once, counted as used)
 
 A *standby* is a slot's next process, started while the slot's trial runs: it has
 ``train`` imported (a fork has it from the server) when the trial comes.
@@ -28,7 +30,7 @@ import multiprocessing.connection
 import os
 import signal
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ... import capping, contract, headroom, hostmem
@@ -50,6 +52,27 @@ log = logging.getLogger("sweeper")
 
 #: Seconds between NVML reads of the trials' GPU memory, while trials run on GPUs.
 SAMPLE_EVERY = 0.5
+#: Teardown (per_gpu="auto"): a packed trial's reservation is freed once its card's memory
+#: that no process NVML lists holds is within this many MB of what it was when the trial
+#: started (and no leftover process of the sweep holds any there). The driver's own share
+#: of a card moves by tens of MB as contexts come and go; a leaked context is hundreds.
+TEARDOWN_TOLERANCE_MB = 256
+#: Seconds a reservation waits for that; then what did not come back is said once (it is
+#: counted as used anyway: room comes from NVML's free memory) and the reservation is freed.
+#: The driver frees a context within a second of its process's exit.
+TEARDOWN_S = 10.0
+
+
+@dataclass
+class Teardown:
+    """A packed trial that ended, its reservation kept until its card's memory is back."""
+
+    name: str  #: the trial's, for the line that says what did not come back
+    gpu: str
+    reserved_mb: int
+    before_mb: int  #: MB of the card no listed process held when the trial started
+    until: float  #: monotonic time after which it is said and freed
+    residue_mb: int = 0  #: what has not come back, at the last look
 
 
 class LocalBackend:
@@ -74,6 +97,9 @@ class LocalBackend:
         self._totals: dict[str, int] = {}  #: card -> its total MB, as NVML said
         self._read: list[Card] | None = None  #: the cards as NVML told them since the last wait()
         self._told: set[int] = set()  #: pids on the cards that were not the sweep's trials, said once
+        self._left: dict[int, str] = {}  #: pid -> card: leftovers of the sweep's trials, killed
+        self._before: dict[str, int] = {}  #: by trial id: MB of its card no listed process held at its start
+        self.tearing: dict[str, Teardown] = {}  #: by trial id: ended, its card's memory not verified back yet
         self.slots = list(slots)
         self.capacity = min(workers or len(self.slots), len(self.slots))
         #: Carried by every process of this sweep (and only this sweep), for :mod:`sweeper.procs`.
@@ -146,6 +172,9 @@ class LocalBackend:
             total = self._totals.get(spot.gpu, spot.reserved_mb)
             spec = replace(spec, env={**spec.env, **capping.trial_env(spot.cap_mb, total)})
             self.reserved[spec.trial_id] = (spot.gpu, spot.reserved_mb)
+            unlisted = self._unlisted().get(spot.gpu)
+            if unlisted is not None:
+                self._before[spec.trial_id] = unlisted
         slot = pick(free, [p.slot for p in self.running.values()] + [s for _, s in self.pending.values()],
                     prefer={i for i, sbs in self.pool.by_slot.items() if sbs})
         queue = self.pool.by_slot.get(slot.index, [])
@@ -171,7 +200,7 @@ class LocalBackend:
         if self.launcher.server is not None:
             waits += self.launcher.server.waits()
         now = time.monotonic()
-        due = [self._next_sample] if self.running else []
+        due = [self._next_sample] if self.running or self.tearing else []
         due += [p.watch_at for p in self.running.values() if watched(p)]
         due += [self.pool.recheck_at] if self.pool.recheck_at is not None else []
         due += [self.launcher.server.started + fork.SERVER_WAIT_S] if self.pending and self.launcher.server else []
@@ -194,11 +223,15 @@ class LocalBackend:
         for p in [p for p in self.running.values() if watched(p) and now >= p.watch_at]:
             if self.launcher.stuck(p, now):
                 events += self._rescue(p)
-        if self.running and now >= self._next_sample:
+        if (self.running or self.tearing) and now >= self._next_sample:
             pids = {p.process.pid for p in self.running.values()}
             self.host.sample(pids)
             if self.sampler:
                 self.sampler.sample(pids)
+            if self.tearing:  # looked at again now, not at the next placement only
+                self._read = None
+                self._cards()
+                self._read = None
             self._next_sample = now + SAMPLE_EVERY
         return events
 
@@ -287,12 +320,52 @@ class LocalBackend:
             read = self.sampler.cards()
             self._totals.update({g: total for g, (total, _) in read.items()})
             self._read = [Card(g, total, free) for g, (total, free) in read.items() if g in self.packer.gpus]
+            self._teardowns()
         ours: dict[str, list[tuple[float, float]]] = {}
         for tid, (gpu, mb) in self.reserved.items():
             p = self.running.get(tid)
             held = self.sampler.now.get(p.process.pid, 0) if p is not None else 0
             ours.setdefault(gpu, []).append((mb, held))
+        for t in self.tearing.values():  # its reservation stands, less what is still used of it
+            ours.setdefault(t.gpu, []).append((t.reserved_mb, t.residue_mb))
         return [replace(c, ours=tuple(ours.get(c.gpu, ()))) for c in self._read]
+
+    def _unlisted(self) -> dict[str, int]:
+        """Per card, MB used that no process NVML listed holds (the driver's own share, and
+        contexts whose process is gone), as last read; {} before a read."""
+        if self.sampler is None or self._read is None:
+            return {}
+        listed: dict[str, int] = {}
+        for card, mb in self.sampler.listed.values():
+            listed[card] = listed.get(card, 0) + mb
+        return {c.gpu: c.total_mb - c.free_mb - listed.get(c.gpu, 0) for c in self._read}
+
+    def _teardowns(self) -> None:
+        """Ended packed trials whose card's memory is back (within ``TEARDOWN_TOLERANCE_MB``
+        of what no listed process held at their start, no leftover of the sweep's there)
+        have their reservation freed; one past ``TEARDOWN_S`` has it freed too, and what did
+        not come back is said once: counted as used, through NVML's free memory."""
+        if not self.tearing:
+            return
+        unlisted = self._unlisted()
+        assert self.sampler is not None
+        left: dict[str, int] = {}
+        for pid, card in self._left.items():
+            if pid in self.sampler.listed:
+                left[card] = left.get(card, 0) + self.sampler.listed[pid][1]
+        self._left = {pid: card for pid, card in self._left.items() if pid in self.sampler.listed}
+        now = time.monotonic()
+        for tid, t in list(self.tearing.items()):
+            if t.gpu not in unlisted:  # NVML could not read the card now
+                continue
+            t.residue_mb = max(0, unlisted[t.gpu] - t.before_mb) + left.get(t.gpu, 0)
+            if t.residue_mb <= TEARDOWN_TOLERANCE_MB:
+                del self.tearing[tid]
+            elif now >= t.until:
+                del self.tearing[tid]
+                log.warning("sweeper: gpu:%s: %d MB did not come back %.0f s after trial %s ended (used by no "
+                            "process NVML lists, or by a process it left); counted as used", t.gpu,
+                            t.residue_mb, TEARDOWN_S, t.name)
 
     def _others(self) -> None:
         """Processes NVML lists on the sweep's cards that are no running trial's (nor below
@@ -318,6 +391,7 @@ class LocalBackend:
                     self._told.discard(pid)
                     continue
                 procs.signal_all([pid], signal.SIGKILL)
+                self._left[pid] = card
                 log.warning("sweeper: gpu:%s: pid %d, left by a trial of this sweep, held %d MB after its trial "
                             "ended; killed", card, pid, mb)
             else:
@@ -364,9 +438,12 @@ class LocalBackend:
         why in its log): its trial goes to a spawn process (Began again), as do the rest."""
         why = rescue(p)
         packed, host = self.reserved.get(p.spec.trial_id), self.host_reserved.get(p.spec.trial_id)
+        before = self._before.get(p.spec.trial_id)
         self._forget(p)
         if packed is not None:  # the same terms in the new process
             self.reserved[p.spec.trial_id] = packed
+        if before is not None:
+            self._before[p.spec.trial_id] = before
         if host is not None:
             self.host_reserved[p.spec.trial_id] = host
         self.launcher.stop_forking("the fork watchdog fired", self.pool, self.running.values())
@@ -387,7 +464,12 @@ class LocalBackend:
         exitcode = p.process.exitcode if own is None else own
         if p.fn_started:  # how long trials run, for how many standbys keep a slot fed
             self.pool.trial_s = [*self.pool.trial_s[-15:], time.monotonic() - p.handed]
+        packed, before = self.reserved.get(p.spec.trial_id), self._before.get(p.spec.trial_id)
         self._forget(p)
+        if packed is not None and before is not None:  # freed once its card's memory is back
+            self.tearing[p.spec.trial_id] = Teardown(p.spec.name, packed[0], packed[1], before,
+                                                     time.monotonic() + TEARDOWN_S, residue_mb=0)
+            self._read = None  # the next placement reads the card after this exit
         if exitcode == bootstrap.NO_MAIN_GUARD and not p.has_result and not p.fn_started:
             # the sweep's problem, not this trial's: no row (it runs next time)
             return events + [("", Broken(str(no_main_guard())))]
@@ -397,6 +479,7 @@ class LocalBackend:
     def _forget(self, p: Proc) -> None:
         self.running.pop(p.spec.trial_id, None)
         self.reserved.pop(p.spec.trial_id, None)
+        self._before.pop(p.spec.trial_id, None)
         self.host_reserved.pop(p.spec.trial_id, None)
         self.host.peaks.pop(p.process.pid, None)  # a later process may get its pid
         if self.sampler:
