@@ -47,14 +47,22 @@ def epochs(params):
 def fake_gpu(params):
     """Takes ``need_mb`` of a simulated card (tests/fake_nvml.py's ``allocate``: OOM past its
     cap or the card's free memory, as a framework) and holds it until ``busy_s`` after it
-    began (the wait for the parent's sampler to see it included), then returns."""
+    began (the wait for the parent's sampler to see it included), then returns. With
+    ``epochs`` it reports that many epochs, evenly over ``busy_s``, as Keras's fit does
+    through sweeper's callback."""
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
     import fake_nvml
 
+    import sweeper
+
     t0 = time.time()
     fake_nvml.allocate(params["board"], params["need_mb"])  # waits until the sampler has seen it
+    epochs = int(params.get("epochs", 0))
+    for epoch in range(1, epochs + 1):
+        time.sleep(max(0.0, params["busy_s"] * epoch / epochs - (time.time() - t0)))
+        sweeper.report(epoch=epoch, loss=1.0 / epoch)
     time.sleep(max(0.0, params["busy_s"] - (time.time() - t0)))  # busy_s in all, as a trial's run
     return stamp(t0)
 

@@ -13,7 +13,13 @@ What a trial needs is *predicted* (:class:`Needs`), in this order:
 5. else (a shape not measured yet, or nothing measured): the trial gets a card to itself,
    and is measured there; the others of its shape (without ``memory_keys``: every other
    one) wait for that. Such trials are offered first (:meth:`Packer.ranked`), so what
-   each shape needs is known early.
+   each shape needs is known early. It is known at the trial's *first epoch* where the
+   trial reports epochs (Keras's fit does, through sweeper's callback): the most its tree
+   held by then is its shape's need until its end says more (a training step, a
+   validation pass and the framework's workspaces are all allocated by then); the others
+   of its shape start, and its own reservation shrinks to that plus :data:`EARLY_HEADROOM`,
+   so its card takes them too (:meth:`Packer.first_epoch`). A trial that reports nothing
+   is measured at its end.
 
 Placement scans the queue in order and lets a later trial pass one that does not fit
 (backfilling), but not for ever: once :data:`PATIENCE` trials have started past the first
@@ -66,6 +72,10 @@ CONTEXT_MB = 1024
 #: MB of each card never reserved: the driver's own use and fragmentation (an idle card
 #: shows a few hundred MB used), and a small trial's context beyond its reservation.
 MARGIN_MB = 512
+#: Share added, for the rest of its run, to what a shape's first trial held at its first
+#: epoch: its cap (a card's, given while unmeasured) lets it grow, as a later evaluation or
+#: prediction with other batch shapes may make it; the others of its shape get HEADROOM.
+EARLY_HEADROOM = 0.25
 #: A trial that ran out of memory is given this many times what it had, next time.
 OOM_GROWTH = 1.5
 #: Trials that may start past one that fits nowhere before a card is drained for it (draining
@@ -140,6 +150,14 @@ class Needs:
         if self.largest is not None and (self.keys is None or self.guess_new_shapes):
             return Need(self.largest, "largest so far")
         return Need(ALONE, "unmeasured", self.shape_of(params))
+
+    def provisional(self, params: Mapping[str, Any], mb: float) -> None:
+        """What a shape's first trial held at its first epoch: its shape's need (and, without
+        ``memory_keys``, the largest so far) until that trial's end says more."""
+        if self.keys is not None:
+            shape = self._shape(params)
+            self.by_shape[shape] = max(mb, self.by_shape.get(shape, 0.0))
+        self.largest = max(mb, self.largest or 0.0)
 
     def learn(self, result: TrialResult) -> None:
         """What a finished attempt says of its point's need (nothing, where it was not measured)."""
@@ -239,7 +257,7 @@ class Packer(Callback):
         return (f"per_gpu auto: a trial starts on a card while its predicted need plus {HEADROOM:.0%} fits the "
                 f"free memory NVML reports, less {MARGIN_MB} MB and what this sweep's trials there reserved and "
                 f"do not hold yet; predicted from {', then '.join(order)}; an unmeasured shape gets a card to "
-                f"itself first; each is capped at its need (or its reservation less {CONTEXT_MB} MB for the CUDA "
+                "itself first, until its first epoch (or its end) measures it; each is capped at its need (or its reservation less {CONTEXT_MB} MB for the CUDA "
                 f"context, if more); a first OOM runs again with {OOM_GROWTH:g}x; {self.breaker} oom or crashed in a "
                 "row close a card")
 
@@ -297,6 +315,18 @@ class Packer(Callback):
                 first.append(i)
         chosen = set(first)
         return first + [i for i in range(len(queued)) if i not in chosen]
+
+    def first_epoch(self, params: dict[str, Any], spot: Spot, held_mb: float | None) -> int | None:
+        """A trial placed unmeasured (a card to itself) reported its first epoch, holding
+        ``held_mb`` (its tree's most so far, as NVML showed it): its shape is measured now,
+        and the others of the shape may start; its own new, smaller reservation is returned
+        (its card takes other trials beside it). None where nothing changes: it was placed
+        on a measurement or after two OOMs, or NVML showed nothing of it yet."""
+        if spot.need.source != "unmeasured" or not held_mb:
+            return None
+        self.needs.provisional(params, held_mb)
+        self.measuring.discard(spot.need.shape)
+        return min(spot.reserved_mb, math.ceil(held_mb * (1 + EARLY_HEADROOM)))
 
     def again(self, result: TrialResult) -> bool:
         """Whether an attempt runs again on other terms, retries or not: a first ``oom``

@@ -182,7 +182,8 @@ def packed(params):
     does (OOM past its cap or the card's free memory), and holds it until ``peers``
     processes hold memory of that card at once (60 s at most), then ``busy_s`` more. A
     ``crash_on`` card index (or ``"all"``) crashes it there (SIGSEGV), as a faulty card would;
-    ``leak_mb`` stays used on the card after it ended, by no process (``fake_nvml.leak``)."""
+    ``leak_mb`` stays used on the card after it ended, by no process (``fake_nvml.leak``);
+    ``epoch``: it reports its first epoch once it holds its memory."""
     import fake_nvml
 
     crash_on = params.get("crash_on")
@@ -192,6 +193,10 @@ def packed(params):
     fake_nvml.allocate(params["board"], params["need_mb"])
     if params.get("leak_mb"):  # left on the card by no process once this one has ended
         fake_nvml.leak(params["board"], params["leak_mb"], os.environ["SWEEPER_TRIAL_ID"])
+    if params.get("epoch"):  # its first epoch, as Keras's fit reports it, before it waits
+        import sweeper
+
+        sweeper.report(epoch=1, loss=1.0)
     deadline, met = time.monotonic() + 60, 0
     while met < params.get("peers", 1) and time.monotonic() < deadline:  # polls the board
         met = max(met, fake_nvml.holders(params["board"]))

@@ -18,7 +18,7 @@ import sweep_fns
 from conftest import run_fake_cli, write_grid
 from sweeper.errors import SweepError
 from sweeper.options import Options, megabytes
-from sweeper.packing import CONTEXT_MB, HEADROOM, MARGIN_MB, PATIENCE, Card, Needs, Packer, terms
+from sweeper.packing import CONTEXT_MB, EARLY_HEADROOM, HEADROOM, MARGIN_MB, PATIENCE, Card, Needs, Packer, terms
 from sweeper.trial import Status, TrialResult
 
 
@@ -164,6 +164,44 @@ def machine(fake_nvml, monkeypatch):
     """The fake's cards, described to the trials too (their framework asks what is free)."""
     monkeypatch.setenv("SWEEPER_FAKE_NVML", fake_nvml.to_json())
     return fake_nvml
+
+
+@pytest.mark.unit
+def test_a_shape_is_measured_at_its_first_trials_first_epoch():
+    """Its first trial's first epoch: what it holds is its shape's need until its end says
+    more; the shape's others may start; its reservation shrinks to that plus EARLY_HEADROOM."""
+    packer = Packer(Needs(memory_keys=["units"]), ["0", "1"])
+    first, other = {"units": 64, "lr": 1}, {"units": 64, "lr": 2}
+    spot = packer.place(first, [Card("0", 16384, 16384), Card("1", 16384, 16384)])
+    assert spot is not None and spot.need.alone and spot.reserved_mb == 16384 - MARGIN_MB
+    assert packer.place(other, [Card("1", 16384, 16384)]) is None  # waits for the measurement
+    assert packer.first_epoch(first, spot, None) is None  # NVML showed nothing yet: nothing changes
+    assert packer.first_epoch(first, spot, 3000) == math.ceil(3000 * (1 + EARLY_HEADROOM))
+    assert packer.needs.predict(other).mb == 3000 and packer.needs.predict(other).source == "memory_keys"
+    placed = packer.place(other, [Card("0", 16384, 16384 - 3000, ours=((3750, 3000),))])
+    assert placed is not None and placed.reserved_mb == math.ceil(3000 * (1 + HEADROOM))
+    later = row(first, peak=3600)  # its end says more: that counts
+    packer.recorded(later)
+    assert packer.needs.predict(other).mb == 3600
+    hinted = Packer(Needs(hint="2GB"), ["0"])
+    spot = hinted.place(first, [Card("0", 16384, 16384)])
+    assert spot is not None and hinted.first_epoch(first, spot, 1500) is None  # measured already
+
+
+def test_the_others_of_a_shape_join_its_first_trials_card_from_its_first_epoch(tmp_path, machine):
+    """Keras reports epochs: the rest of a shape need not wait for its first trial's end.
+    The first trial holds its memory and waits until another trial holds memory on its
+    card beside it (a sentinel, 60 s at most): that happens only if its first epoch
+    measured the shape and shrank its reservation."""
+    grid = [{"size": "s", "need_mb": 2000, "lr": lr, "board": machine.board, "peers": 2, "epoch": lr == 1}
+            for lr in (1, 2, 3)]
+    df = sweeper.sweep(sweep_fns.packed, grid, per_gpu="auto", memory_keys=["size"], out=str(tmp_path),
+                       progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    first = df.set_index("param_lr").loc[1]
+    assert first.gpu_mem_reserved_mb == 16384 - MARGIN_MB  # placed unmeasured: a card to itself
+    assert first.met >= 2, "no trial joined the first one's card while it ran"
+    assert (df.device == first.device).all()  # best fit: beside it, not on the empty card
 
 
 def test_the_first_of_a_shape_runs_alone_and_the_rest_share_a_card(tmp_path, machine):

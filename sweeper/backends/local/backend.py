@@ -38,7 +38,7 @@ from ...child import bootstrap
 from ...gpus import MemorySampler
 from ...hostmem import HostSampler
 from ...packing import Card, HostRoom, Packer, Spot
-from ...protocol import Began, Broken, Event, Exited
+from ...protocol import Began, Broken, Event, Exited, Reports
 from ...slots import Slot, pick
 from ...target import Target
 from ...trial import TrialResult, TrialSpec
@@ -91,6 +91,8 @@ class LocalBackend:
         #: workers="auto" or host_memory: whether a trial starts, by the host memory it needs
         self.host_room = host
         self._spots: dict[str, Spot] = {}  #: by trial id: admitted, not started yet
+        #: by trial id: running on a card to itself until its first epoch measures its shape
+        self._unmeasured: dict[str, Spot] = {}
         self._host_terms: dict[str, int] = {}  #: by trial id: host MB to reserve, admitted
         self.host_reserved: dict[str, int] = {}  #: by trial id: host MB of a running trial
         self.reserved: dict[str, tuple[str, int]] = {}  #: by trial id: (card, MB) of a running trial
@@ -172,6 +174,8 @@ class LocalBackend:
             total = self._totals.get(spot.gpu, spot.reserved_mb)
             spec = replace(spec, env={**spec.env, **capping.trial_env(spot.cap_mb, total)})
             self.reserved[spec.trial_id] = (spot.gpu, spot.reserved_mb)
+            if spot.need.source == "unmeasured":
+                self._unmeasured[spec.trial_id] = spot
             unlisted = self._unlisted().get(spot.gpu)
             if unlisted is not None:
                 self._before[spec.trial_id] = unlisted
@@ -216,7 +220,10 @@ class LocalBackend:
             events += self.pool.event(sb, ready)
         for tid, p in list(self.running.items()):
             if p.conn is not None and p.conn in ready:
-                events += receive(p)
+                said = receive(p)
+                if tid in self._unmeasured and any(isinstance(e, Reports) for _, e in said):
+                    self._first_epoch(p)
+                events += said
             if p.exit_fd in ready:
                 events += self._exited(p)
         now = time.monotonic()
@@ -330,6 +337,22 @@ class LocalBackend:
             ours.setdefault(t.gpu, []).append((t.reserved_mb, t.residue_mb))
         return [replace(c, ours=tuple(ours.get(c.gpu, ()))) for c in self._read]
 
+    def _first_epoch(self, p: Proc) -> None:
+        """A trial placed unmeasured reported an epoch: what its tree holds now measures its
+        shape (:meth:`sweeper.packing.Packer.first_epoch`), and its reservation shrinks."""
+        assert self.packer is not None
+        tid = p.spec.trial_id
+        if self.sampler is not None:
+            self.sampler.sample({q.process.pid for q in self.running.values()})
+        held = self.sampler.peaks.get(p.process.pid) if self.sampler is not None else None
+        if not held:  # NVML has not shown it yet: the next report
+            return
+        spot = self._unmeasured.pop(tid)
+        new = self.packer.first_epoch(p.spec.params, spot, held)
+        if new is not None and tid in self.reserved:
+            self.reserved[tid] = (spot.gpu, new)
+            self._read = None  # the next placement sees its card's room anew
+
     def _unlisted(self) -> dict[str, int]:
         """Per card, MB used that no process NVML listed holds (the driver's own share, and
         contexts whose process is gone), as last read; {} before a read."""
@@ -438,12 +461,14 @@ class LocalBackend:
         why in its log): its trial goes to a spawn process (Began again), as do the rest."""
         why = rescue(p)
         packed, host = self.reserved.get(p.spec.trial_id), self.host_reserved.get(p.spec.trial_id)
-        before = self._before.get(p.spec.trial_id)
+        before, unmeasured = self._before.get(p.spec.trial_id), self._unmeasured.get(p.spec.trial_id)
         self._forget(p)
         if packed is not None:  # the same terms in the new process
             self.reserved[p.spec.trial_id] = packed
         if before is not None:
             self._before[p.spec.trial_id] = before
+        if unmeasured is not None:
+            self._unmeasured[p.spec.trial_id] = unmeasured
         if host is not None:
             self.host_reserved[p.spec.trial_id] = host
         self.launcher.stop_forking("the fork watchdog fired", self.pool, self.running.values())
@@ -480,6 +505,7 @@ class LocalBackend:
         self.running.pop(p.spec.trial_id, None)
         self.reserved.pop(p.spec.trial_id, None)
         self._before.pop(p.spec.trial_id, None)
+        self._unmeasured.pop(p.spec.trial_id, None)
         self.host_reserved.pop(p.spec.trial_id, None)
         self.host.peaks.pop(p.process.pid, None)  # a later process may get its pid
         if self.sampler:
