@@ -197,9 +197,12 @@ class Options:
     #: with search: how many trials in all (a re-run resumes to this count)
     trials: int | None = field(default=None, metadata=flag(
         "with --search: how many trials in all (a re-run resumes to it)", type=int))
-    #: with search: "median", "asha", "hyperband" or an Optuna pruner; None prunes nothing
+    #: with search: "median", "percentile", "asha", "hyperband", "patient", "wilcoxon", each
+    #: with Optuna's keywords if wanted ("asha(min_resource=2, reduction_factor=3)"), or an
+    #: Optuna pruner; None prunes nothing
     prune: str | BasePruner | None = field(default=None, metadata=flag(
-        "with --search: stop bad trials early: median, asha, hyperband or none"))
+        "with --search: stop bad trials early: median, percentile, asha, hyperband, patient, wilcoxon or none, "
+        "with keywords if wanted: 'asha(min_resource=2, reduction_factor=3)'"))
     #: show the sweep in TensorBoard (HParams, scalars): <out>/<name>/tensorboard
     tensorboard: bool = field(default=False, metadata=flag(
         "show the sweep in TensorBoard's HParams dashboard: tensorboard --logdir <out>/<name>", action="store_true"))

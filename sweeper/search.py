@@ -23,7 +23,12 @@ from .metrics import direction
 from .trial import TrialResult, TrialSpec
 
 SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp")
-PRUNERS = ("median", "asha", "hyperband")
+PRUNERS = ("median", "percentile", "asha", "hyperband", "patient", "wilcoxon")
+#: Each pruner's name -> Optuna's class, and other spellings of its keywords (Ray Tune's).
+_PRUNER_CLASSES = {"median": ("MedianPruner", {}), "percentile": ("PercentilePruner", {}),
+                   "asha": ("SuccessiveHalvingPruner", {"grace_period": "min_resource"}),
+                   "hyperband": ("HyperbandPruner", {"grace_period": "min_resource", "max_t": "max_resource"}),
+                   "patient": ("PatientPruner", {}), "wilcoxon": ("WilcoxonPruner", {})}
 #: Asks in a row that may land on points already tried before the space counts as spent.
 DUPLICATE_ASKS = 50
 
@@ -115,19 +120,73 @@ def sampler(search: Any, seed: int) -> Any:
 
 
 def pruner(prune: Any) -> Any:
-    """An Optuna pruner from its name, or the instance given; None prunes nothing."""
+    """An Optuna pruner from its name, or its call with keywords (``"asha(min_resource=2,
+    reduction_factor=3)"``, ``"patient(asha(min_resource=2), patience=2)"``), or the
+    instance given; None prunes nothing."""
     optuna = _optuna()
     if prune is None or prune == "none":
         return optuna.pruners.NopPruner()
     if isinstance(prune, optuna.pruners.BasePruner):
         return prune
-    if prune == "median":
-        return optuna.pruners.MedianPruner()
-    if prune == "asha":  # asynchronous successive halving, Optuna's defaults (rungs at 1, 4, 16, ...)
-        return optuna.pruners.SuccessiveHalvingPruner()
-    if prune == "hyperband":
-        return optuna.pruners.HyperbandPruner()
-    raise SweepError(f"prune is {prune!r}; give one of {', '.join(PRUNERS)}, None, or an Optuna pruner")
+    if not isinstance(prune, str):
+        raise SweepError(f"prune is {prune!r}; give one of {', '.join(PRUNERS)}, None, or an Optuna pruner")
+    import ast
+
+    try:
+        node = ast.parse(prune.strip(), mode="eval").body
+    except SyntaxError:
+        node = None
+    return _pruner_of(node, prune)
+
+
+def _pruner_of(node: Any, text: str) -> Any:
+    """The pruner a parsed ``name`` or ``name(keyword=value, ...)`` names (see :func:`pruner`)."""
+    import ast
+    import inspect
+    import warnings
+
+    optuna = _optuna()
+    example = "e.g. asha, 'asha(min_resource=2, reduction_factor=3)' or 'patient(median, patience=2)'"
+    given: dict[str, Any] = {}
+    inner: list[Any] = []
+    if isinstance(node, ast.Name):
+        name = node.id
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        name, inner = node.func.id, list(node.args)
+        for kw in node.keywords:
+            if kw.arg is None:
+                raise SweepError(f"prune {text!r}: name each value (keyword=value); {example}")
+            try:
+                given[kw.arg] = ast.literal_eval(kw.value)
+            except ValueError:
+                raise SweepError(f"prune {text!r}: {kw.arg}= must be a number, text, True or False; {example}") from None
+    else:
+        raise SweepError(f"prune is {text!r}: not a pruner's name or call; give one of {', '.join(PRUNERS)}; {example}")
+    if name not in _PRUNER_CLASSES:
+        raise SweepError(f"prune {text!r}: no pruner {name!r}; give one of {', '.join(PRUNERS)}; {example}")
+    cls_name, aliases = _PRUNER_CLASSES[name]
+    cls = getattr(optuna.pruners, cls_name)
+    kwargs = {aliases.get(k, k): v for k, v in given.items()}
+    takes = [k for k in inspect.signature(cls).parameters if k != "wrapped_pruner"]
+    unknown = [k for k in given if aliases.get(k, k) not in takes]
+    if unknown:
+        raise SweepError(f"prune {text!r}: {name} takes no {', '.join(unknown)}; it takes {', '.join(takes)} "
+                         f"(Optuna's {cls_name})")
+    if name == "patient":
+        if len(inner) > 1:
+            raise SweepError(f"prune {text!r}: patient wraps one pruner, e.g. 'patient(asha, patience=2)'")
+        if "patience" not in kwargs:
+            raise SweepError(f"prune {text!r}: patient needs patience=N, the epochs without improvement it "
+                             "waits for, e.g. 'patient(asha, patience=2)'")
+        kwargs["wrapped_pruner"] = _pruner_of(inner[0], text) if inner else None
+    elif inner:
+        raise SweepError(f"prune {text!r}: {name} takes keywords only (name=value); {example}")
+    try:
+        with warnings.catch_warnings():  # experimental in Optuna (Patient, Wilcoxon): said once, here not
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise SweepError(f"prune {text!r}: Optuna's {cls_name} refused it: {exc}") from None
 
 
 def check(space: Any, search: Any, prune: Any, trials: Any, metric: str | None, mode: str | None) -> str:

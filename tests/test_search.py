@@ -119,6 +119,11 @@ def test_a_grid_file_says_search_trials_and_prune_itself(tmp_path):
      "space['x'] lists [1, 2]; a search chooses among numbers"),
     ("space = {'x': []}\n", ["--search", "tpe", "--trials", "3", "--metric", "loss"],
      "space['x'] is an empty list"),
+    ("space = {'x': sweeper.uniform(0, 1)}\n", ["--search", "tpe", "--trials", "3", "--metric", "loss",
+                                                 "--prune", "asha(min_res=2)"],
+     "asha takes no min_res; it takes min_resource, reduction_factor"),
+    ("space = {'x': sweeper.uniform(0, 1)}\n", ["--search", "tpe", "--trials", "3", "--metric", "loss",
+                                                 "--prune", "patient(asha)"], "patient needs patience=N"),
 ])
 def test_bad_search_input_is_one_line_and_exit_2(tmp_path, body, flags, words):
     grid = write_grid(tmp_path, f"from sweep_fns import descent as train\nimport sweeper\n{body}")
@@ -203,3 +208,56 @@ def test_a_search_counts_only_rows_of_its_own_space(tmp_path, before):
     assert "not in this search's space" in r.stdout, r.stdout
     df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
     assert len(df) == 3 and df.param_x.between(0, 1).all() and (df.param_epochs == 2).all(), df
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text, cls, attrs", [
+    ("asha", optuna.pruners.SuccessiveHalvingPruner, {"_min_resource": None, "_reduction_factor": 4}),
+    ("asha(min_resource=2, reduction_factor=3)", optuna.pruners.SuccessiveHalvingPruner,
+     {"_min_resource": 2, "_reduction_factor": 3}),
+    ("asha(grace_period=3)", optuna.pruners.SuccessiveHalvingPruner, {"_min_resource": 3}),  # Ray Tune's word
+    ("hyperband(min_resource=2, max_resource=20, reduction_factor=2)", optuna.pruners.HyperbandPruner,
+     {"_min_resource": 2, "_max_resource": 20, "_reduction_factor": 2}),
+    ("median(n_startup_trials=3, n_warmup_steps=2)", optuna.pruners.MedianPruner,
+     {"_n_startup_trials": 3, "_n_warmup_steps": 2}),
+    ("percentile(percentile=25.0)", optuna.pruners.PercentilePruner, {"_percentile": 25.0}),
+    ("wilcoxon(p_threshold=0.05)", optuna.pruners.WilcoxonPruner, {"_p_threshold": 0.05}),
+    ("patient(asha(min_resource=2), patience=3)", optuna.pruners.PatientPruner, {"_patience": 3}),
+])
+def test_a_pruner_is_named_with_optunas_keywords(text, cls, attrs):
+    from sweeper.search import pruner
+
+    built = pruner(text)
+    assert type(built) is cls
+    assert {k: getattr(built, k) for k in attrs} == attrs
+    if cls is optuna.pruners.PatientPruner:
+        assert isinstance(built._wrapped_pruner, optuna.pruners.SuccessiveHalvingPruner)
+        assert built._wrapped_pruner._min_resource == 2
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text, words", [
+    ("asha(2)", "asha takes keywords only"),
+    ("asha(min_resource=x)", "min_resource= must be a number"),
+    ("asha(reduction_factor=1)", "SuccessiveHalvingPruner refused it: The value of `reduction_factor` is 1"),
+    ("asha(", "not a pruner's name or call"),
+    ("bohb", "no pruner 'bohb'; give one of median, percentile, asha, hyperband, patient, wilcoxon"),
+    ("patient(asha, median, patience=1)", "patient wraps one pruner"),
+])
+def test_a_pruner_text_that_is_wrong_says_what_to_write(text, words):
+    from sweeper.search import pruner
+
+    with pytest.raises(sweeper.SweepError) as caught:
+        pruner(text)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_asha_judges_from_its_minimum_resource_on(tmp_path):
+    """ASHA told min_resource=4, reduction_factor=2 judges at epochs 4, 8 and 16 only (its
+    rungs), never at Optuna's default first rung, epoch 1; bad points are stopped there."""
+    df = _search(tmp_path, "asha", search="random", trials=12, prune="asha(min_resource=4, reduction_factor=2)",
+                 seed=3)
+    pruned = df[df.status == "pruned"]
+    assert len(pruned) >= 2, df[["param_x", "status", "epoch_reached"]]
+    assert set(pruned.epoch_reached) <= {4, 8, 16}, pruned[["param_x", "epoch_reached", "error"]]
+    assert pruned.error.str.startswith("pruned by asha(min_resource=4, reduction_factor=2) at epoch").all()
