@@ -81,10 +81,11 @@ def probe() -> str:
         os.close(read)
         why = ""
         try:
-            _compute()
-            if gpu:
+            if gpu:  # pinned and capped first, as a trial is: a framework's first op sets up its devices
                 os.environ.update(gpu)
                 why = _on_gpu()
+            if not why:
+                _compute()
         except BaseException as exc:  # noqa: BLE001
             why = f"{'on the GPU ' if gpu else ''}{type(exc).__name__}: {exc}".splitlines()[0][:300]
         os.write(write, why.encode())
