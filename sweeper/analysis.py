@@ -583,6 +583,27 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
             )
         out.append("</div>")
 
+    # which parameters mattered (fANOVA), or why that cannot be told
+    out.append("<h2>Which parameters mattered</h2>")
+    if metric is None:
+        out.append('<p class="note">The results have no metric column, so nothing can be compared.</p>')
+    else:
+        from .importance import METHOD, importance
+
+        try:
+            imp = importance(df, metric, mode)
+        except SweepError as exc:
+            out.append(f'<p class="note">{e(str(exc))}</p>')
+        else:
+            out.append(f'<p class="note">Each parameter\'s share of the variance of {e(metric)}, alone '
+                       f"({METHOD}, Optuna's, over {imp.trials} ok trials).</p>")
+            out.append('<table class="importance"><tr><th>parameter</th><th>share</th></tr>')
+            for name, share in imp.shares:
+                out.append(f'<tr data-param="{e(name)}"><td>{e(name)}</td><td class="num">{share:.1%}</td></tr>')
+            out.append("</table>")
+            if imp.left_out:
+                out.append(f'<p class="note">Not compared (some trials lack them): {e(", ".join(imp.left_out))}.</p>')
+
     # a search: the best so far, trial after trial
     if "progress" in by_key:
         p = by_key["progress"]

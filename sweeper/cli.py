@@ -344,7 +344,10 @@ def status_main(argv: list[str]) -> int:
     from . import analysis, table
     from .ledger import Ledger
 
-    args = _folder_parser("status", "Show a sweep's progress, while it runs or after.").parse_args(argv)
+    p = _folder_parser("status", "Show a sweep's progress, while it runs or after.")
+    p.add_argument("--importance", action="store_true",
+                   help="also which parameters mattered for the metric (Optuna's fANOVA over the ok trials)")
+    args = p.parse_args(argv)
     folder = sweep_folder(args.folder)
     pid = holder(folder)
     ledger = Ledger(folder, readonly=True)
@@ -387,7 +390,22 @@ def status_main(argv: list[str]) -> int:
             if len(board):
                 best = board.iloc[0]
                 print(f"sweeper: best so far: {metric} = {best[metric]:.4g} ({mode}): {best['trial']}")
+        if args.importance and metric is not None:
+            _print_importance(frame, metric, mode)
+    elif args.importance:
+        print("sweeper: which parameters mattered: no trial has finished yet")
     return EXIT_OK
+
+
+def _print_importance(frame: Any, metric: str, mode: str) -> None:
+    from .importance import importance
+
+    try:
+        lines = importance(frame, metric, mode).lines()
+    except SweepError as exc:  # too few trials yet, nothing varies: said, not a failure
+        lines = [str(exc)]
+    for line in lines:
+        print(f"sweeper: {line}" if not line.startswith("  ") else line)
 
 
 def card_lines(running: list[dict[str, Any]]) -> list[str]:
@@ -428,6 +446,7 @@ def report_main(argv: list[str]) -> int:
     if metric is not None and mode is not None:
         for line in analysis.leaderboard_lines(frame, metric, mode):
             print(line)
+        _print_importance(frame, metric, mode)
     fails = analysis.failures(frame, folder)
     if len(fails):
         print(f"{len(fails)} failed:")

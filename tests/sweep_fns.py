@@ -506,3 +506,9 @@ def server_killer(params):
         while not os.path.exists(flag) and time.monotonic() < deadline:
             time.sleep(0.02)  # polling the flag file x=1 writes
     return {"forked": float(forked), "ppid": os.getppid()}
+
+
+def surface(params):
+    """A score that depends mostly on ``a``, a little on ``c`` and hardly on ``b``: which
+    parameters mattered is known in advance."""
+    return {"score": 10.0 * params["a"] + 0.01 * params["b"] + (5.0 if params["c"] == "x" else 0.0)}
