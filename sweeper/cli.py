@@ -472,15 +472,26 @@ def export_main(argv: list[str]) -> int:
     p.add_argument("--mlflow", nargs="?", const=True, metavar="URI",
                    help="a tracking URI or a folder (a SQLite store in it; default: a local store in "
                         "<out>/<name>/mlflow.db)")
+    p.add_argument("--optuna", metavar="URL",
+                   help="an Optuna storage, e.g. sqlite:///study.db: the sweep as a study named after its "
+                        "folder (for optuna-dashboard and Optuna's plots)")
     args = p.parse_args(argv)
-    if not args.tensorboard and not args.mlflow:
-        raise SweepError("export needs --tensorboard and/or --mlflow [URI]; e.g. "
+    if not args.tensorboard and not args.mlflow and not args.optuna:
+        raise SweepError("export needs --tensorboard, --mlflow [URI] and/or --optuna URL; e.g. "
                          f"{_prog()} export {args.folder} --mlflow http://localhost:5000")
     folder = sweep_folder(args.folder)
     running = holder(folder)
     if running:  # its trials' attempts change under an export: only the sweep itself shows them right
         raise SweepError(f"a sweep (pid {running}) is running in {folder}; export it when it has ended, "
                          "or start the sweep with --tensorboard / --mlflow to see it live")
+    if args.optuna:
+        from . import studies
+
+        name, n = studies.export(folder, args.optuna)
+        print(f"sweeper: {n} trials written to the Optuna study {name!r} in {args.optuna}")
+        print(f"sweeper: optuna-dashboard {args.optuna}  (pip install optuna-dashboard)")
+        if not args.tensorboard and not args.mlflow:
+            return EXIT_OK
     opts = Options(tensorboard=args.tensorboard, mlflow=args.mlflow).checked()
     chosen.check(opts)
     ledger = Ledger(folder, readonly=True)

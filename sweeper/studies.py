@@ -1,0 +1,171 @@
+"""A sweep's rows as an Optuna study: each parameter's distribution as its values show it,
+each row an Optuna trial with its state, value and per-epoch intermediate values. Used by
+:mod:`sweeper.importance` (an in-memory study of the ok rows) and by ``python -m sweeper
+export <folder> --optuna URL`` (every row, into an Optuna storage: :func:`export`).
+
+A distribution from values: whole numbers make an integer range; other numbers a float
+range, on a log scale where all are positive and span two decades or more; texts a choice
+among them; values of several kinds a choice among their ``repr`` (so that 1, True and "1"
+stay three choices). A search's own space is not in the ledger; the values are.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+from .errors import SweepError
+
+if TYPE_CHECKING:
+    import pandas
+
+#: Prefixes Optuna's trials carry the row's other columns under, as user attributes.
+METRIC_ATTR = "metric:"
+
+
+def number(value: Any) -> float | None:
+    """A finite metric value as a float, else None (text, NaN, infinity, a bool)."""
+    if isinstance(value, (bool, str, bytes)) or value is None:  # a number stored as text is no number
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def plain(value: Any) -> Any:
+    """A table cell as Optuna takes a parameter: numpy scalars as Python's, NaN as None,
+    anything else not a number, text or bool by its ``repr``."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def distribution(optuna: Any, values: Iterable[Any]) -> tuple[Any, Callable[[Any], Any]]:
+    """The distribution the (plain) values show (see the module docstring), and how a
+    value is written as its parameter: as it is; for a choice among texts, the text; for a
+    choice among values of several kinds, each one's ``repr``."""
+    values = list(values)
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if numbers and len(numbers) == len(values):
+        low, high = min(numbers), max(numbers)
+        if all(isinstance(v, int) for v in numbers):
+            return optuna.distributions.IntDistribution(int(low), int(high)), int
+        log = low > 0 and high / low >= 100
+        return optuna.distributions.FloatDistribution(float(low), float(high), log=log), float
+    if all(isinstance(v, str) for v in values):
+        return optuna.distributions.CategoricalDistribution(sorted(set(values))), str
+    return optuna.distributions.CategoricalDistribution(sorted({repr(v) for v in values})), repr
+
+
+def need_optuna(what: str, sklearn: bool = False) -> Any:
+    """Optuna (and scikit-learn, for fANOVA), or one line saying how to install them."""
+    from importlib.util import find_spec
+
+    if find_spec("optuna") is None or (sklearn and find_spec("sklearn") is None):
+        both = "Optuna and scikit-learn" if sklearn else "Optuna"
+        raise SweepError(f"{what} needs {both}: pip install \"sweeper[search]\" (or pip install "
+                         f"optuna{' scikit-learn' if sklearn else ''})")
+    from .search import _optuna
+
+    return _optuna()
+
+
+def export(folder: str, url: str) -> tuple[str, int]:
+    """Write the sweep in ``folder`` (every row of its ledger: ok, pruned, failed, with its
+    per-epoch values) into the Optuna storage ``url`` as a study named after the folder,
+    replacing one an earlier export wrote; returns the study's name and its trial count.
+    Parameters with one value in every row are the study's ``fixed`` user attribute, not
+    trial parameters (as a search's fixed values are)."""
+    import os
+
+    from .ledger import Ledger
+    from .search import direction
+
+    optuna = need_optuna("export --optuna")
+    ledger = Ledger(folder, readonly=True)
+    try:
+        current = ledger.current()
+        results = sorted((ledger.results() if current is None else current).values(), key=lambda r: r.index)
+        history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for tid, epoch, metrics in ledger.history():
+            history.setdefault(tid, []).append((epoch, metrics))
+        metric, mode = ledger.get("metric") or "", ledger.get("mode") or ""
+    finally:
+        ledger.close()
+    if not results:
+        raise SweepError(f"{folder} has no finished trial yet: nothing to export")
+    if not metric:  # a grid sweep that named none: its first metric
+        metric = next((k for r in results for k in r.metrics), "")
+    if not metric:
+        raise SweepError(f"the trials in {folder} have no metric: an Optuna study needs one")
+    mode = mode or direction(metric) or "max"
+    names = sorted({k for r in results for k in r.params})
+    # a parameter with one value in every row is fixed (as a search's fixed values): not searched
+    fixed = {k: plain(results[0].params[k]) for k in names
+             if all(k in r.params for r in results) and len({repr(plain(r.params[k])) for r in results}) == 1}
+    dists = {k: distribution(optuna, [plain(r.params[k]) for r in results if k in r.params])
+             for k in names if k not in fixed}  # name -> (distribution, how a value is written)
+    name = os.path.basename(os.path.normpath(os.path.abspath(folder)))
+    try:
+        storage = optuna.storages.get_storage(url)
+    except Exception as exc:  # noqa: BLE001 - a bad URL, a driver missing: Optuna's words, one line
+        raise SweepError(f"--optuna {url}: Optuna cannot open that storage ({str(exc).splitlines()[0]}); "
+                         "give a database URL such as sqlite:///study.db") from None
+    if name in [s.study_name for s in optuna.get_all_study_summaries(storage)]:
+        optuna.delete_study(study_name=name, storage=storage)  # an earlier export's: replaced, never doubled
+    study = optuna.create_study(storage=storage, study_name=name,
+                                direction="maximize" if mode == "max" else "minimize")
+    study.set_user_attr("sweeper_folder", os.path.abspath(folder))
+    study.set_user_attr("metric", metric)
+    study.set_user_attr("fixed", fixed)
+    study.add_trials([_trial(optuna, r, dists, metric, history.get(r.trial_id, [])) for r in results])
+    return name, len(results)
+
+
+def _trial(optuna: Any, result: Any, dists: Mapping[str, tuple[Any, Callable[[Any], Any]]], metric: str,
+           epochs: list[tuple[int, dict[str, Any]]]) -> Any:
+    state = result.status.optuna
+    value = number(result.metrics.get(metric))
+    if state == "COMPLETE" and value is None:
+        state = "FAIL"  # ok, but without a number to optimise
+    intermediate = {e: v for e, m in epochs if (v := number(m.get(metric))) is not None}
+    attrs: dict[str, Any] = {"trial": result.name, "trial_id": result.trial_id, "status": result.status.value,
+                             "device": result.device, "seed": result.seed}
+    if result.duration_s is not None:
+        attrs["duration_s"] = result.duration_s
+    if result.error:
+        attrs["error"] = result.error.splitlines()[0][:500]
+    attrs.update({f"{METRIC_ATTR}{k}": v for k, v in result.metrics.items() if number(v) is not None})
+    trial = optuna.trial.create_trial(
+        params={k: dists[k][1](plain(v)) for k, v in result.params.items() if k in dists},
+        distributions={k: dists[k][0] for k in result.params if k in dists},
+        value=value if state == "COMPLETE" else None,
+        state=optuna.trial.TrialState[state], intermediate_values=intermediate, user_attrs=attrs)
+    if result.started_at:  # when it ran, not when it was exported (Optuna's timeline)
+        from datetime import datetime, timedelta
+
+        start = datetime.fromisoformat(result.started_at.replace("Z", "+00:00")).replace(tzinfo=None)
+        trial.datetime_start = start
+        trial.datetime_complete = start + timedelta(seconds=result.duration_s or 0.0)
+    return trial
+
+
+def frame_study(optuna: Any, rows: "pandas.DataFrame", params: list[str], metric: str, mode: str) -> Any:
+    """An in-memory study of table rows (``param_*`` columns ``params``, all present), each
+    a COMPLETE trial valued by ``metric`` (:mod:`sweeper.importance`)."""
+    dists = {c: distribution(optuna, [plain(v) for v in rows[c]]) for c in params}
+    study = optuna.create_study(direction="maximize" if mode == "max" else "minimize")
+    study.add_trials([
+        optuna.trial.create_trial(
+            params={c[len("param_"):]: dists[c][1](plain(row[c])) for c in params},
+            distributions={c[len("param_"):]: d for c, (d, _) in dists.items()},
+            value=number(row[metric]))
+        for _, row in rows.iterrows()
+    ])
+    return study
