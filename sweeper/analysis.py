@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from . import paths
 from .errors import SweepError
 from .paths import SweepPaths
+from .table import param_columns
 from .metrics import HISTORY_COLUMNS, direction
 from .trial import RESULT_COLUMNS, Status
 
@@ -69,9 +70,6 @@ def metric_columns(df: "pandas.DataFrame") -> list[str]:
     ]
 
 
-def param_columns(df: "pandas.DataFrame") -> list[str]:
-    """The ``param_*`` columns of a results DataFrame, in the table's order."""
-    return [str(c) for c in df.columns if str(c).startswith("param_")]
 
 
 def choose(df: "pandas.DataFrame", metric: str | None = None, mode: str | None = None) -> tuple[str | None, str]:
@@ -137,6 +135,15 @@ def finished_ok(df: "pandas.DataFrame") -> "pandas.Series":
     return _mask(df, [s is Status.OK for s in _statuses(df)])
 
 
+def ranked(df: "pandas.DataFrame") -> "pandas.Series":
+    """Per row: a ranking counts it: it finished ok and, where the sweep has constraints,
+    meets them (``feasible`` is not False)."""
+    ok = finished_ok(df)
+    if "feasible" not in df.columns:
+        return ok
+    return ok & _mask(df, [_is_na(v) or bool(v) for v in df["feasible"]])  # NA: not judged
+
+
 def stopped(df: "pandas.DataFrame") -> "pandas.Series":
     """Per row: the trial succeeded without finishing, as the CLI says (``pruned``): no failure."""
     return _mask(df, [s is not None and s.succeeded and s is not Status.OK for s in _statuses(df)])
@@ -151,13 +158,13 @@ def failed(df: "pandas.DataFrame") -> "pandas.Series":
 
 
 def leaderboard(df: "pandas.DataFrame", metric: str | None, mode: str, top: int = TOP) -> "pandas.DataFrame":
-    """The best ``top`` trials that finished ok, best first.
+    """The best ``top`` trials that finished ok (and meet the sweep's constraints), best first.
 
     Columns: ``trial``, the metric, then the hyperparameters (``param_`` prefix
     dropped). Trials whose metric is NaN come last; ties keep the table's order.
     With ``metric=None`` the ok trials are listed in the table's order.
     """
-    ok = df[finished_ok(df)]
+    ok = df[ranked(df)]
     params = param_columns(df)
     cols = ["trial", *([metric] if metric is not None else []), *params]
     if metric is not None:
@@ -410,7 +417,7 @@ class _Plot:
 def _plots(df: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: str | None, mode: str,
            searched: bool) -> list[_Plot]:
     """Every figure of the page, in its order (the page says why one is missing)."""
-    ok = df[finished_ok(df)]
+    ok = df[ranked(df)]
     out: list[_Plot] = []
     if metric is not None and not ok.empty:
         for col in varying_params(df):
@@ -591,7 +598,7 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
         from .importance import METHOD, importance
 
         try:
-            imp = importance(df, metric, mode)
+            imp = importance(df[finished_ok(df)], metric, mode)
         except SweepError as exc:
             out.append(f'<p class="note">{e(str(exc))}</p>')
         else:
@@ -871,7 +878,7 @@ def _best_so_far_figure(df: "pandas.DataFrame", metric: str, mode: str) -> "Figu
         ax.scatter(n[is_pruned], values[is_pruned], s=22, marker="x", color=_PRUNED_COLOUR, label="pruned",
                    zorder=2)
     best, line = None, []
-    for v, good in zip(values, is_ok):
+    for v, good in zip(values, ranked(order).to_numpy()):  # the best among the trials a ranking counts
         if good and not math.isnan(v) and (best is None or (v > best if mode == "max" else v < best)):
             best = v
         line.append(numpy.nan if best is None else best)

@@ -398,10 +398,11 @@ def status_main(argv: list[str]) -> int:
 
 
 def _print_importance(frame: Any, metric: str, mode: str) -> None:
+    from .analysis import finished_ok
     from .importance import importance
 
     try:
-        lines = importance(frame, metric, mode).lines()
+        lines = importance(frame[finished_ok(frame)], metric, mode).lines()
     except SweepError as exc:  # too few trials yet, nothing varies: said, not a failure
         lines = [str(exc)]
     for line in lines:

@@ -85,6 +85,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from . import contract, hostmem, outcome
+from .constraints import Constraints
 from .errors import SweepError
 from .ledger import Ledger, StorageError, storage_error
 from .lifecycle import Callback
@@ -260,14 +261,17 @@ class Engine:
     def __init__(self, backend: Backend, ledger: Ledger, *, outputs: Callback | None = None,
                  prune: Prune | None = None, verdicts: bool = False, timeout: float | None = None,
                  retries: int = 0, stall: float | None = None, clock: Callable[[], float] = time.monotonic,
-                 log_age: Callable[[TrialSpec], float | None] | None = None) -> None:
+                 log_age: Callable[[TrialSpec], float | None] | None = None,
+                 constraints: Constraints | None = None) -> None:
         """``outputs``: told each trial's start, reports, record and end (the sweep's
         :class:`~sweeper.lifecycle.Callbacks`); ``prune``: a search's pruner, offered
         each batch of reports; ``verdicts``: it may stop trials, so each report waits for
         its verdict (where the backend answers); ``stall``: seconds a running trial may
         go without a sign of life; ``log_age``: seconds since a trial's log was last
-        written, None where it has none (default: from the file's modification time)."""
+        written, None where it has none (default: from the file's modification time);
+        ``constraints``: what an ok trial must meet (its row's ``feasible``)."""
         self.backend, self.ledger = backend, ledger
+        self.constraints = constraints
         self.outputs = outputs if outputs is not None else Callback()
         self.prune, self.verdicts = prune, verdicts
         #: Seconds, for deadlines and durations: monotonic time; a test's fake clock
@@ -483,7 +487,7 @@ class Engine:
         duration = (trial.t1 if trial.t1 is not None else self.clock()) - trial.t0
         if trial.stop is None and trial.result is not None and trial.result.duration_s is not None:
             duration = trial.result.duration_s
-        return TrialResult(
+        row = TrialResult(
             trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
             status=verdict.status, metrics=verdict.metrics, seed=spec.seed,
             device=(how.device if how.device is not None else began.device) or "",  # "": it never had one
@@ -493,6 +497,7 @@ class Engine:
             gpu_mem_reserved_mb=began.reserved_mb, gpu_mem_peak_mb=how.peak_mb, epoch_reached=trial.epoch,
             mem_peak_mb=hostmem.peak(how.mem_peak_mb, trial.result.mem_peak_mb if trial.result else None),
         )
+        return row if self.constraints is None else replace(row, feasible=self.constraints.feasible(row))
 
     # -- stopping -------------------------------------------------------------------------
 

@@ -46,15 +46,16 @@ class Importance:
         return out
 
 
-def importance(df: "pandas.DataFrame", metric: str, mode: str) -> Importance:
-    """The importance of each parameter for ``metric`` over the ``ok`` rows of ``df`` (a
-    results table); a :class:`SweepError` says in one line why it cannot be told."""
-    from .analysis import finished_ok, param_columns
-    from .studies import frame_study, need_optuna, number, plain
+def importance(ok: "pandas.DataFrame", metric: str, mode: str) -> Importance:
+    """The importance of each parameter for ``metric`` over ``ok``, the rows of a results
+    table that finished ok (``df[sweeper.analysis.finished_ok(df)]``); a :class:`SweepError`
+    says in one line why it cannot be told."""
+    from .metrics import finite as number
+    from .studies import frame_study, need_optuna, plain
+    from .table import param_columns
 
-    if metric not in df.columns:
+    if metric not in ok.columns:
         raise SweepError(f"no trial has {metric!r}: importance needs the metric; give --metric")
-    ok = df[finished_ok(df)]
     ok = ok[[number(v) is not None for v in ok[metric]]]
     if len(ok) < MIN_TRIALS:
         raise SweepError(f"which parameters mattered needs at least {MIN_TRIALS} ok trials with {metric}; "

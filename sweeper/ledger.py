@@ -31,9 +31,9 @@ from .trial import Status, TrialResult, TrialSpec, current_id
 
 #: ``PRAGMA user_version`` of the ledgers this release writes. 0: before versions (trial
 #: ids without their ``t``, no ``grid`` table); 1: ids with it; 2: ``epoch_reached``; 3:
-#: ``mem_peak_mb``; 4: ``gpu_mem_reserved_mb``. Older ledgers are migrated
+#: ``mem_peak_mb``; 4: ``gpu_mem_reserved_mb``; 5: ``feasible``. Older ledgers are migrated
 #: when a sweep opens them, and read as migrated by ``load()`` and ``status``.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS trials (
@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS trials (
     recorded_at REAL NOT NULL,
     epoch_reached INTEGER,
     mem_peak_mb INTEGER,
-    gpu_mem_reserved_mb INTEGER
+    gpu_mem_reserved_mb INTEGER,
+    feasible INTEGER
 );
 CREATE TABLE IF NOT EXISTS running (
     trial_id TEXT PRIMARY KEY,
@@ -100,6 +101,7 @@ _READ: dict[str, Callable[[Any], Any]] = {
     "params": json.loads,
     "status": Status,
     "metrics": json.loads,
+    "feasible": lambda value: None if value is None else bool(value),
 }
 
 
@@ -180,8 +182,8 @@ class Ledger:
                     self._db.execute(f"UPDATE {table} SET trial_id = 't' || trial_id WHERE trial_id NOT LIKE 't%'")
             have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
             # 2: the epoch a trial reached (pruned trials stop early); 3: its peak host memory;
-            # 4: the GPU memory reserved for it
-            for added in ("epoch_reached", "mem_peak_mb", "gpu_mem_reserved_mb")[max(version - 1, 0):]:
+            # 4: the GPU memory reserved for it; 5: whether it met the sweep's constraints
+            for added in ("epoch_reached", "mem_peak_mb", "gpu_mem_reserved_mb", "feasible")[max(version - 1, 0):]:
                 if added not in have:
                     self._db.execute(f"ALTER TABLE trials ADD COLUMN {added} INTEGER")
             if "reserved_mb" not in {r[1] for r in self._db.execute("PRAGMA table_info(running)")}:
@@ -225,6 +227,14 @@ class Ledger:
                 (*row, time.time()),
             )
             db.execute("DELETE FROM running WHERE trial_id = ?", (result.trial_id,))
+
+    @_writes
+    def set_feasible(self, rows: Iterable[tuple[str, bool | None]]) -> None:
+        """Whether kept trials meet the constraints of the run that keeps them (judged anew
+        each run, as the constraints may have changed)."""
+        with self._db:
+            self._db.executemany("UPDATE trials SET feasible = ? WHERE trial_id = ?",
+                                 [(None if f is None else int(f), tid) for tid, f in rows])
 
     def results(self) -> dict[str, TrialResult]:
         """Every finished trial on record, by id."""

@@ -4,6 +4,7 @@ How a trial ended (its status) is judged in :mod:`sweeper.outcome`, not here."""
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Mapping
 
@@ -59,6 +60,18 @@ def number_of(name: str, value: Any) -> int | float:
             "return plain numbers, e.g. float(history.history['val_accuracy'][-1])"
         ) from None
     return number
+
+
+def finite(value: Any) -> float | None:
+    """A value as a finite float, else None: text (a number stored as text is no number),
+    a bool, None, NaN, infinity, or anything ``float()`` refuses."""
+    if isinstance(value, (bool, str, bytes)) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _complex(name: str, value: Any) -> BadResult:

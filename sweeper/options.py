@@ -203,6 +203,12 @@ class Options:
     prune: str | BasePruner | None = field(default=None, metadata=flag(
         "with --search: stop bad trials early: median, percentile, asha, hyperband, patient, wilcoxon or none, "
         "with keywords if wanted: 'asha(min_resource=2, reduction_factor=3)'"))
+    #: bounds a trial's results must meet to be ranked ({"params": ("<=", 1e6)}, the text
+    #: "params<=1e6,val_accuracy>=0.9", or a function of the row giving values that must be
+    #: <= 0); a search's sampler is told them (:mod:`sweeper.constraints`)
+    constraints: Any = field(default=None, metadata=flag(
+        "bounds a trial must meet to be ranked, e.g. 'params<=1e6,val_accuracy>=0.9' (rows gain feasible; a "
+        "search's sampler is told them)"))
     #: show the sweep in TensorBoard (HParams, scalars): <out>/<name>/tensorboard
     tensorboard: bool = field(default=False, metadata=flag(
         "show the sweep in TensorBoard's HParams dashboard: tensorboard --logdir <out>/<name>", action="store_true"))
@@ -286,6 +292,9 @@ class Options:
                              f"'http://localhost:5000', got {self.mlflow!r}")
         parse_gpus(self.gpus)
         self.memory_policy()
+        from .constraints import parse as constraints
+
+        constraints(self.constraints)
         return self
 
     def _check_packing(self) -> None:

@@ -27,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from .constraints import parse as parse_constraints
 from .errors import SweepError
 from .folder import SweepFolder, default_uid
 from .ledger import Ledger
@@ -184,14 +185,20 @@ class Plan:
         if search is not None:
             feed = Asked(search, specs, wanted, ledger)
             specs = feed.specs
+        judge = parse_constraints(options.constraints)
         for spec in specs:
             old = previous.get(spec.trial_id)
             if old is not None and keeps(old, options.skip_failed):
-                kept[spec.trial_id] = replace(old, index=spec.index, name=spec.name)  # today's grid order
+                # today's grid order, and today's constraints (they may have changed)
+                kept[spec.trial_id] = replace(old, index=spec.index, name=spec.name,
+                                              feasible=judge.feasible(old) if judge is not None else None)
             elif old is not None:  # run again: its attempts go on counting (its log says which)
                 todo.append(replace(spec, attempt=old.attempts + 1, first_attempt=old.attempts + 1))
             else:
                 todo.append(spec)
+        changed = [(tid, r.feasible) for tid, r in kept.items() if r.feasible != previous[tid].feasible]
+        if changed:  # what status, report and load() read says the same
+            ledger.set_feasible(changed)
         made = cls(specs, todo, kept, wanted, total, uid, mode, facts, notes, search, feed)
         if kept:
             notes.append(f"resumed: {len(kept)} trials already on record were kept; {made.to_run} to run")
@@ -213,6 +220,7 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
         return replace(plan([params], folder, options.seed)[0], index=index)
 
     search = Search(space, search=options.search, prune=options.prune, trials=options.trials or 0,
+                    constraints=parse_constraints(options.constraints),
                     seed=options.seed, metric=options.metric or "", mode=options.mode or "min",
                     make_spec=make_spec)
     history: dict[str, list[tuple[int, dict[str, Any]]]] = {}

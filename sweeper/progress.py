@@ -48,7 +48,7 @@ class Tally:
         self.done += 1
         self.counts[result.status.value] = self.counts.get(result.status.value, 0) + 1
         self.durations.append(result.duration_s)
-        if not result.ok or not result.metrics:
+        if not result.ranked or not result.metrics:  # an infeasible trial is never the best
             return
         if self.metric is None:
             self.metric = next(iter(result.metrics))

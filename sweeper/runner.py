@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from . import table
+from . import constraints, table
 from .tracking import chosen
 from .errors import SweepError
 from .folder import SweepFolder
@@ -215,7 +215,8 @@ class Sweep:
         engine = Engine(self._backend(spare), ledger, outputs=outputs,
                         prune=plan_.search.prune if plan_.search else None,
                         verdicts=plan_.search is not None and plan_.search.prunes,
-                        timeout=options.timeout, retries=options.retries, stall=options.stall)
+                        timeout=options.timeout, retries=options.retries, stall=options.stall,
+                        constraints=constraints.parse(options.constraints))
         trackers = Trackers.of(options, folder, plan_, self.space)
         outputs.each.append(trackers)
         interrupted = None
@@ -272,6 +273,10 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
         if metric is not None and mode is not None:
             lines += ["sweeper: " + line if i == 0 else line
                       for i, line in enumerate(analysis.leaderboard_lines(frame, metric, mode))]
+            infeasible = int((frame["feasible"] == False).sum()) if "feasible" in frame else 0  # noqa: E712
+            if infeasible:
+                lines.append(f"sweeper: {infeasible} ok trial{'s' if infeasible > 1 else ''} did not meet the "
+                             "constraints (feasible=False): not ranked")
             missing = int(frame.loc[frame.status == "ok", metric].isna().sum())
             if missing:
                 lines.append(f"sweeper: {missing} ok trial{'s' if missing > 1 else ''} had a NaN {metric}, "

@@ -93,13 +93,31 @@ def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return dists, fixed
 
 
-def sampler(search: Any, seed: int) -> Any:
-    """An Optuna sampler from its name (seeded with the sweep's seed), or the instance given."""
+#: Before Optuna 5 (no ``Trial.set_constraint``), the user attribute an Optuna trial carries
+#: its constraint values in (<= 0: met), for the sampler's ``constraints_func``.
+CONSTRAINTS_ATTR = "sweeper_constraints"
+
+
+def _constraint_values(trial: Any) -> Any:
+    """Optuna 4's ``constraints_func``: the values the sweep told with the trial (none: not met)."""
+    return list(trial.user_attrs.get(CONSTRAINTS_ATTR, {"c0": 1.0}).values())
+
+
+def _trial_constraints(optuna: Any) -> bool:
+    """Whether this Optuna takes constraints on the trial itself (5.0 on; ``constraints_func``
+    before, deprecated since)."""
+    return hasattr(optuna.trial.Trial, "set_constraint")
+
+
+def sampler(search: Any, seed: int, constrained: bool = False) -> Any:
+    """An Optuna sampler from its name (seeded with the sweep's seed), or the instance given;
+    ``constrained``: the samplers that take constraints (TPE, GP) are given them."""
     optuna = _optuna()
     if isinstance(search, optuna.samplers.BaseSampler):
         return search
+    given = {"constraints_func": _constraint_values} if constrained and not _trial_constraints(optuna) else {}
     if search == "tpe":  # the constant liar: points asked while others run stay apart
-        return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=True, **given)
     if search == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if search == "qmc":
@@ -115,7 +133,7 @@ def sampler(search: Any, seed: int) -> Any:
             import torch  # noqa: F401
         except ImportError:
             raise SweepError('search="gp" needs PyTorch (Optuna\'s GPSampler uses it): pip install torch') from None
-        return optuna.samplers.GPSampler(seed=seed)
+        return optuna.samplers.GPSampler(seed=seed, **given)
     raise SweepError(f"search is {search!r}; give one of {', '.join(SAMPLERS)} or an Optuna sampler")
 
 
@@ -230,15 +248,17 @@ class Search:
     """The study, and the engine's :class:`~sweeper.engine.Feed` of trials it asks for."""
 
     def __init__(self, space: Any, *, search: Any, prune: Any, trials: int, seed: int, metric: str,
-                 mode: str, make_spec: Any) -> None:
+                 mode: str, make_spec: Any, constraints: Any = None) -> None:
         optuna = _optuna()
+        self.constraints = constraints  #: a Constraints, told with each trial (samplers that take them)
         self.optuna = optuna
         self.dists, self.fixed = distributions(space)
         self.metric, self.mode = metric, mode
         self.make_spec = make_spec  #: params, index -> TrialSpec
         self.total = trials
         self.study = optuna.create_study(direction="maximize" if mode == "max" else "minimize",
-                                         sampler=sampler(search, seed), pruner=pruner(prune))
+                                         sampler=sampler(search, seed, constraints is not None),
+                                         pruner=pruner(prune))
         self.pruner_name = prune if isinstance(prune, str) or prune is None else type(prune).__name__
         #: Whether its pruner can stop a trial (then each report waits for its verdict).
         self.prunes = not isinstance(self.study.pruner, optuna.pruners.NopPruner)
@@ -295,10 +315,19 @@ class Search:
     def _add(self, result: TrialResult, epochs: list[tuple[int, dict[str, Any]]]) -> None:
         state, value = self._state(result)
         intermediate = {e: float(m[self.metric]) for e, m in epochs if _finite(m.get(self.metric))}
+        told = self._constraints_of(result)
+        where = {"constraints": told} if _trial_constraints(self.optuna) else {"user_attrs": {CONSTRAINTS_ATTR: told}}
         trial = self.optuna.trial.create_trial(
             params={k: v for k, v in result.params.items() if k in self.dists},
-            distributions=self.dists, value=value, state=state, intermediate_values=intermediate)
+            distributions=self.dists, value=value, state=state, intermediate_values=intermediate,
+            **(where if told else {}))
         self.study.add_trial(trial)
+
+    def _constraints_of(self, result: TrialResult) -> dict[str, float]:
+        """The trial's constraint values by name, for the sampler (one it lacks: not met)."""
+        if self.constraints is None:
+            return {}
+        return self.constraints.named(result.params, result.metrics)
 
     def _state(self, result: TrialResult) -> tuple[Any, float | None]:
         TrialState = self.optuna.trial.TrialState
@@ -364,6 +393,12 @@ class Search:
 
     def _tell(self, trial: Any, result: TrialResult) -> None:
         state, value = self._state(result)
+        told = self._constraints_of(result)
+        if told and _trial_constraints(self.optuna):
+            for key, v in told.items():
+                trial.set_constraint(key, v)
+        elif told:
+            trial.set_user_attr(CONSTRAINTS_ATTR, told)
         if state == self.optuna.trial.TrialState.COMPLETE:
             self.study.tell(trial, value)
         else:

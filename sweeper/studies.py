@@ -15,23 +15,13 @@ import math
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from .errors import SweepError
+from .metrics import finite as number
 
 if TYPE_CHECKING:
     import pandas
 
 #: Prefixes Optuna's trials carry the row's other columns under, as user attributes.
 METRIC_ATTR = "metric:"
-
-
-def number(value: Any) -> float | None:
-    """A finite metric value as a float, else None (text, NaN, infinity, a bool)."""
-    if isinstance(value, (bool, str, bytes)) or value is None:  # a number stored as text is no number
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def plain(value: Any) -> Any:
@@ -71,9 +61,10 @@ def need_optuna(what: str, sklearn: bool = False) -> Any:
         both = "Optuna and scikit-learn" if sklearn else "Optuna"
         raise SweepError(f"{what} needs {both}: pip install \"sweeper[search]\" (or pip install "
                          f"optuna{' scikit-learn' if sklearn else ''})")
-    from .search import _optuna
+    import optuna
 
-    return _optuna()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
 
 
 def export(folder: str, url: str) -> tuple[str, int]:

@@ -5,7 +5,7 @@ hyperparameter (scikit-learn's ``cv_results_`` convention), one column per metri
 then ``seed``, ``device``, ``started_at``, ``duration_s``, ``error``, ``attempts``,
 ``epoch_reached`` when any trial reported epochs, ``mem_peak_mb`` when any trial's host
 memory was measured, and, when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``,
-``gpu_mem_peak_mb``, ``gpu_mem_reserved_mb``.
+``gpu_mem_peak_mb``, ``gpu_mem_reserved_mb``; ``feasible`` when the sweep has constraints.
 They come from :class:`~sweeper.trial.TrialResult`'s fields, each placed by its metadata
 (:class:`~sweeper.trial.Place`).
 Rows follow the grid's order. The CSV is written with the standard ``csv`` module (so
@@ -39,6 +39,7 @@ _SOMETIMES: dict[Place, Callable[[TrialResult], bool]] = {
     Place.EPOCHS: lambda r: r.epoch_reached is not None,
     Place.MEMORY: lambda r: r.mem_peak_mb is not None,
     Place.GPU: lambda r: r.device.startswith("gpu"),
+    Place.CONSTRAINTS: lambda r: r.feasible is not None,
 }
 #: How a field's value is written, where not as it is.
 _WRITTEN: dict[str, Callable[[Any], Any]] = {
@@ -78,6 +79,11 @@ def row(result: TrialResult) -> dict[str, Any]:
         elif place not in _SOMETIMES or _SOMETIMES[place](result):
             out[csv_name(f)] = _WRITTEN[f.name](value) if f.name in _WRITTEN else value
     return out
+
+
+def param_columns(df: "pandas.DataFrame") -> list[str]:
+    """The ``param_*`` columns of a results DataFrame, in the table's order."""
+    return [str(c) for c in df.columns if str(c).startswith("param_")]
 
 
 def ordered(results: Iterable[TrialResult]) -> list[TrialResult]:

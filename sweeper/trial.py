@@ -205,6 +205,7 @@ class Place(enum.Enum):
     EPOCHS = "epochs"  #: when any trial reported epochs (a pruned trial's tells where it stopped)
     MEMORY = "memory"  #: when any trial's host memory was measured
     GPU = "gpu"  #: when any trial ran on a GPU
+    CONSTRAINTS = "constraints"  #: when the sweep has constraints (``feasible``)
     LEDGER = "ledger"  #: in the ledger alone
 
 
@@ -246,10 +247,18 @@ class TrialResult:
     epoch_reached: int | None = field(default=None, metadata=column(Place.EPOCHS))
     #: its peak resident host memory, MB, over its process tree (None: not measured)
     mem_peak_mb: int | None = field(default=None, metadata=column(Place.MEMORY))
+    #: an ok trial of a sweep with constraints: whether its values meet them all (None:
+    #: not ok, or no constraints); a trial that does not is never ranked
+    feasible: bool | None = field(default=None, metadata=column(Place.CONSTRAINTS))
 
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
+
+    @property
+    def ranked(self) -> bool:
+        """Whether a ranking counts it: it finished ok, and meets the sweep's constraints."""
+        return self.ok and self.feasible is not False
 
 
 def place_of(f: Field[Any]) -> Place:

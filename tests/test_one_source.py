@@ -22,7 +22,7 @@ from sweeper.trial import (BACK_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS, GPU_COLUM
 #: written out here so that a change to TrialResult that would move one fails a test.
 CSV_CONTRACT = ("trial_id", "trial", "status", "seed", "device", "started_at", "duration_s", "error",
                 "attempts", "epoch_reached", "mem_peak_mb", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb",
-                "gpu_mem_reserved_mb")
+                "gpu_mem_reserved_mb", "feasible")
 
 
 def _actions() -> dict[str, argparse.Action]:
