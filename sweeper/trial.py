@@ -292,5 +292,7 @@ EPOCH_COLUMNS = csv_columns(Place.EPOCHS)
 MEMORY_COLUMNS = csv_columns(Place.MEMORY)
 #: Present when any trial ran on a GPU.
 GPU_COLUMNS = csv_columns(Place.GPU)
+#: Present when the sweep has constraints.
+CONSTRAINT_COLUMNS = csv_columns(Place.CONSTRAINTS)
 #: Every fixed column ``results.csv`` may have (neither a hyperparameter nor a metric), in its order.
 RESULT_COLUMNS = tuple(csv_name(f) for f in CSV_FIELDS if place_of(f) not in (Place.PARAMS, Place.METRICS))
