@@ -134,7 +134,8 @@ class MemorySampler:
     def __init__(self) -> None:
         self.peaks: dict[int, int] = {}  #: trial pid -> most MB its tree held at one sample
         self.now: dict[int, int] = {}  #: trial pid -> MB its tree held at the last sample
-        self.listed: dict[int, tuple[str, int]] = {}  #: every pid NVML listed at the last sample -> (card, MB)
+        #: every pid NVML listed at the last sample -> (card, MB; None where NVML cannot tell)
+        self.listed: dict[int, tuple[str, int | None]] = {}
         self._nvml: Any = None
         self._handles: list[Any] = []
 
@@ -159,7 +160,7 @@ class MemorySampler:
         self.listed = {}
         for i, handle in enumerate(self._handles):
             for pid, mb in _processes(self._nvml, handle):
-                self.listed[pid] = (str(i), mb or 0)
+                self.listed[pid] = (str(i), mb)
                 if mb is not None:  # unknown is not 0: no peak rather than a wrong one
                     held[pid] = held.get(pid, 0) + mb
         self.now = {}

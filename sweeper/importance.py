@@ -65,10 +65,16 @@ def importance(ok: "pandas.DataFrame", metric: str, mode: str) -> Importance:
     if not complete:
         raise SweepError(f"no parameter varies among the {len(ok)} ok trials"
                          + (" that all of them have" if varying else "") + ": nothing to compare")
+    if len({number(v) for v in ok[metric]}) < 2:
+        raise SweepError(f"{metric} is the same in all {len(ok)} ok trials: no parameter made a difference to it")
     optuna = need_optuna("which parameters mattered", sklearn=True)  # fANOVA's forest is scikit-learn's
-    shares = optuna.importance.get_param_importances(
-        frame_study(optuna, ok, complete, metric, mode),
-        evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0), normalize=True)
+    try:
+        shares = optuna.importance.get_param_importances(
+            frame_study(optuna, ok, complete, metric, mode),
+            evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0), normalize=True)
+    except Exception as exc:  # noqa: BLE001 - Optuna's or the forest's refusal (extreme values): one line
+        raise SweepError(f"which parameters mattered cannot be told from these trials: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
     ordered = sorted(((str(k), float(v)) for k, v in shares.items()), key=lambda kv: (-kv[1], kv[0]))
     return Importance(metric, mode, len(ok), tuple(ordered),
                       tuple(c[len("param_"):] for c in varying if c not in complete))

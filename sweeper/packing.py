@@ -257,8 +257,8 @@ class Packer(Callback):
         return (f"per_gpu auto: a trial starts on a card while its predicted need plus {HEADROOM:.0%} fits the "
                 f"free memory NVML reports, less {MARGIN_MB} MB and what this sweep's trials there reserved and "
                 f"do not hold yet; predicted from {', then '.join(order)}; an unmeasured shape gets a card to "
-                "itself first, until its first epoch (or its end) measures it; each is capped at its need (or its reservation less {CONTEXT_MB} MB for the CUDA "
-                f"context, if more); a first OOM runs again with {OOM_GROWTH:g}x; {self.breaker} oom or crashed in a "
+                "itself first, until its first epoch (or its end) measures it; each is capped at its need (or its "
+                f"reservation less {CONTEXT_MB} MB for the CUDA context, if more); a first OOM runs again with {OOM_GROWTH:g}x; {self.breaker} oom or crashed in a "
                 "row close a card")
 
     def place(self, params: dict[str, Any], cards: Iterable[Card], busy: bool = True) -> Spot | None:

@@ -154,7 +154,35 @@ def pruner(prune: Any) -> Any:
         node = ast.parse(prune.strip(), mode="eval").body
     except SyntaxError:
         node = None
-    return _pruner_of(node, prune)
+    built = _pruner_of(node, prune)
+    _try_pruner(_pruner_of(node, prune), prune)  # a twin: a pruner keeps what it saw of its study
+    return built
+
+
+#: Pruner keywords that are counts (of steps, trials, brackets).
+_WHOLE = {"min_resource", "max_resource", "reduction_factor", "min_early_stopping_rate", "bootstrap_count",
+          "patience", "n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials", "n_startup_steps"}
+
+
+def _try_pruner(twin: Any, text: str) -> None:
+    """Run a twin of the pruner on a throwaway study (four trials of 20 steps): Optuna
+    checks some values only when it prunes, which in a sweep would be mid-run."""
+    import warnings
+
+    optuna = _optuna()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            study = optuna.create_study(pruner=twin, sampler=optuna.samplers.RandomSampler(seed=0))
+            for i in range(4):
+                trial = study.ask()
+                for step in range(1, 21):
+                    trial.report(float(step * (i + 1)), step)
+                    trial.should_prune()
+                study.tell(trial, float(i))
+    except Exception as exc:  # noqa: BLE001 - whatever Optuna raises: one line, before anything runs
+        raise SweepError(f"prune {text!r}: Optuna's pruner fails with it ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}); check the keywords' values") from None
 
 
 def _pruner_of(node: Any, text: str) -> Any:
@@ -185,6 +213,13 @@ def _pruner_of(node: Any, text: str) -> Any:
     cls_name, aliases = _PRUNER_CLASSES[name]
     cls = getattr(optuna.pruners, cls_name)
     kwargs = {aliases.get(k, k): v for k, v in given.items()}
+    for key, value in kwargs.items():  # Optuna takes these as counts; a float fails only mid-sweep
+        if key in _WHOLE and not (value == "auto" and key in ("min_resource", "max_resource")) and (
+                isinstance(value, bool) or not isinstance(value, int)):
+            raise SweepError(f"prune {text!r}: {key} must be a whole number, got {value!r}")
+    if len(kwargs) < len(given):
+        twice = [k for k in given if aliases.get(k) in given]
+        raise SweepError(f"prune {text!r}: {twice[0]} and {aliases[twice[0]]} are the same keyword; give one")
     takes = [k for k in inspect.signature(cls).parameters if k != "wrapped_pruner"]
     unknown = [k for k in given if aliases.get(k, k) not in takes]
     if unknown:

@@ -42,7 +42,8 @@ def distribution(optuna: Any, values: Iterable[Any]) -> tuple[Any, Callable[[Any
     choice among values of several kinds, each one's ``repr``."""
     values = list(values)
     numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if numbers and len(numbers) == len(values):
+    # whole numbers beyond 2**53 (seeds, hashes) do not survive Optuna's floats: a choice
+    if numbers and len(numbers) == len(values) and all(abs(v) < 2**53 for v in numbers):
         low, high = min(numbers), max(numbers)
         if all(isinstance(v, int) for v in numbers):
             return optuna.distributions.IntDistribution(int(low), int(high)), int
@@ -103,19 +104,29 @@ def export(folder: str, url: str) -> tuple[str, int]:
     dists = {k: distribution(optuna, [plain(r.params[k]) for r in results if k in r.params])
              for k in names if k not in fixed}  # name -> (distribution, how a value is written)
     name = os.path.basename(os.path.normpath(os.path.abspath(folder)))
+    try:  # every trial first: nothing is written or deleted unless all of them can be
+        trials = [_trial(optuna, r, dists, metric, history.get(r.trial_id, [])) for r in results]
+    except (TypeError, ValueError) as exc:
+        raise SweepError(f"the sweep in {folder} cannot be written as an Optuna study: "
+                         f"{str(exc).splitlines()[0]}") from None
     try:
         storage = optuna.storages.get_storage(url)
     except Exception as exc:  # noqa: BLE001 - a bad URL, a driver missing: Optuna's words, one line
         raise SweepError(f"--optuna {url}: Optuna cannot open that storage ({str(exc).splitlines()[0]}); "
                          "give a database URL such as sqlite:///study.db") from None
-    if name in [s.study_name for s in optuna.get_all_study_summaries(storage)]:
-        optuna.delete_study(study_name=name, storage=storage)  # an earlier export's: replaced, never doubled
+    here = os.path.abspath(folder)
+    summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
+    if name in summaries:  # an earlier export of this folder is replaced, never doubled; another study is not
+        if summaries[name].user_attrs.get("sweeper_folder") != here:
+            raise SweepError(f"{url} already has a study named {name!r} that is not an export of {here}; "
+                             "give another storage (or rename the sweep folder)")
+        optuna.delete_study(study_name=name, storage=storage)
     study = optuna.create_study(storage=storage, study_name=name,
                                 direction="maximize" if mode == "max" else "minimize")
-    study.set_user_attr("sweeper_folder", os.path.abspath(folder))
+    study.set_user_attr("sweeper_folder", here)
     study.set_user_attr("metric", metric)
     study.set_user_attr("fixed", fixed)
-    study.add_trials([_trial(optuna, r, dists, metric, history.get(r.trial_id, [])) for r in results])
+    study.add_trials(trials)
     return name, len(results)
 
 
@@ -141,7 +152,8 @@ def _trial(optuna: Any, result: Any, dists: Mapping[str, tuple[Any, Callable[[An
     if result.started_at:  # when it ran, not when it was exported (Optuna's timeline)
         from datetime import datetime, timedelta
 
-        start = datetime.fromisoformat(result.started_at.replace("Z", "+00:00")).replace(tzinfo=None)
+        # Optuna keeps naive local times (datetime.now()); the row's is UTC
+        start = datetime.fromisoformat(result.started_at.replace("Z", "+00:00")).astimezone().replace(tzinfo=None)
         trial.datetime_start = start
         trial.datetime_complete = start + timedelta(seconds=result.duration_s or 0.0)
     return trial

@@ -370,14 +370,17 @@ def test_on_a_gpu_machine_forks_are_trusted_only_if_the_server_holds_nothing_on_
 
 @pytest.mark.unit
 def test_the_probe_pins_the_first_card_of_the_sweep_under_a_small_cap(fake_nvml):
-    """What the probe fork's environment is on a GPU machine (a GPU slot's, with a cap as a
-    packed trial's), and that on the CPU there is no GPU probe."""
+    """What the probe fork's environment is on a GPU machine (a GPU slot's, the freest card's,
+    with a cap as a packed trial's), and that on the CPU there is no GPU probe."""
     from sweeper import capping, contract
     from sweeper.slots import parse_gpus, place
 
     env = fork.probe_env(place(parse_gpus("1"), capping.resolve(2, None, False), None).slots)
     assert env is not None
     assert env["CUDA_VISIBLE_DEVICES"] == fake_nvml.cards[1].uuid
+    fake_nvml.cards[0].reserved_mb = 9000  # card 0 busy: the probe takes the freer one
+    both = fork.probe_env(place("all", capping.resolve(2, None, False), None).slots)
+    assert both is not None and both["CUDA_VISIBLE_DEVICES"] == fake_nvml.cards[1].uuid
     assert env[contract.MEMORY_LIMIT_MB] == str(capping.PROBE_CAP_MB)
     assert float(env[contract.MEMORY_FRACTION]) == pytest.approx(capping.PROBE_CAP_MB / 16384, rel=1e-3)
     assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" and contract.SLOT not in env

@@ -62,6 +62,9 @@ def test_too_few_trials_or_nothing_varying_is_said_in_one_line():
         importance(flat, "score", "max")
     with pytest.raises(SweepError, match="no trial has 'loss'"):
         importance(flat, "loss", "min")
+    same = pd.DataFrame({"status": ["ok"] * 6, "param_a": range(6), "score": [1.0] * 6})
+    with pytest.raises(SweepError, match="score is the same in all 6 ok trials"):
+        importance(same, "score", "max")  # fANOVA's zero variance, said as what it means
 
 
 @pytest.mark.unit
@@ -74,10 +77,11 @@ def test_hostile_values_are_taken_as_they_are():
         "param_lr": np.array([1e-4, 1e-3, 1e-2, 1e-1] * 3, dtype=np.float64),
         "param_kind": [True, "1", 1, "a"] * 3,
         "param_extra": [1, 2] + [None] * (n - 2),
+        "param_seed": [2**62 + i for i in range(n)],  # beyond a float's whole numbers: a choice
         "score": [float(i % 4) for i in range(n - 3)] + ["9", float("nan"), float("inf")],
     })
     imp = importance(df, "score", "max")
     assert imp.trials == n - 3  # the text "9" is no number, NaN and infinity are none
-    assert dict(imp.shares).keys() == {"lr", "kind"} and imp.left_out == ("extra",)
+    assert dict(imp.shares).keys() == {"lr", "kind", "seed"} and imp.left_out == ("extra",)
     assert math.isclose(sum(dict(imp.shares).values()), 1, abs_tol=1e-6)
     assert imp.lines()[-1] == "  not compared (some trials lack them): extra"

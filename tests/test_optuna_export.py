@@ -4,6 +4,8 @@ optuna-dashboard and Optuna's plots and importances open it."""
 
 from __future__ import annotations
 
+from datetime import timezone
+
 import optuna
 import pandas as pd
 import pytest
@@ -38,7 +40,8 @@ def test_a_search_exported_is_the_same_study_in_optunas_storage(tmp_path):
         assert max(t.intermediate_values) == row.epoch_reached
         if row.status == "ok":
             assert t.value == row.loss and t.user_attrs["metric:loss"] == row.loss
-        assert t.datetime_start == pd.Timestamp(row.started_at).tz_localize(None).to_pydatetime()  # when it ran
+        # when it ran: Optuna's naive local time
+        assert t.datetime_start.astimezone(timezone.utc) == pd.Timestamp(row.started_at).to_pydatetime()
         assert abs(t.duration.total_seconds() - row.duration_s) < 1e-3
     assert study.best_value == df[df.status == "ok"].loss.min()
     assert set(optuna.importance.get_param_importances(study)) == {"x"}  # Optuna's own tools work on it
@@ -54,6 +57,12 @@ def test_a_grid_exports_with_its_first_metric_and_a_bad_url_is_one_line(tmp_path
     assert len(study.trials) == 8 and study.user_attrs["metric"] == "score"
     assert sorted(t.params["c"] for t in study.trials) == ["x"] * 4 + ["y"] * 4  # a choice among texts
     assert {t.params["a"] for t in study.trials} == {1, 2}  # whole numbers: an integer range
-    bad = run_cli("export", str(tmp_path / "g"), "--optuna", "not-a-database")
+    other = optuna.create_study(study_name="g2", storage=url)  # the user's own study, named as a folder
+    other.set_user_attr("mine", True)
+    (tmp_path / "g").rename(tmp_path / "g2")
+    clash = run_cli("export", str(tmp_path / "g2"), "--optuna", url)
+    assert clash.returncode == 2 and "already has a study named 'g2' that is not an export of" in clash.stderr
+    assert optuna.load_study(study_name="g2", storage=url).user_attrs == {"mine": True}  # left as it was
+    bad = run_cli("export", str(tmp_path / "g2"), "--optuna", "not-a-database")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert "Optuna cannot open that storage" in bad.stderr and "sqlite:///study.db" in bad.stderr

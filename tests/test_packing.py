@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 
 import pytest
 
@@ -188,6 +189,18 @@ def test_a_shape_is_measured_at_its_first_trials_first_epoch():
     assert spot is not None and hinted.first_epoch(first, spot, 1500) is None  # measured already
 
 
+@pytest.mark.unit
+def test_only_the_end_of_an_epoch_of_training_measures_a_shape():
+    """An epoch 0 (an evaluation before training: no gradients, no optimiser state yet) is
+    no measurement of what training needs (found by review)."""
+    from sweeper.backends.local.backend import _an_epoch
+    from sweeper.protocol import Reports
+
+    assert not _an_epoch(Reports([{"epoch": 0, "metrics": {"loss": 2.0}}]))
+    assert not _an_epoch(Reports([{"epoch": "x", "metrics": {}}]))
+    assert _an_epoch(Reports([{"epoch": 0, "metrics": {}}, {"epoch": 1, "metrics": {"loss": 1.0}}]))
+
+
 def test_the_others_of_a_shape_join_its_first_trials_card_from_its_first_epoch(tmp_path, machine):
     """Keras reports epochs: the rest of a shape need not wait for its first trial's end.
     The first trial holds its memory and waits until another trial holds memory on its
@@ -270,6 +283,7 @@ def test_dry_run_says_the_policy(tmp_path, machine):
     assert proc.returncode == 0, proc.stderr
     assert f"per_gpu auto: a trial starts on a card while its predicted need plus {HEADROOM:.0%}" in proc.stdout
     assert "points alike in units" in proc.stdout and "up to 8 per GPU" in proc.stdout
+    assert f"its reservation less {CONTEXT_MB} MB for the CUDA context" in proc.stdout and "{" not in proc.stdout
     host = run_fake_cli(machine, grid, "--workers", "auto", "--host-memory", "3GB", "--dry-run", "--out", str(tmp_path))
     assert host.returncode == 0 and ("host memory: a trial starts while its predicted peak plus 20% fits under the "
                                      "3072 MB budget and the available memory less 1024 MB, and a measured idle core "
@@ -297,7 +311,7 @@ def test_a_ledger_of_schema_3_gains_the_reserved_column_and_keeps_its_rows(tmp_p
     finally:
         ledger.close()
     with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
 
 
 @pytest.mark.unit
@@ -468,6 +482,39 @@ def test_memory_a_trial_leaves_on_its_card_is_said_once_and_counted_as_used(tmp_
         assert set(by_x.device[[2, 3]]) == {"gpu:1"} and by_x.device[1] == "gpu:0"  # 12 GB fit only there
     else:
         assert lines == []
+
+
+def test_the_fork_servers_probe_on_a_card_is_not_taken_for_a_leftover(machine, caplog):
+    """A process of the sweep's fork server (its probe, which holds a context while it tries
+    the card) carries the server's slot placeholder: placing the next trial meanwhile must
+    neither kill it nor say it is a leftover (found by review: it was killed)."""
+    import subprocess
+    import sys
+
+    from sweeper import capping, contract, procs
+    from sweeper.backends.local.backend import LocalBackend
+    from sweeper.slots import parse_gpus, place
+
+    slots = place(parse_gpus("0"), capping.resolve("auto", None, False), None).slots
+    backend = LocalBackend(None, slots, packer=Packer(Needs(), ["0"]))  # type: ignore[arg-type]
+    backend.open()
+    probe = subprocess.Popen(
+        [sys.executable, "-c", "import os, sys, time; "
+                               f"open(os.path.join({machine.board!r}, str(os.getpid())), 'w').write('{machine.cards[0].uuid} 600'); "
+                               "print('held', flush=True); time.sleep(60)"],
+        env={**os.environ, contract.SWEEP: backend.tag, contract.SLOT: procs.SLOT_PLACEHOLDER},
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert probe.stdout.readline().strip() == "held"
+        with caplog.at_level(logging.WARNING, logger="sweeper"):
+            cards = backend._cards()  # what admits() does for the next queued trial
+        assert probe.poll() is None, "the probe was killed"
+        assert [c.free_mb for c in cards] == [16384 - 600]  # its memory counts as used
+        assert not [r for r in caplog.records if str(probe.pid) in r.getMessage()]
+    finally:
+        probe.kill()
+        probe.wait()
+        backend.close()
 
 
 def test_where_nvml_cannot_see_a_trials_memory_trials_run_one_per_card(tmp_path, machine, capsys):

@@ -243,6 +243,11 @@ def test_a_pruner_is_named_with_optunas_keywords(text, cls, attrs):
     ("asha(", "not a pruner's name or call"),
     ("bohb", "no pruner 'bohb'; give one of median, percentile, asha, hyperband, patient, wilcoxon"),
     ("patient(asha, median, patience=1)", "patient wraps one pruner"),
+    ("asha(grace_period=2, min_resource=3)", "grace_period and min_resource are the same keyword"),
+    # accepted by Optuna's constructors, refused only when pruning: found before anything runs
+    ("hyperband(reduction_factor=2.5)", "reduction_factor must be a whole number, got 2.5"),
+    ("patient(patience=1.5)", "patience must be a whole number, got 1.5"),
+    ("hyperband(min_resource=0)", "Optuna's pruner fails with it (ZeroDivisionError"),
 ])
 def test_a_pruner_text_that_is_wrong_says_what_to_write(text, words):
     from sweeper.search import pruner

@@ -93,6 +93,7 @@ def probe() -> str:
     os.close(write)
     limit = PROBE_GPU_S if gpu else PROBE_S
     deadline = time.monotonic() + limit
+    os.set_blocking(read, False)  # a grandchild holding the pipe's other end must not hang the read
     try:
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -100,7 +101,10 @@ def probe() -> str:
                 code = os.waitstatus_to_exitcode(status)
                 if code == 0:
                     return "ok"
-                why = os.read(read, 4096).decode(errors="replace")
+                try:
+                    why = os.read(read, 4096).decode(errors="replace")
+                except BlockingIOError:
+                    why = ""
                 return f"a fork failed to compute with {_loaded()} (exit code {code}{': ' + why if why else ''})"
             if time.monotonic() > deadline:
                 os.kill(pid, signal.SIGKILL)
@@ -146,10 +150,10 @@ def _on_gpu() -> str:
     the server loaded caps itself (as in a trial: :mod:`sweeper.child.capping`), puts
     :data:`PROBE_MB` on the card, computes, frees it. "" when all went well, else why not.
 
-    A framework built for CUDA that sees no GPU here while the CUDA driver, asked from a
-    fresh process, sees one looked for GPUs in the server: every fork would train on
-    the CPU, silently. (A framework without CUDA, or a machine whose driver sees no card,
-    is no worse in a fork than in a spawn process.)"""
+    A framework built for CUDA that sees no GPU here while the same framework, imported in
+    a fresh process, sees one looked for GPUs in the server: every fork would train on the
+    CPU, silently. (Asked only where the CUDA driver sees a card, which costs no import. A
+    framework that sees none in a fresh process either is no worse in a fork.)"""
     import sys
 
     from . import capping
@@ -189,9 +193,10 @@ def _on_gpu() -> str:
             y.delete()
         elif _jax_has_cuda():
             blind.append("jax")
-    if blind and _driver_sees_a_gpu():
-        return (f"{', '.join(blind)} saw no GPU in a fork of the server while the CUDA driver sees one there "
-                "(it looked for GPUs in the server, where none is visible, before the fork)")
+    seen = [name for name in blind if _fresh_sees_a_gpu(name)] if blind and _driver_sees_a_gpu() else []
+    if seen:
+        return (f"{', '.join(seen)} saw no GPU in a fork of the server, where a fresh process sees one (it "
+                "looked for GPUs in the server, where none is visible, before the fork)")
     return ""
 
 
@@ -213,18 +218,36 @@ sys.exit(0 if cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(n)) == 
 """
 
 
-def _driver_sees_a_gpu() -> bool:
-    """Whether the CUDA driver, asked from a fresh process with this environment (the
-    card pinned), sees a device."""
+#: Run in a fresh process: exit 0 when the framework sees a GPU there (the same environment).
+_FRESH_CHECK = {
+    "tensorflow": "import sys, tensorflow as tf; sys.exit(0 if tf.config.list_physical_devices('GPU') else 1)",
+    "torch": "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)",
+    "jax": "import sys, jax\ntry:\n    jax.devices('gpu')\nexcept RuntimeError:\n    sys.exit(1)",
+}
+
+
+def _fresh(code: str, timeout: float) -> bool:
     import subprocess
     import sys
 
     try:
-        return subprocess.run([sys.executable, "-c", _DRIVER_CHECK], timeout=60,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL).returncode == 0
-    except (OSError, subprocess.SubprocessError):
+        return subprocess.run([sys.executable, "-c", code], timeout=timeout, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    except (OSError, subprocess.SubprocessError):  # a check that cannot tell accuses no one
         return False
+
+
+def _driver_sees_a_gpu() -> bool:
+    """Whether the CUDA driver, asked from a fresh process with this environment (the
+    card pinned), sees a device (quick: no framework imported)."""
+    return _fresh(_DRIVER_CHECK, 60)
+
+
+def _fresh_sees_a_gpu(framework: str) -> bool:
+    """Whether the framework, imported in a fresh process with this environment, sees a
+    GPU: if not, it cannot use the card at all (its CUDA libraries missing, a driver too
+    old), and a fork is no worse than a spawn process."""
+    return _fresh(_FRESH_CHECK[framework], 90)
 
 
 def _tell(said: str) -> None:

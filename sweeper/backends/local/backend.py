@@ -221,7 +221,7 @@ class LocalBackend:
         for tid, p in list(self.running.items()):
             if p.conn is not None and p.conn in ready:
                 said = receive(p)
-                if tid in self._unmeasured and any(isinstance(e, Reports) for _, e in said):
+                if tid in self._unmeasured and any(isinstance(e, Reports) and _an_epoch(e) for _, e in said):
                     self._first_epoch(p)
                 events += said
             if p.exit_fd in ready:
@@ -257,6 +257,8 @@ class LocalBackend:
     def cancel(self, trial_id: str, hard: bool) -> None:
         if self.pending.pop(trial_id, None) is not None:  # it had no process yet
             self.reserved.pop(trial_id, None)
+            self._before.pop(trial_id, None)
+            self._unmeasured.pop(trial_id, None)
             self.host_reserved.pop(trial_id, None)
             self._events.append((trial_id, Exited(cancelled=True)))
             return
@@ -287,6 +289,8 @@ class LocalBackend:
         events: list[tuple[str, Event]] = [(tid, Exited(cancelled=True)) for tid in self.pending]
         for tid in self.pending:
             self.reserved.pop(tid, None)
+            self._before.pop(tid, None)
+            self._unmeasured.pop(tid, None)
             self.host_reserved.pop(tid, None)
         self.pending.clear()
         try:
@@ -355,13 +359,17 @@ class LocalBackend:
 
     def _unlisted(self) -> dict[str, int]:
         """Per card, MB used that no process NVML listed holds (the driver's own share, and
-        contexts whose process is gone), as last read; {} before a read."""
+        contexts whose process is gone), as last read; {} before a read. A card where NVML
+        cannot tell some process's memory is left out: nothing there can be told apart."""
         if self.sampler is None or self._read is None:
             return {}
         listed: dict[str, int] = {}
+        unknown: set[str] = set()
         for card, mb in self.sampler.listed.values():
-            listed[card] = listed.get(card, 0) + mb
-        return {c.gpu: c.total_mb - c.free_mb - listed.get(c.gpu, 0) for c in self._read}
+            if mb is None:
+                unknown.add(card)
+            listed[card] = listed.get(card, 0) + (mb or 0)
+        return {c.gpu: c.total_mb - c.free_mb - listed.get(c.gpu, 0) for c in self._read if c.gpu not in unknown}
 
     def _teardowns(self) -> None:
         """Ended packed trials whose card's memory is back (within ``TEARDOWN_TOLERANCE_MB``
@@ -375,11 +383,13 @@ class LocalBackend:
         left: dict[str, int] = {}
         for pid, card in self._left.items():
             if pid in self.sampler.listed:
-                left[card] = left.get(card, 0) + self.sampler.listed[pid][1]
+                left[card] = left.get(card, 0) + (self.sampler.listed[pid][1] or 0)
         self._left = {pid: card for pid, card in self._left.items() if pid in self.sampler.listed}
         now = time.monotonic()
         for tid, t in list(self.tearing.items()):
-            if t.gpu not in unlisted:  # NVML could not read the card now
+            if t.gpu not in unlisted:  # NVML cannot read the card, or tell what its processes hold
+                if now >= t.until:
+                    del self.tearing[tid]  # nothing to verify by: freed, unsaid
                 continue
             t.residue_mb = max(0, unlisted[t.gpu] - t.before_mb) + left.get(t.gpu, 0)
             if t.residue_mb <= TEARDOWN_TOLERANCE_MB:
@@ -389,6 +399,13 @@ class LocalBackend:
                 log.warning("sweeper: gpu:%s: %d MB did not come back %.0f s after trial %s ended (used by no "
                             "process NVML lists, or by a process it left); counted as used", t.gpu,
                             t.residue_mb, TEARDOWN_S, t.name)
+                # said once, for this trial: the others on the card measure from it, not blamed for it
+                for other in self.tearing.values():
+                    if other.gpu == t.gpu:
+                        other.before_mb += t.residue_mb
+                for rid, (gpu, _) in self.reserved.items():
+                    if gpu == t.gpu and rid in self._before:
+                        self._before[rid] += t.residue_mb
 
     def _others(self) -> None:
         """Processes NVML lists on the sweep's cards that are no running trial's (nor below
@@ -407,18 +424,21 @@ class LocalBackend:
         for pid, (card, mb) in self.sampler.listed.items():
             if pid in ours or pid in self._told or not os.path.exists(f"/proc/{pid}"):
                 continue  # (not in /proc: gone, or NVML reports the host's pids to this container)
-            self._told.add(pid)
             tag = procs.tags(pid)
+            if tag.get(contract.SWEEP) == self.tag and tag.get(contract.SLOT) == procs.SLOT_PLACEHOLDER:
+                continue  # the fork server or its probe: the server's own check (ForkServer._held) judges it
+            self._told.add(pid)
             if tag.get(contract.SWEEP) == self.tag:
                 if tag.get(contract.SLOT) in busy:  # a running trial's detached helper: its trial's
                     self._told.discard(pid)
                     continue
                 procs.signal_all([pid], signal.SIGKILL)
                 self._left[pid] = card
-                log.warning("sweeper: gpu:%s: pid %d, left by a trial of this sweep, held %d MB after its trial "
-                            "ended; killed", card, pid, mb)
+                log.warning("sweeper: gpu:%s: pid %d, left by a trial of this sweep, held %s after its trial "
+                            "ended; killed", card, pid, _amount(mb))
             else:
-                log.warning("sweeper: gpu:%s: pid %d, not this sweep's, holds %d MB; counted as used", card, pid, mb)
+                log.warning("sweeper: gpu:%s: pid %d, not this sweep's, holds %s; counted as used", card, pid,
+                            _amount(mb))
 
     def _standby(self, slot: Slot) -> Spare:
         return self.launcher.new_process(slot, standby=True)
@@ -517,6 +537,22 @@ class LocalBackend:
             os.close(p.exit_fd)
         if p.process.exitcode is not None:
             p.process.close()
+
+
+def _amount(mb: int | None) -> str:
+    return "an amount NVML cannot tell" if mb is None else f"{mb} MB"
+
+
+def _an_epoch(reports: Reports) -> bool:
+    """Whether a batch of reports includes the end of an epoch of training (epoch >= 1; an
+    epoch 0, such as an evaluation before training, has no gradients or optimiser state)."""
+    for item in reports.items:
+        try:
+            if int(item.get("epoch", 0)) >= 1:
+                return True
+        except (TypeError, ValueError):
+            continue
+    return False
 
 
 def _oom_killed(p: Proc, exitcode: int | None) -> str:

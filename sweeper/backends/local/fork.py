@@ -175,16 +175,20 @@ def preload_of(target: Target) -> list[str]:
 
 
 def probe_env(slots: Sequence[Slot]) -> dict[str, str] | None:
-    """The environment the fork server's probe fork takes on a GPU machine: the first GPU
-    slot's (its card pinned) with a cap of ``capping.PROBE_CAP_MB``, as a packed trial's
-    cap is given (:func:`sweeper.capping.trial_env`); None on the CPU."""
-    slot = next((s for s in slots if s.gpu is not None), None)
-    if slot is None:
+    """The environment the fork server's probe fork takes on a GPU machine: a GPU slot's (its
+    card pinned: the sweep's card with the most free memory) with a cap of
+    ``capping.PROBE_CAP_MB``, as a packed trial's cap is given
+    (:func:`sweeper.capping.trial_env`); None on the CPU."""
+    on_gpus = [s for s in slots if s.gpu is not None]
+    if not on_gpus:
         return None
     from ... import capping, gpus
 
+    cards = {g.uuid: g for g in gpus.inventory()}
+    # the sweep's card with the most free memory: a busy one would fail the probe by its neighbours
+    slot = max(on_gpus, key=lambda s: cards[s.uuid].free_mb if s.uuid in cards else -1)
     env = {k: v for k, v in slot.env.items() if k != contract.SLOT}
-    total = next((g.total_mb for g in gpus.inventory() if g.uuid == slot.uuid), None)
+    total = cards[slot.uuid].total_mb if slot.uuid in cards else None
     if total:
         env.update(capping.trial_env(capping.PROBE_CAP_MB, total))
     else:  # NVML cannot tell the card's size: TensorFlow's cap alone
