@@ -3,6 +3,8 @@ tested from the user's side: the CLI, ``sweep()`` and ``load()``."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import sweeper
@@ -240,25 +242,58 @@ grid = {{"x": [1]}}
 
 @pytest.mark.unit
 def test_a_ctrl_c_while_a_child_starts_arrives_when_it_has_started():
-    """The parent ignores SIGINT while it starts a child (so the child inherits that); a
+    """The parent holds SIGINT back while it starts a child (so the child inherits that); a
     Ctrl-C meanwhile was lost, and on a busy machine the child may import the whole grid
     file in that window (the test above then waited for the import, 600 s). Now it is
     held, and arrives as the window closes."""
     import signal
 
-    from sweeper.backends.local.process import sigint_ignored
+    from sweeper.backends.local.process import sigint_held
 
     import threading
 
     got = []
     with pytest.raises(KeyboardInterrupt):
-        with sigint_ignored():
+        with sigint_held():
             # to the thread that starts children (the main one), where kill and a terminal's
             # Ctrl-C land in a process whose other threads block SIGINT, as sweeper's do
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             got.append("not yet")
         got.append("lost")
     assert got == ["not yet"]
+
+
+@pytest.mark.unit
+def test_a_ctrl_c_landing_on_another_thread_while_a_child_starts_is_not_lost():
+    """A Ctrl-C (or a kill) the kernel hands to another thread of the parent, one that does
+    not block SIGINT (a user's, a library's: sweeper's own block it), while the main thread
+    starts a child. With SIG_IGN as the process's handler in that window it was dropped,
+    and the sweep ran on (bench/search.py's budget watcher, a thread, lost one that way)."""
+    import signal
+    import threading
+    import time
+
+    from sweeper.backends.local.process import sigint_held
+
+    go, sent = threading.Event(), threading.Event()
+
+    def other() -> None:  # started before the window, so SIGINT is not blocked here
+        go.wait(30)
+        os.kill(os.getpid(), signal.SIGINT)  # the kernel hands it to a thread that takes it: this one
+        sent.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            with sigint_held():
+                go.set()
+                assert sent.wait(30)
+                time.sleep(0.05)  # the window stays open while that thread takes the signal
+        finally:
+            thread.join()
+        for _ in range(100):  # Python runs the handler in the main thread at its next check
+            time.sleep(0.01)
 
 
 def test_a_trial_run_again_on_resume_counts_its_attempts_on(tmp_path):

@@ -458,9 +458,10 @@ def _guard(parent_pid: int | None) -> None:
         os.setpgid(0, 0)
     except OSError:
         pass
-    # The parent started us with SIGINT ignored and blocked (Ctrl-C is its to handle); now
-    # that no terminal's Ctrl-C reaches our group, unblock it while still ignored (one that
-    # came meanwhile is dropped), then give the trial Python's usual behaviour back.
+    # The parent started us with SIGINT blocked (Ctrl-C is its to handle); now that no
+    # terminal's Ctrl-C reaches our group, ignore it (which drops one that came meanwhile),
+    # unblock it, then give the trial Python's usual behaviour back.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGHUP, _kill_own_group)

@@ -1,7 +1,7 @@
 """A trial's process as the local backend holds it (:class:`Proc`), and what every worker
 process of the sweep needs: its exit seen through a pidfd (:func:`exit_fd`), its reaping
 without waiting on a sentinel a daemon may hold (:func:`join`), a start that a Ctrl-C
-cannot cut short (:func:`sigint_ignored`), the sweep's tag (:func:`new_tag`), and the
+cannot cut short (:func:`sigint_held`), the sweep's tag (:func:`new_tag`), and the
 reading of what a trial sends over its pipe (:func:`receive`).
 """
 
@@ -115,23 +115,23 @@ def exit_fd(process: Any) -> int:
 
 
 @contextlib.contextmanager
-def sigint_ignored() -> Iterator[None]:
-    """Start a child with SIGINT ignored, so a Ctrl-C during its bootstrap (before it leads
-    its own process group) reaches only the parent, which then stops it properly.
+def sigint_held() -> Iterator[None]:
+    """Start a child with SIGINT blocked, so a Ctrl-C during its bootstrap (before it leads
+    its own process group) reaches only the parent, which then stops it properly: the child
+    inherits the blocked signal through fork and exec, and its bootstrap ignores SIGINT
+    (which drops one that came meanwhile) before it unblocks it
+    (:func:`sweeper.child.bootstrap._guard`).
 
-    The parent's own SIGINT is blocked meanwhile, not lost: a signal sent to a blocked
-    thread is kept pending even while ignored, and arrives when the handler is back. (A
-    Ctrl-C in this window was lost: on a busy machine the child can import the grid file
-    before ``start()`` returns. The child unblocks it first thing, in its bootstrap.)"""
+    Only this thread's mask changes, never the process's handler: a Ctrl-C that lands on
+    this thread meanwhile is pending until the window closes, and one that lands on another
+    thread (a user's, a library's) is handled as ever. (The handler was set to SIG_IGN here
+    before, for the whole process: a Ctrl-C another thread received in this window was
+    lost, and the sweep ran on; found by bench/search.py, whose budget watcher is a thread.)"""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, old)
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -26,7 +26,7 @@ from ... import contract, headroom, procs
 from ...child import bootstrap
 from ...protocol import Broken, Event, LoadFailed, Ready
 from ...slots import Slot
-from .process import REAP_WAIT_S, Proc, exit_fd, join, no_main_guard, sigint_ignored
+from .process import REAP_WAIT_S, Proc, exit_fd, join, no_main_guard, sigint_held
 
 #: Standbys per slot at most (spawn ones, while cores are idle).
 MAX_AHEAD = 3
@@ -75,7 +75,7 @@ def spawn(ctx: Any, boot: bootstrap.Boot, env: dict[str, str], name: str) -> Spa
         _TRACKER_STARTED.append(True)
     parent_conn, child_conn = ctx.Pipe()
     process = ctx.Process(target=bootstrap.main, args=(child_conn, boot), name=name, daemon=False)
-    with procs.environ(env), sigint_ignored():  # Ctrl-C is the parent's to handle
+    with procs.environ(env), sigint_held():  # Ctrl-C is the parent's to handle
         process.start()
     child_conn.close()
     return Spare(process, parent_conn, exit_fd(process), dict(env))
