@@ -1,8 +1,10 @@
 """Benchmark of the adaptive search: what pruning saves, and memory over many trials.
 
-    python bench/search.py              # full (~10 min on 2 cores): part a on seeds 0,1,2
+    python bench/search.py              # full (~10 min on 2 cores): parts a and b, a on seeds 0,1,2
     python bench/search.py --quick      # about 3 min: fewer trials, seed 0
     python bench/search.py --only a --seeds 0,1,2,3,4
+    python bench/search.py --only c     # search at equal compute (see c below for its time)
+    python bench/search.py --only c --quick --problems diabetes   # a few minutes: a check that it runs
 
 a  compute to a good model, on the digits MLP of experiments/digits_mlp.py (the space of
    experiments/digits_search.py, 20 epochs fixed): random search with no pruning against
@@ -16,6 +18,30 @@ b  memory over trials: Optuna's own study.optimize training small Keras MLPs (di
    every 5th trial, once as users usually write it and once with keras.backend.clear_session()
    after each trial; for sweeper the parent's RSS seen by each trial at its end, the
    trial's own RSS at its end and its peak (ru_maxrss).
+c  search at equal compute: every method gets the same budget in epochs, those of BUDGET_C
+   full trials (20 x 20 = 400 epochs), on two problems with a real signal: the digits MLP of
+   a (val_accuracy, max) and a small Keras MLP regressing scikit-learn's bundled diabetes
+   data, inputs and target standardised (val_loss, min; 1-3 layers). Methods: random with no
+   pruning (every trial to its last epoch), random + ASHA, TPE, TPE + ASHA, TPE + Hyperband
+   (Optuna's defaults for both pruners), and TPE + ASHA tuned (PRUNE_TUNED: the epoch from
+   which a pilot's learning curves rank as they end, see there). 2 workers per sweep.
+   How the budget is kept: each sweep runs as a fresh role process (trials=budget+50, more
+   than can fit); a thread there polls the sweep's ledger (per-epoch reports, written as the
+   trials send them, about every 0.25 s) and sends the process SIGTERM once the epochs on
+   record reach the budget (not SIGINT: see role_sweep_c); the sweep records running trials
+   ``interrupted`` and stops.
+   Then every per-epoch report, each stamped with the time its trial sent it, is put in
+   time order over all trials, and the run is cut at the budget's epoch: epochs past it
+   (trained by trials running at the cut, in the moments before the stop took effect) are
+   cut, not counted, and a trial counts as finished only if its last epoch came within
+   the budget (those epochs are counted as "overshoot", trained but not counted). Anytime
+   curve per run: x = epochs spent so far by all trials, y = the best metric of a trial that
+   finished (ran all its epochs, not pruned) by then. Per method: the median over seeds of
+   the best at the budget (and each seed's), the epochs at which it first reached random's
+   median best at the budget (median over seeds; a seed that never did counts as not
+   reached), trials run, pruned and cut at the budget. Figures and raw reports go to
+   bench/out/search_compute.json, the curves (median and min-max over seeds) to
+   bench/out/search_compute.png.
 
 Every measured run is a fresh ``python bench/search.py --role ...`` process under a
 timeout (its process tree is ended if it runs over), so each RSS is its own and nothing
@@ -49,6 +75,26 @@ EPOCHS_B = 3  #: epochs of a small trial in b (memory: many short trials)
 TARGET_BEST = 0.005  #: the issue: best within this of the full run's best ...
 TARGET_EPOCHS = 0.40  #: ... with at most this share of its epochs
 MB = 1024 * 1024
+
+EPOCHS_C = 20  #: epochs of a full trial in c, both problems
+BUDGET_C = 20  #: c's budget per sweep: the epochs of this many full trials (20 x 20 = 400)
+SEEDS_C = "0,1,2"  #: c's seeds by default (one seed of its 12 sweeps: ~16 min here; 5 would be ~80)
+POLL_C = 0.2  #: seconds between looks at a sweep's epochs on record (c)
+#: c's methods: label, sampler, pruner ("tuned": the problem's PRUNE_TUNED).
+METHODS_C = (("random", "random", None), ("random + asha", "random", "asha"), ("tpe", "tpe", None),
+             ("tpe + asha", "tpe", "asha"), ("tpe + hyperband", "tpe", "hyperband"),
+             ("tpe + asha tuned", "tpe", "tuned"))
+#: c's problems: the metric and its direction.
+PROBLEMS_C = {"digits": ("val_accuracy", "max"), "diabetes": ("val_loss", "min")}
+#: The tuned ASHA of c, per problem: min_resource = the first epoch from which a pilot's
+#: learning curves ranked nearly as they ended (30 random points of the space, 20 epochs
+#: each, run apart from this benchmark; Spearman rank correlation of the metric at epoch e
+#: with the final one >= 0.85: digits 0.73-0.79 at epochs 1-6, 0.85 at 8; diabetes -0.35 to
+#: -0.17 at epochs 1-4 (fast starters overfit), 0.54 at 8, 0.88 at 12), reduction_factor=3:
+#: keep a third at the rung, not Optuna's quarter. c prints the same correlations measured
+#: on its own random runs. The pilot's 600 epochs per problem are not in the budget.
+PRUNE_TUNED = {"digits": "asha(min_resource=8, reduction_factor=3)",
+               "diabetes": "asha(min_resource=12, reduction_factor=3)"}
 
 
 # -- trials (run in spawned processes: imports inside) --------------------------------------
@@ -106,6 +152,15 @@ def space_b() -> dict[str, Any]:
             "epochs": EPOCHS_B}
 
 
+def space_c(problem: str) -> dict[str, Any]:
+    import sweeper
+
+    if problem == "digits":
+        return {**space_a(), "epochs": EPOCHS_C}
+    return {"lr": sweeper.loguniform(1e-4, 1e-1), "units": [16, 32, 64, 128], "batch_size": [16, 32, 64],
+            "layers": sweeper.randint(1, 4), "epochs": EPOCHS_C}
+
+
 # -- roles: one measured run each, in its own process ----------------------------------------
 
 def role_sweep_a(spec: dict[str, Any]) -> dict[str, Any]:
@@ -123,6 +178,69 @@ def role_sweep_a(spec: dict[str, Any]) -> dict[str, Any]:
             "pruned": int((frame.status == "pruned").sum()), "ok": len(ok),
             "other": int((~frame.status.isin(["ok", "pruned"])).sum()),
             "pruned_at": sorted(int(e) for e in frame.loc[frame.status == "pruned", "epoch_reached"].dropna())}
+
+
+def role_sweep_c(spec: dict[str, Any]) -> dict[str, Any]:
+    """One sweep of part c, stopped by SIGTERM once its epochs on record reach the budget; every
+    trial's row and per-epoch reports (metric, and when the trial sent it)."""
+    import signal
+    import sqlite3
+    import threading
+
+    import sweeper
+    from sweeper.ledger import Ledger
+
+    from search_models import train_diabetes, train_digits  # Keras at its top: the fork server preloads it
+
+    metric, mode = PROBLEMS_C[spec["problem"]]
+    train = train_digits if spec["problem"] == "digits" else train_diabetes
+    folder = os.path.join(spec["out"], spec["name"])
+    budget = spec["budget"]
+    seen: dict[str, float] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        # SIGTERM, not SIGINT: while the sweep starts a trial its main thread blocks and ignores
+        # SIGINT (sweeper.backends.local.process.sigint_ignored), and a process-directed SIGINT
+        # then lands on a thread that does not block it (this one, or one of TensorFlow's,
+        # imported here with search_models) and is dropped: seen here, a sweep ran on to its
+        # trial count. SIGTERM takes the same way out (running trials recorded interrupted)
+        # and is never ignored. This thread blocks both, leaving them to the main thread.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        ledger = None
+        while not done.wait(POLL_C):
+            try:
+                ledger = ledger or Ledger(folder, readonly=True)
+                count = len(ledger.history())
+            except (sweeper.SweepError, sqlite3.Error):  # not there yet, or busy: look again
+                continue
+            if count >= budget:
+                seen.update(epochs=count, at_s=time.perf_counter() - t0)
+                os.kill(os.getpid(), signal.SIGTERM)  # the sweep's own handling stops it
+                return
+
+    t0 = time.perf_counter()
+    watcher = threading.Thread(target=watch, name="budget", daemon=True)
+    watcher.start()
+    stopped = True
+    try:
+        sweeper.sweep(train, space_c(spec["problem"]), search=spec["search"], prune=spec["prune"],
+                      trials=budget + 50, seed=spec["seed"], workers=2, metric=metric, mode=mode,
+                      out=spec["out"], name=spec["name"], progress=False)
+        stopped = False  # the trial count ran out first (not expected: each trial costs an epoch)
+    except sweeper.SweepInterrupted:  # from our SIGTERM
+        pass
+    wall = time.perf_counter() - t0
+    done.set()
+    watcher.join()
+    ledger = Ledger(folder, readonly=True)
+    trials = []
+    for tid, row in sorted(ledger.results().items(), key=lambda kv: kv[1].index):
+        trials.append({"id": tid, "status": row.status.value, "params": row.params,
+                       "epoch_reached": row.epoch_reached, "value": row.metrics.get(metric),
+                       "reports": [[e, m.get(metric), t] for e, m, t in ledger.epochs(tid)]})
+    ledger.close()
+    return {"wall_s": wall, "stopped": stopped, "seen": seen, "trials": trials}
 
 
 def _rss_mb() -> float:
@@ -189,7 +307,7 @@ def role_sweep_b(spec: dict[str, Any]) -> dict[str, Any]:
             "best": float(ok.val_accuracy.max()) if len(ok) else None}
 
 
-ROLES = {"sweep_a": role_sweep_a, "optuna": role_optuna, "sweep_b": role_sweep_b}
+ROLES = {"sweep_a": role_sweep_a, "optuna": role_optuna, "sweep_b": role_sweep_b, "sweep_c": role_sweep_c}
 
 
 def role_main(role: str, spec_path: str, result_path: str) -> int:
@@ -259,6 +377,282 @@ def part_b(trials: int, tmp: str, seed: int = 0) -> dict[str, Any]:
                                      f"b  optuna in-process + clear_session, {trials} trials"),
             "sweeper": run_role("sweep_b", {"trials": trials, "seed": seed, "out": tmp}, tmp, timeout,
                                 f"b  sweeper, 1 worker, {trials} trials")}
+
+
+def part_c(seeds: list[int], budget_trials: int, problems: list[str], tmp: str) -> dict[str, Any]:
+    budget = budget_trials * EPOCHS_C
+    out: dict[str, Any] = {"seeds": seeds, "budget_trials": budget_trials, "budget_epochs": budget,
+                           "epochs": EPOCHS_C, "workers": 2, "problems": {}}
+    for problem in problems:
+        metric, mode = PROBLEMS_C[problem]
+        runs: dict[str, list[Any]] = {label: [] for label, _, _ in METHODS_C}
+        prunes = {label: PRUNE_TUNED[problem] if prune == "tuned" else prune for label, _, prune in METHODS_C}
+        out["problems"][problem] = {"metric": metric, "mode": mode, "prune": prunes, "runs": runs}
+        for seed in seeds:
+            for label, search, _ in METHODS_C:
+                spec = {"problem": problem, "search": search, "prune": prunes[label], "seed": seed, "budget": budget,
+                        "out": tmp, "name": f"c_{problem}_{label.replace(' ', '')}_s{seed}"}
+                res = run_role("sweep_c", spec, tmp, 300 + budget * 6,
+                               f"c  {problem:<8} {label:<16} seed {seed}, {budget} epochs")
+                runs[label].append(res if res is None else {**res, **cut_c(res["trials"], budget, mode)})
+    return out
+
+
+def _better(mode: str) -> Any:
+    return (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
+
+
+def cut_c(trials: list[dict[str, Any]], budget: int, mode: str) -> dict[str, Any]:
+    """A run of c cut at ``budget`` epochs: its anytime curve (the best finished trial after
+    each epoch spent, None before the first) and its counts, all within the budget."""
+    import math
+
+    better = _better(mode)
+    reports = sorted((t, i, e, v) for i, trial in enumerate(trials) for e, v, t in trial["reports"])
+    within = reports[:budget]
+    curve: list[float | None] = []
+    best = None
+    last_in: dict[int, int] = {}  # trial -> its last epoch within the budget
+    mismatch = 0
+    for _t, i, epoch, value in within:
+        last_in[i] = epoch
+        trial = trials[i]
+        if epoch == EPOCHS_C and trial["status"] != "pruned" and isinstance(value, (int, float)) \
+                and math.isfinite(value):  # it ran all its epochs: finished, with this value
+            if trial["status"] == "ok" and trial["value"] != value:
+                mismatch += 1
+            best = value if best is None or better(value, best) else best
+        curve.append(best)
+    finished = {i for i, e in last_in.items() if e == EPOCHS_C and trials[i]["status"] != "pruned"}
+    pruned = {i for i, e in last_in.items() if trials[i]["status"] == "pruned" and e == trials[i]["epoch_reached"]}
+    failed = {i for i in last_in if trials[i]["status"] == "failed"}
+    return {"spent": len(reports), "curve": curve, "final": best, "trials_run": len(last_in),
+            "finished": len(finished), "pruned": len(pruned), "failed": len(failed),
+            "cut": len(last_in) - len(finished) - len(pruned) - len(failed),
+            "overshoot": max(0, len(reports) - budget), "value_mismatch": mismatch,
+            "pruned_at": sorted(trials[i]["epoch_reached"] for i in pruned)}
+
+
+def _reached(curve: list[float | None], target: float, mode: str) -> int | None:
+    """The epochs spent when the curve first reached ``target`` (None: never)."""
+    better = _better(mode)
+    for x, y in enumerate(curve, 1):
+        if y is not None and (y == target or better(y, target)):
+            return x
+    return None
+
+
+def _spearman(xs: list[float], ys: list[float]) -> float | None:
+    def ranks(v: list[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):  # ties share their mean rank
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    if len(xs) < 3:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return sxy / (sxx * syy) ** 0.5 if sxx and syy else None
+
+
+CORR_EPOCHS_C = (1, 2, 4, 8, 12, 16)  #: epochs whose ranking c compares with the final one
+
+
+def summary_c(c: dict[str, Any]) -> None:
+    """Per problem: random's median best at the budget (the target), per method its medians,
+    epochs to reach the target, counts; the targets' verdicts; and, from random's full trials,
+    how well each epoch's ranking foretells the final one. Added to ``c`` in place."""
+    import math
+
+    for problem, pc in c["problems"].items():
+        mode = pc["mode"]
+        base = [r["final"] for r in pc["runs"]["random"] if r and r["final"] is not None]
+        target = statistics.median(base) if base else None
+        pc["target"] = target
+        pc["summary"] = {}
+        for label, runs in pc["runs"].items():
+            got = [r or {} for r in runs]
+            finals = [r.get("final") for r in got]
+            reach = [_reached(r["curve"], target, mode) if r and target is not None else None for r in got]
+            # a seed that never reached counts as later than any that did
+            mid = statistics.median([math.inf if x is None else x for x in reach]) if reach else math.inf
+            pc["summary"][label] = {
+                "final_median": _med(finals), "finals": finals, "reach": reach,
+                "reach_median": None if math.isinf(mid) else mid,
+                **{k: [r.get(k) for r in got] for k in ("trials_run", "finished", "pruned", "cut", "failed",
+                                                        "overshoot", "spent", "wall_s", "value_mismatch")}}
+        # the evidence for the tuned ASHA: random's full trials, epoch e's ranking against the final one
+        xs: dict[int, list[float]] = {e: [] for e in CORR_EPOCHS_C}
+        finals_all: list[float] = []
+        for r in pc["runs"]["random"]:
+            for trial in (r or {}).get("trials", []):
+                by_epoch = {e: v for e, v, _t in trial["reports"] if isinstance(v, (int, float))}
+                if trial["status"] == "ok" and all(e in by_epoch for e in (*CORR_EPOCHS_C, EPOCHS_C)):
+                    finals_all.append(by_epoch[EPOCHS_C])
+                    for e in CORR_EPOCHS_C:
+                        xs[e].append(by_epoch[e])
+        pc["spearman_vs_final"] = {"trials": len(finals_all),
+                                   **{str(e): _spearman(xs[e], finals_all) for e in CORR_EPOCHS_C}}
+    c["targets"] = targets_c(c)
+
+
+def targets_c(c: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets, for TPE + ASHA (defaults) and the tuned row: median best at the
+    budget at least random's on every problem; random's best reached with at most half the
+    budget on at least one."""
+    half = c["budget_epochs"] / 2
+    out = {}
+    for label in ("tpe + asha", "tpe + asha tuned"):
+        as_good, fast = {}, {}
+        for problem, pc in c["problems"].items():
+            mine, base = pc["summary"][label]["final_median"], pc["summary"]["random"]["final_median"]
+            as_good[problem] = (mine is not None and base is not None
+                                and (mine == base or _better(pc["mode"])(mine, base)))
+            reach = pc["summary"][label]["reach_median"]
+            fast[problem] = reach is not None and reach <= half
+        out[label] = {"as_good_as_random": as_good, "half_budget": fast,
+                      "met_1": all(as_good.values()), "met_2": any(fast.values())}
+    return out
+
+
+def rows_c(c: dict[str, Any]) -> dict[str, list[list[str]]]:
+    """A table per problem."""
+    tables = {}
+    for problem, pc in c["problems"].items():
+        metric = pc["metric"]
+        fmt = "{:.4f}"
+        rows = []
+        for label, sm in pc["summary"].items():
+            reach = sm["reach"]
+            reach_txt = ("not reached" if sm["reach_median"] is None else f"{sm['reach_median']:.0f}")
+            if len(reach) > 1:
+                reach_txt += " (" + " ".join("-" if x is None else str(x) for x in reach) + ")"
+            prune = pc["prune"][label]
+            rows.append([label if label != "tpe + asha tuned" else f"tpe + {prune}", _each(fmt, sm["finals"]),
+                         reach_txt, _each("{:.0f}", sm["trials_run"]), _each("{:.0f}", sm["finished"]),
+                         _each("{:.0f}", sm["pruned"]), _each("{:.0f}", sm["cut"]),
+                         _each("{:.0f}", sm["overshoot"]), _each("{:.0f}", sm["wall_s"])])
+            if any(sm["failed"]):
+                rows[-1][0] += f" (failed: {sm['failed']})"
+        tables[problem] = rows
+    return tables
+
+
+def render_c(c: dict[str, Any]) -> str:
+    head = ["method", "best at budget", "epochs to random's best", "trials", "finished", "pruned", "cut",
+            "overshoot", "wall s"]
+    parts = []
+    for problem, rows in rows_c(c).items():
+        pc = c["problems"][problem]
+        target = _f("{:.4f}", pc["target"])
+        parts.append(f"c  {problem}: {pc['metric']} ({pc['mode']}), budget {c['budget_epochs']} epochs "
+                     f"= {c['budget_trials']} trials x {c['epochs']}, seeds {','.join(map(str, c['seeds']))}; "
+                     f"random's median best at the budget: {target}")
+        parts.append(render(rows, head))
+        for label, runs in pc["runs"].items():
+            at: dict[int, int] = {}
+            for r in runs:
+                for e in (r or {}).get("pruned_at", []):
+                    at[e] = at.get(e, 0) + 1
+            if at:
+                parts.append(f"   {label}: pruned at epoch (all seeds, within the budget): "
+                             + ", ".join(f"{e}: {n}" for e, n in sorted(at.items())))
+        sp = pc["spearman_vs_final"]
+        parts.append(f"   rank correlation (Spearman) of {pc['metric']} at epoch e with the final one, over "
+                     f"random's {sp['trials']} full trials: "
+                     + ", ".join(f"e={e} {_f('{:+.2f}', sp[str(e)])}" for e in CORR_EPOCHS_C))
+        parts.append("")
+    for label, t in c["targets"].items():
+        a = ", ".join(f"{p} {'yes' if v else 'no'}" for p, v in t["as_good_as_random"].items())
+        b = ", ".join(f"{p} {'yes' if v else 'no'}" for p, v in t["half_budget"].items())
+        parts.append(f"target 1, {label}: median best at the budget >= random's on both problems: "
+                     f"{'met' if t['met_1'] else 'NOT met'} ({a})")
+        parts.append(f"target 2, {label}: random's median best reached within half the budget "
+                     f"({c['budget_epochs'] // 2} epochs) on one problem at least: "
+                     f"{'met' if t['met_2'] else 'NOT met'} ({b})")
+    return "\n".join(parts)
+
+
+NOTES_C = """\
+notes:
+  c  best at budget: the best final metric of a trial that ran all its epochs within the budget;
+     the median over seeds, then each seed's. epochs to random's best: epochs spent (all trials,
+     in time order) when the run's best first reached random's median best at the budget; the
+     median over seeds (a seed that never reached it counts as later than all), then each seed's
+     (- never). trials: trials that trained an epoch within the budget; finished: of those, ran
+     all their epochs; pruned: stopped by the pruner within it; cut: still running at the budget
+     (their later epochs are not counted). overshoot: epochs trained after the budget, before
+     the stop took effect (cut, not counted). wall s: the sweep's wall time up to its stop, which
+     counts each trial's process start (many more trials when pruning) and whatever else ran on
+     the machine; the budget is epochs, not seconds. With 2 workers, which point TPE asks for
+     next depends on which trial ends first, so runs with one seed are not exactly repeatable.
+"""
+
+
+def plot_c(c: dict[str, Any], path: str) -> None:
+    """One panel per problem: each method's anytime curve, median and min-max over seeds."""
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    problems = list(c["problems"])
+    fig, axes = plt.subplots(1, len(problems), figsize=(7 * len(problems), 5), squeeze=False)
+    budget = c["budget_epochs"]
+    colours = dict(zip([m[0] for m in METHODS_C], plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for ax, problem in zip(axes[0], problems):
+        pc = c["problems"][problem]
+        worst = -math.inf if pc["mode"] == "max" else math.inf
+        finals = []
+        for label, runs in pc["runs"].items():
+            curves = [r["curve"] + [r["curve"][-1] if r["curve"] else None] * (budget - len(r["curve"]))
+                      for r in runs if r]
+            if not curves:
+                continue
+            xs, med, lo, hi = [], [], [], []
+            for x in range(1, budget + 1):
+                ys = sorted(worst if cv[x - 1] is None else cv[x - 1] for cv in curves)
+                m = statistics.median(ys)
+                xs.append(x)
+                med.append(None if math.isinf(m) else m)
+                lo.append(None if math.isinf(ys[0]) else ys[0])
+                hi.append(None if math.isinf(ys[-1]) else ys[-1])
+            finals += [y for y in (lo[-1], hi[-1]) if y is not None]
+            name = label if label != "tpe + asha tuned" else f"tpe + {pc['prune'][label]}"
+            nan = float("nan")
+            ax.plot(xs, [nan if y is None else y for y in med], label=name, color=colours[label], lw=1.6)
+            ax.fill_between(xs, [nan if y is None else y for y in lo], [nan if y is None else y for y in hi],
+                            color=colours[label], alpha=0.12, lw=0)
+        if pc.get("target") is not None:
+            ax.axhline(pc["target"], color="k", ls="--", lw=0.8, label="random's median best at the budget")
+        ax.axvline(budget / 2, color="grey", ls=":", lw=0.8, label="half the budget")
+        if finals:
+            lo_f, hi_f = min(finals), max(finals)
+            pad = max(hi_f - lo_f, 1e-3)
+            ax.set_ylim(lo_f - 1.5 * pad, hi_f + 0.5 * pad) if pc["mode"] == "max" else \
+                ax.set_ylim(lo_f - 0.5 * pad, hi_f + 1.5 * pad)
+        ax.set_xlim(0, budget)
+        ax.set_xlabel("epochs spent (all trials, in time order)")
+        ax.set_ylabel(f"best {pc['metric']} of a finished trial ({pc['mode']})")
+        n = len(c["seeds"])
+        ax.set_title(f"{problem}, {c['budget_epochs']} epochs: median and min-max over {n} seed{'s' * (n > 1)}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right" if pc["mode"] == "max" else "upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 # -- the table -------------------------------------------------------------------------------
@@ -382,20 +776,31 @@ notes:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer trials, one seed (about 3 min on 2 cores)")
-    ap.add_argument("--only", help="a or b (default both)")
-    ap.add_argument("--seeds", help="comma-separated seeds for part a (default 0,1,2; quick 0)")
+    ap.add_argument("--only", help="a, b or c, or several (a,c); default a,b (c is long)")
+    ap.add_argument("--seeds", help=f"comma-separated seeds for parts a and c (default a 0,1,2, c {SEEDS_C}; "
+                                    "quick 0)")
     ap.add_argument("--trials-a", type=int, help="trials per method in part a (default 20, quick 10)")
     ap.add_argument("--trials-b", type=int, help="trials per run in part b (default 30, quick 15)")
-    ap.add_argument("--out", default=os.path.join(HERE, "out", "search.json"), help="JSON of all figures")
+    ap.add_argument("--budget-c", type=int, help=f"part c's budget, in full trials of {EPOCHS_C} epochs "
+                                                 f"(default {BUDGET_C}, quick 6)")
+    ap.add_argument("--problems", help=f"part c's problems (default {','.join(PROBLEMS_C)})")
+    ap.add_argument("--out", default=os.path.join(HERE, "out", "search.json"), help="JSON of a's and b's figures")
+    ap.add_argument("--out-c", default=os.path.join(HERE, "out", "search_compute.json"),
+                    help="JSON of c's figures (its plot beside it, .png)")
     args = ap.parse_args(argv)
     parts = [p.strip().lower() for p in (args.only or "a,b").split(",") if p.strip()]
-    if any(p not in ("a", "b") for p in parts):
-        ap.error("--only takes a, b or a,b")
+    if any(p not in ("a", "b", "c") for p in parts):
+        ap.error("--only takes a, b, c or several of them (a,b)")
     seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1,2")).split(",")]
+    seeds_c = [int(s) for s in (args.seeds or ("0" if args.quick else SEEDS_C)).split(",")]
     trials_a = args.trials_a or (10 if args.quick else 20)
     trials_b = args.trials_b or (15 if args.quick else 30)
-    if trials_a < 1 or trials_b < 1:
-        ap.error("--trials-a and --trials-b must be >= 1")
+    budget_c = args.budget_c or (6 if args.quick else BUDGET_C)
+    problems = [p.strip() for p in (args.problems or ",".join(PROBLEMS_C)).split(",") if p.strip()]
+    if trials_a < 1 or trials_b < 1 or budget_c < 1:
+        ap.error("--trials-a, --trials-b and --budget-c must be >= 1")
+    if any(p not in PROBLEMS_C for p in problems):
+        ap.error(f"--problems takes {', '.join(PROBLEMS_C)}")
 
     results: dict[str, Any] = {"meta": {"quick": args.quick, "cpus": os.cpu_count(), "python": sys.version.split()[0],
                                         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}}
@@ -408,16 +813,31 @@ def main(argv: list[str] | None = None) -> int:
         if "b" in parts:
             results["b"] = part_b(trials_b, tmp)
             rows += rows_b(results["b"])
+        if "c" in parts:
+            c = part_c(seeds_c, budget_c, problems, tmp)
+            summary_c(c)
     results["meta"]["total_s"] = time.perf_counter() - t0
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
+    if rows:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    if "c" in parts:
+        png = os.path.splitext(args.out_c)[0] + ".png"
+        os.makedirs(os.path.dirname(os.path.abspath(args.out_c)), exist_ok=True)
+        with open(args.out_c, "w") as f:
+            json.dump({"meta": results["meta"], "c": c}, f)
+        plot_c(c, png)
     print()
     print(f"bench/search.py{' --quick' if args.quick else ''}: {os.cpu_count()} CPUs, "
           f"{time.perf_counter() - t0:.0f}s in all")
-    print(render(rows, ["part", "method", "figure", "value"]))
-    print(NOTES, end="")
-    print(f"figures: {args.out}")
+    if rows:
+        print(render(rows, ["part", "method", "figure", "value"]))
+        print(NOTES, end="")
+        print(f"figures: {args.out}")
+    if "c" in parts:
+        print(render_c(c))
+        print(NOTES_C, end="")
+        print(f"figures: {args.out_c}; plot: {png}")
     return 0
 
 
