@@ -386,15 +386,17 @@ class Engine:
         """Events in order; a fault of the whole sweep is raised after the rest are in."""
         fault: SweepError | None = None
         prune: list[tuple[_Trial, str]] = []
+        blameless: set[str] = set()  #: trials whose module failed to import: the sweep's fault, no row
         for trial_id, event in events:
             if isinstance(event, LoadFailed):  # every trial would fail alike
                 fault = fault or load_error(event.error)
+                blameless.add(trial_id)
                 continue
             if isinstance(event, Broken):
                 fault = fault or SweepError(event.error)
                 continue
             trial = self.trials.get(trial_id)
-            if trial is None:
+            if trial is None or trial_id in blameless:  # (its exit may come in the same batch)
                 continue
             if isinstance(event, Began):
                 self._began(trial, event)

@@ -17,7 +17,7 @@ from conftest import OnePlaceAlike
 from sweeper.engine import Engine, Interrupted
 from sweeper.errors import SweepError
 from sweeper.ledger import Ledger
-from sweeper.protocol import Began, Broken, Exited, Result
+from sweeper.protocol import Began, Broken, Exited, LoadFailed, Result
 from sweeper.planning import plan
 from sweeper.trial import Status
 
@@ -114,3 +114,16 @@ def test_a_fault_of_the_sweep_keeps_the_result_that_came_with_it(tmp_path):
     assert isinstance(fault, SweepError) and "guard" in str(fault)
     assert rows[specs[0].trial_id].status is Status.OK  # recorded, not lost with the fault
     assert specs[1].trial_id not in rows  # no trial is to blame: it runs next time
+
+
+@pytest.mark.unit
+def test_a_trial_whose_module_failed_to_import_is_not_blamed_when_its_exit_comes_with_it(tmp_path):
+    """A trial process sends LoadFailed and exits at once: both can reach the engine in
+    one wake-up. The sweep's fault stands, and that trial has no row (it was recorded as
+    crashed "with exit code 0", about one run in ten of test_workers.py's end-to-end test)."""
+    def events(ids):
+        return [(ids[0], LoadFailed("ImportError: libcudart.so.12")), (ids[0], Exited(0))]
+
+    fault, rows, specs = _run(tmp_path, Scripted(events))
+    assert isinstance(fault, SweepError) and "libcudart" in str(fault)
+    assert rows == {}  # no trial is to blame for the module
