@@ -100,16 +100,12 @@ PRUNE_TUNED = {"digits": "asha(min_resource=8, reduction_factor=3)",
 # -- trials (run in spawned processes: imports inside) --------------------------------------
 
 def train_digits(params: dict[str, Any]) -> dict[str, float]:
-    """Part a's trial: experiments/digits_mlp.py's model, per-epoch reports for the pruner."""
-    import sweeper.keras
-    from digits_mlp import build_model, load_data
+    """Part a's trial: experiments/digits_mlp.py's model, per-epoch reports for the pruner
+    (part c's, imported here in the trial: this module's top stays standard library, so
+    part a's fork server preloads no Keras, as when its figures were measured)."""
+    import search_models
 
-    x_train, x_val, y_train, y_val = load_data()
-    model = build_model(params["units"], params["lr"])
-    history = model.fit(x_train, y_train, validation_data=(x_val, y_val), epochs=params["epochs"],
-                        batch_size=params["batch_size"], verbose=0, callbacks=[sweeper.keras.Report()])
-    return {"val_accuracy": float(history.history["val_accuracy"][-1]),
-            "val_loss": float(history.history["val_loss"][-1])}
+    return search_models.train_digits(params)
 
 
 def fit_small(params: dict[str, Any]) -> float:
