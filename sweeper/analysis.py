@@ -302,9 +302,10 @@ def _from_ledger(folder: str) -> tuple["pandas.DataFrame", "pandas.DataFrame | N
             results = table.ordered((ledger.results() if current is None else current).values())
             epochs = ledger.history()
             search = ledger.get("search")
+            objectives = ledger.objectives()
     finally:
         ledger.close()
-    df = table.dataframe(results)
+    df = table.dataframe(results, objectives)
     where = {r.trial_id: (r.index, r.name) for r in results}
     rows = [{**metrics, "trial_id": tid, "trial": where[tid][1], "epoch": epoch}
             for tid, epoch, metrics in epochs if tid in where]
@@ -409,7 +410,7 @@ def _use_log_axis(values: Iterable[Any]) -> bool:
 
 @dataclasses.dataclass
 class _Plot:
-    key: str  #: ``param:<name>``, ``progress``, ``curves`` or ``memory``
+    key: str  #: ``param:<name>``, ``progress``, ``curves``, ``pareto`` or ``memory``
     figure: "Figure"
     caption: str
 
@@ -438,11 +439,67 @@ def _plots(df: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: s
             if grey:
                 caption += f"; {grey} pruned trials in grey, x where each was stopped"
             out.append(_Plot("curves", curves, caption))
+    front = _pareto_figure(df)
+    if front is not None:
+        out.append(front)
     memory = _memory_figure(df)
     if memory is not None:
         out.append(_Plot("memory", memory, "each trial's peak GPU memory against what was reserved for it (per_gpu "
                                            "auto); red x: out of memory; on the line: it took all it was given"))
     return out
+
+
+def _front_section(df: "pandas.DataFrame", objectives: Any, plot: _Plot | None, fixed: Any) -> list[str]:
+    """The report's Pareto front: its trials (every objective, then what varies), and the
+    plot for two objectives."""
+    e = html.escape
+    front = objectives.frame_front(df)
+    out = [f"<h2>Pareto front: {len(front)} trial{'s' if len(front) != 1 else ''} ({e(str(objectives))})</h2>"]
+    if front.empty:
+        out.append('<p class="note">No ok trial has a value of every objective yet.</p>')
+        return out
+    out.append('<p class="note">No other trial is at least as good in every objective and better in one '
+               "(infeasible trials are left out); <code>pareto</code> in results.csv marks them.</p>")
+    shown = ["trial", *objectives.metrics, *(c for c in param_columns(df) if c[len("param_"):] not in fixed)]
+    out.append(_table(front[shown], "pareto"))
+    if plot is not None and len(objectives.metrics) == 2:
+        out.append(f'<figure><img class="pareto-plot" alt="{e(plot.caption)}" src="{_data_uri(_png(plot.figure))}">'
+                   f"<figcaption>{e(plot.caption)}</figcaption></figure>")
+    elif len(objectives.metrics) > 2:
+        out.append(f'<p class="note">{len(objectives.metrics)} objectives: no plot (it is drawn for two).</p>')
+    return out
+
+
+def _pareto_figure(df: "pandas.DataFrame") -> _Plot | None:
+    """Two objectives: every ranked trial with both, the front joined and marked; None otherwise."""
+    objectives = df.attrs.get("objectives")
+    if objectives is None or len(objectives.metrics) != 2 or "pareto" not in df:
+        return None
+    (x, y), (mx, my) = objectives.metrics, objectives.modes
+    rows = df[ranked(df)]
+    rows = rows[rows[x].notna() & rows[y].notna()]
+    if rows.empty:
+        return None
+    on = rows.pareto.fillna(False).astype(bool)
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.scatter(rows[x][~on].astype(float), rows[y][~on].astype(float), s=22, color=_OK_COLOUR, alpha=0.7,
+               label="trial")
+    front = rows[on].sort_values(x)
+    ax.step(front[x].astype(float), front[y].astype(float), where="post" if (mx == "max") == (my == "max") else "pre",
+            color=_BEST_COLOUR, linewidth=1, zorder=3)
+    ax.scatter(front[x].astype(float), front[y].astype(float), s=40, color=_BEST_COLOUR, zorder=4,
+               label=f"Pareto front ({len(front)})")
+    for axis, name, how in ((ax.set_xlabel, x, mx), (ax.set_ylabel, y, my)):
+        axis(f"{name} ({'higher' if how == 'max' else 'lower'} is better)")
+    if _use_log_axis(rows[x]):
+        ax.set_xscale("log")
+    if _use_log_axis(rows[y]):
+        ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    return _Plot("pareto", fig, f"{y} against {x}: each ok trial; in red the Pareto front (no trial is better in "
+                                "both)")
 
 
 def _memory_figure(df: "pandas.DataFrame") -> "Figure | None":
@@ -564,6 +621,10 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
         shown = [c for c in board.columns if c not in fixed or c in ("trial", metric)]
         out.append(_table(board[shown], "leaderboard"))
 
+    objectives = df.attrs.get("objectives")
+    if objectives is not None:
+        out += _front_section(df, objectives, by_key.get("pareto"), fixed)
+
     # one figure per hyperparameter that varies
     out.append("<h2>Metric by hyperparameter</h2>")
     param_plots = [p for p in plots if p.key.startswith("param:")]
@@ -597,14 +658,16 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
     else:
         from .importance import METHOD, importance
 
-        try:
-            imp = importance(df[finished_ok(df)], metric, mode)
-        except SweepError as exc:
-            out.append(f'<p class="note">{e(str(exc))}</p>')
-        else:
-            out.append(f'<p class="note">Each parameter\'s share of the variance of {e(metric)}, alone '
+        each = list(zip(objectives.metrics, objectives.modes)) if objectives is not None else [(metric, mode)]
+        for target, how in each:  # several objectives: a table for each
+            try:
+                imp = importance(df[finished_ok(df)], target, how)
+            except SweepError as exc:
+                out.append(f'<p class="note">{e(str(exc))}</p>')
+                continue
+            out.append(f'<p class="note">Each parameter\'s share of the variance of {e(target)}, alone '
                        f"({METHOD}, Optuna's, over {imp.trials} ok trials).</p>")
-            out.append('<table class="importance"><tr><th>parameter</th><th>share</th></tr>')
+            out.append(f'<table class="importance" data-metric="{e(target)}"><tr><th>parameter</th><th>share</th></tr>')
             for name, share in imp.shares:
                 out.append(f'<tr data-param="{e(name)}"><td>{e(name)}</td><td class="num">{share:.1%}</td></tr>')
             out.append("</table>")

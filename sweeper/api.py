@@ -77,7 +77,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
         default_name = os.path.splitext(os.path.basename(source))[0] if source else getattr(fn, "__name__", "sweep")
     target = FunctionTarget.of(fn)
     what = describe(fn)
-    listener = None if opts.dry_run else choose_view(not opts.progress, opts.metric, opts.mode)
+    listener = None if opts.dry_run else choose_view(not opts.progress, opts.ranked_by, opts.ranked_mode)
     try:
         outcome = runner.run(target, grid, opts, default_name=default_name, source_file=source,
                              listener=listener, what=what)
@@ -86,10 +86,10 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
             listener.close()
     if opts.dry_run:
         return plan_frame(outcome)
-    frame = table.dataframe(outcome.results)
+    frame = table.dataframe(outcome.results, outcome.objectives)
     frame.attrs.update(metric=outcome.ranking[0], mode=outcome.ranking[1])  # as load() of the folder says
     if opts.progress:
-        for line in runner.summary(outcome, opts.metric, opts.mode):
+        for line in runner.summary(outcome, opts.ranked_by, opts.ranked_mode):
             print(line, flush=True)
     if outcome.interrupted is not None:
         raise SweepInterrupted(outcome.interrupted, frame, outcome.csv_path)
@@ -132,15 +132,17 @@ def load(path: "str | os.PathLike[str]", every: bool = False) -> "pandas.DataFra
 
     The same rows as ``results.csv``: the trials of the grid last run there. With
     ``every=True``, every trial on record, points since removed from the grid included.
-    ``frame.attrs["metric"]`` and ``["mode"]`` say what the sweep ranked by (or None).
+    ``frame.attrs["metric"]`` and ``["mode"]`` say what the sweep ranked by (or None); a sweep
+    of several objectives has ``frame.attrs["objectives"]`` and the ``pareto`` column.
     """
     ledger = Ledger(sweep_folder(path), readonly=True)
     try:
         current = None if every else ledger.current()
         results = list((ledger.results() if current is None else current).values())
         metric, mode = ledger.ranking()
+        objectives = ledger.objectives()
     finally:
         ledger.close()
-    frame = table.dataframe(results)
+    frame = table.dataframe(results, objectives)
     frame.attrs.update(metric=metric, mode=mode)  # what the sweep ranked by, for report and status
     return frame

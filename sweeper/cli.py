@@ -12,6 +12,7 @@ from typing import Any, NoReturn, Sequence
 
 from . import __version__, gridfile, procs, runner
 from .errors import SweepError
+from .objectives import MODES
 from .folder import default_uid, holder, sweep_folder
 from .messages import show_messages
 from .grid import Points
@@ -197,7 +198,7 @@ def _sweep(args: argparse.Namespace, flags: dict[str, Any], tags: list[str]) -> 
         stem = os.path.splitext(os.path.basename(grid.path))[0]
         if spare is not None and not _trials_may_use_spare(opts):
             spare.close()  # no trial will run in it: end it now, not after the sweep
-        listener = None if opts.dry_run else choose_view(args.quiet, opts.metric, opts.mode)
+        listener = None if opts.dry_run else choose_view(args.quiet, opts.ranked_by, opts.ranked_mode)
     except BaseException:
         if spare is not None:
             spare.close()
@@ -220,7 +221,7 @@ def _sweep(args: argparse.Namespace, flags: dict[str, Any], tags: list[str]) -> 
     if opts.dry_run:
         print_plan(outcome)
         return EXIT_OK
-    for line in runner.summary(outcome, opts.metric, opts.mode):
+    for line in runner.summary(outcome, opts.ranked_by, opts.ranked_mode):
         print(line)
     if outcome.interrupted is not None:
         print(f"sweeper: interrupted; finished trials are saved in {outcome.csv_path}; "
@@ -331,7 +332,7 @@ def _folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = _Parser(prog=f"{_prog()} {prog}", description=description, allow_abbrev=False)
     p.add_argument("folder", help="a sweep folder, <out>/<name> (e.g. results/digits_mlp)")
     p.add_argument("--metric", help="metric to rank trials by (default: the sweep's, else the first)")
-    p.add_argument("--mode", choices=list(Options.choices("mode")), help="max or min (default: the sweep's, else from "
+    p.add_argument("--mode", choices=list(MODES), help="max or min (default: the sweep's, else from "
                    "the metric's name)")
     return p
 
@@ -358,6 +359,7 @@ def status_main(argv: list[str]) -> int:
         epochs = ledger.latest_epochs()
         total = ledger.get("total")
         asked = ledger.ranking(args.metric, args.mode)
+        objectives = ledger.objectives()
     finally:
         ledger.close()
     counts: dict[str, int] = {}
@@ -379,7 +381,7 @@ def status_main(argv: list[str]) -> int:
     for line in card_lines(running):
         print(f"sweeper: {line}")
     if results:
-        frame = table.dataframe(results)
+        frame = table.dataframe(results, objectives)
         try:
             metric, mode = analysis.choose(frame, *asked)
         except SweepError as exc:  # no trial has the sweep's metric yet (all failed, say)
@@ -390,8 +392,13 @@ def status_main(argv: list[str]) -> int:
             if len(board):
                 best = board.iloc[0]
                 print(f"sweeper: best so far: {metric} = {best[metric]:.4g} ({mode}): {best['trial']}")
+        if objectives is not None:
+            for i, line in enumerate(objectives.lines(frame)):
+                print("sweeper: " + line if i == 0 else line)
         if args.importance and metric is not None:
-            _print_importance(frame, metric, mode)
+            for name, how in (zip(objectives.metrics, objectives.modes) if objectives is not None and args.metric is None
+                              else [(metric, mode)]):
+                _print_importance(frame, name, how)
     elif args.importance:
         print("sweeper: which parameters mattered: no trial has finished yet")
     return EXIT_OK
@@ -447,6 +454,9 @@ def report_main(argv: list[str]) -> int:
     if metric is not None and mode is not None:
         for line in analysis.leaderboard_lines(frame, metric, mode):
             print(line)
+        if frame.attrs.get("objectives") is not None:
+            for line in frame.attrs["objectives"].lines(frame):
+                print(line)
         _print_importance(frame, metric, mode)
     fails = analysis.failures(frame, folder)
     if len(fails):

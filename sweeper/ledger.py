@@ -26,6 +26,7 @@ from dataclasses import MISSING, Field, fields, replace
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from .errors import SweepError
+from .objectives import Objectives
 from .paths import SweepPaths
 from .trial import Status, TrialResult, TrialSpec, current_id
 
@@ -344,6 +345,10 @@ class Ledger:
         if metric is not None:
             return metric, mode
         return self.get("metric") or None, mode or self.get("mode") or None
+
+    def objectives(self) -> Objectives | None:
+        """The several objectives the sweep last ran with (None: one, or none)."""
+        return Objectives.from_text(self.get("objectives"))
 
     def get(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

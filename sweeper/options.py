@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from .errors import SweepError
 from .capping import MemoryPolicy, resolve
 from .metrics import direction
+from .objectives import Objectives, given as objectives_given
 from .slots import parse_gpus
 
 if TYPE_CHECKING:  # Optuna is imported only by a search, in the function that runs it
@@ -167,12 +168,15 @@ class Options:
     #: build the plan and run nothing
     dry_run: bool = field(default=False, metadata=flag("print the trials and where they would start, run nothing",
                                                        action="store_true"))
-    #: metric that ranks trials (default: the first one)
-    metric: str | None = field(default=None, metadata=flag("metric to rank trials by (default: the first)"))
-    #: "max" or "min" (default: from the metric's name, as Keras ranks it)
-    mode: str | None = field(default=None, metadata=flag(
-        "max or min (default: from the metric's name: losses and errors min, accuracy, auc, f1, r2, scores max)",
-        choices=("max", "min")))
+    #: metric that ranks trials (default: the first one); several (["val_accuracy", "params"]):
+    #: objectives optimised at once, their Pareto front marked (:mod:`sweeper.objectives`)
+    metric: str | Sequence[str] | None = field(default=None, metadata=flag(
+        "metric to rank trials by (default: the first); several, comma-separated (val_accuracy,params): objectives "
+        "optimised at once, rows on their Pareto front marked pareto", metavar="METRIC[,METRIC...]"))
+    #: "max" or "min", one per metric (default: from the metric's name, as Keras ranks it)
+    mode: str | Sequence[str] | None = field(default=None, metadata=flag(
+        "max or min, one per metric (max,min) (default: from the metric's name: losses and errors min, accuracy, "
+        "auc, f1, r2, scores max)", metavar="MODE[,MODE...]"))
     progress: bool = True  #: print a line per finished trial
     #: start each slot's next process ahead, importing train while a trial runs
     prefetch: bool = field(default=True, metadata=flag(
@@ -191,9 +195,11 @@ class Options:
     #: with backend="ray": CPUs each trial asks Ray for
     cpus_per_trial: float = field(default=1.0, metadata=flag(
         "with --backend ray: CPUs each trial asks for (default {default:g})", type=float))
-    #: "tpe", "random", "cmaes", "qmc", "gp" or an Optuna sampler: grid is then a space
+    #: "auto" (TPE; NSGA-II for several metrics), "tpe", "nsga2", "random", "cmaes", "qmc",
+    #: "gp" or an Optuna sampler: grid is then a space
     search: str | BaseSampler | None = field(default=None, metadata=flag(
-        "search the grid file's space with Optuna: tpe, random, cmaes, qmc or gp"))
+        "search the grid file's space with Optuna: auto (tpe; nsga2 for several metrics), tpe, nsga2, random, "
+        "cmaes, qmc or gp"))
     #: with search: how many trials in all (a re-run resumes to this count)
     trials: int | None = field(default=None, metadata=flag(
         "with --search: how many trials in all (a re-run resumes to it)", type=int))
@@ -280,8 +286,11 @@ class Options:
         if not isinstance(self.cpus_per_trial, (int, float)) or self.cpus_per_trial <= 0:
             raise SweepError(f"cpus_per_trial must be a positive number, got {self.cpus_per_trial!r}")
         one_of("start_method", self.start_method)
-        if self.mode is not None:
-            one_of("mode", self.mode)
+        metrics, modes = objectives_given(self.metric, self.mode)
+        plain = (metrics if metrics is None or len(metrics) > 1 else metrics[0],
+                 modes if modes is None or len(modes) > 1 else modes[0])
+        if (self.metric, self.mode) != plain:  # one name as text, several as a tuple, once
+            return replace(self, metric=plain[0], mode=plain[1]).checked()
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise SweepError(f"name {self.name!r} cannot be a folder name; use letters, digits, - and _")
         whole("trials", self.trials, 1)
@@ -327,10 +336,26 @@ class Options:
         if self.search is None and (self.trials is not None or self.prune is not None):
             raise SweepError("trials and prune go with a search; add search='tpe' (--search tpe), or use "
                              "sample(space, n) for a random sample")
-        if self.metric is not None and self.mode is None and direction(self.metric) is None:
+        if isinstance(self.metric, str) and self.mode is None and direction(self.metric) is None:
             from .analysis import unknown_direction
 
             raise unknown_direction(self.metric)
+        self.objectives  # several: each one's direction known
+
+    @property
+    def ranked_by(self) -> str | None:
+        """The metric the leaderboard ranks by: the one named, or the first of several."""
+        return self.metric if self.metric is None or isinstance(self.metric, str) else self.metric[0]
+
+    @property
+    def ranked_mode(self) -> str | None:
+        """The mode given for :attr:`ranked_by` (None: from its name)."""
+        return self.mode if self.mode is None or isinstance(self.mode, str) else self.mode[0]
+
+    @property
+    def objectives(self) -> Objectives | None:
+        """Several metrics optimised at once, each with its direction; None for one."""
+        return Objectives.of(self.metric, self.mode)
 
     @property
     def worker_count(self) -> int | None:

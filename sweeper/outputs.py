@@ -25,6 +25,7 @@ from . import table, tracking
 from .errors import SweepError
 from .ledger import Ledger, StorageError
 from .lifecycle import Callback
+from .objectives import Objectives
 from .options import Options
 from .paths import SweepPaths
 from .planning import Plan
@@ -40,8 +41,9 @@ log = logging.getLogger("sweeper")
 class TableFiles(Callback):
     """``results.csv`` and ``history.csv``, kept current from what the ledger records."""
 
-    def __init__(self, ledger: Ledger, plan: Plan, where: SweepPaths) -> None:
+    def __init__(self, ledger: Ledger, plan: Plan, where: SweepPaths, objectives: Objectives | None = None) -> None:
         self.ledger, self.plan, self.where = ledger, plan, where
+        self.objectives = objectives  #: several: the rows on their Pareto front are marked
         self.results: dict[str, TrialResult] = dict(plan.kept)  #: every row of the sweep, by trial id
         self.files = [table.Throttled(self._write_results, path=where.results),
                       table.Throttled(self._write_history, path=where.history)]
@@ -52,7 +54,8 @@ class TableFiles(Callback):
         return table.ordered(r for tid, r in self.results.items() if tid in self.plan.wanted)
 
     def _write_results(self) -> None:
-        table.write_csv([r for tid, r in self.results.items() if tid in self.plan.wanted], self.where.results)
+        table.write_csv([r for tid, r in self.results.items() if tid in self.plan.wanted], self.where.results,
+                        self.objectives)
 
     def _write_history(self) -> None:
         order = {s.trial_id: (s.index, s.name) for s in self.plan.specs}
@@ -84,14 +87,16 @@ class Ranking(Callback):
     result without it is said at once, in one line naming what that result has; a search,
     which cannot optimise it, takes no more trials and ends with that error (:attr:`fault`)."""
 
-    def __init__(self, ledger: Ledger, metric: str | None, mode: str, search: Any) -> None:
+    def __init__(self, ledger: Ledger, metric: str | None, mode: str, search: Any,
+                 objectives: Objectives | None = None) -> None:
         self.ledger, self.metric, self.mode, self.search = ledger, metric, mode, search
+        self.objectives = objectives  #: several metrics named: each must be in the result
         self.settled = metric is None
         self.fault: SweepError | None = None
 
     def facts(self) -> list[tuple[str, str]]:
         """What is recorded at the start: no metric named, this run's choice (none)."""
-        return [("metric", ""), ("mode", self.mode)] if self.metric is None else []
+        return [("metric", ""), ("mode", self.mode), ("objectives", "")] if self.metric is None else []
 
     def recorded(self, result: TrialResult) -> None:
         self.seen([result])
@@ -103,11 +108,14 @@ class Ranking(Callback):
             if r.status is not Status.OK or not r.metrics:
                 continue
             self.settled = True
-            if self.metric in r.metrics:
+            named = self.objectives.metrics if self.objectives is not None else (self.metric,)
+            missing = [m for m in named if m not in r.metrics]
+            if not missing:
+                several = self.objectives.text() if self.objectives is not None else ""
                 with contextlib.suppress(StorageError):  # the engine says a failed write itself
-                    self.ledger.put_many([("metric", self.metric or ""), ("mode", self.mode)])
+                    self.ledger.put_many([("metric", self.metric or ""), ("mode", self.mode), ("objectives", several)])
                 return
-            said = (f"no metric {self.metric!r} in what trial {r.name} returned ({', '.join(sorted(r.metrics))}), "
+            said = (f"no metric {missing[0]!r} in what trial {r.name} returned ({', '.join(sorted(r.metrics))}), "
                     "so nothing is ranked by it")
             if self.search is not None:
                 self.search.remaining = 0
@@ -158,7 +166,7 @@ class Trackers(Callback):
         domains = tracking.domains_of_space(space) if space is not None else tracking.domains_of_points(
             s.params for s in plan.specs)
         info = tracking.SweepInfo(name=os.path.basename(folder), folder=folder, uid=plan.uid, domains=domains,
-                                  metric=options.metric or "", mode=plan.mode, search=str(options.search or ""))
+                                  metric=options.ranked_by or "", mode=plan.mode, search=str(options.search or ""))
         known: dict[str, TrialSpec] = {}
 
         def spec_of(tid: str) -> TrialSpec | None:  # a running trial with no row yet, asked by the

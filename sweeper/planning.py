@@ -176,7 +176,7 @@ class Plan:
                  ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))]
         if search is not None:
             facts.append(("search", f"{search.sampler_name}, prune {search.pruner_name}"))
-        mode = options.mode or (direction(options.metric) if options.metric else None) or ""
+        mode = options.ranked_mode or (direction(options.ranked_by) if options.ranked_by else None) or ""
 
         wanted = {s.trial_id for s in specs}
         kept: dict[str, TrialResult] = {}
@@ -221,8 +221,8 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
 
     search = Search(space, search=options.search, prune=options.prune, trials=options.trials or 0,
                     constraints=parse_constraints(options.constraints),
-                    seed=options.seed, metric=options.metric or "", mode=options.mode or "min",
-                    make_spec=make_spec)
+                    seed=options.seed, metric=options.ranked_by or "", mode=options.ranked_mode or "min",
+                    objectives=options.objectives, make_spec=make_spec)
     history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for tid, epoch, metrics in ledger.history():
         history.setdefault(tid, []).append((epoch, metrics))

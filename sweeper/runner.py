@@ -30,6 +30,7 @@ from .errors import SweepError
 from .folder import SweepFolder
 from .grid import check_not_empty, expand
 from .ledger import Ledger
+from .objectives import Objectives
 from .lifecycle import Callback, Callbacks
 from .options import Options, megabytes
 from .packing import HostRoom, Needs, Packer
@@ -60,6 +61,8 @@ class Outcome:
     shown: list[str] = field(default_factory=list)  #: where else the sweep can be seen (trackers)
     #: What the folder records as its ranking (metric, mode), as load() reads it.
     ranking: tuple[str | None, str | None] = (None, None)
+    #: Several objectives, whose Pareto front the table marks (None: one, or none).
+    objectives: Objectives | None = None
 
     def first_slots(self) -> list[str]:
         """A dry run: where each trial would start (``kept``, a slot's device, or ``queued``)."""
@@ -198,9 +201,9 @@ class Sweep:
         options, folder = self.options, self.folder.path
         plan_ = Plan.resume(ledger, options, self.specs, self.space, self.folder, self.source_file, self.what)
         # what status, report and load() rank by unless told otherwise: this run's choice
-        ranking = Ranking(ledger, options.metric, plan_.mode, plan_.search)
+        ranking = Ranking(ledger, options.ranked_by, plan_.mode, plan_.search, options.objectives)
         ledger.put_many(plan_.facts + ranking.facts())
-        tables = TableFiles(ledger, plan_, self.folder.paths)
+        tables = TableFiles(ledger, plan_, self.folder.paths, options.objectives)
         ranking.seen(tables.results.values())  # the rows kept may have the metric already
         outputs = Callbacks([tables, ranking])
         for packer in (self.packer, self.host_room):  # each learns what trials need from each row
@@ -232,7 +235,8 @@ class Sweep:
         if ranking.fault is not None:
             raise ranking.fault
         return Outcome(folder, final, plan_.specs, self.placement, plan_.notes, len(engine.started),
-                       time.monotonic() - self.began, interrupted, ranking=ledger.ranking(), shown=trackers.hints)
+                       time.monotonic() - self.began, interrupted, ranking=ledger.ranking(), shown=trackers.hints,
+                       objectives=options.objectives)
 
     def _backend(self, spare: Spare | None) -> Backend:
         options = self.options
@@ -263,7 +267,7 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
              f" ({outcome.ran} run this time, {outcome.elapsed_s:.1f}s)"]
     lines += [f"sweeper: note: {n}" for n in outcome.notes]
     if outcome.results:
-        frame = table.dataframe(outcome.results)
+        frame = table.dataframe(outcome.results, outcome.objectives)
         try:
             metric, mode = analysis.choose(frame, metric, mode)
         except SweepError as exc:  # a metric no trial has (yet): nothing to rank by
@@ -281,6 +285,8 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
             if missing:
                 lines.append(f"sweeper: {missing} ok trial{'s' if missing > 1 else ''} had a NaN {metric}, "
                              "ranked last")
+        if outcome.objectives is not None:
+            lines += ["sweeper: " + line if i == 0 else line for i, line in enumerate(outcome.objectives.lines(frame))]
         failed = [r for r in outcome.results if not r.status.succeeded]
         if failed:
             lines.append(f"sweeper: {len(failed)} not ok:")

@@ -20,9 +20,12 @@ from typing import Any
 
 from .errors import SweepError
 from .metrics import direction
+from .objectives import Objectives
 from .trial import TrialResult, TrialSpec
 
-SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp")
+SAMPLERS = ("auto", "tpe", "nsga2", "random", "cmaes", "qmc", "gp")
+#: Samplers that cannot take several objectives.
+SINGLE_OBJECTIVE = ("cmaes",)
 PRUNERS = ("median", "percentile", "asha", "hyperband", "patient", "wilcoxon")
 #: Each pruner's name -> Optuna's class, and other spellings of its keywords (Ray Tune's).
 _PRUNER_CLASSES = {"median": ("MedianPruner", {}), "percentile": ("PercentilePruner", {}),
@@ -109,13 +112,28 @@ def _trial_constraints(optuna: Any) -> bool:
     return hasattr(optuna.trial.Trial, "set_constraint")
 
 
-def sampler(search: Any, seed: int, constrained: bool = False) -> Any:
+def population(trials: int) -> int:
+    """NSGA-II's generation size for a search of ``trials``: Optuna's 50 where the budget
+    allows four generations, else a quarter of it (at least 4), so that a small search
+    evolves instead of sampling at random throughout."""
+    return max(4, min(50, trials // 4))
+
+
+def sampler(search: Any, seed: int, constrained: bool = False, several: bool = False, trials: int = 0) -> Any:
     """An Optuna sampler from its name (seeded with the sweep's seed), or the instance given;
-    ``constrained``: the samplers that take constraints (TPE, GP) are given them."""
+    ``constrained``: the samplers that take constraints (TPE, NSGA-II, GP) are given them;
+    ``several``: the study has several objectives ("auto" is then NSGA-II, else TPE)."""
     optuna = _optuna()
     if isinstance(search, optuna.samplers.BaseSampler):
         return search
     given = {"constraints_func": _constraint_values} if constrained and not _trial_constraints(optuna) else {}
+    if several and search in SINGLE_OBJECTIVE:
+        raise SweepError(f"search={search!r} optimises one objective; with several metrics give nsga2 (NSGA-II), "
+                         "tpe, random, qmc or gp")
+    if search == "auto":  # Optuna's own defaults: TPE for one objective, NSGA-II for several
+        search = "nsga2" if several else "tpe"
+    if search == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=population(trials), **given)
     if search == "tpe":  # the constant liar: points asked while others run stay apart
         return optuna.samplers.TPESampler(seed=seed, constant_liar=True, **given)
     if search == "random":
@@ -242,18 +260,27 @@ def _pruner_of(node: Any, text: str) -> Any:
         raise SweepError(f"prune {text!r}: Optuna's {cls_name} refused it: {exc}") from None
 
 
-def check(space: Any, search: Any, prune: Any, trials: Any, metric: str | None, mode: str | None) -> str:
-    """Everything a search needs, checked before anything runs; its direction."""
+def check(space: Any, search: Any, prune: Any, trials: Any, metric: Any, mode: Any) -> Any:
+    """Everything a search needs, checked before anything runs; its direction (one per
+    objective, as a tuple, where ``metric`` names several)."""
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
         raise SweepError(f"a search needs trials = N (a whole number >= 1), got {trials!r}; e.g. --trials 20")
     if metric is None:
         raise SweepError("a search needs the metric it optimises: give metric='val_loss' (--metric val_loss)")
-    how = mode or direction(metric)
-    if how is None:
-        raise SweepError(f"the search's metric {metric!r} does not say whether higher is better; "
-                         "give mode='max' or mode='min' (--mode)")
+    several = Objectives.of(metric, mode)
+    if several is not None:
+        if not (prune is None or prune == "none"):
+            raise SweepError(f"prune={prune if isinstance(prune, str) else type(prune).__name__!r} cannot judge "
+                             f"{len(several.metrics)} objectives at once (Optuna's pruners stop a trial by one "
+                             "intermediate value): drop prune, or give one metric")
+        how: Any = several.modes
+    else:
+        how = mode or direction(metric)
+        if how is None:
+            raise SweepError(f"the search's metric {metric!r} does not say whether higher is better; "
+                             "give mode='max' or mode='min' (--mode)")
     distributions(space)
-    sampler(search, 0)
+    sampler(search, 0, several=several is not None, trials=trials)
     pruner(prune)
     return how
 
@@ -262,10 +289,16 @@ def describe(space: Any, options: Any, on_record: int) -> str:
     """A search in one line, for a dry run."""
     dists, fixed = distributions(space)
     parts = [f"{k} {_shown(v)}" for k, v in dists.items()] + [f"{k}={v!r}" for k, v in fixed.items()]
+    several = options.objectives
     how = options.search if isinstance(options.search, str) else type(options.search).__name__
+    if how == "auto":
+        how = f"auto ({'nsga2' if several else 'tpe'})"
+    if several is not None and how.startswith(("nsga2", "auto")):
+        how += f", population {population(options.trials)}"
     pr = options.prune if options.prune is None or isinstance(options.prune, str) else type(options.prune).__name__
+    aim = several or f"{options.metric} ({options.mode})"
     return (f"search: {how} over {', '.join(parts)}; {options.trials} trials ({on_record} on record); "
-            f"prune: {pr}; {options.metric} ({options.mode})")
+            f"prune: {pr}; {aim}")
 
 
 def _shown(dist: Any) -> str:
@@ -283,21 +316,26 @@ class Search:
     """The study, and the engine's :class:`~sweeper.engine.Feed` of trials it asks for."""
 
     def __init__(self, space: Any, *, search: Any, prune: Any, trials: int, seed: int, metric: str,
-                 mode: str, make_spec: Any, constraints: Any = None) -> None:
+                 mode: str, make_spec: Any, constraints: Any = None, objectives: Objectives | None = None) -> None:
         optuna = _optuna()
         self.constraints = constraints  #: a Constraints, told with each trial (samplers that take them)
         self.optuna = optuna
         self.dists, self.fixed = distributions(space)
         self.metric, self.mode = metric, mode
+        #: what the study optimises: the metric, or each of several objectives (then no pruning)
+        self.targets: tuple[str, ...] = objectives.metrics if objectives is not None else (metric,)
+        modes = objectives.modes if objectives is not None else (mode,)
         self.make_spec = make_spec  #: params, index -> TrialSpec
         self.total = trials
-        self.study = optuna.create_study(direction="maximize" if mode == "max" else "minimize",
-                                         sampler=sampler(search, seed, constraints is not None),
+        self.study = optuna.create_study(directions=["maximize" if m == "max" else "minimize" for m in modes],
+                                         sampler=sampler(search, seed, constraints is not None,
+                                                         objectives is not None, trials),
                                          pruner=pruner(prune))
         self.pruner_name = prune if isinstance(prune, str) or prune is None else type(prune).__name__
         #: Whether its pruner can stop a trial (then each report waits for its verdict).
         self.prunes = not isinstance(self.study.pruner, optuna.pruners.NopPruner)
-        self.sampler_name = search if isinstance(search, str) else type(search).__name__
+        # the sampler "auto" chose is what the folder records
+        self.sampler_name = search if isinstance(search, str) and search != "auto" else type(self.study.sampler).__name__
         self.asked: dict[str, list[Any]] = {}  #: trial id -> the Optuna trials waiting on it
         self.known: dict[str, TrialResult] = {}  #: finished trials on record, by id
         self.steps: dict[str, set[int]] = {}  #: epochs reported, by trial id
@@ -349,12 +387,14 @@ class Search:
 
     def _add(self, result: TrialResult, epochs: list[tuple[int, dict[str, Any]]]) -> None:
         state, value = self._state(result)
-        intermediate = {e: float(m[self.metric]) for e, m in epochs if _finite(m.get(self.metric))}
+        # a study of several objectives takes no intermediate values (nothing prunes it)
+        intermediate = {e: float(m[self.metric]) for e, m in epochs
+                        if len(self.targets) == 1 and _finite(m.get(self.metric))}
         told = self._constraints_of(result)
         where = {"constraints": told} if _trial_constraints(self.optuna) else {"user_attrs": {CONSTRAINTS_ATTR: told}}
         trial = self.optuna.trial.create_trial(
             params={k: v for k, v in result.params.items() if k in self.dists},
-            distributions=self.dists, value=value, state=state, intermediate_values=intermediate,
+            distributions=self.dists, values=value, state=state, intermediate_values=intermediate,
             **(where if told else {}))
         self.study.add_trial(trial)
 
@@ -364,13 +404,14 @@ class Search:
             return {}
         return self.constraints.named(result.params, result.metrics)
 
-    def _state(self, result: TrialResult) -> tuple[Any, float | None]:
+    def _state(self, result: TrialResult) -> tuple[Any, list[float] | None]:
+        """The trial's Optuna state, and its value of each objective where it completed."""
         TrialState = self.optuna.trial.TrialState
-        value = result.metrics.get(self.metric)
+        values = [result.metrics.get(m) for m in self.targets]
         state = result.status.optuna
-        if state == "COMPLETE" and not _finite(value):
+        if state == "COMPLETE" and not all(map(_finite, values)):
             state = "FAIL"  # ok, but without a number to optimise
-        return TrialState[state], (float(value) if state == "COMPLETE" else None)  # type: ignore[arg-type]
+        return TrialState[state], ([float(v) for v in values] if state == "COMPLETE" else None)  # type: ignore[arg-type]
 
     # -- the feed -----------------------------------------------------------------------------
 
@@ -399,7 +440,7 @@ class Search:
     def prune(self, spec: TrialSpec, items: list[dict[str, Any]]) -> str | None:
         """Report a trial's epochs to its Optuna trial; a reason to stop it, if the pruner says so."""
         trials = self.asked.get(spec.trial_id)
-        if not trials:
+        if not trials or len(self.targets) > 1:  # a study of several objectives is never pruned
             return None
         trial = trials[0]
         judged = None

@@ -12,6 +12,7 @@ stay three choices). A search's own space is not in the ledger; the values are.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from .errors import SweepError
@@ -88,6 +89,7 @@ def export(folder: str, url: str) -> tuple[str, int]:
         for tid, epoch, metrics in ledger.history():
             history.setdefault(tid, []).append((epoch, metrics))
         metric, mode = ledger.get("metric") or "", ledger.get("mode") or ""
+        several = ledger.objectives()
     finally:
         ledger.close()
     if not results:
@@ -97,6 +99,7 @@ def export(folder: str, url: str) -> tuple[str, int]:
     if not metric:
         raise SweepError(f"the trials in {folder} have no metric: an Optuna study needs one")
     mode = mode or direction(metric) or "max"
+    targets, modes = (several.metrics, several.modes) if several is not None else ((metric,), (mode,))
     names = sorted({k for r in results for k in r.params})
     # a parameter with one value in every row is fixed (as a search's fixed values): not searched
     fixed = {k: plain(results[0].params[k]) for k in names
@@ -105,7 +108,7 @@ def export(folder: str, url: str) -> tuple[str, int]:
              for k in names if k not in fixed}  # name -> (distribution, how a value is written)
     name = os.path.basename(os.path.normpath(os.path.abspath(folder)))
     try:  # every trial first: nothing is written or deleted unless all of them can be
-        trials = [_trial(optuna, r, dists, metric, history.get(r.trial_id, [])) for r in results]
+        trials = [_trial(optuna, r, dists, targets, history.get(r.trial_id, [])) for r in results]
     except (TypeError, ValueError) as exc:
         raise SweepError(f"the sweep in {folder} cannot be written as an Optuna study: "
                          f"{str(exc).splitlines()[0]}") from None
@@ -122,7 +125,10 @@ def export(folder: str, url: str) -> tuple[str, int]:
                              "give another storage (or rename the sweep folder)")
         optuna.delete_study(study_name=name, storage=storage)
     study = optuna.create_study(storage=storage, study_name=name,
-                                direction="maximize" if mode == "max" else "minimize")
+                                directions=["maximize" if m == "max" else "minimize" for m in modes])
+    with warnings.catch_warnings():  # experimental in Optuna: said here, not to the user
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(list(targets))
     study.set_user_attr("sweeper_folder", here)
     study.set_user_attr("metric", metric)
     study.set_user_attr("fixed", fixed)
@@ -130,13 +136,14 @@ def export(folder: str, url: str) -> tuple[str, int]:
     return name, len(results)
 
 
-def _trial(optuna: Any, result: Any, dists: Mapping[str, tuple[Any, Callable[[Any], Any]]], metric: str,
-           epochs: list[tuple[int, dict[str, Any]]]) -> Any:
+def _trial(optuna: Any, result: Any, dists: Mapping[str, tuple[Any, Callable[[Any], Any]]],
+           targets: tuple[str, ...], epochs: list[tuple[int, dict[str, Any]]]) -> Any:
     state = result.status.optuna
-    value = number(result.metrics.get(metric))
-    if state == "COMPLETE" and value is None:
+    values = [number(result.metrics.get(t)) for t in targets]
+    if state == "COMPLETE" and None in values:
         state = "FAIL"  # ok, but without a number to optimise
-    intermediate = {e: v for e, m in epochs if (v := number(m.get(metric))) is not None}
+    # Optuna keeps intermediate values for one objective only
+    intermediate = {e: v for e, m in epochs if len(targets) == 1 and (v := number(m.get(targets[0]))) is not None}
     attrs: dict[str, Any] = {"trial": result.name, "trial_id": result.trial_id, "status": result.status.value,
                              "device": result.device, "seed": result.seed}
     if result.duration_s is not None:
@@ -147,7 +154,7 @@ def _trial(optuna: Any, result: Any, dists: Mapping[str, tuple[Any, Callable[[An
     trial = optuna.trial.create_trial(
         params={k: dists[k][1](plain(v)) for k, v in result.params.items() if k in dists},
         distributions={k: dists[k][0] for k in result.params if k in dists},
-        value=value if state == "COMPLETE" else None,
+        values=values if state == "COMPLETE" else None,
         state=optuna.trial.TrialState[state], intermediate_values=intermediate, user_attrs=attrs)
     if result.started_at:  # when it ran, not when it was exported (Optuna's timeline)
         from datetime import datetime, timedelta

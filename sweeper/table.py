@@ -5,7 +5,9 @@ hyperparameter (scikit-learn's ``cv_results_`` convention), one column per metri
 then ``seed``, ``device``, ``started_at``, ``duration_s``, ``error``, ``attempts``,
 ``epoch_reached`` when any trial reported epochs, ``mem_peak_mb`` when any trial's host
 memory was measured, and, when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``,
-``gpu_mem_peak_mb``, ``gpu_mem_reserved_mb``; ``feasible`` when the sweep has constraints.
+``gpu_mem_peak_mb``, ``gpu_mem_reserved_mb``; ``feasible`` when the sweep has constraints;
+``pareto`` when it has several objectives (judged as the table is written:
+:mod:`sweeper.objectives`).
 They come from :class:`~sweeper.trial.TrialResult`'s fields, each placed by its metadata
 (:class:`~sweeper.trial.Place`).
 Rows follow the grid's order. The CSV is written with the standard ``csv`` module (so
@@ -26,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequenc
 
 from . import paths
 from .metrics import HISTORY_COLUMNS
+from .objectives import COLUMN as PARETO, Objectives
 from .trial import CSV_FIELDS, Place, TrialResult, csv_name, place_of
 
 if TYPE_CHECKING:
@@ -90,18 +93,23 @@ def ordered(results: Iterable[TrialResult]) -> list[TrialResult]:
     return sorted(results, key=lambda r: r.index)
 
 
-def write_csv(results: Sequence[TrialResult], path: str) -> None:
-    """Write the table atomically: a temporary file, fsynced, renamed over ``path``."""
+def write_csv(results: Sequence[TrialResult], path: str, objectives: Objectives | None = None) -> None:
+    """Write the table atomically: a temporary file, fsynced, renamed over ``path``;
+    ``objectives``: several, whose Pareto front the ``pareto`` column marks."""
     with paths.atomic(path) as f:
-        _write(results, f)
+        _write(results, f, objectives)
 
 
-def _write(results: Sequence[TrialResult], f: Any) -> None:
+def _write(results: Sequence[TrialResult], f: Any, objectives: Objectives | None = None) -> None:
     results = ordered(results)
-    writer = csv.DictWriter(f, fieldnames=columns(results), restval="")
+    front = objectives.front(results) if objectives is not None else None
+    writer = csv.DictWriter(f, fieldnames=columns(results) + ([PARETO] if front is not None else []), restval="")
     writer.writeheader()
     for r in results:
-        writer.writerow({k: _cell(v) for k, v in row(r).items()})
+        cells = {k: _cell(v) for k, v in row(r).items()}
+        if front is not None:  # every row says: not on the front is False, not unknown
+            cells[PARETO] = r.trial_id in front
+        writer.writerow(cells)
 
 
 def _cell(value: Any) -> Any:
@@ -120,7 +128,7 @@ READ_CSV: dict[str, Any] = {"dtype_backend": "numpy_nullable", "parse_dates": ["
                             "dtype": {"error": "string", "gpu_uuid": "string"}}
 
 
-def dataframe(results: Sequence[TrialResult]) -> "pandas.DataFrame":
+def dataframe(results: Sequence[TrialResult], objectives: Objectives | None = None) -> "pandas.DataFrame":
     """The table as a DataFrame, exactly as ``pandas.read_csv(path, **READ_CSV)`` reads the CSV.
 
     Built through the same CSV text, so the values and dtypes a script gets from
@@ -129,9 +137,12 @@ def dataframe(results: Sequence[TrialResult]) -> "pandas.DataFrame":
     import pandas
 
     text = io.StringIO()
-    _write(results, text)
+    _write(results, text, objectives)
     text.seek(0)
-    return pandas.read_csv(text, **READ_CSV)
+    frame = pandas.read_csv(text, **READ_CSV)
+    if objectives is not None:
+        frame.attrs["objectives"] = objectives  # what the pareto column judged, for summary, status and report
+    return frame
 
 
 class Throttled:

@@ -294,5 +294,10 @@ MEMORY_COLUMNS = csv_columns(Place.MEMORY)
 GPU_COLUMNS = csv_columns(Place.GPU)
 #: Present when the sweep has constraints.
 CONSTRAINT_COLUMNS = csv_columns(Place.CONSTRAINTS)
+#: Present when the sweep has several objectives: whether the row is on their Pareto front,
+#: judged from all the rows as the table is written, so no field of one result
+#: (:mod:`sweeper.objectives`).
+PARETO_COLUMNS = ("pareto",)
 #: Every fixed column ``results.csv`` may have (neither a hyperparameter nor a metric), in its order.
-RESULT_COLUMNS = tuple(csv_name(f) for f in CSV_FIELDS if place_of(f) not in (Place.PARAMS, Place.METRICS))
+RESULT_COLUMNS = tuple(csv_name(f) for f in CSV_FIELDS
+                       if place_of(f) not in (Place.PARAMS, Place.METRICS)) + PARETO_COLUMNS

@@ -512,3 +512,15 @@ def surface(params):
     """A score that depends mostly on ``a``, a little on ``c`` and hardly on ``b``: which
     parameters mattered is known in advance."""
     return {"score": 10.0 * params["a"] + 0.01 * params["b"] + (5.0 if params["c"] == "x" else 0.0)}
+
+
+def tradeoff(params):
+    """Two objectives that pull apart: accuracy grows with ``units`` and falls with the
+    distance of ``lr`` from 0.01; ``size`` grows with ``units``. NumPy scalars, as a
+    framework's metrics are. ``units`` 0 fails (no model)."""
+    import numpy as np
+
+    units, lr = params["units"], params["lr"]
+    if units == 0:
+        raise ValueError("a model needs units")
+    return {"accuracy": np.float32(1.0 - 1.0 / units - abs(lr - 0.01)), "size": np.int64(10 * units)}

@@ -16,13 +16,13 @@ from sweeper.ledger import Ledger
 from sweeper.options import Flag, Options
 from sweeper.paths import SweepPaths
 from sweeper.trial import (BACK_COLUMNS, CONSTRAINT_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS,
-                           MEMORY_COLUMNS, RESULT_COLUMNS, Place, Status, TrialResult)
+                           MEMORY_COLUMNS, PARETO_COLUMNS, RESULT_COLUMNS, Place, Status, TrialResult)
 
 #: results.csv's fixed columns, in its order: a contract with the analysts who load it,
 #: written out here so that a change to TrialResult that would move one fails a test.
 CSV_CONTRACT = ("trial_id", "trial", "status", "seed", "device", "started_at", "duration_s", "error",
                 "attempts", "epoch_reached", "mem_peak_mb", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb",
-                "gpu_mem_reserved_mb", "feasible")
+                "gpu_mem_reserved_mb", "feasible", "pareto")
 
 
 def _actions() -> dict[str, argparse.Action]:
@@ -78,10 +78,12 @@ def test_parsed_flags_build_options_and_the_choices_are_the_ones_checked():
     opts = Options.build(given)
     assert (opts.workers, opts.cpus_per_trial, opts.prefetch, opts.mode, opts.backend, opts.mlflow, opts.fresh) == \
         (2, 0.5, False, "min", "ray", True, True)
-    for name in ("mode", "backend", "start_method"):
+    for name in ("backend", "start_method"):
         assert Options.choices(name)
         with pytest.raises(SweepError, match=f"{name} must be " + " or ".join(map(repr, Options.choices(name)))):
             Options(**{name: "nope"}).checked()
+    with pytest.raises(SweepError, match="mode must be 'max' or 'min' \\(one per metric\\), got 'nope'"):
+        Options(mode="nope").checked()  # a list of them for several metrics: checked by sweeper.objectives
 
 
 # -- the table's columns from TrialResult -------------------------------------------------
@@ -99,13 +101,14 @@ def test_the_csv_fixed_columns_are_the_ones_derived_from_trialresult():
     assert RESULT_COLUMNS == CSV_CONTRACT
     assert analysis.FIXED_COLUMNS == RESULT_COLUMNS
     assert (*FRONT_COLUMNS, *BACK_COLUMNS, *EPOCH_COLUMNS, *MEMORY_COLUMNS, *GPU_COLUMNS,
-            *CONSTRAINT_COLUMNS) == RESULT_COLUMNS
+            *CONSTRAINT_COLUMNS, *PARETO_COLUMNS) == RESULT_COLUMNS
     assert metrics.RESERVED == set(RESULT_COLUMNS)  # no metric may take one of these names
     everything = [_result(1, "gpu:0", epoch=3), _result(2, mem=512)]
     cols = table.columns(everything)
     assert cols == [*FRONT_COLUMNS, "param_lr", "param_units", "val_loss", "acc", *BACK_COLUMNS, *EPOCH_COLUMNS,
                     *MEMORY_COLUMNS, *GPU_COLUMNS]
-    assert [c for c in cols if c in RESULT_COLUMNS] == [c for c in RESULT_COLUMNS if c not in CONSTRAINT_COLUMNS]
+    assert [c for c in cols if c in RESULT_COLUMNS] == [c for c in RESULT_COLUMNS
+                                                        if c not in CONSTRAINT_COLUMNS + PARETO_COLUMNS]
     assert table.columns([_result(1)]) == [*FRONT_COLUMNS, "param_lr", "param_units", "val_loss", "acc",
                                            *BACK_COLUMNS]
     assert table.columns([]) == [*FRONT_COLUMNS, *BACK_COLUMNS]

@@ -106,7 +106,7 @@ def test_a_grid_file_says_search_trials_and_prune_itself(tmp_path):
 
 @pytest.mark.parametrize("body,flags,words", [
     ("space = {'x': sweeper.uniform(0, 1)}\n", ["--search", "bogus", "--trials", "3", "--metric", "loss"],
-     "search is 'bogus'; give one of tpe, random"),
+     "search is 'bogus'; give one of auto, tpe, nsga2, random"),
     ("import scipy.stats\nspace = {'x': scipy.stats.uniform(0, 1)}\n",
      ["--search", "tpe", "--trials", "3", "--metric", "loss"], "space['x'] is"),
     ("space = {'x': sweeper.uniform(0, 1)}\n", ["--search", "tpe", "--trials", "3", "--metric", "widget"],
