@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import json
 import os
 import signal
 import sys
@@ -44,7 +45,8 @@ def parser() -> argparse.ArgumentParser:
         "results go to <out>/<name>/results.csv. Re-running resumes.",
         epilog=f"commands: {prog} status <out>/<name> shows a sweep's progress (from another "
         f"terminal too); {prog} report <out>/<name> prints its leaderboard and writes report.html; "
-        f"{prog} export <out>/<name> --mlflow [URI] --tensorboard replays a sweep into a tracker. "
+        f"{prog} export <out>/<name> --mlflow [URI] --tensorboard replays a sweep into a tracker; "
+        f"{prog} replay <out>/<name> TRIAL runs a trial again and says how far its metrics drift. "
         f"Each has its own --help.",
         allow_abbrev=False,
     )
@@ -153,6 +155,8 @@ def _main(argv: list[str]) -> int:
         return report_main(argv[1:])
     if argv[:1] == ["export"]:
         return export_main(argv[1:])
+    if argv[:1] == ["replay"]:
+        return replay_main(argv[1:])
     p = parser()
     args, unknown = p.parse_known_args(argv)
     _check_unknown(p, unknown)
@@ -360,6 +364,7 @@ def status_main(argv: list[str]) -> int:
         total = ledger.get("total")
         asked = ledger.ranking(args.metric, args.mode)
         objectives = ledger.objectives()
+        recorded_env = json.loads(ledger.get("environment") or "{}")
     finally:
         ledger.close()
     counts: dict[str, int] = {}
@@ -379,6 +384,10 @@ def status_main(argv: list[str]) -> int:
         print(f"  running  {run['name']}  {run['device']}  pid {run['pid']}  {elapsed:.0f}s"
               + (f"  epoch {epoch}: {latest}" if epoch is not None else ""))
     for line in card_lines(running):
+        print(f"sweeper: {line}")
+    from .environment import summary
+
+    for line in summary(recorded_env, (r.env for r in results)):
         print(f"sweeper: {line}")
     if results:
         frame = table.dataframe(results, objectives)
@@ -466,6 +475,38 @@ def report_main(argv: list[str]) -> int:
     path = analysis.write_html(folder, metric, mode)
     print(f"report: {path}")
     return EXIT_OK
+
+
+def replay_main(argv: list[str]) -> int:
+    """Run trials of a sweep again as they ran; per metric the drift; exit 1 beyond --tol."""
+    from . import replay
+
+    p = _Parser(prog=f"{_prog()} replay", allow_abbrev=False,
+                description="Run trials of a sweep again as they ran (same parameters, seed, start method, "
+                            "determinism and kind of slot) into <out>/<name>-replay, never touching the sweep's "
+                            "rows, and print per metric the recorded value, the replayed ones and the drift, and "
+                            "what differs in the environment. Exit 0 when every metric is within --tol, 1 when not.")
+    p.add_argument("folder", help="a sweep folder, <out>/<name> (e.g. results/digits_mlp)")
+    p.add_argument("trials", nargs="*", help="trial names or ids as in results.csv, or patterns such as 'lr=0_01*'")
+    p.add_argument("--all", action="store_true", help="replay every ok trial")
+    p.add_argument("--times", type=int, default=1, help="replay each this many times (default 1)")
+    p.add_argument("--tol", type=float, default=0.0,
+                   help="how far a metric may drift, absolutely or relatively (default 0: the same number)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="turn each framework's deterministic mode on even if the sweep ran without it")
+    p.add_argument("--quiet", action="store_true", help="print only the comparison")
+    args = p.parse_intermixed_args(argv)  # trial names before or after the flags
+    if not args.tol >= 0:
+        raise SweepError(f"--tol must be a number >= 0, got {args.tol}")
+    if args.all and args.trials:
+        raise SweepError("give trial names or --all, not both")
+    show_messages(not args.quiet)
+    with procs.subreaper():
+        done = replay.replay(args.folder, args.trials, every=args.all, times=args.times,
+                             deterministic=True if args.deterministic else None, quiet=args.quiet)
+    for line in replay.lines(done, args.tol, args.times):
+        print(line)
+    return EXIT_OK if all(r.within(args.tol) for r in done) else EXIT_FAILED
 
 
 def export_main(argv: list[str]) -> int:

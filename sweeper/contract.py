@@ -17,6 +17,8 @@ of its processes, declared once, with what writes it and what reads it.
                                    capping.trial_env)
     SWEEPER_MEMORY_AUTO            per slot with per_gpu="auto"          child.imports: caps wait for the
                                                                          trial (its env has them)
+    SWEEPER_DETERMINISTIC          determinism_env, for each trial of a  child.imports: each framework's
+                                   sweep run with deterministic=True     deterministic mode, as imported
     SWEEPER_PRELOAD_READY, _LIST,  backends.local.server, as the       child.preload, in the
     _PATH, _PROBE_GPU              server starts (_PROBE_GPU: the        server, once (its probe fork
                                    environment of a GPU slot)            pins that card)
@@ -41,6 +43,7 @@ TRIAL_ID = "SWEEPER_TRIAL_ID"
 TRIAL_NAME = "SWEEPER_TRIAL_NAME"
 TRIAL_DIR = "SWEEPER_TRIAL_DIR"
 SEED = "SWEEPER_SEED"
+DETERMINISTIC = "SWEEPER_DETERMINISTIC"
 PARAMS = "SWEEPER_PARAMS"
 MEMORY_LIMIT_MB = "SWEEPER_MEMORY_LIMIT_MB"
 MEMORY_FRACTION = "SWEEPER_MEMORY_FRACTION"
@@ -69,6 +72,19 @@ def trial_env(spec: TrialSpec) -> dict[str, str]:
         SEED: str(spec.seed),
         PARAMS: json.dumps(spec.params, sort_keys=True),
     }
+
+
+def determinism_env(environ: Any = None) -> dict[str, str]:
+    """What every trial of a ``deterministic=True`` sweep finds in its environment: the
+    switch :mod:`sweeper.child.imports` reads, and the variables the frameworks read
+    themselves (TensorFlow's and cuDNN's, cuBLAS's workspace, XLA's flag for JAX on a
+    GPU, added to any XLA_FLAGS already set)."""
+    environ = os.environ if environ is None else environ
+    xla = environ.get("XLA_FLAGS", "")
+    if "xla_gpu_deterministic_ops" not in xla:
+        xla = f"{xla} --xla_gpu_deterministic_ops=true".strip()
+    return {DETERMINISTIC: "1", "TF_DETERMINISTIC_OPS": "1", "TF_CUDNN_DETERMINISTIC": "1",
+            "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "XLA_FLAGS": xla}
 
 
 def seed_from_env() -> int | None:

@@ -82,7 +82,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from . import contract, hostmem, outcome
 from .constraints import Constraints
@@ -262,15 +262,17 @@ class Engine:
                  prune: Prune | None = None, verdicts: bool = False, timeout: float | None = None,
                  retries: int = 0, stall: float | None = None, clock: Callable[[], float] = time.monotonic,
                  log_age: Callable[[TrialSpec], float | None] | None = None,
-                 constraints: Constraints | None = None) -> None:
+                 constraints: Constraints | None = None, trial_env: Mapping[str, str] | None = None) -> None:
         """``outputs``: told each trial's start, reports, record and end (the sweep's
         :class:`~sweeper.lifecycle.Callbacks`); ``prune``: a search's pruner, offered
         each batch of reports; ``verdicts``: it may stop trials, so each report waits for
         its verdict (where the backend answers); ``stall``: seconds a running trial may
         go without a sign of life; ``log_age``: seconds since a trial's log was last
         written, None where it has none (default: from the file's modification time);
-        ``constraints``: what an ok trial must meet (its row's ``feasible``)."""
+        ``constraints``: what an ok trial must meet (its row's ``feasible``); ``trial_env``:
+        what every trial finds in its environment besides its own (determinism's switches)."""
         self.backend, self.ledger = backend, ledger
+        self.trial_env = dict(trial_env or {})
         self.constraints = constraints
         self.outputs = outputs if outputs is not None else Callback()
         self.prune, self.verdicts = prune, verdicts
@@ -359,7 +361,7 @@ class Engine:
             spec = self._next()
             if spec is None:
                 break
-            spec = replace(spec, env={**spec.env, **contract.trial_env(spec)},
+            spec = replace(spec, env={**spec.env, **self.trial_env, **contract.trial_env(spec)},
                            verdicts=self.verdicts and getattr(self.backend, "answers", False))
             trial = _Trial(spec, "", self.clock())
             self.trials[spec.trial_id] = trial
@@ -498,6 +500,8 @@ class Engine:
             gpu_mem_cap_mb=how.cap_mb if how.cap_mb is not None else began.cap_mb,
             gpu_mem_reserved_mb=began.reserved_mb, gpu_mem_peak_mb=how.peak_mb, epoch_reached=trial.epoch,
             mem_peak_mb=hostmem.peak(how.mem_peak_mb, trial.result.mem_peak_mb if trial.result else None),
+            env=trial.result.env if trial.result is not None else {},
+            deterministic=True if spec.env.get(contract.DETERMINISTIC) == "1" else None,
         )
         return row if self.constraints is None else replace(row, feasible=self.constraints.feasible(row))
 

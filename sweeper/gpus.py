@@ -98,6 +98,19 @@ def inventory() -> list[Gpu]:
         nvml.nvmlShutdown()
 
 
+def driver_version() -> str:
+    """The NVIDIA driver's version, as NVML tells it ("" where it cannot)."""
+    nvml = _nvml()
+    if nvml is None:
+        return ""
+    try:
+        return _text(nvml.nvmlSystemGetDriverVersion())
+    except Exception:  # noqa: BLE001 - an NVML (or a fake of it) without the call
+        return ""
+    finally:
+        nvml.nvmlShutdown()
+
+
 def _processes(nvml: Any, handle: Any) -> tuple[tuple[int, int | None], ...]:
     try:
         procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)

@@ -34,7 +34,7 @@ from .trial import Status, TrialResult, TrialSpec, current_id
 #: ids without their ``t``, no ``grid`` table); 1: ids with it; 2: ``epoch_reached``; 3:
 #: ``mem_peak_mb``; 4: ``gpu_mem_reserved_mb``; 5: ``feasible``. Older ledgers are migrated
 #: when a sweep opens them, and read as migrated by ``load()`` and ``status``.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS trials (
@@ -60,7 +60,9 @@ CREATE TABLE IF NOT EXISTS trials (
     epoch_reached INTEGER,
     mem_peak_mb INTEGER,
     gpu_mem_reserved_mb INTEGER,
-    feasible INTEGER
+    feasible INTEGER,
+    env TEXT,
+    deterministic INTEGER
 );
 CREATE TABLE IF NOT EXISTS running (
     trial_id TEXT PRIMARY KEY,
@@ -96,6 +98,7 @@ _STORED: dict[str, Callable[[Any], Any]] = {
     "params": lambda params: json.dumps(params, sort_keys=True),
     "status": lambda status: status.value,
     "metrics": json.dumps,
+    "env": lambda env: json.dumps(env, sort_keys=True),
 }
 _READ: dict[str, Callable[[Any], Any]] = {
     "trial_id": current_id,
@@ -103,6 +106,8 @@ _READ: dict[str, Callable[[Any], Any]] = {
     "status": Status,
     "metrics": json.loads,
     "feasible": lambda value: None if value is None else bool(value),
+    "deterministic": lambda value: None if value is None else bool(value),
+    "env": lambda value: json.loads(value) if value else {},  # rows from before schema 6: none
 }
 
 
@@ -183,10 +188,13 @@ class Ledger:
                     self._db.execute(f"UPDATE {table} SET trial_id = 't' || trial_id WHERE trial_id NOT LIKE 't%'")
             have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
             # 2: the epoch a trial reached (pruned trials stop early); 3: its peak host memory;
-            # 4: the GPU memory reserved for it; 5: whether it met the sweep's constraints
-            for added in ("epoch_reached", "mem_peak_mb", "gpu_mem_reserved_mb", "feasible")[max(version - 1, 0):]:
-                if added not in have:
-                    self._db.execute(f"ALTER TABLE trials ADD COLUMN {added} INTEGER")
+            # 4: the GPU memory reserved for it; 5: whether it met the sweep's constraints;
+            # 6: what it ran on (its environment), and whether it ran deterministically
+            added = (("epoch_reached", "INTEGER"), ("mem_peak_mb", "INTEGER"), ("gpu_mem_reserved_mb", "INTEGER"),
+                     ("feasible", "INTEGER"), ("env", "TEXT"), ("deterministic", "INTEGER"))
+            for column, kind in added[max(version - 1, 0):]:
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE trials ADD COLUMN {column} {kind}")
             if "reserved_mb" not in {r[1] for r in self._db.execute("PRAGMA table_info(running)")}:
                 self._db.execute("ALTER TABLE running ADD COLUMN reserved_mb INTEGER")  # 4: what a running trial reserved
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

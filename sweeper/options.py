@@ -123,6 +123,12 @@ class Options:
     #: the sweep's seed; each trial's seed derives from it and the trial id
     seed: int = field(default=0, metadata=flag("sweep seed (default {default}); trial seeds derive from it",
                                                type=int))
+    #: each framework's deterministic mode in every trial (TensorFlow's op determinism,
+    #: PyTorch's deterministic algorithms, cuDNN's, cuBLAS's and XLA's settings), so that
+    #: ``python -m sweeper replay`` can give the same numbers again
+    deterministic: bool = field(default=False, metadata=flag(
+        "turn on each framework's deterministic mode in every trial (TensorFlow, PyTorch, cuDNN, cuBLAS, XLA), so "
+        "that replay gives the same numbers; slower on a GPU", action="store_true"))
     #: seconds a trial may run before it is killed (or a duration: "90s", "10m", "2h")
     timeout: float | None = field(default=None, metadata=flag(
         "how long a trial may run before it is killed: seconds, or 90s, 10m, 2h", type=_duration_flag,
@@ -294,6 +300,8 @@ class Options:
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise SweepError(f"name {self.name!r} cannot be a folder name; use letters, digits, - and _")
         whole("trials", self.trials, 1)
+        if not isinstance(self.deterministic, bool):
+            raise SweepError(f"deterministic must be True or False, got {self.deterministic!r}")
         if not isinstance(self.tensorboard, bool):
             raise SweepError(f"tensorboard must be True or False, got {self.tensorboard!r}")
         if not (self.mlflow is None or isinstance(self.mlflow, bool) or (isinstance(self.mlflow, str) and self.mlflow)):

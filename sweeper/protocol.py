@@ -77,12 +77,13 @@ class Result:
     duration_s: float | None = None  #: from the trial reaching its process to the end of train
     history: list[dict[str, Any]] = field(default_factory=list)  #: a returned Keras History's epochs
     mem_peak_mb: int | None = None  #: the process's own peak resident memory when train returned
+    env: dict[str, Any] = field(default_factory=dict)  #: what it ran on (:func:`sweeper.environment.of_trial`)
 
     def to_json(self, trial_id: str) -> dict[str, Any]:
         """What ``result.json`` holds."""
         return {"trial_id": trial_id, "status": self.status.value, "metrics": self.metrics,
                 "error": self.error, "history": self.history, "duration_s": self.duration_s,
-                "mem_peak_mb": self.mem_peak_mb}
+                "mem_peak_mb": self.mem_peak_mb, "env": self.env}
 
 
 @dataclass(frozen=True)

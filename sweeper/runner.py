@@ -19,12 +19,13 @@ then tells the outputs (:meth:`sweeper.lifecycle.Callback.recorded`);
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from . import constraints, table
+from . import constraints, contract, environment, table
 from .tracking import chosen
 from .errors import SweepError
 from .folder import SweepFolder
@@ -39,7 +40,7 @@ from .paths import SweepPaths
 from .planning import Plan, keeps, plan
 from .engine import Backend, Engine, Interrupted
 from .slots import Placement, Slot, parse_gpus, place
-from .target import Target
+from .target import Target, record
 from .trial import Status, TrialResult, TrialSpec
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ class Sweep:
         plan_ = Plan.resume(ledger, options, self.specs, self.space, self.folder, self.source_file, self.what)
         # what status, report and load() rank by unless told otherwise: this run's choice
         ranking = Ranking(ledger, options.ranked_by, plan_.mode, plan_.search, options.objectives)
-        ledger.put_many(plan_.facts + ranking.facts())
+        ledger.put_many(plan_.facts + ranking.facts() + self._environment(ledger, plan_))
         tables = TableFiles(ledger, plan_, self.folder.paths, options.objectives)
         ranking.seen(tables.results.values())  # the rows kept may have the metric already
         outputs = Callbacks([tables, ranking])
@@ -216,6 +217,7 @@ class Sweep:
             outputs.each.append(listener)
         outputs.begin(plan_.to_run, plan_.total)
         engine = Engine(self._backend(spare), ledger, outputs=outputs,
+                        trial_env=contract.determinism_env() if options.deterministic else None,
                         prune=plan_.search.prune if plan_.search else None,
                         verdicts=plan_.search is not None and plan_.search.prunes,
                         timeout=options.timeout, retries=options.retries, stall=options.stall,
@@ -237,6 +239,17 @@ class Sweep:
         return Outcome(folder, final, plan_.specs, self.placement, plan_.notes, len(engine.started),
                        time.monotonic() - self.began, interrupted, ranking=ledger.ranking(), shown=trackers.hints,
                        objectives=options.objectives)
+
+    def _environment(self, ledger: Ledger, plan_: Plan) -> list[tuple[str, str]]:
+        """What this run records of what it runs on, and how to run a trial of it again
+        (:mod:`sweeper.environment`, :mod:`sweeper.replay`); a resume whose packages, commit
+        or scripts changed says so."""
+        options = self.options
+        env = environment.of_sweep(self.source_file, options.start_method, options.deterministic, self.what)
+        before = ledger.get("environment")
+        if before and plan_.kept:
+            plan_.notes.extend(environment.changes(json.loads(before), env))
+        return [("environment", json.dumps(env, sort_keys=True)), ("target", record(self.target, options))]
 
     def _backend(self, spare: Spare | None) -> Backend:
         options = self.options

@@ -6,7 +6,8 @@ then ``seed``, ``device``, ``started_at``, ``duration_s``, ``error``, ``attempts
 ``epoch_reached`` when any trial reported epochs, ``mem_peak_mb`` when any trial's host
 memory was measured, and, when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_cap_mb``,
 ``gpu_mem_peak_mb``, ``gpu_mem_reserved_mb``; ``feasible`` when the sweep has constraints;
-``pareto`` when it has several objectives (judged as the table is written:
+``deterministic`` when any trial ran with determinism asked for; ``pareto`` when it has
+several objectives (judged as the table is written:
 :mod:`sweeper.objectives`).
 They come from :class:`~sweeper.trial.TrialResult`'s fields, each placed by its metadata
 (:class:`~sweeper.trial.Place`).
@@ -43,6 +44,7 @@ _SOMETIMES: dict[Place, Callable[[TrialResult], bool]] = {
     Place.MEMORY: lambda r: r.mem_peak_mb is not None,
     Place.GPU: lambda r: r.device.startswith("gpu"),
     Place.CONSTRAINTS: lambda r: r.feasible is not None,
+    Place.DETERMINISM: lambda r: r.deterministic is not None,
 }
 #: How a field's value is written, where not as it is.
 _WRITTEN: dict[str, Callable[[Any], Any]] = {

@@ -17,7 +17,9 @@ those ahead, never the user's own code (:mod:`sweeper.modules`).
 
 from __future__ import annotations
 
+import base64
 import importlib.util
+import json
 import os
 import pickle
 import sys
@@ -118,6 +120,47 @@ class FunctionTarget:
 
 
 Target = FileTarget | FunctionTarget
+
+
+#: The options a replay takes from the sweep (how its slots were made).
+_KEPT = ("start_method", "deterministic", "per_gpu", "memory_fraction", "memory_growth", "timeout", "stall", "seed")
+
+
+def record(target: Target, options: Any) -> str:
+    """How to run the sweep's trials again, as the ledger keeps it (``target``), for
+    :mod:`sweeper.replay`."""
+    if isinstance(target, FileTarget):
+        what: dict[str, Any] = {"kind": "file", "path": os.path.abspath(target.path), "attr": target.attr,
+                                "shell": target.shell}
+    else:
+        what = {"kind": "function", "blob": base64.b64encode(target.blob).decode("ascii"), "label": target.label,
+                "module": target.module}
+    what["options"] = {k: getattr(options, k) for k in _KEPT}
+    return json.dumps(what, sort_keys=True)
+
+
+def target_of(recorded: dict[str, Any], source: str) -> Target:
+    """The target a record names, loadable from this process's children: a grid file as
+    it was; a function of a script run as ``__main__`` from that script (``source``); any
+    other function by its module, whose folder joins ``sys.path``."""
+    if recorded["kind"] == "file":
+        return FileTarget(recorded["path"], recorded["attr"], recorded["shell"])
+    module = recorded.get("module") or ""
+    label = recorded.get("label") or ""
+    if module == "__main__":
+        name = label[len("__main__."):]
+        if not source or "." in name or "<" in name:
+            raise SweepError(f"train {label} was defined in a script that cannot be found again ({source or 'no file'})"
+                             "; replay needs the script's top-level function")
+        return FileTarget(source, name)
+    if source and module and not module.startswith("sweeper."):
+        root = os.path.dirname(os.path.abspath(source))
+        for _ in module.split(".")[1:]:
+            root = os.path.dirname(root)
+        if root not in sys.path:  # the children of spawn and the fork server take the parent's path
+            sys.path.insert(0, root)
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return FunctionTarget(base64.b64decode(recorded["blob"]), label, module)
 
 
 def describe(what: Any) -> str:

@@ -206,6 +206,7 @@ class Place(enum.Enum):
     MEMORY = "memory"  #: when any trial's host memory was measured
     GPU = "gpu"  #: when any trial ran on a GPU
     CONSTRAINTS = "constraints"  #: when the sweep has constraints (``feasible``)
+    DETERMINISM = "determinism"  #: when any trial ran with determinism asked for
     LEDGER = "ledger"  #: in the ledger alone
 
 
@@ -250,6 +251,12 @@ class TrialResult:
     #: an ok trial of a sweep with constraints: whether its values meet them all (None:
     #: not ok, or no constraints); a trial that does not is never ranked
     feasible: bool | None = field(default=None, metadata=column(Place.CONSTRAINTS))
+    #: True: it ran with each framework's deterministic mode asked for (``deterministic=True``);
+    #: None: not asked for
+    deterministic: bool | None = field(default=None, metadata=column(Place.DETERMINISM))
+    #: what its process ran on: frameworks and versions, CUDA, host, determinism switched on
+    #: (:func:`sweeper.environment.of_trial`); {} where it returned nothing
+    env: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, metadata=column(Place.LEDGER))
 
     @property
     def ok(self) -> bool:
@@ -294,6 +301,8 @@ MEMORY_COLUMNS = csv_columns(Place.MEMORY)
 GPU_COLUMNS = csv_columns(Place.GPU)
 #: Present when the sweep has constraints.
 CONSTRAINT_COLUMNS = csv_columns(Place.CONSTRAINTS)
+#: Present when any trial ran with determinism asked for.
+DETERMINISM_COLUMNS = csv_columns(Place.DETERMINISM)
 #: Present when the sweep has several objectives: whether the row is on their Pareto front,
 #: judged from all the rows as the table is written, so no field of one result
 #: (:mod:`sweeper.objectives`).

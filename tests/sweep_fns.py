@@ -524,3 +524,11 @@ def tradeoff(params):
     if units == 0:
         raise ValueError("a model needs units")
     return {"accuracy": np.float32(1.0 - 1.0 / units - abs(lr - 0.01)), "size": np.int64(10 * units)}
+
+
+def urandom_score(params):
+    """Not reproducible on purpose: ``noise`` comes from os.urandom, which no seed reaches;
+    ``steady`` depends only on the point and the seeded ``random``."""
+    import random
+
+    return {"steady": params["x"] + random.random(), "noise": int.from_bytes(os.urandom(4), "little")}

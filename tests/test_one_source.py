@@ -15,14 +15,14 @@ from sweeper.errors import SweepError
 from sweeper.ledger import Ledger
 from sweeper.options import Flag, Options
 from sweeper.paths import SweepPaths
-from sweeper.trial import (BACK_COLUMNS, CONSTRAINT_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS, GPU_COLUMNS,
-                           MEMORY_COLUMNS, PARETO_COLUMNS, RESULT_COLUMNS, Place, Status, TrialResult)
+from sweeper.trial import (BACK_COLUMNS, CONSTRAINT_COLUMNS, DETERMINISM_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS,
+                           GPU_COLUMNS, MEMORY_COLUMNS, PARETO_COLUMNS, RESULT_COLUMNS, Place, Status, TrialResult)
 
 #: results.csv's fixed columns, in its order: a contract with the analysts who load it,
 #: written out here so that a change to TrialResult that would move one fails a test.
 CSV_CONTRACT = ("trial_id", "trial", "status", "seed", "device", "started_at", "duration_s", "error",
                 "attempts", "epoch_reached", "mem_peak_mb", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb",
-                "gpu_mem_reserved_mb", "feasible", "pareto")
+                "gpu_mem_reserved_mb", "feasible", "deterministic", "pareto")
 
 
 def _actions() -> dict[str, argparse.Action]:
@@ -101,14 +101,15 @@ def test_the_csv_fixed_columns_are_the_ones_derived_from_trialresult():
     assert RESULT_COLUMNS == CSV_CONTRACT
     assert analysis.FIXED_COLUMNS == RESULT_COLUMNS
     assert (*FRONT_COLUMNS, *BACK_COLUMNS, *EPOCH_COLUMNS, *MEMORY_COLUMNS, *GPU_COLUMNS,
-            *CONSTRAINT_COLUMNS, *PARETO_COLUMNS) == RESULT_COLUMNS
+            *CONSTRAINT_COLUMNS, *DETERMINISM_COLUMNS, *PARETO_COLUMNS) == RESULT_COLUMNS
     assert metrics.RESERVED == set(RESULT_COLUMNS)  # no metric may take one of these names
     everything = [_result(1, "gpu:0", epoch=3), _result(2, mem=512)]
     cols = table.columns(everything)
     assert cols == [*FRONT_COLUMNS, "param_lr", "param_units", "val_loss", "acc", *BACK_COLUMNS, *EPOCH_COLUMNS,
                     *MEMORY_COLUMNS, *GPU_COLUMNS]
     assert [c for c in cols if c in RESULT_COLUMNS] == [c for c in RESULT_COLUMNS
-                                                        if c not in CONSTRAINT_COLUMNS + PARETO_COLUMNS]
+                                                        if c not in CONSTRAINT_COLUMNS + DETERMINISM_COLUMNS
+                                                        + PARETO_COLUMNS]
     assert table.columns([_result(1)]) == [*FRONT_COLUMNS, "param_lr", "param_units", "val_loss", "acc",
                                            *BACK_COLUMNS]
     assert table.columns([]) == [*FRONT_COLUMNS, *BACK_COLUMNS]
@@ -129,7 +130,7 @@ def test_a_row_writes_each_column_as_before():
 def test_every_trialresult_field_has_a_place_and_the_ledger_stores_each(tmp_path):
     places = {f.name: f.metadata["place"] for f in dataclasses.fields(TrialResult)}
     assert all(isinstance(p, Place) for p in places.values())
-    assert {n for n, p in places.items() if p is Place.LEDGER} == {"index", "pid", "exitcode", "log"}
+    assert {n for n, p in places.items() if p is Place.LEDGER} == {"index", "pid", "exitcode", "log", "env"}
     ledger = Ledger(str(tmp_path))
     try:
         result = _result(5, "gpu:1", epoch=2)

@@ -42,7 +42,7 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NoReturn
 
-from .. import contract, hostmem, outcome, paths, procs
+from .. import contract, environment, hostmem, outcome, paths, procs
 from ..metrics import BadResult, epochs_of
 from ..protocol import Exiting, LoadFailed, Placed, Ready, Result, Unwritable
 from ..trial import TrialSpec
@@ -425,8 +425,9 @@ def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: imports.OnImport, s
             traceback.print_exc()
     finally:
         context.set_current(None)
-    return Result(verdict.status, verdict.metrics, verdict.error, time.monotonic() - started, history,
-                  hostmem.own_peak_mb())
+    duration = time.monotonic() - started
+    return Result(verdict.status, verdict.metrics, verdict.error, duration, history, hostmem.own_peak_mb(),
+                  environment.of_trial(hook.deterministic))
 
 
 def write_result(spec: TrialSpec, result: Result) -> Unwritable | None:

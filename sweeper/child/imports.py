@@ -1,11 +1,14 @@
-"""Caps and seeds, applied the moment a framework is imported in a trial process.
+"""Caps, seeds and determinism, applied the moment a framework is imported in a trial process.
 
 :func:`install` puts a finder on ``sys.meta_path`` before the user's module is imported,
 so TensorFlow's GPU memory cap (:mod:`sweeper.capping`) precedes the module's own code,
 whatever it touches at its top; PyTorch's, which initialises CUDA, and the seeds for
 ``random``, NumPy, TensorFlow, Keras and PyTorch follow with the trial (a standby imports
 before it has one, and must hold no GPU memory while it waits). Under ``per_gpu="auto"``
-every cap follows with the trial: it is the trial's own.
+every cap follows with the trial: it is the trial's own. In a sweep run with
+``deterministic=True`` (``SWEEPER_DETERMINISTIC``), each framework's deterministic mode
+follows with the seed; what was switched on is :attr:`OnImport.deterministic`, which the
+trial's record keeps (JAX reads its XLA flag from the environment by itself).
 """
 
 from __future__ import annotations
@@ -62,6 +65,26 @@ _SEEDS: dict[str, Callable[[Any, int], None]] = {
     "tensorflow": _seed_tensorflow,
     "keras": _seed_keras,
     "torch": _seed_torch,
+    "jax": lambda mod, seed: None,  # seeded by its explicit keys; hooked for its determinism record
+}
+
+
+def _determinism_tensorflow(mod: Any) -> None:
+    mod.config.experimental.enable_op_determinism()
+
+
+def _determinism_torch(mod: Any) -> None:
+    mod.use_deterministic_algorithms(True)
+    mod.backends.cudnn.benchmark = False
+    mod.backends.cudnn.deterministic = True
+
+
+#: Each framework's deterministic mode, switched on with the seed when the sweep asks for
+#: it; None: the environment already says it (JAX's XLA flag, from contract.determinism_env).
+_DETERMINISM: dict[str, Callable[[Any], None] | None] = {
+    "tensorflow": _determinism_tensorflow,
+    "torch": _determinism_torch,
+    "jax": None,
 }
 
 
@@ -78,6 +101,8 @@ class OnImport(importlib.abc.MetaPathFinder):
         self.seed: int | None = None
         self.done: set[str] = set()
         self._busy = False
+        #: the frameworks whose deterministic mode this trial switched on
+        self.deterministic: set[str] = set()
 
     @classmethod
     def install(cls) -> "OnImport":
@@ -97,7 +122,16 @@ class OnImport(importlib.abc.MetaPathFinder):
         for name, seeder in _SEEDS.items():
             if name in self.done:
                 seeder(sys.modules[name], seed)
+                self._determinism(name, sys.modules[name])
         self.catch_up()
+
+    def _determinism(self, name: str, module: Any) -> None:
+        """The framework's deterministic mode, where the trial's sweep asked for it."""
+        if name in _DETERMINISM and os.environ.get(contract.DETERMINISTIC) == "1" and name not in self.deterministic:
+            switch = _DETERMINISM[name]
+            if switch is not None:
+                switch(module)
+            self.deterministic.add(name)
 
     def catch_up(self) -> None:
         """Handle what got imported before the hook, or past it (e.g. by a custom loader)."""
@@ -111,6 +145,7 @@ class OnImport(importlib.abc.MetaPathFinder):
             _CAPS[name](module)
         if self.seed is not None:
             _SEEDS[name](module, self.seed)
+            self._determinism(name, module)
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname not in _SEEDS or fullname in self.done or self._busy:
