@@ -33,15 +33,20 @@ c  search at equal compute: every method gets the same budget in epochs, those o
    Then every per-epoch report, each stamped with the time its trial sent it, is put in
    time order over all trials, and the run is cut at the budget's epoch: epochs past it
    (trained by trials running at the cut, in the moments before the stop took effect) are
-   cut, not counted, and a trial counts as finished only if its last epoch came within
-   the budget (those epochs are counted as "overshoot", trained but not counted). Anytime
+   cut, not counted (the table shows them as "overshoot"), and a trial counts as finished
+   only if its last epoch came within the budget. A sweep stopped by a signal that was not
+   its budget's is not counted (said in a line). Random and TPE start from the same points
+   (TPE's first 10 are random, seeded alike), as random with and without ASHA do. Anytime
    curve per run: x = epochs spent so far by all trials, y = the best metric of a trial that
    finished (ran all its epochs, not pruned) by then. Per method: the median over seeds of
    the best at the budget (and each seed's), the epochs at which it first reached random's
    median best at the budget (median over seeds; a seed that never did counts as not
    reached), trials run, pruned and cut at the budget. Figures and raw reports go to
    bench/out/search_compute.json, the curves (median and min-max over seeds) to
-   bench/out/search_compute.png.
+   bench/out/search_compute.png. Each sweep's result is also kept, as it ends, in
+   bench/out/search_compute_runs/; a later run with the same settings takes it from there
+   (it says so) instead of running it again, so a run stopped halfway resumes (--fresh-c:
+   run them all).
 
 Every measured run is a fresh ``python bench/search.py --role ...`` process under a
 timeout (its process tree is ended if it runs over), so each RSS is its own and nothing
@@ -375,10 +380,12 @@ def part_b(trials: int, tmp: str, seed: int = 0) -> dict[str, Any]:
                                 f"b  sweeper, 1 worker, {trials} trials")}
 
 
-def part_c(seeds: list[int], budget_trials: int, problems: list[str], tmp: str) -> dict[str, Any]:
+def part_c(seeds: list[int], budget_trials: int, problems: list[str], tmp: str, keep: str | None) -> dict[str, Any]:
+    """Every sweep of c. ``keep``: a folder where each sweep's result is kept as it ends, and
+    taken from on a later run with the same spec (c is long: a run stopped halfway resumes)."""
     budget = budget_trials * EPOCHS_C
     out: dict[str, Any] = {"seeds": seeds, "budget_trials": budget_trials, "budget_epochs": budget,
-                           "epochs": EPOCHS_C, "workers": 2, "problems": {}}
+                           "epochs": EPOCHS_C, "workers": 2, "problems": {}, "kept": 0}
     for problem in problems:
         metric, mode = PROBLEMS_C[problem]
         runs: dict[str, list[Any]] = {label: [] for label, _, _ in METHODS_C}
@@ -386,10 +393,28 @@ def part_c(seeds: list[int], budget_trials: int, problems: list[str], tmp: str) 
         out["problems"][problem] = {"metric": metric, "mode": mode, "prune": prunes, "runs": runs}
         for seed in seeds:
             for label, search, _ in METHODS_C:
+                name = f"c_{problem}_{label.replace(' ', '')}_s{seed}"
                 spec = {"problem": problem, "search": search, "prune": prunes[label], "seed": seed, "budget": budget,
-                        "out": tmp, "name": f"c_{problem}_{label.replace(' ', '')}_s{seed}"}
-                res = run_role("sweep_c", spec, tmp, 300 + budget * 6,
-                               f"c  {problem:<8} {label:<16} seed {seed}, {budget} epochs")
+                        "out": tmp, "name": name}
+                what = f"c  {problem:<8} {label:<16} seed {seed}, {budget} epochs"
+                kept = os.path.join(keep, f"{name}_{budget}.json") if keep else None
+                res = None
+                if kept and os.path.exists(kept):
+                    with open(kept) as f:
+                        got = json.load(f)
+                    if {**got["spec"], "out": tmp} == spec:
+                        res = got["result"]
+                        out["kept"] += 1
+                        print(f"  {what} ... kept from an earlier run ({kept})", flush=True)
+                if res is None:
+                    res = run_role("sweep_c", spec, tmp, 300 + budget * 6, what)
+                    if res is not None and res["stopped"] and not res["seen"]:  # a signal from elsewhere
+                        print("    stopped by a signal from outside before its budget: not counted", flush=True)
+                        res = None
+                    if res is not None and kept and keep:
+                        os.makedirs(keep, exist_ok=True)
+                        with open(kept, "w") as f:
+                            json.dump({"spec": spec, "result": res}, f)
                 runs[label].append(res if res is None else {**res, **cut_c(res["trials"], budget, mode)})
     return out
 
@@ -525,7 +550,6 @@ def rows_c(c: dict[str, Any]) -> dict[str, list[list[str]]]:
     """A table per problem."""
     tables = {}
     for problem, pc in c["problems"].items():
-        metric = pc["metric"]
         fmt = "{:.4f}"
         rows = []
         for label, sm in pc["summary"].items():
@@ -605,7 +629,7 @@ def plot_c(c: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     problems = list(c["problems"])
-    fig, axes = plt.subplots(1, len(problems), figsize=(7 * len(problems), 5), squeeze=False)
+    fig, axes = plt.subplots(1, len(problems), figsize=(7 * len(problems), 6.2), squeeze=False)
     budget = c["budget_epochs"]
     colours = dict(zip([m[0] for m in METHODS_C], plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     for ax, problem in zip(axes[0], problems):
@@ -630,7 +654,7 @@ def plot_c(c: dict[str, Any], path: str) -> None:
             nan = float("nan")
             ax.plot(xs, [nan if y is None else y for y in med], label=name, color=colours[label], lw=1.6)
             ax.fill_between(xs, [nan if y is None else y for y in lo], [nan if y is None else y for y in hi],
-                            color=colours[label], alpha=0.12, lw=0)
+                            color=colours[label], alpha=0.07, lw=0)
         if pc.get("target") is not None:
             ax.axhline(pc["target"], color="k", ls="--", lw=0.8, label="random's median best at the budget")
         ax.axvline(budget / 2, color="grey", ls=":", lw=0.8, label="half the budget")
@@ -645,7 +669,7 @@ def plot_c(c: dict[str, Any], path: str) -> None:
         n = len(c["seeds"])
         ax.set_title(f"{problem}, {c['budget_epochs']} epochs: median and min-max over {n} seed{'s' * (n > 1)}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right" if pc["mode"] == "max" else "upper right")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -782,7 +806,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", help=f"part c's problems (default {','.join(PROBLEMS_C)})")
     ap.add_argument("--out", default=os.path.join(HERE, "out", "search.json"), help="JSON of a's and b's figures")
     ap.add_argument("--out-c", default=os.path.join(HERE, "out", "search_compute.json"),
-                    help="JSON of c's figures (its plot beside it, .png)")
+                    help="JSON of c's figures (its plot beside it, .png; each sweep's result in _runs/, "
+                         "which a later run with the same settings takes instead of running it again)")
+    ap.add_argument("--fresh-c", action="store_true", help="run every sweep of c, taking none from _runs/")
     args = ap.parse_args(argv)
     parts = [p.strip().lower() for p in (args.only or "a,b").split(",") if p.strip()]
     if any(p not in ("a", "b", "c") for p in parts):
@@ -810,7 +836,8 @@ def main(argv: list[str] | None = None) -> int:
             results["b"] = part_b(trials_b, tmp)
             rows += rows_b(results["b"])
         if "c" in parts:
-            c = part_c(seeds_c, budget_c, problems, tmp)
+            c = part_c(seeds_c, budget_c, problems, tmp,
+                       None if args.fresh_c else os.path.splitext(args.out_c)[0] + "_runs")
             summary_c(c)
     results["meta"]["total_s"] = time.perf_counter() - t0
     if rows:
