@@ -28,7 +28,7 @@ import pynvml
 #: The functions replaced: all sweeper calls, and nothing else.
 FUNCTIONS = ("nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
              "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUUID", "nvmlDeviceGetName",
-             "nvmlDeviceGetComputeRunningProcesses")
+             "nvmlDeviceGetComputeRunningProcesses", "nvmlSystemGetDriverVersion")
 
 
 @dataclass
@@ -150,6 +150,10 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, card: Card) -> str | bytes:
         self._check("nvmlDeviceGetUUID")
         return self._text(card.uuid)
+
+    def nvmlSystemGetDriverVersion(self) -> str | bytes:
+        self._check("nvmlSystemGetDriverVersion")
+        return self._text("999.99")
 
     def nvmlDeviceGetName(self, card: Card) -> str | bytes:
         self._check("nvmlDeviceGetName")

@@ -16,7 +16,7 @@ import pytest
 
 import sweeper
 import sweep_fns
-from conftest import HERE, ROOT, run_cli, write_grid
+from conftest import HERE, ROOT, run_cli, run_fake_cli, write_grid
 from sweeper import table
 from sweeper.errors import SweepError
 from sweeper.ledger import Ledger
@@ -186,3 +186,28 @@ def test_trials_are_chosen_by_name_id_or_pattern():
     assert [r.name for r in chosen(rows, [], True)] == ["x=1", "x=2"]  # every ok one
     with pytest.raises(SweepError, match="trial x=0 is crashed"):
         chosen(rows, ["x=0"], False)
+
+
+def test_a_gpu_trial_replays_on_a_card_of_its_model_or_names_the_other(tmp_path, monkeypatch):
+    """Through the NVML fake: the sweep ran on an H100 (gpu:1); the replay takes the H100
+    where there is one, and says so where only A100s are left."""
+    from fake_nvml import Card, FakeNvml
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # the fake's cards, not this machine's
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    a100, h100 = "NVIDIA Fake A100 16GB", "NVIDIA Fake H100 80GB"
+    machine = FakeNvml([Card(name=a100), Card(name=h100, total_mb=81920)], board=str(tmp_path))
+    grid = write_grid(tmp_path, "from sweep_fns import tradeoff as train\ngrid = {'units': [4], 'lr': [0.1]}\n")
+    out = str(tmp_path / "out")
+    done = run_fake_cli(machine, grid, "--gpus", "1", "--out", out, "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert sweeper.load(os.path.join(out, "grid")).device.tolist() == ["gpu:1"]
+    same = run_fake_cli(machine, "replay", os.path.join(out, "grid"), "--all", "--quiet")
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "the environment is the same as when it ran" in same.stdout
+    (folder,) = os.listdir(os.path.join(out, "grid-replay"))
+    assert sweeper.load(os.path.join(out, "grid-replay", folder)).device.tolist() == ["gpu:1"]  # the H100
+    other = FakeNvml([Card(name=a100), Card(name=a100)], board=str(tmp_path))  # no H100 here
+    moved = run_fake_cli(other, "replay", os.path.join(out, "grid"), "--all", "--quiet")
+    assert moved.returncode == 0, moved.stdout + moved.stderr  # the numbers agree; the card is named
+    assert f"gpu: {h100} -> {a100}" in moved.stdout, moved.stdout
