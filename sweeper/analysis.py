@@ -161,7 +161,8 @@ def leaderboard(df: "pandas.DataFrame", metric: str | None, mode: str, top: int 
     """The best ``top`` trials that finished ok (and meet the sweep's constraints), best first.
 
     Columns: ``trial``, the metric, then the hyperparameters (``param_`` prefix
-    dropped). Trials whose metric is NaN come last; ties keep the table's order.
+    dropped, unless the bare name is the metric's or ``trial``: a parameter and a metric may
+    share a name). Trials whose metric is NaN come last; ties keep the table's order.
     With ``metric=None`` the ok trials are listed in the table's order.
     """
     ok = df[ranked(df)]
@@ -170,7 +171,8 @@ def leaderboard(df: "pandas.DataFrame", metric: str | None, mode: str, top: int 
     if metric is not None:
         ok = ok.sort_values(metric, ascending=(mode == "min"), na_position="last", kind="stable")
     board = ok[cols].head(max(int(top), 0)).reset_index(drop=True)
-    return board.rename(columns={p: p[len("param_"):] for p in params})
+    taken = {"trial", metric}
+    return board.rename(columns={p: p[len("param_"):] for p in params if p[len("param_"):] not in taken})
 
 
 def leaderboard_lines(df: "pandas.DataFrame", metric: str | None, mode: str, top: int = TOP) -> list[str]:

@@ -63,7 +63,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
         SweepError: bad input, before any trial runs.
         SweepInterrupted: Ctrl-C or SIGTERM; what finished is saved.
     """
-    _check_not_in_a_trial_bootstrap()
+    check_not_in_a_trial_bootstrap()
     opts = Options.build(options)
     show_messages(opts.progress)  # sweeper's lines (no GPU found, ...), quiet with progress=False
     if isinstance(fn, (str, Command)):  # a command per trial, e.g. "python train.py --lr={lr}"
@@ -96,7 +96,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     return frame
 
 
-def _check_not_in_a_trial_bootstrap() -> None:
+def check_not_in_a_trial_bootstrap() -> None:
     """A script without ``if __name__ == "__main__":`` runs its ``sweep()`` call again in
     every spawned trial process, while spawn re-imports it. Such a process ends at once
     with :data:`~sweeper.child.bootstrap.NO_MAIN_GUARD`, and the sweep says what to fix."""

@@ -365,6 +365,9 @@ def status_main(argv: list[str]) -> int:
         asked = ledger.ranking(args.metric, args.mode)
         objectives = ledger.objectives()
         recorded_env = json.loads(ledger.get("environment") or "{}")
+        last_run = ledger.get("run") or ""
+        run_records = {rid: json.loads(ledger.get(f"run:{rid}") or "{}")
+                       for rid in {r.env.get("run", "") for r in results} if rid}
     finally:
         ledger.close()
     counts: dict[str, int] = {}
@@ -387,7 +390,7 @@ def status_main(argv: list[str]) -> int:
         print(f"sweeper: {line}")
     from .environment import summary
 
-    for line in summary(recorded_env, (r.env for r in results)):
+    for line in summary(recorded_env, [r.env for r in results], run_records, last_run):
         print(f"sweeper: {line}")
     if results:
         frame = table.dataframe(results, objectives)

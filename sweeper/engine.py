@@ -262,7 +262,8 @@ class Engine:
                  prune: Prune | None = None, verdicts: bool = False, timeout: float | None = None,
                  retries: int = 0, stall: float | None = None, clock: Callable[[], float] = time.monotonic,
                  log_age: Callable[[TrialSpec], float | None] | None = None,
-                 constraints: Constraints | None = None, trial_env: Mapping[str, str] | None = None) -> None:
+                 constraints: Constraints | None = None, trial_env: Mapping[str, str] | None = None,
+                 run_id: str = "") -> None:
         """``outputs``: told each trial's start, reports, record and end (the sweep's
         :class:`~sweeper.lifecycle.Callbacks`); ``prune``: a search's pruner, offered
         each batch of reports; ``verdicts``: it may stop trials, so each report waits for
@@ -270,9 +271,11 @@ class Engine:
         go without a sign of life; ``log_age``: seconds since a trial's log was last
         written, None where it has none (default: from the file's modification time);
         ``constraints``: what an ok trial must meet (its row's ``feasible``); ``trial_env``:
-        what every trial finds in its environment besides its own (determinism's switches)."""
+        what every trial finds in its environment besides its own (determinism's switches);
+        ``run_id``: the id of this run's record in the ledger, which each row names."""
         self.backend, self.ledger = backend, ledger
         self.trial_env = dict(trial_env or {})
+        self.run_id = run_id
         self.constraints = constraints
         self.outputs = outputs if outputs is not None else Callback()
         self.prune, self.verdicts = prune, verdicts
@@ -500,7 +503,7 @@ class Engine:
             gpu_mem_cap_mb=how.cap_mb if how.cap_mb is not None else began.cap_mb,
             gpu_mem_reserved_mb=began.reserved_mb, gpu_mem_peak_mb=how.peak_mb, epoch_reached=trial.epoch,
             mem_peak_mb=hostmem.peak(how.mem_peak_mb, trial.result.mem_peak_mb if trial.result else None),
-            env=trial.result.env if trial.result is not None else {},
+            env={**(trial.result.env if trial.result is not None else {}), **({"run": self.run_id} if self.run_id else {})},
             deterministic=True if spec.env.get(contract.DETERMINISTIC) == "1" else None,
         )
         return row if self.constraints is None else replace(row, feasible=self.constraints.feasible(row))

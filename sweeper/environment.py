@@ -34,7 +34,7 @@ PACKAGES = ("numpy", "tensorflow", "tensorflow-cpu", "keras", "torch", "jax", "j
 FRAMEWORKS = ("tensorflow", "keras", "torch", "jax", "jaxlib", "numpy", "sklearn")
 #: Keys of a sweep's or trial's environment compared between two runs, in the order said.
 COMPARED = ("code", "scripts", "git", "python", "packages", "frameworks", "cuda", "cudnn", "gpu", "driver",
-            "host", "start_method", "deterministic")
+            "host", "cwd", "start_method", "deterministic")
 
 
 def digest(path: str) -> str | None:
@@ -110,6 +110,7 @@ def of_sweep(source: str | None, start_method: str, deterministic: bool, what: s
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "host": socket.gethostname(),
+        "cwd": os.getcwd(),  # where relative paths (a command's script, a data file) were read
         "platform": platform.platform(),
         "packages": installed(),
         "start_method": start_method,
@@ -188,7 +189,7 @@ def flat(sweep: Mapping[str, Any], trial: Mapping[str, Any] | None = None,
     git = sweep.get("git")
     if git:
         out["git"] = f"commit {git['commit']}{' with uncommitted changes' if git.get('dirty') else ''}"
-    for key in ("python", "host", "start_method", "driver"):
+    for key in ("python", "host", "cwd", "start_method", "driver"):
         if sweep.get(key) is not None:
             out[key] = sweep[key]
     for name, version in (sweep.get("packages") or {}).items():
@@ -251,9 +252,12 @@ def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
     return said
 
 
-def summary(sweep: Mapping[str, Any], trials: Iterable[Mapping[str, Any]]) -> list[str]:
-    """What ``status`` shows: the sweep's environment in a few lines, what its trials
-    imported, and the trials whose own environment differs from the most common one."""
+def summary(sweep: Mapping[str, Any], trials: Iterable[Mapping[str, Any]],
+            runs: Mapping[str, Mapping[str, Any]] | None = None, last: str = "") -> list[str]:
+    """What ``status`` shows: the sweep's last run's environment in a few lines, what its
+    trials imported, the trials whose own environment differs from the most common one, and
+    the rows made by earlier runs (``runs``: their records by id; ``last``: the last run's
+    id) with what differed then."""
     if not sweep:
         return ["environment: not recorded (the sweep ran under an earlier sweeper)"]
     gpus = sweep.get("gpus") or {}
@@ -270,10 +274,12 @@ def summary(sweep: Mapping[str, Any], trials: Iterable[Mapping[str, Any]]) -> li
                    + (f" (edited since: sha256 now {now})" if now and now != code.get("sha256") else ""))
     for path, sha in (sweep.get("scripts") or {}).items():
         out.append(f"script: {path} sha256 {sha}")
+    envs = list(trials)
     seen: dict[str, int] = {}
-    for env in trials:
-        if env:
-            key = json.dumps(env, sort_keys=True)
+    for env in envs:
+        own = {k: v for k, v in env.items() if k != "run"}
+        if own:
+            key = json.dumps(own, sort_keys=True)
             seen[key] = seen.get(key, 0) + 1
     if seen:
         common, count = max(seen.items(), key=lambda kv: kv[1])
@@ -291,5 +297,18 @@ def summary(sweep: Mapping[str, Any], trials: Iterable[Mapping[str, Any]]) -> li
                 if key != common:
                     differ.update(differences(flat({}, usual), flat({}, json.loads(key))))
             out.append(f"{others} trial{'s' if others != 1 else ''} ran with something else: {'; '.join(sorted(differ))}")
+    by_run: dict[str, int] = {}
+    for env in envs:
+        by_run[env.get("run", "")] = by_run.get(env.get("run", ""), 0) + 1
+    for rid, n in sorted(by_run.items()):
+        if rid == last:
+            continue
+        rows = f"{n} trial{'s' if n != 1 else ''}"
+        record = (runs or {}).get(rid)
+        if not rid or not record:
+            out.append(f"{rows} predate the record of what each ran on")
+            continue
+        then = differences(flat(record.get("environment") or {}), flat(sweep))
+        out.append(f"{rows} ran in an earlier run of the sweep: "
+                   + ("; ".join(then) if then else "the same environment as the last run"))
     return out
-

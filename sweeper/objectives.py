@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
 from .errors import SweepError
-from .metrics import direction, finite
+from .metrics import RESERVED, direction, finite
 from .trial import PARETO_COLUMNS
 
 if TYPE_CHECKING:
@@ -57,6 +57,10 @@ def given(metric: Any, mode: Any) -> tuple[tuple[str, ...] | None, tuple[str, ..
     for m in modes or ():
         if m not in MODES:
             raise SweepError(f"mode must be 'max' or 'min' (one per metric), got {m!r}")
+    for m in metrics or ():
+        if m in RESERVED or m.startswith("param_"):
+            raise SweepError(f"metric {m!r} is a column sweeper writes in results.csv, never a metric; name one "
+                             "that train returns")
     if metrics is not None and len(set(metrics)) < len(metrics):
         twice = next(m for m in metrics if metrics.count(m) > 1)
         raise SweepError(f"metric names {twice!r} twice; each objective once")

@@ -41,9 +41,8 @@ log = logging.getLogger("sweeper")
 class TableFiles(Callback):
     """``results.csv`` and ``history.csv``, kept current from what the ledger records."""
 
-    def __init__(self, ledger: Ledger, plan: Plan, where: SweepPaths, objectives: Objectives | None = None) -> None:
+    def __init__(self, ledger: Ledger, plan: Plan, where: SweepPaths) -> None:
         self.ledger, self.plan, self.where = ledger, plan, where
-        self.objectives = objectives  #: several: the rows on their Pareto front are marked
         self.results: dict[str, TrialResult] = dict(plan.kept)  #: every row of the sweep, by trial id
         self.files = [table.Throttled(self._write_results, path=where.results),
                       table.Throttled(self._write_history, path=where.history)]
@@ -54,8 +53,9 @@ class TableFiles(Callback):
         return table.ordered(r for tid, r in self.results.items() if tid in self.plan.wanted)
 
     def _write_results(self) -> None:
+        # the objectives the folder records (as load() reads them): their Pareto front is marked
         table.write_csv([r for tid, r in self.results.items() if tid in self.plan.wanted], self.where.results,
-                        self.objectives)
+                        self.ledger.objectives())
 
     def _write_history(self) -> None:
         order = {s.trial_id: (s.index, s.name) for s in self.plan.specs}
@@ -92,6 +92,7 @@ class Ranking(Callback):
         self.ledger, self.metric, self.mode, self.search = ledger, metric, mode, search
         self.objectives = objectives  #: several metrics named: each must be in the result
         self.settled = metric is None
+        self.warned = False
         self.fault: SweepError | None = None
 
     def facts(self) -> list[tuple[str, str]]:
@@ -107,23 +108,26 @@ class Ranking(Callback):
         for r in results:
             if r.status is not Status.OK or not r.metrics:
                 continue
-            self.settled = True
             named = self.objectives.metrics if self.objectives is not None else (self.metric,)
             missing = [m for m in named if m not in r.metrics]
-            if not missing:
+            if not missing:  # recorded with the first result that has them all
+                self.settled = True
                 several = self.objectives.text() if self.objectives is not None else ""
                 with contextlib.suppress(StorageError):  # the engine says a failed write itself
                     self.ledger.put_many([("metric", self.metric or ""), ("mode", self.mode), ("objectives", several)])
                 return
+            if self.warned:
+                continue
+            self.warned = True
             said = (f"no metric {missing[0]!r} in what trial {r.name} returned ({', '.join(sorted(r.metrics))}), "
                     "so nothing is ranked by it")
             if self.search is not None:
+                self.settled = True
                 self.search.remaining = 0
                 self.fault = SweepError(f"{said}; a search cannot optimise it, so it took no more trials: give "
                                         "--metric (metric=) one of those, or report it from train")
-            else:
-                log.warning("sweeper: %s; give --metric (metric=) one of those", said)
-            return
+                return
+            log.warning("sweeper: %s until a trial returns it; give --metric (metric=) one of those", said)
 
 
 class SearchTold(Callback):

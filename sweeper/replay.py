@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .errors import SweepError
-from .metrics import finite
 from .target import Target, target_of
 
 #: The folder replays go to, beside the sweep's: ``results/digits_mlp-replay``.
@@ -35,24 +34,50 @@ SUFFIX = "-replay"
 @dataclass(frozen=True)
 class Drift:
     """One metric of one trial: what was recorded, what each replay gave, the largest
-    difference, and whether it lies within the tolerance."""
+    difference, and whether it lies within the tolerance. A recorded NaN or infinity is
+    matched only by the same; a metric the row lacks (one only the replay gave) never is."""
 
     metric: str
-    recorded: float
+    recorded: float | None  #: None: the row has no such metric (the replay gave it)
     replayed: tuple[float | None, ...]  #: None: the replay did not give it (or not a number)
 
     def drift(self) -> float:
-        """The largest absolute difference (inf where a replay gave no number)."""
-        return max((math.inf if v is None else abs(v - self.recorded) for v in self.replayed), default=math.inf)
+        """The largest absolute difference (inf where one side has no number, or a
+        non-finite value the other does not share; 0 where both are the same NaN or inf)."""
+        return max((_apart(self.recorded, v) for v in self.replayed), default=math.inf)
 
     def relative(self) -> float:
         d = self.drift()
-        return 0.0 if d == 0 else (d / abs(self.recorded) if self.recorded else math.inf)
+        if d == 0:
+            return 0.0
+        return d / abs(self.recorded) if self.recorded and math.isfinite(self.recorded) else math.inf
 
     def within(self, tol: float) -> bool:
         """Within ``tol``, absolutely or relatively (0: exactly the same number)."""
         d = self.drift()
         return d <= tol or (math.isfinite(d) and self.relative() <= tol)
+
+
+def _apart(a: float | None, b: float | None) -> float:
+    if a is None or b is None:
+        return math.inf
+    if math.isnan(a) or math.isnan(b):
+        return 0.0 if math.isnan(a) and math.isnan(b) else math.inf
+    if math.isinf(a) or math.isinf(b):
+        return 0.0 if a == b else math.inf
+    return abs(b - a)
+
+
+def drifts(recorded: dict[str, Any], replays: Sequence[Any]) -> tuple[Drift, ...]:
+    """Each numeric metric of the row against the replays', then those only the replays gave."""
+    out = [Drift(m, float(v), tuple(_number(r, m) for r in replays))
+           for m, v in recorded.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    extra: dict[str, None] = {}
+    for r in replays:
+        for m in (r.metrics if r is not None and r.ok else {}):
+            if m not in recorded:
+                extra.setdefault(m, None)
+    return tuple(out) + tuple(Drift(m, None, tuple(_number(r, m) for r in replays)) for m in extra)
 
 
 @dataclass(frozen=True)
@@ -85,7 +110,8 @@ def chosen(results: dict[str, Any], names: Sequence[str], every: bool) -> list[A
         raise SweepError("name the trial to replay (its name or id, as in results.csv), or give --all")
     picked = []
     for name in names:
-        found = [r for r in rows if name in (r.name, r.trial_id) or fnmatch.fnmatchcase(r.name, name)]
+        found = [r for r in rows if name in (r.name, r.trial_id) or fnmatch.fnmatchcase(r.name, name)
+                 or fnmatch.fnmatchcase(r.trial_id, name)]
         if not found:
             import difflib
 
@@ -101,13 +127,24 @@ def chosen(results: dict[str, Any], names: Sequence[str], every: bool) -> list[A
     return picked
 
 
+#: What a row that predates the record of its run is compared with: nothing.
+UNKNOWN = ("what this trial ran on was not recorded (its row predates that record): the code, packages and "
+           "settings it ran with are unknown, so it replays with the sweep's last run's")
+
+
 def replay(folder: str, names: Sequence[str] = (), every: bool = False, times: int = 1,
            deterministic: bool | None = None, quiet: bool = True) -> list[Replay]:
     """Replay the named trials of the sweep in ``folder`` (see the module docstring)
-    ``times`` times each; ``deterministic``: None as the sweep ran, True or False to change it."""
+    ``times`` times each; ``deterministic``: None as each ran, True or False to change it.
+
+    Each row names the run that made it (``env["run"]``), whose record (``run:<id>`` in
+    the ledger: its environment, and how to run its trials) the replay follows, so a later
+    run of the sweep with other code or options changes nothing about an earlier row's replay."""
+    from .api import check_not_in_a_trial_bootstrap
     from .folder import sweep_folder
     from .ledger import Ledger
 
+    check_not_in_a_trial_bootstrap()  # a script without a __main__ guard, re-imported by a spawned trial
     if not isinstance(times, int) or isinstance(times, bool) or times < 1:
         raise SweepError(f"--times must be a whole number >= 1, got {times!r}")
     folder = sweep_folder(folder)
@@ -116,53 +153,66 @@ def replay(folder: str, names: Sequence[str] = (), every: bool = False, times: i
         current = ledger.current()
         results = ledger.results() if current is None else current
         definition = json.loads(ledger.get("definition") or "{}")
-        recorded_target = ledger.get("target")
-        sweep_env = json.loads(ledger.get("environment") or "{}")
+        last = {"target": json.loads(ledger.get("target") or "null"),
+                "environment": json.loads(ledger.get("environment") or "{}")}
+        runs = {rid: json.loads(ledger.get(f"run:{rid}") or "null") for rid in {r.env.get("run") for r in
+                                                                                results.values()} if rid}
     finally:
         ledger.close()
     rows = chosen(results, names, every)
-    if not recorded_target:
-        raise SweepError(f"{folder} was run by a sweeper that did not record how to run its trials again; run the "
-                         "sweep once with this version (its rows are kept, nothing trains again), then replay")
-    recorded = json.loads(recorded_target)
-    source = definition.get("source") or ""
-    target = target_of(recorded, source)
-    kept = recorded.get("options", {})
-    if deterministic is not None:
-        kept["deterministic"] = deterministic
-    runs = _runs(folder, target, rows, kept, definition, sweep_env, times, quiet)
-    out = []
-    for row in rows:
-        replays = [run[1].get(row.trial_id) for run in runs]
-        drifts = tuple(Drift(m, float(v), tuple(_number(r, m) for r in replays))
-                       for m, v in row.metrics.items() if finite(v) is not None)
-        said: list[str] = []
-        if sweep_env:
-            from . import environment
+    groups: dict[str, list[Any]] = {}
+    for row in rows:  # one replay sweep per run the rows came from
+        rid = row.env.get("run", "")
+        groups.setdefault(rid if runs.get(rid) else "", []).append(row)
+    done: dict[str, Replay] = {}
+    for rid, group in groups.items():
+        record = runs[rid] if rid else last
+        if not record.get("target"):
+            raise SweepError(f"{folder} was run by a sweeper that did not record how to run its trials again, so "
+                             "they cannot be replayed as they ran")
+        source = (record.get("environment", {}).get("code") or {}).get("path") or definition.get("source") or ""
+        target = target_of(record["target"], source)
+        kept = dict(record["target"].get("options", {}))
+        if not rid:  # no record of its run: the row says whether it ran deterministically
+            kept["deterministic"] = any(r.deterministic for r in group)
+        if deterministic is not None:
+            kept["deterministic"] = deterministic
+        env = record.get("environment") or {}
+        made = _runs(folder, target, group, kept, definition, env, times, quiet)
+        for row in group:
+            replays = [run[1].get(row.trial_id) for run in made]
+            said: list[str] = [] if rid else [UNKNOWN]
+            if rid:
+                from . import environment
 
-            for run_env, r in ((run[2], rep) for run, rep in zip(runs, replays)):
-                if r is None:
-                    continue
-                said += [d for d in environment.differences(
-                    environment.flat(sweep_env, row.env, row.gpu_uuid),
-                    environment.flat(run_env, r.env, r.gpu_uuid)) if d not in said]
-        else:
-            said.append("the sweep recorded no environment (run by an earlier sweeper): nothing to compare")
-        out.append(Replay(row.name, row.trial_id, row.device,
-                          tuple(r.status.value if r is not None else "not run" for r in replays),
-                          tuple(r.error for r in replays if r is not None and r.error),
-                          drifts, tuple(said), tuple(run[0] for run in runs)))
-    return out
+                for run_env, r in ((run[2], rep) for run, rep in zip(made, replays)):
+                    if r is not None:
+                        said += [d for d in environment.differences(
+                            environment.flat(env, row.env, row.gpu_uuid),
+                            environment.flat(run_env, r.env, r.gpu_uuid)) if d not in said]
+            done[row.trial_id] = Replay(row.name, row.trial_id, row.device,
+                                        tuple(r.status.value if r is not None else "not run" for r in replays),
+                                        tuple(r.error for r in replays if r is not None and r.error),
+                                        drifts(row.metrics, replays), tuple(said), tuple(run[0] for run in made))
+    return [done[r.trial_id] for r in rows]
 
 
 def _number(result: Any, metric: str) -> float | None:
-    return None if result is None or not result.ok else finite(result.metrics.get(metric))
+    if result is None or not result.ok:
+        return None
+    value = result.metrics.get(metric)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], definition: dict[str, Any],
           sweep_env: dict[str, Any], times: int, quiet: bool) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """Run the rows' points ``times`` times, each time a sweep of its own beside the
-    sweep's folder; per run its folder, its rows by trial id and its environment."""
+    """Run the rows' points ``times`` times, each time a sweep of its own in a new folder
+    beside the sweep's, from the folder the sweep ran in where it still exists (a command's
+    relative paths, a grid file's data files); per run its folder, its rows by trial id and
+    its environment."""
+    import contextlib
+    import tempfile
+
     from . import runner
     from .grid import Points
     from .ledger import Ledger
@@ -170,6 +220,7 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
     from .progress import choose_view
 
     out_root = os.path.abspath(folder.rstrip(os.sep)) + SUFFIX
+    os.makedirs(out_root, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     gpus = _gpus_like(rows, sweep_env)
     on_gpu = gpus != "none"
@@ -182,14 +233,17 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
         "memory_growth": bool(kept.get("memory_growth")) and on_gpu, "timeout": kept.get("timeout"),
         "stall": kept.get("stall"), "progress": not quiet}, where="the sweep's record")
     what = definition.get("what") or ""
+    cwd = sweep_env.get("cwd")
     runs = []
-    for k in range(times):
-        name = stamp if times == 1 else f"{stamp}-{k + 1}"
+    for _ in range(times):
+        # a folder no other replay has: two in the same second never share one (nor its rows)
+        name = os.path.basename(tempfile.mkdtemp(prefix=f"{stamp}-", dir=out_root))
         opts = Options.build({**{f: getattr(options, f) for f in Options.names()}, "name": name})
         listener = None if quiet else choose_view(False, None, None)
         try:
-            outcome = runner.run(target, Points([dict(r.params) for r in rows]), opts, default_name=name,
-                                 source_file=definition.get("source") or None, listener=listener, what=what)
+            with contextlib.chdir(cwd) if cwd and os.path.isdir(cwd) else contextlib.nullcontext():
+                outcome = runner.run(target, Points([dict(r.params) for r in rows]), opts, default_name=name,
+                                     source_file=definition.get("source") or None, listener=listener, what=what)
         finally:
             if listener is not None:
                 listener.close()
@@ -198,7 +252,7 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
             env = json.loads(ledger.get("environment") or "{}")
         finally:
             ledger.close()
-        runs.append((outcome.folder, {r.trial_id: r for r in outcome.results}, env))
+        runs.append((os.path.abspath(outcome.folder), {r.trial_id: r for r in outcome.results}, env))
     return runs
 
 
@@ -223,7 +277,8 @@ def lines(replays: Sequence[Replay], tol: float, times: int) -> list[str]:
     for r in replays:
         for d in r.drifts:
             replayed = " ".join("-" if v is None else f"{v:.10g}" for v in d.replayed)
-            table.append((r.trial, d.metric, f"{d.recorded:.10g}", replayed, _g(d.drift()), _pct(d.relative()),
+            recorded = "-" if d.recorded is None else f"{d.recorded:.10g}"
+            table.append((r.trial, d.metric, recorded, replayed, _g(d.drift()), _pct(d.relative()),
                           "ok" if d.within(tol) else "DRIFT"))
         if not r.drifts:
             table.append((r.trial, "(no metric)", "", "", "", "", ""))

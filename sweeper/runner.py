@@ -19,6 +19,7 @@ then tells the outputs (:meth:`sweeper.lifecycle.Callback.recorded`);
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections import Counter
@@ -203,8 +204,9 @@ class Sweep:
         plan_ = Plan.resume(ledger, options, self.specs, self.space, self.folder, self.source_file, self.what)
         # what status, report and load() rank by unless told otherwise: this run's choice
         ranking = Ranking(ledger, options.ranked_by, plan_.mode, plan_.search, options.objectives)
-        ledger.put_many(plan_.facts + ranking.facts() + self._environment(ledger, plan_))
-        tables = TableFiles(ledger, plan_, self.folder.paths, options.objectives)
+        run, facts = self._environment(ledger, plan_)
+        ledger.put_many(plan_.facts + ranking.facts() + facts)
+        tables = TableFiles(ledger, plan_, self.folder.paths)
         ranking.seen(tables.results.values())  # the rows kept may have the metric already
         outputs = Callbacks([tables, ranking])
         for packer in (self.packer, self.host_room):  # each learns what trials need from each row
@@ -217,7 +219,7 @@ class Sweep:
             outputs.each.append(listener)
         outputs.begin(plan_.to_run, plan_.total)
         engine = Engine(self._backend(spare), ledger, outputs=outputs,
-                        trial_env=contract.determinism_env() if options.deterministic else None,
+                        trial_env=contract.determinism_env() if options.deterministic else None, run_id=run,
                         prune=plan_.search.prune if plan_.search else None,
                         verdicts=plan_.search is not None and plan_.search.prunes,
                         timeout=options.timeout, retries=options.retries, stall=options.stall,
@@ -238,18 +240,22 @@ class Sweep:
             raise ranking.fault
         return Outcome(folder, final, plan_.specs, self.placement, plan_.notes, len(engine.started),
                        time.monotonic() - self.began, interrupted, ranking=ledger.ranking(), shown=trackers.hints,
-                       objectives=options.objectives)
+                       objectives=ledger.objectives())
 
-    def _environment(self, ledger: Ledger, plan_: Plan) -> list[tuple[str, str]]:
+    def _environment(self, ledger: Ledger, plan_: Plan) -> tuple[str, list[tuple[str, str]]]:
         """What this run records of what it runs on, and how to run a trial of it again
-        (:mod:`sweeper.environment`, :mod:`sweeper.replay`); a resume whose packages, commit
-        or scripts changed says so."""
+        (:mod:`sweeper.environment`, :mod:`sweeper.replay`), under an id each row it makes
+        carries (``env["run"]``): a later run with other code or options leaves an earlier
+        row's record as it was. A resume whose packages, commit or scripts changed says so."""
         options = self.options
         env = environment.of_sweep(self.source_file, options.start_method, options.deterministic, self.what)
         before = ledger.get("environment")
         if before and plan_.kept:
             plan_.notes.extend(environment.changes(json.loads(before), env))
-        return [("environment", json.dumps(env, sort_keys=True)), ("target", record(self.target, options))]
+        made = json.dumps({"environment": env, "target": json.loads(record(self.target, options))}, sort_keys=True)
+        run = hashlib.sha256(made.encode()).hexdigest()[:12]
+        return run, [("environment", json.dumps(env, sort_keys=True)), ("target", record(self.target, options)),
+                     (f"run:{run}", made), ("run", run)]
 
     def _backend(self, spare: Spare | None) -> Backend:
         options = self.options

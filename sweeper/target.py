@@ -155,6 +155,8 @@ def target_of(recorded: dict[str, Any], source: str) -> Target:
         return FileTarget(source, name)
     if source and module and not module.startswith("sweeper."):
         root = os.path.dirname(os.path.abspath(source))
+        if os.path.basename(source) == "__init__.py":  # a package's own module: its folder is the package
+            root = os.path.dirname(root)
         for _ in module.split(".")[1:]:
             root = os.path.dirname(root)
         if root not in sys.path:  # the children of spawn and the fork server take the parent's path

@@ -532,3 +532,11 @@ def urandom_score(params):
     import random
 
     return {"steady": params["x"] + random.random(), "noise": int.from_bytes(os.urandom(4), "little")}
+
+
+def tradeoff_partial(params):
+    """``tradeoff``, except that the smallest model (units 2) reports no ``size``."""
+    out = tradeoff(params)
+    if params["units"] == 2:
+        del out["size"]
+    return out

@@ -85,6 +85,7 @@ def test_only_ranked_rows_with_every_objective_stand_on_the_front():
     (["accuracy", "size"], ["max", "most"], "mode must be 'max' or 'min' (one per metric), got 'most'"),
     (["accuracy", "widgets"], None, "whether a higher or a lower 'widgets' is better; give one mode per metric"),
     (None, ["max", "min"], "mode gives 2 directions but no metric is named"),
+    (["accuracy", "pareto"], None, "metric 'pareto' is a column sweeper writes in results.csv, never a metric"),
 ])
 def test_objectives_that_do_not_add_up_are_one_line_naming_the_fix(metric, mode, words):
     with pytest.raises(SweepError) as caught:
@@ -182,3 +183,24 @@ def test_the_cli_takes_several_metrics_and_says_a_pruner_cannot_judge_them(tmp_p
                   "--mode", "max,min", "--out", str(tmp_path / "out"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert "prune='median' cannot judge 2 objectives at once" in bad.stderr
+
+
+def test_the_front_is_recorded_even_when_the_first_ok_trial_lacks_an_objective(tmp_path):
+    df = sweeper.sweep(sweep_fns.tradeoff_partial, {"units": [2, 4, 8], "lr": [0.01]}, **BOTH, out=str(tmp_path),
+                       name="s", workers=1, progress=False)
+    loaded = sweeper.load(tmp_path / "s")
+    assert "pareto" in loaded.columns and loaded.attrs["objectives"] is not None  # load() agrees with the CSV
+    pd.testing.assert_series_equal(loaded.pareto, df.pareto)
+    assert set(df.loc[df.pareto, "trial"]) == {"lr=0_01,units=4", "lr=0_01,units=8"}  # units=2 lacks size
+
+
+def test_an_exported_constrained_study_has_the_front_of_the_feasible_rows(tmp_path):
+    import optuna
+
+    df = sweeper.sweep(sweep_fns.tradeoff, {"units": [2, 4, 8, 16], "lr": [0.01]}, **BOTH, constraints="size<=100",
+                       out=str(tmp_path), name="s", progress=False)
+    assert set(df.loc[df.pareto, "trial"]) == {"lr=0_01,units=2", "lr=0_01,units=4", "lr=0_01,units=8"}
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    assert run_cli("export", str(tmp_path / "s"), "--optuna", url).returncode == 0
+    study = optuna.load_study(study_name="s", storage=url)
+    assert {t.user_attrs["trial"] for t in study.best_trials} == set(df.loc[df.pareto, "trial"])  # not units=16

@@ -20,7 +20,7 @@ from conftest import HERE, ROOT, run_cli, run_fake_cli, write_grid
 from sweeper import table
 from sweeper.errors import SweepError
 from sweeper.ledger import Ledger
-from sweeper.replay import Drift, chosen
+from sweeper.replay import Drift, chosen, drifts, replay
 from sweeper.trial import Status, TrialResult
 
 EXPERIMENTS = os.path.join(ROOT, "experiments")
@@ -183,6 +183,7 @@ def test_trials_are_chosen_by_name_id_or_pattern():
             for i in range(3)}
     assert [r.name for r in chosen(rows, ["x=2", "t1"], False)] == ["x=2", "x=1"]
     assert [r.name for r in chosen(rows, ["x=[12]"], False)] == ["x=1", "x=2"]
+    assert [r.name for r in chosen(rows, ["t[2]"], False)] == ["x=2"]  # a pattern on ids too
     assert [r.name for r in chosen(rows, [], True)] == ["x=1", "x=2"]  # every ok one
     with pytest.raises(SweepError, match="trial x=0 is crashed"):
         chosen(rows, ["x=0"], False)
@@ -211,3 +212,70 @@ def test_a_gpu_trial_replays_on_a_card_of_its_model_or_names_the_other(tmp_path,
     moved = run_fake_cli(other, "replay", os.path.join(out, "grid"), "--all", "--quiet")
     assert moved.returncode == 0, moved.stdout + moved.stderr  # the numbers agree; the card is named
     assert f"gpu: {h100} -> {a100}" in moved.stdout, moved.stdout
+
+
+@pytest.mark.unit
+def test_every_metric_is_compared_nan_and_inf_included_and_one_only_the_replay_gave_drifts():
+    def ok(metrics):
+        return TrialResult("t1", "x=1", 0, {"x": 1}, Status.OK, metrics)
+
+    same = drifts({"a": float("nan"), "b": float("inf"), "c": 1.0}, [ok({"a": float("nan"), "b": float("inf"),
+                                                                        "c": 1.0})])
+    assert [d.within(0) for d in same] == [True, True, True]
+    apart = drifts({"a": float("nan"), "b": 1.0}, [ok({"a": 0.5, "b": float("inf"), "new": 3.0})])
+    assert [(d.metric, d.within(1e9)) for d in apart] == [("a", False), ("b", False), ("new", False)]
+    assert apart[-1].recorded is None  # only the replay has it: the code changed
+    gone = drifts({"a": 1.0}, [None])  # the replay did not end with a row
+    assert not gone[0].within(1e9)
+
+
+def test_a_row_replays_as_its_own_run_made_it_not_as_the_last_run(tmp_path):
+    """A later run that trains nothing (every row kept) but has other code and options leaves
+    each row's record alone: the replay follows the run that made the row, and says the code
+    changed since."""
+    grid = write_grid(tmp_path, "def train(p):\n    return {'y': p['x'] * 3.0}\n"
+                                "grid = {'x': [1, 2]}\n")
+    out = str(tmp_path / "out")
+    assert run_cli(grid, "--out", out, "--quiet").returncode == 0
+    with open(grid) as f:
+        text = f.read()
+    with open(grid, "w") as f:
+        f.write(text.replace("* 3.0", "* 4.0"))
+    again = run_cli(grid, "--out", out, "--deterministic", "--start-method", "spawn")
+    assert again.returncode == 0 and "0 run this time" in again.stdout, again.stdout
+    status = run_cli("status", os.path.join(out, "grid"))
+    assert "2 trials ran in an earlier run of the sweep: code: grid.py was edited" in status.stdout, status.stdout
+    done = run_cli("replay", os.path.join(out, "grid"), "x=1", "--quiet")
+    assert done.returncode == 1, done.stdout  # today's code gives 4.0, the row says 3.0
+    assert _table(done.stdout)[("x=1", "y")][:2] == ["3", "4"]
+    assert "code: grid.py was edited" in done.stdout
+    (folder,) = os.listdir(os.path.join(out, "grid-replay"))
+    ledger = Ledger(os.path.join(out, "grid-replay", folder), readonly=True)
+    try:
+        env = json.loads(ledger.get("environment"))
+    finally:
+        ledger.close()
+    assert env["start_method"] == "forkserver" and env["deterministic"] is False  # as the row's run, not the last
+
+
+def test_replays_started_in_the_same_second_never_share_a_folder(tmp_path):
+    sweeper.sweep(sweep_fns.urandom_score, {"x": [1]}, out=str(tmp_path), name="s", progress=False)
+    first = replay(str(tmp_path / "s"), ["x=1"])
+    second = replay(str(tmp_path / "s"), ["x=1"])
+    assert first[0].folders != second[0].folders
+    assert first[0].drifts[1].replayed != second[0].drifts[1].replayed  # each ran: urandom differs
+
+
+def test_a_function_of_a_packages_init_replays(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("def train(params):\n    return {'y': params['x'] * 2.0}\n")
+    script = tmp_path / "run.py"
+    script.write_text("import sweeper, pkg\nif __name__ == '__main__':\n"
+                      f"    sweeper.sweep(pkg.train, {{'x': [1]}}, out={str(tmp_path / 'out')!r}, name='p', "
+                      "progress=False)\n")
+    import subprocess
+
+    subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, capture_output=True, timeout=240)
+    done = run_cli("replay", str(tmp_path / "out" / "p"), "--all", "--quiet")  # from the repository root
+    assert done.returncode == 0, done.stdout + done.stderr
