@@ -178,7 +178,7 @@ def replay(folder: str, names: Sequence[str] = (), every: bool = False, times: i
         if deterministic is not None:
             kept["deterministic"] = deterministic
         env = record.get("environment") or {}
-        made = _runs(folder, target, group, kept, definition, env, times, quiet)
+        made = _runs(folder, target, group, kept, definition, env, times, quiet, source)
         for row in group:
             replays = [run[1].get(row.trial_id) for run in made]
             said: list[str] = [] if rid else [UNKNOWN]
@@ -205,7 +205,8 @@ def _number(result: Any, metric: str) -> float | None:
 
 
 def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], definition: dict[str, Any],
-          sweep_env: dict[str, Any], times: int, quiet: bool) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+          sweep_env: dict[str, Any], times: int, quiet: bool,
+          source: str = "") -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """Run the rows' points ``times`` times, each time a sweep of its own in a new folder
     beside the sweep's, from the folder the sweep ran in where it still exists (a command's
     relative paths, a grid file's data files); per run its folder, its rows by trial id and
@@ -243,7 +244,7 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
         try:
             with contextlib.chdir(cwd) if cwd and os.path.isdir(cwd) else contextlib.nullcontext():
                 outcome = runner.run(target, Points([dict(r.params) for r in rows]), opts, default_name=name,
-                                     source_file=definition.get("source") or None, listener=listener, what=what)
+                                     source_file=source or None, listener=listener, what=what)
         finally:
             if listener is not None:
                 listener.close()
