@@ -18,7 +18,6 @@ each asked point becomes a spec of the plan and a row of the ledger's grid.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -78,13 +77,9 @@ def keep_names(specs: Sequence[TrialSpec], recorded: Mapping[str, str]) -> list[
 
 
 def fingerprint(path: str | None) -> str | None:
-    if not path:
-        return None
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()[:16]
-    except OSError:
-        return None
+    from .environment import digest
+
+    return digest(path) if path else None
 
 
 def keeps(old: TrialResult | None, skip_failed: bool) -> bool:

@@ -106,7 +106,7 @@ def _constraint_values(trial: Any) -> Any:
     return list(trial.user_attrs.get(CONSTRAINTS_ATTR, {"c0": 1.0}).values())
 
 
-def _trial_constraints(optuna: Any) -> bool:
+def trial_constraints(optuna: Any) -> bool:
     """Whether this Optuna takes constraints on the trial itself (5.0 on; ``constraints_func``
     before, deprecated since)."""
     return hasattr(optuna.trial.Trial, "set_constraint")
@@ -126,7 +126,7 @@ def sampler(search: Any, seed: int, constrained: bool = False, several: bool = F
     optuna = _optuna()
     if isinstance(search, optuna.samplers.BaseSampler):
         return search
-    given = {"constraints_func": _constraint_values} if constrained and not _trial_constraints(optuna) else {}
+    given = {"constraints_func": _constraint_values} if constrained and not trial_constraints(optuna) else {}
     if several and search in SINGLE_OBJECTIVE:
         raise SweepError(f"search={search!r} optimises one objective; with several metrics give nsga2 (NSGA-II), "
                          "tpe, random, qmc or gp")
@@ -391,7 +391,7 @@ class Search:
         intermediate = {e: float(m[self.metric]) for e, m in epochs
                         if len(self.targets) == 1 and _finite(m.get(self.metric))}
         told = self._constraints_of(result)
-        where = {"constraints": told} if _trial_constraints(self.optuna) else {"user_attrs": {CONSTRAINTS_ATTR: told}}
+        where = {"constraints": told} if trial_constraints(self.optuna) else {"user_attrs": {CONSTRAINTS_ATTR: told}}
         trial = self.optuna.trial.create_trial(
             params={k: v for k, v in result.params.items() if k in self.dists},
             distributions=self.dists, values=value, state=state, intermediate_values=intermediate,
@@ -470,7 +470,7 @@ class Search:
     def _tell(self, trial: Any, result: TrialResult) -> None:
         state, value = self._state(result)
         told = self._constraints_of(result)
-        if told and _trial_constraints(self.optuna):
+        if told and trial_constraints(self.optuna):
             for key, v in told.items():
                 trial.set_constraint(key, v)
         elif told:

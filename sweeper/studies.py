@@ -151,10 +151,12 @@ def _trial(optuna: Any, result: Any, dists: Mapping[str, tuple[Any, Callable[[An
     if result.error:
         attrs["error"] = result.error.splitlines()[0][:500]
     attrs.update({f"{METRIC_ATTR}{k}": v for k, v in result.metrics.items() if number(v) is not None})
+    from .search import trial_constraints
+
     told: dict[str, Any] = {}
     if result.feasible is not None:  # the sweep's verdict on its constraints, as Optuna reads one (<= 0: met)
         met = {"feasible": 0.0 if result.feasible else 1.0}
-        told = ({"constraints": met} if hasattr(optuna.trial.Trial, "set_constraint")
+        told = ({"constraints": met} if trial_constraints(optuna)
                 else {"system_attrs": {"constraints": list(met.values())}})
     trial = optuna.trial.create_trial(
         params={k: dists[k][1](plain(v)) for k, v in result.params.items() if k in dists},
