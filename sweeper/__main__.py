@@ -1,8 +1,24 @@
-"""``python -m sweeper``."""
+"""``python -m sweeper`` and the ``sweeper`` console script."""
 
 import sys
 
-from .cli import main
+
+def _run() -> int:
+    """Ctrl-C at any moment, sweeper's own imports included, is one line and exit 130."""
+    try:
+        from .cli import main
+
+        return main()
+    except KeyboardInterrupt:
+        print("sweeper: interrupted; finished trials are kept: run the same command again to resume",
+              file=sys.stderr)
+        return 130
+
+
+def entry() -> None:
+    """The ``sweeper`` console script."""
+    sys.exit(_run())
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

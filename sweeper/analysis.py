@@ -76,9 +76,9 @@ def choose(df: "pandas.DataFrame", metric: str | None = None, mode: str | None =
     """The metric to rank by and its direction, ``(metric, "max" | "min")``.
 
     The metric defaults to the first metric column (None when the table has none); the
-    mode defaults to the metric's direction by its name (:func:`sweeper.metrics.direction`:
-    losses and errors ``min``, accuracy, AUC, F1, R², scores ``max``). A metric sweeper
-    picked whose direction is unknown is ranked ``min``, with a warning saying so.
+    mode defaults to the metric's direction by its name where the name is a known one
+    (:func:`sweeper.metrics.direction`). A metric sweeper picked whose direction is unknown
+    is ranked ``min``, with a warning saying so (a display default: a named one needs ``mode``).
 
     Raises:
         SweepError: ``metric`` is not a metric column of ``df``; ``mode`` is neither
@@ -183,9 +183,11 @@ def leaderboard_lines(df: "pandas.DataFrame", metric: str | None, mode: str, top
     board = leaderboard(df, metric, mode, top)
     what = f"by {metric} ({mode})" if metric is not None else "(no metric to rank by)"
     if board.empty:
-        return [f"top {int(top)} {what}:", "  no trial finished ok"]
+        return [f"top {int(top)} {what}:", "  " + nothing_ranked(df)]
     head = [str(c) for c in board.columns]
-    cells = [[_fmt(v) for v in row] for row in board.itertuples(index=False, name=None)]
+    params = set(board.columns[2 if metric is not None else 1:])  # after trial and the metric
+    columns = [param_texts(board[c]) if c in params else [_fmt(v) for v in board[c]] for c in board.columns]
+    cells = [list(row) for row in zip(*columns)]
     numeric = [_is_number_column(board[c]) for c in board.columns]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(head)]
 
@@ -194,6 +196,14 @@ def leaderboard_lines(df: "pandas.DataFrame", metric: str | None, mode: str, top
         return ("  " + "  ".join(parts)).rstrip()
 
     return [f"top {len(cells)} {what}:", line(head), *(line(r) for r in cells)]
+
+
+def nothing_ranked(df: "pandas.DataFrame") -> str:
+    """Why a ranking is empty: no trial finished ok, or those that did missed the constraints."""
+    n = int(finished_ok(df).sum())
+    if not n:
+        return "no trial finished ok"
+    return f"{n} trial{'s' if n > 1 else ''} finished ok but none met the constraints"
 
 
 def failures(df: "pandas.DataFrame", folder: str | os.PathLike[str] | None = None) -> "pandas.DataFrame":
@@ -463,7 +473,7 @@ def _front_section(df: "pandas.DataFrame", objectives: Any, plot: _Plot | None, 
     out.append('<p class="note">No other trial is at least as good in every objective and better in one '
                "(infeasible trials are left out); <code>pareto</code> in results.csv marks them.</p>")
     shown = ["trial", *objectives.metrics, *(c for c in param_columns(df) if c[len("param_"):] not in fixed)]
-    out.append(_table(front[shown], "pareto"))
+    out.append(_table(front[shown], "pareto", shown[1 + len(objectives.metrics):]))
     if plot is not None and len(objectives.metrics) == 2:
         out.append(f'<figure><img class="pareto-plot" alt="{e(plot.caption)}" src="{_data_uri(_png(plot.figure))}">'
                    f"<figcaption>{e(plot.caption)}</figcaption></figure>")
@@ -607,7 +617,7 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
     parts.append(f"{n_failed} failed")
     out.append(f'<p class="summary">{e(", ".join(parts))}.</p>')
     if fixed:
-        settings = ", ".join(f"{k}={_fmt(v)}" for k, v in fixed.items())
+        settings = ", ".join(f"{k}={param_texts([v])[0]}" for k, v in fixed.items())
         out.append(f'<p class="fixed">Fixed in every trial: <code>{e(settings)}</code></p>')
 
     # leaderboard (the fixed settings are said once, above)
@@ -619,9 +629,11 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
         out.append(f"<h2>Leaderboard: top {len(board)} by {e(metric)} ({e(mode)})</h2>")
     if ok.empty:
         out.append('<p class="note">No trial finished ok: there is nothing to rank.</p>')
-    elif metric is not None or not board.empty:
+    elif board.empty:
+        out.append(f'<p class="note">{e(nothing_ranked(df).capitalize())}: there is nothing to rank.</p>')
+    else:
         shown = [c for c in board.columns if c not in fixed or c in ("trial", metric)]
-        out.append(_table(board[shown], "leaderboard"))
+        out.append(_table(board[shown], "leaderboard", shown[1 + (metric is not None):]))  # after trial, metric
 
     objectives = df.attrs.get("objectives")
     if objectives is not None:
@@ -693,7 +705,7 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
         out.append('<p class="note">No learning curves: the trials reported no per-epoch history '
                    "(history.csv is missing or empty).</p>")
     elif board.empty:
-        out.append('<p class="note">No learning curves: no trial finished ok.</p>')
+        out.append(f'<p class="note">No learning curves: {e(nothing_ranked(df))}.</p>')
     else:
         out.append(f'<p class="note">No learning curves: the history has no {e(str(_curves_column(history, metric)))} '
                    "values for the top trials.</p>")
@@ -727,14 +739,16 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
     return "\n".join(out) + "\n"
 
 
-def _table(df: "pandas.DataFrame", cls: str) -> str:
+def _table(df: "pandas.DataFrame", cls: str, params: Iterable[str] = ()) -> str:
+    """An HTML table; the columns ``params`` hold parameters, shown by :func:`param_texts`."""
     e = html.escape
     numeric = [_is_number_column(df[c]) for c in df.columns]
     rows = [f'<table class="{e(cls)}"><tr>' + "".join(f"<th>{e(str(c))}</th>" for c in df.columns) + "</tr>"]
-    for values in df.itertuples(index=False, name=None):
+    shown = [param_texts(df[c]) if c in set(params) else [_fmt(v) for v in df[c]] for c in df.columns]
+    for texts in zip(*shown):
         cells = "".join(
-            f'<td class="num">{e(_fmt(v))}</td>' if num else f"<td>{e(_fmt(v))}</td>"
-            for v, num in zip(values, numeric)
+            f'<td class="num">{e(text)}</td>' if num else f"<td>{e(text)}</td>"
+            for text, num in zip(texts, numeric)
         )
         rows.append(f"<tr>{cells}</tr>")
     rows.append("</table>")
@@ -1001,6 +1015,36 @@ def _fmt(value: Any) -> str:
     except ImportError:  # pragma: no cover
         pass
     return str(value)
+
+
+#: Texts that a reader (or pandas) takes for a missing value, a bool or a number: shown in quotes.
+_NOT_BARE = frozenset({"", "none", "null", "nan", "-nan", "na", "n/a", "<na>", "nat", "#n/a", "#na", "#n/a n/a",
+                       "-1.#ind", "1.#ind", "-1.#qnan", "1.#qnan", "true", "false"})
+
+
+def param_texts(values: Iterable[Any]) -> list[str]:
+    """A parameter's values as the console shows them, each telling its value exactly: a
+    column of plain words bare; else each value as Python writes it (``'None'``, ``''``,
+    ``'1'`` for texts, ``None`` for a missing value, ``True``, ``7``, floats by their
+    round-trip ``repr``), so that "None" and None, "True" and True, "1" and 1 differ."""
+    plain = [None if _is_na(v) else v.item() if hasattr(v, "item") and not isinstance(v, str) else v
+             for v in values]
+    bare = all(isinstance(v, str) and _bare(v) for v in plain if v is not None)
+    return [v if bare and isinstance(v, str) else repr(v) for v in plain]
+
+
+def _bare(text: str) -> bool:
+    """Whether a text shown as it is reads as that text: a word, not one that reads as
+    missing, a bool or a number, without edge spaces, quotes or control characters."""
+    if text.lower() in _NOT_BARE or text != text.strip() or not text.isprintable() or "  " in text:
+        return False
+    if text[0] in "'\"":
+        return False
+    try:
+        float(text)
+    except ValueError:
+        return True
+    return False
 
 
 def _short(text: str, width: int = 24) -> str:

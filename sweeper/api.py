@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """The sweep was stopped by Ctrl-C or SIGTERM; finished rows are saved.
+    """The sweep was stopped by Ctrl-C, SIGTERM or SIGHUP; finished rows are saved.
 
     ``results`` holds the table as it stood (also in ``csv_path``); running the same
     sweep again resumes it.
@@ -61,7 +61,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
 
     Raises:
         SweepError: bad input, before any trial runs.
-        SweepInterrupted: Ctrl-C or SIGTERM; what finished is saved.
+        SweepInterrupted: Ctrl-C, SIGTERM or SIGHUP; what finished is saved.
     """
     check_not_in_a_trial_bootstrap()
     opts = Options.build(options)

@@ -92,11 +92,6 @@ def _check_unknown(p: argparse.ArgumentParser, unknown: list[str]) -> None:
     raise SweepError(f"unknown option {word}{hint}")
 
 
-def entry() -> None:
-    """The ``sweeper`` console script."""
-    sys.exit(main())
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Closable(sys.stdout), _Closable(sys.stderr)
@@ -178,7 +173,13 @@ def _main(argv: list[str]) -> int:
 
 def _sweep(args: argparse.Namespace, flags: dict[str, Any], tags: list[str]) -> int:
     """Run (or plan) the sweep the command line names."""
-    spare = None
+    tag = procs.new_tag()  # the sweep's, from its grid reader on
+    tags.append(tag)
+    with procs.guarded(tag):
+        return _run_sweep(args, flags, tag)
+
+
+def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str) -> int:
     if args.command is not None:
         if args.grid_file or not args.grid_data:
             raise SweepError("--command takes its grid from --grid grid.json (not a grid .py file); "
@@ -193,32 +194,22 @@ def _sweep(args: argparse.Namespace, flags: dict[str, Any], tags: list[str]) -> 
             raise SweepError("no grid file given; e.g. python -m sweeper experiments/digits_mlp.py")
         if args.grid_data or args.shell:
             raise SweepError("--grid and --shell go with --command; a grid .py file defines grid itself")
-        grid, spare = gridfile.read(args.grid_file, args.seed, _first_slot_env(flags))
-        tags.append(spare.tag)
+        grid = gridfile.read(args.grid_file, args.seed, tag)
         target = FileTarget(grid.path, grid.attr, grid.shell, preload=grid.modules)
         what = grid.what
-    try:
-        opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
-        stem = os.path.splitext(os.path.basename(grid.path))[0]
-        if spare is not None and not _trials_may_use_spare(opts):
-            spare.close()  # no trial will run in it: end it now, not after the sweep
-        listener = None if opts.dry_run else choose_view(args.quiet, opts.ranked_by, opts.ranked_mode)
-    except BaseException:
-        if spare is not None:
-            spare.close()
-        raise
+    opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
+    stem = os.path.splitext(os.path.basename(grid.path))[0]
+    listener = None if opts.dry_run else choose_view(args.quiet, opts.ranked_by, opts.ranked_mode)
     searched: Any = Points(grid.points)
     if grid.space is not None:
         if opts.search is None:
-            if spare is not None:
-                spare.close()
             raise SweepError(f"{os.path.basename(grid.path)} defines space but neither samples = N nor a "
                              "search; add samples = 20 for a random sample, or search = 'tpe' with "
                              "trials = 20 (--search tpe --trials 20)")
         searched = grid.space
     try:
         outcome = runner.run(target, searched, opts, default_name=stem,
-                             source_file=grid.path, listener=listener, what=what, spare=spare)
+                             source_file=grid.path, listener=listener, what=what, tag=tag)
     finally:
         if listener is not None:
             listener.close()
@@ -228,47 +219,13 @@ def _sweep(args: argparse.Namespace, flags: dict[str, Any], tags: list[str]) -> 
     for line in runner.summary(outcome, opts.ranked_by, opts.ranked_mode):
         print(line)
     if outcome.interrupted is not None:
-        print(f"sweeper: interrupted; finished trials are saved in {outcome.csv_path}; "
+        saved = f"the ledger in {outcome.folder}" if outcome.unwritten else outcome.csv_path  # results.csv was not
+        print(f"sweeper: interrupted; finished trials are saved in {saved}; "
               f"run the same command again to resume")
         return 128 + outcome.interrupted
     failed = any(not r.status.succeeded for r in outcome.results)  # pruned is no failure
-    return EXIT_FAILED if failed or len(outcome.results) < len(outcome.specs) else EXIT_OK
-
-
-def _trials_may_use_spare(opts: Options) -> bool:
-    """Whether a trial may run in the process that read the grid file: local trials with
-    standbys (with --no-prefetch each trial imports after its seed is set). Under the fork
-    server it runs the first trial while the server imports the file."""
-    return not opts.dry_run and opts.backend == "local" and opts.prefetch
-
-
-def _first_slot_env(flags: dict[str, Any]) -> dict[str, str] | None:
-    """The environment the first trial's process will likely start with, from the command
-    line alone (the grid file's options are not known yet): the CLI's first process starts
-    with it, so it can run that trial. None where no trial runs in it (a dry run, Ray,
-    --no-prefetch), for --gpus free (its free GPUs are read once, with no
-    process of ours on them), or where the command line cannot say; a wrong guess only
-    costs the import."""
-    import logging
-
-    from .slots import parse_gpus, place
-
-    sweeper_log = logging.getLogger("sweeper")
-    quiet = sweeper_log.disabled
-    sweeper_log.disabled = True  # the real placement says what it has to say, once
-    try:
-        opts = Options.build(flags, where="the command line")
-        gpus = parse_gpus(opts.gpus)
-        if not _trials_may_use_spare(opts):
-            return None
-        if gpus == "free":  # which GPUs are free is read once, with nothing of ours on them
-            return None
-        slots = place(gpus, opts.memory_policy(), opts.workers).slots
-        return dict(slots[0].env) if slots else None
-    except SweepError:
-        return None
-    finally:
-        sweeper_log.disabled = quiet
+    incomplete = len(outcome.results) < len(outcome.specs) or outcome.unwritten  # a table file not written
+    return EXIT_FAILED if failed or incomplete else EXIT_OK
 
 
 def print_plan(outcome: runner.Outcome) -> None:
@@ -404,6 +361,8 @@ def status_main(argv: list[str]) -> int:
             if len(board):
                 best = board.iloc[0]
                 print(f"sweeper: best so far: {metric} = {best[metric]:.4g} ({mode}): {best['trial']}")
+            elif analysis.finished_ok(frame).any():  # every ok trial missed the constraints
+                print(f"sweeper: best so far: none; {analysis.nothing_ranked(frame)}")
         if objectives is not None:
             for i, line in enumerate(objectives.lines(frame)):
                 print("sweeper: " + line if i == 0 else line)
@@ -530,6 +489,8 @@ def export_main(argv: list[str]) -> int:
     p.add_argument("--optuna", metavar="URL",
                    help="an Optuna storage, e.g. sqlite:///study.db: the sweep as a study named after its "
                         "folder (for optuna-dashboard and Optuna's plots)")
+    p.add_argument("--mode", choices=list(MODES), help="the study's direction, where the sweep recorded none "
+                   "and its metric's name does not say it")
     args = p.parse_args(argv)
     if not args.tensorboard and not args.mlflow and not args.optuna:
         raise SweepError("export needs --tensorboard, --mlflow [URI] and/or --optuna URL; e.g. "
@@ -542,7 +503,7 @@ def export_main(argv: list[str]) -> int:
     if args.optuna:
         from . import studies
 
-        name, n = studies.export(folder, args.optuna)
+        name, n = studies.export(folder, args.optuna, args.mode)
         print(f"sweeper: {n} trials written to the Optuna study {name!r} in {args.optuna}")
         print(f"sweeper: optuna-dashboard {args.optuna}  (pip install optuna-dashboard)")
         if not args.tensorboard and not args.mlflow:

@@ -8,6 +8,10 @@ metrics, one dict) returning the values that must each be <= 0, Optuna's convent
 bound becomes such a value (``x <= b``: ``x - b``; ``x >= b``: ``b - x``), so the sampler
 learns how far a point is from feasible, not only whether it is.
 
+A name that is both a parameter and a metric of a trial means the metric; ``param_NAME``
+(its results.csv column) always means the parameter. Where a trial has both, sweeper says
+so once per sweep (:meth:`Constraints.values`).
+
 Judged in the parent once a trial ends ok (:meth:`Constraints.feasible`): its row's
 ``feasible`` column. A value the row lacks, or that is no finite number, makes it
 infeasible: what cannot be checked is not met. Rows a re-run keeps are judged again
@@ -17,9 +21,10 @@ under the run's constraints, which may have changed. An infeasible trial is neve
 
 from __future__ import annotations
 
+import logging
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .errors import SweepError
@@ -38,15 +43,21 @@ class Constraints:
 
     bounds: tuple[tuple[str, str, float], ...] = ()
     fn: Callable[[dict[str, Any]], Any] | None = None
+    #: names already said to be both a parameter and a metric (said once)
+    said: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def describe(self) -> str:
         if self.fn is not None:
             return f"constraints: {getattr(self.fn, '__name__', 'a function')}(row) <= 0"
         return "constraints: " + ", ".join(f"{name} {op} {bound:g}" for name, op, bound in self.bounds)
 
-    def values(self, params: Mapping[str, Any], metrics: Mapping[str, Any]) -> tuple[float, ...] | None:
-        """Each constraint's value (<= 0: met), or None where one cannot be computed."""
-        row = {**params, **metrics}
+    def values(self, params: Mapping[str, Any], metrics: Mapping[str, Any],
+               say: bool = True) -> tuple[float, ...] | None:
+        """Each constraint's value (<= 0: met), or None where one cannot be computed. A name
+        that is both a parameter and a metric is the metric; ``param_NAME`` the parameter."""
+        row = {**params, **metrics, **{f"param_{k}": v for k, v in params.items()}}
+        if say:  # the judge says it; a search's sampler, told the same values, does not again
+            self._say_both(params, metrics)
         if self.fn is not None:
             try:
                 got = self.fn(dict(row))
@@ -63,11 +74,20 @@ class Constraints:
             out_b.append(value - bound if op == "<=" else bound - value)
         return tuple(out_b)
 
+    def _say_both(self, params: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
+        """One line, once per name, where a bound name (any name, for a function) is both."""
+        bound = {name for name, _, _ in self.bounds} if self.fn is None else set(params)
+        for name in sorted(bound & set(params) & set(metrics) - self.said):
+            self.said.add(name)
+            logging.getLogger("sweeper").warning(
+                "sweeper: %r is both a parameter and a metric of a trial: a constraint on %s bounds the "
+                "metric; name param_%s to bound the parameter", name, name, name)
+
     def named(self, params: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, float]:
         """The values by name, as Optuna's trials carry them (``"score <= 25"``, or ``c0``,
         ``c1``... for a function's); 1.0 each (not met) where they cannot be computed."""
         names = ([f"{name} {op} {bound:g}" for name, op, bound in self.bounds] if self.fn is None else None)
-        values = self.values(params, metrics)
+        values = self.values(params, metrics, say=False)
         if values is None:
             return {n: 1.0 for n in (names or ["c0"])}
         return dict(zip(names or [f"c{i}" for i in range(len(values))], values))

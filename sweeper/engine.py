@@ -1,7 +1,7 @@
 """The engine: every trial of a sweep, from the queue to one recorded result.
 
 The engine owns what does not depend on where trials run: the queue, retries, deadlines,
-the stop signals (Ctrl-C, SIGTERM), recording in the ledger, and telling the sweep's
+the stop signals (Ctrl-C, SIGTERM, SIGHUP), recording in the ledger, and telling the sweep's
 outputs (:class:`sweeper.lifecycle.Callback`: the CSVs, the console, a search) what happened. Where and how a trial runs is a backend's
 (:class:`Backend`: :mod:`sweeper.backends.local`, :mod:`sweeper.backends.ray`).
 
@@ -140,8 +140,10 @@ class Backend(Protocol):
         """Whether this trial may start now. A backend packing trials by memory says no while
         it fits nowhere; the engine then tries the next queued one (a later call may say yes)."""
 
-    def again(self, result: TrialResult) -> bool:
-        """Whether this attempt runs again on other terms, retries or not (packing: a first OOM)."""
+    def again(self, result: TrialResult) -> bool | None:
+        """Whether this attempt runs again on other terms, retries or not (True; packing: an
+        OOM), as ``retries`` say (False), or never (None; packing: an OOM with the largest
+        card to itself, which a retry would repeat)."""
 
     def ranked(self, queued: Sequence[TrialSpec]) -> list[int] | None:
         """The order in which to offer the queued trials (indices), None for the queue's own
@@ -618,15 +620,18 @@ class Engine:
             log.warning("sweeper: %s; no new trials start", str(exc).split("; ")[0])
 
     def conclude(self, spec: TrialSpec, result: TrialResult, durable: bool = True) -> None:
-        """Record a trial's outcome (before its place is reused), queue a retry, tell the view."""
-        retrying = self.taking_new and ((result.status.retryable and spec.attempt - spec.first_attempt
-                                         < self.retries) or self.backend.again(result))
+        """Record a trial's outcome (before its place is reused), queue a retry, tell the view.
+        A run again on other terms (the backend's ``again``) is an attempt, but spends none of
+        ``retries``: they are for a failure that may not recur on the same terms."""
+        again = self.backend.again(result)
+        retry = result.status.retryable and spec.attempt - spec.first_attempt < self.retries
+        retrying = self.taking_new and again is not None and (again or retry)
         stored = self.store(self.ledger.record, result, durable=durable)
         if retrying:
-            self.queue.append(replace(spec, attempt=spec.attempt + 1))
+            self.queue.append(replace(spec, attempt=spec.attempt + 1, first_attempt=spec.first_attempt + bool(again)))
         if stored:  # the tables show what the ledger holds
             self.outputs.recorded(result)
-        self.outputs.finished(result, retrying)
+        self.outputs.finished(result, retrying, stored)
 
     def history(self, trial: _Trial, items: list[dict[str, Any]]) -> None:
         """A trial's per-epoch reports: into the ledger and the view; its last epoch noted."""
@@ -667,9 +672,13 @@ def load_error(message: str) -> SweepError:
     )
 
 
+#: What stops a sweep as Ctrl-C does: SIGTERM, and SIGHUP (its terminal or ssh session closed).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def _catch(signals: list[int], wake_fd: int) -> Iterator[None]:
-    """While a sweep runs, Ctrl-C and SIGTERM are noted and wake its loop (a self-pipe);
+    """While a sweep runs, Ctrl-C, SIGTERM and SIGHUP are noted and wake its loop (a self-pipe);
     the loop, not the handler, stops the trials. Only the main thread can set handlers."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -680,7 +689,7 @@ def _catch(signals: list[int], wake_fd: int) -> Iterator[None]:
         with contextlib.suppress(OSError):
             os.write(wake_fd, b"!")
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield
     finally:

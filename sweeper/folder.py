@@ -41,23 +41,25 @@ class SweepFolder:
             raise SweepError(f"cannot write to {self.path} ({exc.strerror}); choose another --out") from None
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Held by this sweep (its pid in the lock file) until the block ends; a second
-        sweep here is refused in one line naming the first one's pid."""
+    def locked(self, tag: str = "") -> Iterator[str | None]:
+        """Held by this sweep (its pid and tag in the lock file) until the block ends; a
+        second sweep here is refused in one line naming the first one's pid. Yields the
+        tag the last run here wrote (its processes carry it), or None."""
         fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                other = (os.pread(fd, 64, 0).decode(errors="replace").split() or ["?"])[0]
                 raise SweepError(
                     f"another sweep (pid {other}) is running in {self.path}; wait for it, "
                     "or give this one another --name"
                 ) from None
+            earlier = os.pread(fd, 64, 0).decode(errors="replace").split()[1:2]
             os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            os.pwrite(fd, f"{os.getpid()} {tag}".encode(), 0)
             shutil.rmtree(os.path.join(self.path, paths.OLD_STANDBY), ignore_errors=True)
-            yield
+            yield earlier[0] if earlier else None
         finally:
             os.close(fd)
 
@@ -84,7 +86,7 @@ def holder(folder: str) -> int | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        text = (os.pread(fd, 64, 0).decode(errors="replace").split() or [""])[0]
         return int(text) if text.isdigit() else -1
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)

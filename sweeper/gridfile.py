@@ -4,10 +4,10 @@ A grid file usually imports TensorFlow at its top. Importing it in the parent wo
 seconds and hundreds of MB for the whole sweep, and a stray ``list_physical_devices`` at
 its top would initialise CUDA there and hold GPU memory until the sweep ends. So a
 spawned worker process imports it, checks it, expands the grid into plain points and
-sends back only those and the options: JSON-like data. That process is started as the
-first trial's would be (the slot's GPU and cap, the import hook), and then stands by to
-run that trial: the file is imported once per CLI run, not twice. What that process
-does with the file is :mod:`sweeper.child.gridcheck`.
+sends back only those and the options: JSON-like data. That process then ends: its
+import ran before any trial's seed was set (what the file draws at its top would be
+nobody's), and no GPU is visible in it. Each trial imports the file again, after its
+seed. What that process does with the file is :mod:`sweeper.child.gridcheck`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import SweepError
 from .protocol import GridRead, GridRefused
 
-if TYPE_CHECKING:
-    from .backends.local import Spare
 
 
 #: Seconds a grid file may take to import (TensorFlow alone takes a few).
@@ -72,18 +70,12 @@ def read_data(path: str, seed: int | None) -> GridFile:
     return GridFile(path, [dict(p) for p in points], {}, "command")
 
 
-def read(path: str, seed: int | None, env: dict[str, str] | None = None) -> tuple[GridFile, "Spare"]:
-    """Check and expand a grid file in a worker process started with ``env`` (the
-    environment of the slot its first trial will likely use; by default no GPU visible).
-
-    Returns the grid and that process, which has the file imported and stands by: the
-    local backend runs a trial in it when a slot with the same environment is free, so
-    a CLI run pays the file's imports (TensorFlow's seconds) once. Whoever gets it ends
-    it if it is not taken (``Spare.close``). Raises SweepError.
-    """
+def read(path: str, seed: int | None, tag: str) -> GridFile:
+    """Check and expand a grid file in a worker process of the sweep ``tag`` (no GPU
+    visible in it), which ends once it has told. Raises SweepError."""
     import multiprocessing
 
-    from .backends.local import join, new_tag, spawn
+    from .backends.local import join, spawn
     from .child.bootstrap import Boot
     from . import contract
 
@@ -92,30 +84,27 @@ def read(path: str, seed: int | None, env: dict[str, str] | None = None) -> tupl
         raise SweepError(f"grid file {path} does not exist; check the path (e.g. experiments/digits_mlp.py)")
     if not path.endswith(".py"):
         raise SweepError(f"grid file {path} is not a .py file; give a Python file that defines train and grid")
-    tag = new_tag()
-    env = {**(env or {"CUDA_VISIBLE_DEVICES": "-1"}), contract.SWEEP: tag}
+    env = {"CUDA_VISIBLE_DEVICES": "-1", contract.SWEEP: tag}
     boot = Boot(os.getpid(), None, env, inspect=(path, seed))
-    spare = spawn(multiprocessing.get_context("spawn"), boot, env, "sweeper-grid")
-    spare.tag = tag
+    reader = spawn(multiprocessing.get_context("spawn"), boot, env, "sweeper-grid")
+    reader.tag = tag
     try:
-        if not spare.conn.poll(IMPORT_TIMEOUT):
+        if not reader.conn.poll(IMPORT_TIMEOUT):
             raise SweepError(f"importing {path} took over {IMPORT_TIMEOUT:.0f} s; "
                              "does it wait for input or train at import time? Move that into train")
         try:
-            message = spare.conn.recv()
+            message = reader.conn.recv()
         except EOFError:
-            join(spare.process, spare.exit_fd, 5.0)
+            join(reader.process, reader.exit_fd, 5.0)
             raise SweepError(
-                f"importing {path} killed its process (exit code {spare.process.exitcode}); "
+                f"importing {path} killed its process (exit code {reader.process.exitcode}); "
                 "run python on it directly to see why"
             ) from None
         if isinstance(message, GridRefused):
             raise SweepError(message.error)
         if not isinstance(message, GridRead):
             raise SweepError(f"checking {path} failed: its process said {message!r}")
-    except BaseException:
-        spare.close()
-        raise
-    grid = GridFile(path, message.points, message.options, message.attr, message.shell, message.what,
+    finally:
+        reader.close()
+    return GridFile(path, message.points, message.options, message.attr, message.shell, message.what,
                     message.space, tuple(message.modules))
-    return grid, spare

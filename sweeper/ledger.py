@@ -22,12 +22,14 @@ import json
 import os
 import sqlite3
 import time
+import urllib.parse
 from dataclasses import MISSING, Field, fields, replace
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from .errors import SweepError
 from .objectives import Objectives
 from .paths import SweepPaths
+from .text import printable
 from .trial import Status, TrialResult, TrialSpec, current_id
 
 #: ``PRAGMA user_version`` of the ledgers this release writes. 0: before versions (trial
@@ -88,6 +90,15 @@ CREATE TABLE IF NOT EXISTS history (
 );
 """
 
+#: The tables every ledger has had since sweeper 0.1.0 (schema 0), with the columns each
+#: had then: a file without them is not a sweep's ledger, whatever else it holds.
+_SIGNATURE = {
+    "trials": {"trial_id", "idx", "name", "params", "status", "metrics", "recorded_at"},
+    "running": {"trial_id", "name", "device", "pid", "attempt", "started_at"},
+    "meta": {"key", "value"},
+    "history": {"trial_id", "epoch", "metrics", "t"},
+}
+
 #: The trials table's name for a :class:`TrialResult` field where it is not the field's
 #: (``index`` is a word of SQL's). The table has a column per field, and ``recorded_at``.
 _SQL_NAMES = {"index": "idx"}
@@ -141,12 +152,34 @@ def storage_error(path: str, why: str) -> StorageError:
                         "to resume (every trial recorded so far is kept)")
 
 
+def _uri(path: str, mode: str) -> str:
+    """SQLite's URI of a file, opened ``ro`` (read only) or ``rw`` (never created)."""
+    return f"file:{urllib.parse.quote(os.path.abspath(path))}?mode={mode}"
+
+
+def _link(new: str, path: str) -> None:
+    """``new`` becomes ``path`` (never over a file there), made durable in its folder."""
+    try:
+        os.link(new, path)
+    except FileExistsError:
+        return  # made meanwhile: that one is opened, and checked, instead
+    except OSError:  # a file system without hard links
+        os.rename(new, path)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class Ledger:
     """One sweep folder's trials, finished and running. Used from one thread."""
 
     def __init__(self, folder: str, readonly: bool = False) -> None:
         self.path = SweepPaths(folder).ledger
         try:
+            if not readonly and not os.path.lexists(self.path):
+                self._create()
             self._open(readonly)
         except sqlite3.Error as exc:
             self.close()
@@ -155,25 +188,50 @@ class Ledger:
                 f"{self.path} cannot be read as a sweep ledger ({said}); move it away, or start over "
                 "with --fresh (fresh=True), which keeps the damaged file aside"
             ) from None
+        except BaseException:
+            self.close()
+            raise
+
+    @_writes
+    def _create(self) -> None:
+        """A new ledger appears whole: its schema is written to a file of its own, in one
+        transaction, then linked in place. So a ``ledger.sqlite`` without sweeper's tables
+        (an empty file, another program's database) is never one a sweep made, even one
+        killed as it began, and is refused, never taken for a new sweep."""
+        new = f"{self.path}.new{os.getpid()}"
+        for extra in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(new + extra)
+        try:
+            db = sqlite3.connect(new, isolation_level=None)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
+            finally:
+                db.close()
+            _link(new, self.path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(new)
 
     def _open(self, readonly: bool) -> None:
         if readonly:  # another process's sweep, perhaps still running: look, never write
-            uri = f"file:{self.path}?mode=ro"
-            self._db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30)
+            self._db = sqlite3.connect(_uri(self.path, "ro"), uri=True, isolation_level=None, timeout=30)
             self._check()
             self._select = self._readable()
             return
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        # never created here (see _create), and checked before anything is written to it
+        self._db = sqlite3.connect(_uri(self.path, "rw"), uri=True, isolation_level=None, timeout=30)
+        self._check()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._check()
         self._db.executescript(_SCHEMA)
         self._migrate()
         self._select = self._readable()
         # Running marks, per-epoch reports and facts need no fsync of their own: losing the
         # last of them to a power cut costs nothing a re-run does not redo. They go through
         # a second connection without one (NORMAL in WAL mode survives a crash of sweeper).
-        self._fast = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        self._fast = sqlite3.connect(_uri(self.path, "rw"), uri=True, isolation_level=None, timeout=30)
         self._fast.execute("PRAGMA synchronous=NORMAL")
 
     def _migrate(self) -> None:
@@ -206,14 +264,35 @@ class Ledger:
         return ", ".join(c if c in have else "NULL" for c in _COLUMNS.split(", "))
 
     def _check(self) -> None:
-        """A damaged file, or one a newer release wrote, is found now, in one line, not as a
-        traceback halfway through."""
+        """A damaged file, another program's, or one a newer release wrote, is found now, in
+        one line, not as a traceback halfway through (nor, for a sweep, as a new ledger)."""
         verdict = self._db.execute("PRAGMA quick_check").fetchone()
         if verdict is None or verdict[0] != "ok":
             raise sqlite3.DatabaseError(f"integrity check: {verdict[0] if verdict else 'no answer'}")
+        why = self._foreign()
+        if why is not None:
+            raise SweepError(f"{self.path} is not a sweep ledger ({why}); sweeper left it as it is: move it "
+                             "away, or start the sweep over with --fresh (fresh=True), which keeps it aside")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise sqlite3.DatabaseError(f"it was written by a newer sweeper (schema {version}); upgrade sweeper")
+
+    def _foreign(self) -> str | None:
+        """Why this database is not a sweep's ledger: it lacks a table (or a column) every
+        ledger has had since sweeper 0.1.0; None where it is one."""
+        tables = [row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        if not tables:
+            return "an empty file" if os.path.getsize(self.path) == 0 else "a database without tables"
+        if not set(tables) & set(_SIGNATURE):
+            shown = ", ".join(printable(t[:40]) for t in sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
+            return f"another program's database: its tables are {shown}"
+        for table, columns in _SIGNATURE.items():
+            have = {row[0] for row in self._db.execute("SELECT name FROM pragma_table_info(?)", (table,))}
+            if not have:
+                return f"it has no table {table}"
+            if not columns <= have:
+                return f"its table {table} has no column {', '.join(sorted(columns - have))}"
+        return None
 
     def close(self) -> None:
         for name in ("_fast", "_db"):

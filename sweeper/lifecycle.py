@@ -42,8 +42,9 @@ class Callback:
     def recorded(self, result: TrialResult) -> None:
         """A trial's result is in the ledger."""
 
-    def finished(self, result: TrialResult, retrying: bool) -> None:
-        """A trial's attempt ended with ``result``; ``retrying``: it runs again."""
+    def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
+        """A trial's attempt ended with ``result``; ``retrying``: it runs again; ``kept``: the
+        ledger holds it (False on a full disk or a read-only folder: the next run runs it again)."""
 
     def tick(self) -> float | None:
         """Periodic work, done now if due; seconds until it is next due (None: nothing waits)."""
@@ -80,9 +81,9 @@ class Callbacks(Callback):
         for c in self.each:
             c.recorded(result)
 
-    def finished(self, result: TrialResult, retrying: bool) -> None:
+    def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
         for c in self.each:
-            c.finished(result, retrying)
+            c.finished(result, retrying, kept)
 
     def tick(self) -> float | None:
         waits = [w for w in (c.tick() for c in self.each) if w is not None]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from typing import Any, Mapping
 
 from .text import CONTROL, printable
@@ -136,45 +137,63 @@ def epochs_of(value: Any) -> list[dict[str, Any]]:
     return rows
 
 
-#: Words that end a metric's name, as Keras and KerasTuner rank them: a loss or an error
-#: is minimised, a score maximised. ``val_``, ``test_`` and the like are prefixes only.
-_MIN_WORDS = frozenset({
-    "loss", "error", "err", "mse", "mae", "rmse", "mape", "msle", "rmsle", "perplexity", "ppl",
-    "crossentropy", "entropy", "hinge", "logcosh", "kld", "divergence", "poisson", "wer", "cer",
-    "fid", "nll", "brier", "regret", "latency", "time", "distance",
+#: Metric names whose direction is beyond doubt: Keras's and scikit-learn's own, and a few
+#: common ones. Nothing else is guessed (``accuracy_drop``, ``time_to_accuracy``,
+#: ``1-accuracy``: which way is better is the user's to say, with ``mode``).
+MINIMISED = frozenset({
+    "loss", "error", "error_rate", "mse", "mae", "rmse", "mape", "msle", "rmsle", "nll", "perplexity", "ppl",
+    "wer", "cer", "fid", "mean_squared_error", "mean_absolute_error", "root_mean_squared_error",
+    "mean_absolute_percentage_error", "mean_squared_logarithmic_error", "mean_squared_log_error",
+    "root_mean_squared_log_error", "median_absolute_error", "mean_poisson_deviance", "mean_gamma_deviance",
+    "log_loss", "brier_score", "brier_score_loss", "hinge_loss", "zero_one_loss", "hamming_loss",
+    "negative_likelihood_ratio", "binary_crossentropy", "categorical_crossentropy",
+    "sparse_categorical_crossentropy", "binary_focal_crossentropy", "categorical_focal_crossentropy",
+    "kl_divergence", "kullback_leibler_divergence", "kld", "poisson", "hinge", "squared_hinge",
+    "categorical_hinge", "logcosh", "log_cosh", "log_cosh_error", "huber", "huber_loss", "false_positives",
+    "false_negatives",
 })
-_MAX_WORDS = frozenset({
-    "accuracy", "acc", "auc", "precision", "recall", "f1", "fbeta", "f1score", "iou", "miou", "r2",
-    "score", "map", "ap", "ndcg", "mrr", "reward", "return", "dice", "bleu", "rouge", "psnr", "ssim",
-    "top1", "top5", "top", "hit", "hits", "coverage", "correlation", "spearman", "pearson", "kappa",
-    "similarity",
+_AVERAGED = ("", "_macro", "_micro", "_weighted", "_samples", "_binary")
+MAXIMISED = frozenset({
+    "accuracy", "acc", "binary_accuracy", "categorical_accuracy", "sparse_categorical_accuracy",
+    "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy", "top_k_accuracy", "balanced_accuracy",
+    "top1", "top5", "top1_accuracy", "top5_accuracy", "top_1_accuracy", "top_5_accuracy",
+    "auc", "roc_auc", "roc_auc_ovr", "roc_auc_ovo", "roc_auc_ovr_weighted", "roc_auc_ovo_weighted", "pr_auc",
+    "average_precision", "map", "ndcg", "mrr", "f1_score", "fbeta_score", "r2", "r2_score", "explained_variance",
+    "iou", "mean_iou", "binary_iou", "one_hot_iou", "one_hot_mean_iou", "dice", "bleu", "psnr", "ssim",
+    "true_positives", "true_negatives", "precision_at_recall", "recall_at_precision",
+    "sensitivity_at_specificity", "specificity_at_sensitivity", "matthews_corrcoef",
+    "positive_likelihood_ratio", "adjusted_rand_score", "rand_score", "adjusted_mutual_info_score",
+    "mutual_info_score", "normalized_mutual_info_score", "homogeneity_score", "completeness_score",
+    "v_measure_score", "fowlkes_mallows_score", "d2_absolute_error_score", "d2_log_loss_score", "score",
+    "reward", "episode_reward", "mean_reward",
+    *(w + how for w in ("f1", "precision", "recall", "jaccard") for how in _AVERAGED),
 })
-_MIN_WORDS = _MIN_WORDS | {"cosh"}
-#: Words after the metric's own that qualify it without changing its direction (f1_macro).
-_QUALIFIERS = frozenset({"macro", "micro", "weighted", "samples", "mean", "avg", "average", "overall",
-                         "final", "best", "last", "epoch", "k"})
+#: Prefixes that name where a metric was measured, not what it is (one of them, once).
+_SPLITS = ("val_", "train_", "test_", "validation_", "training_")
+_KERAS_COPY = re.compile(r"_\d+$")  # Keras names a second AUC metric auc_1
 
 
 def direction(name: str) -> str | None:
-    """``"max"`` or ``"min"`` for a metric's name as Keras and KerasTuner rank it, or None.
+    """``"max"`` or ``"min"`` where a metric's name says it beyond doubt, else None.
 
-    The name's last word decides (after qualifiers such as ``macro`` or ``mean`` and
-    numbers): ``val_loss``, ``mean_squared_error`` and ``val_perplexity`` are minimised;
-    ``val_accuracy``, ``val_auc``, ``f1``, ``f1_macro``, ``r2``, ``top_5`` and
-    ``episode_reward`` are maximised. A name whose last word is neither, such as
-    ``accuracy_drop`` or ``reward_std``, is unknown (None): never a guess.
+    The name (any case) is one of :data:`MINIMISED` or :data:`MAXIMISED`, perhaps after
+    one of ``val_``, ``train_``, ``test_`` and before Keras's ``_1`` for a second copy:
+    ``val_loss`` min, ``val_accuracy`` and ``test_f1_macro`` max. scikit-learn's negated
+    scores, ``neg_`` before a minimised name (``neg_mean_squared_error``, ``neg_log_loss``),
+    are maximised. Any other name is None, never a guess: ``accuracy_drop``,
+    ``one_minus_accuracy``, ``time_to_accuracy``, ``dense_1_loss``.
     """
-    import re as _re
-
-    words = [w for w in _re.split(r"[^a-z0-9]+", _re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
-             if w and not w.isdigit()]
-    while len(words) > 1 and words[-1] in _QUALIFIERS:
-        words.pop()
-    if not words:
-        return None
-    word = words[-1]
-    if word in _MIN_WORDS or word.endswith(("loss", "error", "crossentropy")):
+    word = name.lower()
+    for split in _SPLITS:
+        if word.startswith(split):
+            word = word[len(split):]
+            break
+    if word not in MINIMISED and word not in MAXIMISED:
+        word = _KERAS_COPY.sub("", word)
+    negated = word.startswith("neg_")
+    if negated:
+        word = word[len("neg_"):]
+        return "max" if word in MINIMISED else None
+    if word in MINIMISED:
         return "min"
-    if word in _MAX_WORDS or word.endswith(("accuracy", "score")) or _re.fullmatch(r"top\d+", word):
-        return "max"
-    return None
+    return "max" if word in MAXIMISED else None

@@ -105,3 +105,18 @@ def _module_of(value: Any) -> str:
     except Exception:  # noqa: BLE001 - a proxy object that refuses attribute lookups
         return ""
     return name if isinstance(name, str) else ""
+
+
+def warm(names: Iterable[str]) -> None:
+    """Import the installed modules among ``names`` (in this order), skipping the rest:
+    what a fork server or a standby imports ahead of its trials. One that fails to import
+    is left to the trial, which says why the usual way."""
+    from importlib import import_module
+
+    for name in names:
+        if name in sys.modules or not installed(name):
+            continue
+        try:
+            import_module(name)
+        except BaseException:  # noqa: BLE001 - an alias or a private module: the trial imports it
+            continue

@@ -35,7 +35,8 @@ COLUMN = PARETO_COLUMNS[0]
 
 def split(value: Any, what: str) -> tuple[str, ...] | None:
     """A metric or mode option as its words: a text (several comma-separated) or a list of
-    texts; None stays None. A one-line error for anything else."""
+    texts, each taken as it is (a metric named ``a,b`` is ``["a,b"]``); None stays None. A
+    one-line error for anything else."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -47,7 +48,7 @@ def split(value: Any, what: str) -> tuple[str, ...] | None:
     if not words or not all(isinstance(w, str) and w.strip() for w in words):
         example = "'val_accuracy' or ['val_accuracy', 'params']" if what == "metric" else "'max' or ['max', 'min']"
         raise SweepError(f"{what} must be a non-empty name or a list of them, such as {example}; got {value!r}")
-    return tuple(w.strip() for w in words)
+    return words
 
 
 def given(metric: Any, mode: Any) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:

@@ -179,15 +179,17 @@ class Options:
     metric: str | Sequence[str] | None = field(default=None, metadata=flag(
         "metric to rank trials by (default: the first); several, comma-separated (val_accuracy,params): objectives "
         "optimised at once, rows on their Pareto front marked pareto", metavar="METRIC[,METRIC...]"))
-    #: "max" or "min", one per metric (default: from the metric's name, as Keras ranks it)
+    #: "max" or "min", one per metric (default: from the metric's name where sweeper knows it,
+    #: :func:`sweeper.metrics.direction`; any other name needs it)
     mode: str | Sequence[str] | None = field(default=None, metadata=flag(
-        "max or min, one per metric (max,min) (default: from the metric's name: losses and errors min, accuracy, "
-        "auc, f1, r2, scores max)", metavar="MODE[,MODE...]"))
+        "max or min, one per metric (max,min) (default: from the metric's name where it is one sweeper knows: "
+        "loss, mse, mae, ... min; accuracy, auc, f1, r2, neg_mean_squared_error, ... max; any other name needs "
+        "--mode)", metavar="MODE[,MODE...]"))
     progress: bool = True  #: print a line per finished trial
     #: start each slot's next process ahead, importing train while a trial runs
     prefetch: bool = field(default=True, metadata=flag(
         "do not start each slot's next trial process ahead of time", name="--no-prefetch", action="store_false"))
-    #: "forkserver" (trials fork from one process that imported train), or "spawn"
+    #: "forkserver" (trials fork from one process that imported what train needs), or "spawn"
     start_method: str = field(default="forkserver", metadata=flag(
         "(default {default}) forkserver: each trial is a fresh fork of one process that imported the installed "
         "libraries the grid file uses, and runs the grid file itself; spawn: a fresh interpreter per trial",
@@ -293,9 +295,9 @@ class Options:
             raise SweepError(f"cpus_per_trial must be a positive number, got {self.cpus_per_trial!r}")
         one_of("start_method", self.start_method)
         metrics, modes = objectives_given(self.metric, self.mode)
-        plain = (metrics if metrics is None or len(metrics) > 1 else metrics[0],
+        plain = (metrics if metrics is None or len(metrics) > 1 or "," in metrics[0] else metrics[0],
                  modes if modes is None or len(modes) > 1 else modes[0])
-        if (self.metric, self.mode) != plain:  # one name as text, several as a tuple, once
+        if (self.metric, self.mode) != plain:  # one name as text (unless a comma in it), several as a tuple
             return replace(self, metric=plain[0], mode=plain[1]).checked()
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise SweepError(f"name {self.name!r} cannot be a folder name; use letters, digits, - and _")
@@ -344,11 +346,11 @@ class Options:
         if self.search is None and (self.trials is not None or self.prune is not None):
             raise SweepError("trials and prune go with a search; add search='tpe' (--search tpe), or use "
                              "sample(space, n) for a random sample")
-        if isinstance(self.metric, str) and self.mode is None and direction(self.metric) is None:
+        if self.objectives is None and self.ranked_by is not None and self.mode is None \
+                and direction(self.ranked_by) is None:  # several: each one's direction known, or said
             from .analysis import unknown_direction
 
-            raise unknown_direction(self.metric)
-        self.objectives  # several: each one's direction known
+            raise unknown_direction(self.ranked_by)
 
     @property
     def ranked_by(self) -> str | None:

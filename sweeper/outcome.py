@@ -84,9 +84,9 @@ def raised(exc: BaseException, log_tail: Callable[[], list[str]] = list) -> Verd
     ``error`` with the exception's last line. ``log_tail``: the last lines of this
     attempt's log (:func:`sweeper.child.context.attempt_tail`), read only for a failed child."""
     if isinstance(exc, TrialFailed):
-        return Verdict(exc.status, str(exc))
+        return Verdict(exc.status, message(exc))
     if isinstance(exc, BadResult):
-        return Verdict(Status.ERROR, str(exc))
+        return Verdict(Status.ERROR, message(exc))
     if is_oom(exc):
         return Verdict(Status.OOM, last_line(exc))
     said = child_oom(exc, log_tail)
@@ -137,8 +137,30 @@ def _oom_line(lines: list[str]) -> str:
 
 def last_line(exc: BaseException) -> str:
     """The exception's last line (a carriage return does not end a line here: the text
-    before it stays, escaped when printed)."""
-    return traceback.format_exception_only(type(exc), exc)[-1].strip().split("\n")[-1]
+    before it stays, escaped when printed); see :func:`message` for one that cannot say it."""
+    try:
+        str(exc)  # traceback would put "<exception str() failed>" in its place, and not for every failure
+        return traceback.format_exception_only(type(exc), exc)[-1].strip().split("\n")[-1]
+    except BaseException as why:  # noqa: BLE001 - whatever rendering it raises: the trial's error
+        return _unrendered(exc, why)
+
+
+def message(exc: BaseException) -> str:
+    """``str(exc)``; for an exception that cannot render its message (its ``__str__`` raises,
+    even ``SystemExit``, or returns no text) its type's name and a note saying so, so that
+    the trial is an ``error`` like any other, never a process that died judging it."""
+    try:
+        return str(exc)
+    except BaseException as why:  # noqa: BLE001 - see above
+        return _unrendered(exc, why)
+
+
+def _unrendered(exc: BaseException, why: BaseException) -> str:
+    """What stands for the message of an exception that cannot render it."""
+    cls = type(exc)
+    module, name = getattr(cls, "__module__", None), getattr(cls, "__qualname__", cls.__name__)
+    shown = name if module in (None, "__main__", "builtins") else f"{module}.{name}"
+    return f"{shown}: (its message could not be rendered: {type(why).__name__})"
 
 
 def command_exit(code: int, tail: list[str]) -> Verdict:
@@ -188,7 +210,7 @@ def judge(ending: Ending) -> Verdict:
     if verdict.status is Status.OOM:
         place = ending.began
         device = "cpu" if ending.exited.oom_killed else place.device  # the host's memory ran out
-        error = f"{error} (hint: {oom_hint(device, place.cap_mb, place.fraction, place.packed)})"
+        error = f"{error} (hint: {oom_hint(device, place.cap_mb, place.fraction, place.packed, place.alone_mb)})"
     return Verdict(verdict.status, printable(error), verdict.metrics)
 
 
@@ -219,13 +241,18 @@ def unreadable(exc: BaseException) -> Result:
     return Result(Status.ERROR, {}, f"its result could not be read back by the sweep: {type(exc).__name__}: {exc}")
 
 
-def oom_hint(device: str, cap_mb: int | None = None, fraction: str | None = None, packed: bool = False) -> str:
-    """What to change after an out-of-memory, given where the trial ran."""
+def oom_hint(device: str, cap_mb: int | None = None, fraction: str | None = None, packed: bool = False,
+             alone_mb: int | None = None) -> str:
+    """What to change after an out-of-memory, given where the trial ran (``alone_mb``: the
+    size of the card it had to itself, the sweep's largest)."""
     if not device or device == "cpu":
         return "host memory ran out; run fewer trials at once (--workers) or use a smaller batch size"
+    if packed and alone_mb:
+        return (f"no card here can hold it: it ran out with {device}, the largest card ({alone_mb} MB), to itself "
+                f"under a cap of {cap_mb} MB, after two OOMs; use a smaller batch size or model, or a larger card")
     if packed:
         return (f"it ran under a cap of {cap_mb} MB on {device}, from what per_gpu auto predicted; a first OOM "
-                "runs again with 1.5x, a second with a card to itself; a --gpu-memory hint or --memory-keys "
+                "runs again with 1.5x, a second with the largest card to itself; a --gpu-memory hint or --memory-keys "
                 "that tell sizes apart predict better")
     if cap_mb:
         cap = f"a cap of {cap_mb} MB"
@@ -247,7 +274,7 @@ def is_oom(exc: BaseException) -> bool:
     names = {cls.__name__ for cls in type(exc).__mro__}
     if names & {"ResourceExhaustedError", "OutOfMemoryError"}:
         return True
-    return text_says_oom(str(exc))
+    return text_says_oom(message(exc))
 
 
 def text_says_oom(text: str) -> bool:

@@ -79,6 +79,10 @@ class TableFiles(Callback):
         for f in self.files:
             f.flush()
 
+    def unwritten(self) -> list[tuple[str, str]]:
+        """The files whose last write failed (a folder in the way, a full disk), with why."""
+        return [(f.path, f.failure) for f in self.files if f.failure is not None]
+
 
 class Ranking(Callback):
     """What the folder records as the sweep's ranking. A metric the user named is recorded
@@ -136,7 +140,7 @@ class SearchTold(Callback):
     def __init__(self, search: Search) -> None:
         self.search = search
 
-    def finished(self, result: TrialResult, retrying: bool) -> None:
+    def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
         if not retrying:
             self.search.tell(result)
 

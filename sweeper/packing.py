@@ -6,7 +6,8 @@ What a trial needs is *predicted* (:class:`Needs`), in this order:
    as NVML counts it: CUDA context and libraries included), or what points alike in
    ``memory_keys`` needed since, if more (an OOM of the shape); after an OOM, 1.5 times
    what it was given (its cap plus :data:`CONTEXT_MB`) or held, whichever is more, and
-   after a second OOM a card to itself;
+   after a second OOM the largest card to itself (:meth:`Packer.again`: both run again,
+   retries or not; an OOM there ends the trial, no card can hold it);
 2. the user's hint, ``gpu_memory="6GB"`` or a function of the point;
 3. points that agree on the parameters named ``memory_keys``: the most any of them held;
 4. without ``memory_keys``: the most any trial of the sweep held;
@@ -40,10 +41,7 @@ Its framework's *cap* is the reservation less :data:`CONTEXT_MB` (the CUDA conte
 outside TensorFlow's allocator and JAX's fraction), but never below the prediction; the
 framework grows to it (:func:`sweeper.capping.trial_env`), so a peak is a need, not a cap.
 
-An ``oom`` or ``crashed`` trial counts against its card (not a first OOM, which says the
-prediction was short, and runs again): :data:`BREAKER` of them in a row on one card (no
-``ok`` between) and the card takes no new trial, said in one line; when no card
-is left the sweep stops taking trials (:attr:`Packer.exhausted`).
+A card where trials crash is closed, under any ``per_gpu`` (:class:`Breaker`).
 """
 
 from __future__ import annotations
@@ -81,7 +79,7 @@ OOM_GROWTH = 1.5
 #: Trials that may start past one that fits nowhere before a card is drained for it (draining
 #: idles a card; most waits end sooner by themselves, as trials end).
 PATIENCE = 8
-#: Trials in a row ending ``oom`` or ``crashed`` on one card before it takes no new one.
+#: Trials in a row ending ``crashed`` on one card before it takes no new one.
 BREAKER = 3
 #: A prediction with nothing measured: the whole card.
 ALONE = math.inf
@@ -228,12 +226,12 @@ class Packer(Callback):
     """Decides where each trial goes by memory; learns from each row the sweep records
     (a :class:`~sweeper.lifecycle.Callback`), and from the rows a resume keeps."""
 
-    def __init__(self, needs: Needs, gpus: Sequence[str], breaker: int = BREAKER) -> None:
+    def __init__(self, needs: Needs, gpus: Sequence[str], breaker: Breaker | None = None) -> None:
         self.needs = needs
         self.gpus = list(gpus)  #: the cards the sweep may use
-        self.breaker = breaker
-        self.failures: dict[str, int] = {}  #: card -> trials ending oom or crashed in a row
-        self.closed: dict[str, str] = {}  #: card -> why it takes no new trial
+        #: which cards take no new trial (it learns from the rows itself, as a Callback of its own)
+        self.breaker = breaker if breaker is not None else Breaker(self.gpus)
+        self.totals: dict[str, int] = {}  #: card -> its size in MB, as placements saw it
         #: shapes whose first trial runs, unmeasured: the others of the shape wait for it
         self.measuring: set[str] = set()
         #: a trial ended ok on a card without NVML showing its memory: nothing will be
@@ -258,8 +256,8 @@ class Packer(Callback):
                 f"free memory NVML reports, less {MARGIN_MB} MB and what this sweep's trials there reserved and "
                 f"do not hold yet; predicted from {', then '.join(order)}; an unmeasured shape gets a card to "
                 "itself first, until its first epoch (or its end) measures it; each is capped at its need (or its "
-                f"reservation less {CONTEXT_MB} MB for the CUDA context, if more); a first OOM runs again with {OOM_GROWTH:g}x; {self.breaker} oom or crashed in a "
-                "row close a card")
+                f"reservation less {CONTEXT_MB} MB for the CUDA context, if more); a first OOM runs again with {OOM_GROWTH:g}x, "
+                f"a second with the largest card to itself; {self.breaker.limit} crashed in a row close a card")
 
     def place(self, params: dict[str, Any], cards: Iterable[Card], busy: bool = True) -> Spot | None:
         """The card where the trial fits with the least room left (best fit), or None: it
@@ -269,9 +267,12 @@ class Packer(Callback):
         need = self.needs.predict(params)
         if need.source == "unmeasured" and need.shape in self.measuring and not self.blind:
             return None  # its shape's first trial is being measured: wait for what it says
-        cards = [c for c in cards if c.gpu not in self.closed]
+        cards = [c for c in cards if c.gpu not in self.breaker.closed]
+        self.totals.update({c.gpu: c.total_mb for c in cards})
+        if need.source == "oom twice":  # the largest card, or none: a smaller one would run out again
+            cards = [c for c in cards if c.total_mb >= self._largest()]
         key = point_key(params)
-        if self.draining is not None and self.draining[0] in self.closed:
+        if self.draining is not None and self.draining[0] in self.breaker.closed:
             self.draining = None
         mine = self.draining is not None and self.draining[1] == key
         best: tuple[tuple[bool, float], Spot] | None = None
@@ -328,10 +329,23 @@ class Packer(Callback):
         self.measuring.discard(spot.need.shape)
         return min(spot.reserved_mb, math.ceil(held_mb * (1 + EARLY_HEADROOM)))
 
-    def again(self, result: TrialResult) -> bool:
-        """Whether an attempt runs again on other terms, retries or not: a first ``oom``
-        (the packer's guess was short; the next one is larger)."""
-        return result.status is Status.OOM and self.needs.ooms.get(point_key(result.params), 0) == 0
+    def again(self, result: TrialResult) -> bool | None:
+        """Whether an attempt runs again on other terms, retries or not (True): a first or a
+        second ``oom`` (the packer's guess was short: the next is 1.5x, then the largest card
+        to itself); never (None): an ``oom`` with the largest card to itself (no card can
+        hold it: a retry would run out alike); else as retries say (False)."""
+        if result.status is not Status.OOM:
+            return False
+        return None if self.last_resort(result.params) else True
+
+    def last_resort(self, params: Mapping[str, Any]) -> bool:
+        """Whether the point runs (or ran, till its row is learnt) with the largest card to
+        itself, after two OOMs."""
+        return self.needs.ooms.get(point_key(params), 0) >= 2
+
+    def _largest(self) -> int:
+        """The size of the largest card that takes trials (0: none seen yet)."""
+        return max((mb for g, mb in self.totals.items() if g not in self.breaker.closed), default=0)
 
     def recorded(self, result: TrialResult) -> None:
         self.learn(result)
@@ -344,9 +358,7 @@ class Packer(Callback):
     @property
     def exhausted(self) -> str | None:
         """Why no card takes a trial any more, once none does."""
-        if self.gpus and all(g in self.closed for g in self.gpus):
-            return "; ".join(f"gpu:{g}: {why}" for g, why in self.closed.items())
-        return None
+        return self.breaker.exhausted
 
     def learn(self, result: TrialResult) -> None:
         if (result.status is Status.OK and result.device.startswith("gpu:") and result.gpu_mem_peak_mb is None
@@ -355,22 +367,51 @@ class Packer(Callback):
             log.warning("sweeper: per_gpu auto: NVML did not show %s's GPU memory (it did not touch the card, or "
                         "NVML here lists other pids than this container's), so nothing can be measured: trials "
                         "not measured run one per card; give --gpu-memory or --per-gpu N", result.name)
-        guessed_short = self.again(result)  # a first OOM: the prediction's fault, not the card's
         self.needs.learn(result)
         self.measuring.discard(self.needs.shape_of(result.params))
+
+
+class Breaker(Callback):
+    """Closes a card where trials crash, under any ``per_gpu`` (``"auto"``, a number, or the
+    one per card of ``gpus`` alone): :data:`BREAKER` trials in a row ending ``crashed`` on
+    one card (no ``ok`` between) and it takes no new trial, said in one line; the others
+    take them; when no card is left, :attr:`exhausted` says why and the sweep stops taking
+    trials. An ``oom`` neither counts nor resets: it says what a trial needs against what it
+    was given, not that the card fails (packed, it runs again on other terms; under a fixed
+    ``per_gpu`` the larger points of a grid, often in a row, would close sound cards)."""
+
+    def __init__(self, gpus: Sequence[str], limit: int = BREAKER) -> None:
+        self.gpus = list(gpus)  #: the cards the sweep may use
+        self.limit = limit
+        self.failures: dict[str, int] = {}  #: card -> trials ending crashed in a row
+        self.closed: dict[str, str] = {}  #: card -> why it takes no new trial
+
+    def recorded(self, result: TrialResult) -> None:
+        self.learn(result)
+
+    def learn(self, result: TrialResult) -> None:
         gpu = result.device.removeprefix("gpu:") if result.device.startswith("gpu:") else None
-        if gpu is None or gpu in self.closed or guessed_short:
+        if gpu is None or gpu in self.closed:
             return
-        if result.status in (Status.OOM, Status.CRASHED):
+        if result.status is Status.CRASHED:
             self.failures[gpu] = self.failures.get(gpu, 0) + 1
-            if self.failures[gpu] >= self.breaker:
-                why = f"{self.breaker} trials in a row ended oom or crashed there (the last: {result.name})"
-                self.closed[gpu] = why
-                left = [g for g in self.gpus if g not in self.closed]
-                log.warning("sweeper: gpu:%s takes no new trial: %s; %s", gpu, why,
-                            f"the sweep goes on on gpu:{', gpu:'.join(left)}" if left else "no GPU is left")
-        elif result.status is Status.OK:
+            if self.failures[gpu] >= self.limit:
+                self._close(gpu, f"{self.limit} trials in a row crashed there (the last: {result.name})")
+        elif result.status.succeeded:
             self.failures[gpu] = 0
+
+    def _close(self, gpu: str, why: str) -> None:
+        self.closed[gpu] = why
+        left = [g for g in self.gpus if g not in self.closed]
+        log.warning("sweeper: gpu:%s takes no new trial: %s; %s", gpu, why,
+                    f"the sweep goes on on gpu:{', gpu:'.join(left)}" if left else "no GPU is left")
+
+    @property
+    def exhausted(self) -> str | None:
+        """Why no card takes a trial any more, once none does."""
+        if self.gpus and all(g in self.closed for g in self.gpus):
+            return "; ".join(f"gpu:{g}: {why}" for g, why in self.closed.items())
+        return None
 
 
 class HostRoom(Callback):
@@ -399,6 +440,7 @@ class HostRoom(Callback):
         self.idle = IdleCpu() if watch_cores else None
         self.measuring: set[str] = set()
         self.starts: list[float] = []  #: monotonic, when each trial was let start
+        self.over_said = False  #: a trial's peak over the whole budget was said (once a sweep)
 
     def fits(self, params: dict[str, Any], available_mb: float | None,
              ours: Sequence[tuple[float, float]]) -> tuple[int, Need] | None:
@@ -443,6 +485,18 @@ class HostRoom(Callback):
     def recorded(self, result: TrialResult) -> None:
         self.needs.learn(result)
         self.measuring.discard(self.needs.shape_of(result.params))
+        self._over_budget(result)
+
+    def _over_budget(self, result: TrialResult) -> None:
+        """The first trial whose measured peak is over the whole budget is said, once: such
+        trials run one at a time, and each still takes more than the budget allows."""
+        peak = result.mem_peak_mb
+        if self.budget is None or self.over_said or not peak or peak <= self.budget:
+            return
+        self.over_said = True
+        log.warning("sweeper: trial %s peaked at %d MB, over the whole --host-memory budget of %d MB: trials run "
+                    "one at a time and still exceed it; raise the budget or make the trials smaller", result.name,
+                    peak, self.budget)
 
     def seen(self, results: Iterable[TrialResult]) -> None:
         for result in results:

@@ -8,7 +8,7 @@ A sweep folder, ``<out>/<name>/``::
     report.html                  written by ``sweeper report``
     tensorboard/<trial name>/    with --tensorboard: event files (HParams, per-epoch scalars)
     mlflow.db, mlartifacts/      with --mlflow and no URI: the local MLflow store
-    .lock                        held by the sweep running here; holds its pid
+    .lock                        held by the sweep running here; holds its pid and tag
     trials/<trial name>/
         log.txt                  every attempt's output, each after a header line
         result.json              what the trial returned (whole, or not there)

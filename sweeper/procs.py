@@ -17,6 +17,12 @@ it is re-parented and leads a session of its own. Two things bring it back withi
 So a trial is stopped by signalling its group, every process below its own (a live
 tree, walked through ``/proc``) and every adopted orphan of its slot. Linux only; on
 other systems the group kill alone remains.
+
+A sweep that is itself killed (SIGKILL, the OOM killer) ends nothing: its *guardian* does
+(:func:`guarded`), a small process in a session of its own that waits for the sweep's end
+on a pipe and then kills every process that carries the sweep's tag, wherever it was
+re-parented. Should the guardian be killed too, the next run of the same sweep ends them
+(:func:`end_tagged`, with the tag the folder's lock file kept).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
+import sys
 from typing import Iterable, Iterator
 
 from . import contract
@@ -135,6 +143,40 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def io_chars(pid: int) -> int | None:
+    """Bytes a process has read and written through any call (all its threads: ``rchar`` and
+    ``wchar`` of ``/proc/<pid>/io``), or None if /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            counts = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        return int(counts["rchar"]) + int(counts["wchar"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+#: The futex system call's number, where ``/proc/<pid>/wchan`` does not name the wait.
+_FUTEX = {"x86_64": 202, "aarch64": 98}
+
+
+def waits_on_lock(pid: int) -> bool | None:
+    """Whether the main thread of a process sleeps on a lock (a futex): how a deadlocked
+    fork waits, where one that sleeps, reads a file or a socket waits elsewhere. None if
+    /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            wchan = f.read().strip()
+        if wchan and wchan != "0":
+            return "futex" in wchan
+        with open(f"/proc/{pid}/syscall") as f:
+            call = f.read().split()[0]
+    except (OSError, IndexError):
+        return None
+    futex = _FUTEX.get(os.uname().machine)
+    if futex is None or not call.lstrip("-").isdigit():  # "running", or an unknown machine
+        return None
+    return int(call) == futex
+
+
 def end_strays(sweep_tags: Iterable[str], wait: float = 5.0) -> None:
     """Kill the orphans of these sweeps that came back to this process, and reap them."""
     tags = set(sweep_tags)
@@ -232,8 +274,81 @@ def environ(extra: dict[str, str]) -> Iterator[None]:
 
 
 def leave_signals_to_the_main_thread() -> None:
-    """Called first in a thread of the sweep's process: Ctrl-C and SIGTERM are the main
+    """Called first in a thread of the sweep's process: Ctrl-C, SIGTERM and SIGHUP are the main
     thread's (Python runs their handlers there anyway). Blocked here, a signal sent to the
     process while the main thread holds it back (as it does while it starts a child) waits
     for the main thread, instead of landing here and being lost."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
+def new_tag() -> str:
+    """A tag for one sweep's processes (``SWEEPER_SWEEP``), unique on this machine."""
+    return f"{os.getpid()}-{os.urandom(4).hex()}"
+
+
+def tagged(tag: str) -> list[int]:
+    """Every process of this machine (that this user may look at) started with the sweep
+    tag ``tag``, this one excepted."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid() and tags(int(entry)).get(contract.SWEEP) == tag:
+            out.append(int(entry))
+    return out
+
+
+def end_tagged(tag: str, rounds: int = 5) -> list[int]:
+    """Kill every process started with the tag ``tag`` (again while a dying one's children
+    appear); the pids killed."""
+    import time
+
+    ended: list[int] = []
+    for _ in range(rounds):
+        left = [pid for pid in tagged(tag) if pid not in ended or not _gone(pid)]
+        if not left:
+            break
+        signal_all(left, signal.SIGKILL)
+        ended += [pid for pid in left if pid not in ended]
+        time.sleep(0.05)  # a process killed between its fork and its child's exec: once more
+    return ended
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+@contextlib.contextmanager
+def guarded(tag: str) -> Iterator[None]:
+    """While the block runs, a guardian watches this process: once it ends, however (a
+    SIGKILL too), the guardian kills whatever still carries ``tag``, then ends itself. It
+    runs in a session of its own (no terminal's Ctrl-C or hang-up reaches it); on a normal
+    end it is waited for, so it never outlives the sweep either."""
+    read, write = os.pipe()  # not inherited by what this process starts (O_CLOEXEC)
+    env = {k: v for k, v in os.environ.items() if k not in (contract.SWEEP, contract.SLOT)}
+    try:
+        guardian = subprocess.Popen([sys.executable, "-c", "from sweeper.procs import guard; guard()", tag],
+                                    stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True, env=env)
+    except OSError:  # no guardian: the next run of the sweep still ends what is left
+        guardian = None
+    finally:
+        os.close(read)
+    try:
+        yield
+    finally:
+        os.close(write)
+        if guardian is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                guardian.wait(timeout=30)
+
+
+def guard() -> None:
+    """The guardian's body (:func:`guarded`): wait for the sweep's end, then end its tag."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    while os.read(0, 4096):
+        pass
+    end_tagged(sys.argv[1])

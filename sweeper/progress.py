@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import os
+
 import statistics
 import sys
 import time
@@ -53,7 +55,7 @@ class Tally:
         if self.metric is None:
             self.metric = next(iter(result.metrics))
         if self.mode is None:
-            self.mode = direction(self.metric) or "min"
+            self.mode = direction(self.metric) or "min"  # the first metric, unnamed: as the summary ranks (and says)
         value = result.metrics.get(self.metric)
         if value is None or value != value:
             return
@@ -92,27 +94,30 @@ class PlainLines(Callback):
     def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None:
         pass
 
-    def finished(self, result: TrialResult, retrying: bool) -> None:
+    def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
         if not retrying:
             self.tally.add(result)
-        print(self.line(result, retrying), file=self.stream, flush=True)
+        print(self.line(result, retrying, kept), file=self.stream, flush=True)
         if not result.status.succeeded and not retrying:
             for line in failure_lines(result):
                 print(line, file=self.stream)
             self.stream.flush()
 
-    def line(self, result: TrialResult, retrying: bool) -> str:
+    def line(self, result: TrialResult, retrying: bool, kept: bool = True) -> str:
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in list(result.metrics.items())[:4])
         head = f"[{self.tally.done}/{self.tally.to_run}] {result.status.value:<11} {result.name}"
         tail = f"  {shown}" if shown else f"  {result.error}"
         again = f"  (attempt {result.attempts}, retrying)" if retrying else ""
-        return f"{head}{tail}  ({result.duration_s:.1f}s, {result.device}){again}"
+        lost = "" if kept else "  NOT RECORDED: the ledger could not keep it; the next run runs it again"
+        return f"{head}{tail}  ({result.duration_s:.1f}s, {result.device}){again}{lost}"
 
     def close(self) -> None:
         pass
 
 
 def failure_lines(result: TrialResult, lines: int = 4) -> list[str]:
+    if not os.path.exists(result.log):  # its process never wrote one: never point at nothing
+        return ["    no log: its process ended before it wrote one"]
     out = [f"    log: {result.log}"]
     if result.status in (Status.CRASHED, Status.OOM, Status.ERROR, Status.STALLED):  # a stall: where it hung
         out += [f"    | {line}" for line in log_tail(result.log, lines, pid=result.pid)]
@@ -141,13 +146,13 @@ class LiveView(PlainLines):
         if row is not None:
             row["epoch"], row["metrics"] = epoch, metrics
 
-    def finished(self, result: TrialResult, retrying: bool) -> None:
+    def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
         self.running.pop(result.trial_id, None)
         if not retrying:
             self.tally.add(result)
-        style = ("green" if result.ok else "blue" if result.status is Status.PRUNED
+        style = ("green" if result.ok and kept else "blue" if result.status is Status.PRUNED and kept
                  else "yellow" if retrying else "red")
-        self.console.print(self.line(result, retrying), style=style, markup=False, highlight=False)
+        self.console.print(self.line(result, retrying, kept), style=style, markup=False, highlight=False)
         if not result.status.succeeded and not retrying:
             for line in failure_lines(result):
                 self.console.print(line, markup=False, highlight=False, style="dim")

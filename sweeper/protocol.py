@@ -3,7 +3,7 @@
 Trial → parent (over a pipe locally, over a Ray queue on a cluster), in this order::
 
     GridRead?     (the CLI's first process) the grid file's points and options
-    Ready?        a standby imported train and waits for its trial
+    Ready?        a standby imported what train needs and waits for its trial
     LoadFailed    train could not be imported: the sweep's problem, not a trial's
     Placed        (Ray) the trial began on its worker: pid, device, memory cap
     TrainStarted  train() is called: its imports are done
@@ -140,6 +140,8 @@ class Began:
     moved: str = ""
     reserved_mb: int | None = None  #: the GPU memory set aside for it on its card
     packed: bool = False  #: placed by the memory it was predicted to need (per_gpu="auto")
+    #: packed after two OOMs: the MB of the card it has to itself, the largest (an OOM there: no card can hold it)
+    alone_mb: int | None = None
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import constraints, contract, environment, table
+from . import constraints, contract, environment, procs, table
 from .tracking import chosen
 from .errors import SweepError
 from .folder import SweepFolder
@@ -35,7 +37,7 @@ from .ledger import Ledger
 from .objectives import Objectives
 from .lifecycle import Callback, Callbacks
 from .options import Options, megabytes
-from .packing import HostRoom, Needs, Packer
+from .packing import Breaker, HostRoom, Needs, Packer
 from .outputs import Ranking, SearchTold, TableFiles, Trackers
 from .paths import SweepPaths
 from .planning import Plan, keeps, plan
@@ -44,8 +46,7 @@ from .slots import Placement, Slot, parse_gpus, place
 from .target import Target, record
 from .trial import Status, TrialResult, TrialSpec
 
-if TYPE_CHECKING:
-    from .backends.local import Spare
+log = logging.getLogger("sweeper")
 
 @dataclass
 class Outcome:
@@ -65,6 +66,8 @@ class Outcome:
     ranking: tuple[str | None, str | None] = (None, None)
     #: Several objectives, whose Pareto front the table marks (None: one, or none).
     objectives: Objectives | None = None
+    #: The table files that could not be written at the end, with why: the sweep failed.
+    unwritten: list[tuple[str, str]] = field(default_factory=list)
 
     def first_slots(self) -> list[str]:
         """A dry run: where each trial would start (``kept``, a slot's device, or ``queued``)."""
@@ -98,18 +101,30 @@ def run(
     source_file: str | None = None,
     listener: Callback | None = None,
     what: str = "",
-    spare: Spare | None = None,
+    tag: str | None = None,
 ) -> Outcome:
     """Plan, resume and run a sweep. Raises SweepError for bad input, before any trial.
 
-    ``listener``: the console's view of it. ``spare``: a worker process that already
-    imported the grid file (the CLI's check); the first trial of a slot started the same
-    way runs in it, else it is ended."""
-    try:
-        return Sweep(target, grid, options, default_name, source_file, what).run(listener, spare)
-    finally:
-        if spare is not None:
-            spare.close()  # unless a slot took it
+    ``listener``: the console's view of it. ``tag``: the sweep's (:mod:`sweeper.procs`),
+    where the CLI's grid reader carried it already (and guards it, :func:`sweeper.procs.guarded`)."""
+    sweep = Sweep(target, grid, options, default_name, source_file, what)
+    if tag is not None or options.dry_run:
+        return sweep.run(listener, tag)
+    tag = procs.new_tag()
+    with procs.guarded(tag):
+        return sweep.run(listener, tag)
+
+
+def _end_leftovers(earlier: str | None) -> None:
+    """What an earlier run of this sweep left running, found by its tag, is ended: that
+    run was killed before it, and its guardian, could end them."""
+    if earlier is None:
+        return
+    left = procs.end_tagged(earlier)
+    if left:
+        shown = ", ".join(map(str, left[:8])) + (", ..." if len(left) > 8 else "")
+        log.warning("sweeper: ended %d process%s an earlier run of this sweep left running (it was killed "
+                    "before it could end them): pid %s", len(left), "es" if len(left) > 1 else "", shown)
 
 
 class Sweep:
@@ -139,6 +154,9 @@ class Sweep:
             self.placement = Placement([], [], options.memory_policy())
         else:
             self.placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
+        gpus = list(dict.fromkeys(s.gpu for s in self.placement.slots if s.gpu is not None))
+        #: closes a card where trials crash, under any per_gpu (none on the CPU or under Ray)
+        self.breaker = Breaker(gpus) if gpus else None
         self.packer = self._packer()
         self.host_room = self._host_room()
 
@@ -167,18 +185,20 @@ class Sweep:
             if unknown:
                 raise SweepError(f"memory_keys names {', '.join(map(repr, unknown))}, which no point of the grid "
                                  f"has; choose among {', '.join(sorted(named)) or 'none'}")
-        return Packer(Needs(keys, options.gpu_memory), [str(g.index) for g in placement.gpus])
+        return Packer(Needs(keys, options.gpu_memory), [str(g.index) for g in placement.gpus], self.breaker)
 
-    def run(self, listener: Callback | None = None, spare: Spare | None = None) -> Outcome:
+    def run(self, listener: Callback | None = None, tag: str | None = None) -> Outcome:
         if self.options.dry_run:
             return self.dry_run()
         self.folder.prepare()
-        with self.folder.locked():
+        tag = tag or procs.new_tag()
+        with self.folder.locked(tag) as earlier:
+            _end_leftovers(earlier)
             if self.options.fresh:
                 self.folder.set_aside()
             ledger = Ledger(self.folder.path)
             try:
-                return self._run(ledger, listener, spare)
+                return self._run(ledger, listener, tag)
             finally:
                 ledger.close()
 
@@ -199,7 +219,7 @@ class Sweep:
             notes.append(describe(self.space, self.options, len(previous)))
         return Outcome(self.folder.path, [], self.specs, self.placement, notes, kept=kept)
 
-    def _run(self, ledger: Ledger, listener: Callback | None, spare: Spare | None) -> Outcome:
+    def _run(self, ledger: Ledger, listener: Callback | None, tag: str | None) -> Outcome:
         options, folder = self.options, self.folder.path
         plan_ = Plan.resume(ledger, options, self.specs, self.space, self.folder, self.source_file, self.what)
         # what status, report and load() rank by unless told otherwise: this run's choice
@@ -213,12 +233,14 @@ class Sweep:
             if packer is not None:
                 packer.seen(tables.results.values())
                 outputs.each.append(packer)
+        if self.breaker is not None:
+            outputs.each.append(self.breaker)
         if plan_.search is not None:
             outputs.each.append(SearchTold(plan_.search))
         if listener is not None:
             outputs.each.append(listener)
         outputs.begin(plan_.to_run, plan_.total)
-        engine = Engine(self._backend(spare), ledger, outputs=outputs,
+        engine = Engine(self._backend(tag), ledger, outputs=outputs,
                         trial_env=contract.determinism_env() if options.deterministic else None, run_id=run,
                         prune=plan_.search.prune if plan_.search else None,
                         verdicts=plan_.search is not None and plan_.search.prunes,
@@ -240,7 +262,7 @@ class Sweep:
             raise ranking.fault
         return Outcome(folder, final, plan_.specs, self.placement, plan_.notes, len(engine.started),
                        time.monotonic() - self.began, interrupted, ranking=ledger.ranking(), shown=trackers.hints,
-                       objectives=ledger.objectives())
+                       objectives=ledger.objectives(), unwritten=tables.unwritten())
 
     def _environment(self, ledger: Ledger, plan_: Plan) -> tuple[str, list[tuple[str, str]]]:
         """What this run records of what it runs on, and how to run a trial of it again
@@ -257,7 +279,7 @@ class Sweep:
         return run, [("environment", json.dumps(env, sort_keys=True)), ("target", record(self.target, options)),
                      (f"run:{run}", made), ("run", run)]
 
-    def _backend(self, spare: Spare | None) -> Backend:
+    def _backend(self, tag: str | None) -> Backend:
         options = self.options
         if options.backend == "ray":
             from .backends.ray import RayBackend
@@ -268,9 +290,9 @@ class Sweep:
         from .backends.local import LocalBackend
 
         return LocalBackend(self.target, self.placement.slots, workers=options.worker_count, prefetch=options.prefetch,
-                            start_method=options.start_method, spare=spare,
+                            start_method=options.start_method, tag=tag,
                             timeout=min((t for t in (options.timeout, options.stall) if t), default=None),
-                            packer=self.packer, host=self.host_room)
+                            packer=self.packer, host=self.host_room, breaker=self.breaker)
 
 
 # -- what the console shows ----------------------------------------------------------------
@@ -312,7 +334,16 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
             for r in failed:
                 first = r.error.splitlines()[0] if r.error else ""
                 lines.append(f"  {r.status.value:<11} {r.name}: {first}")
-                lines.append(f"  {'':<11} log: {r.log}")
-    lines.append(f"sweeper: results: {outcome.csv_path}")
+                if os.path.exists(r.log):  # never a path to nothing
+                    lines.append(f"  {'':<11} log: {r.log}")
+    if outcome.csv_path not in {path for path, _ in outcome.unwritten}:
+        lines.append(f"sweeper: results: {outcome.csv_path}")
     lines += [f"sweeper: {hint}" for hint in outcome.shown]
-    return lines
+    return lines + unwritten_lines(outcome)
+
+
+def unwritten_lines(outcome: Outcome) -> list[str]:
+    """The last words when a table file could not be written: the sweep failed, its rows did not."""
+    return [f"sweeper: FAILED: could not write {path} ({why}); every row is in the ledger: "
+            f"python -m sweeper status {outcome.folder} or sweeper.load({outcome.folder!r}) shows them, and "
+            "running the sweep again once the file can be written rewrites it" for path, why in outcome.unwritten]

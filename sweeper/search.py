@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import SweepError
 from .metrics import direction
-from .objectives import Objectives
+from .objectives import Objectives, given as objectives_given
 from .trial import TrialResult, TrialSpec
 
 SAMPLERS = ("auto", "tpe", "nsga2", "random", "cmaes", "qmc", "gp")
@@ -170,7 +170,7 @@ def pruner(prune: Any) -> Any:
 
     try:
         node = ast.parse(prune.strip(), mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):  # not Python, or nested past the parser's depth
         node = None
     built = _pruner_of(node, prune)
     _try_pruner(_pruner_of(node, prune), prune)  # a twin: a pruner keeps what it saw of its study
@@ -220,9 +220,11 @@ def _pruner_of(node: Any, text: str) -> Any:
         for kw in node.keywords:
             if kw.arg is None:
                 raise SweepError(f"prune {text!r}: name each value (keyword=value); {example}")
+            if kw.arg in given:  # Python refuses f(a=1, a=2) only when it compiles, not as it parses
+                raise SweepError(f"prune {text!r}: {kw.arg} is given twice; give it once")
             try:
                 given[kw.arg] = ast.literal_eval(kw.value)
-            except ValueError:
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):  # TypeError: {[]: 1}
                 raise SweepError(f"prune {text!r}: {kw.arg}= must be a number, text, True or False; {example}") from None
     else:
         raise SweepError(f"prune is {text!r}: not a pruner's name or call; give one of {', '.join(PRUNERS)}; {example}")
@@ -275,9 +277,10 @@ def check(space: Any, search: Any, prune: Any, trials: Any, metric: Any, mode: A
                              "intermediate value): drop prune, or give one metric")
         how: Any = several.modes
     else:
-        how = mode or direction(metric)
+        name = (objectives_given(metric, None)[0] or (metric,))[0]  # one name: ["a,b"] is the metric a,b
+        how = mode or direction(name)
         if how is None:
-            raise SweepError(f"the search's metric {metric!r} does not say whether higher is better; "
+            raise SweepError(f"the search's metric {name!r} does not say whether higher is better; "
                              "give mode='max' or mode='min' (--mode)")
     distributions(space)
     sampler(search, 0, several=several is not None, trials=trials)
@@ -296,7 +299,7 @@ def describe(space: Any, options: Any, on_record: int) -> str:
     if several is not None and how.startswith(("nsga2", "auto")):
         how += f", population {population(options.trials)}"
     pr = options.prune if options.prune is None or isinstance(options.prune, str) else type(options.prune).__name__
-    aim = several or f"{options.metric} ({options.mode})"
+    aim = several or f"{options.ranked_by} ({options.ranked_mode})"
     return (f"search: {how} over {', '.join(parts)}; {options.trials} trials ({on_record} on record); "
             f"prune: {pr}; {aim}")
 

@@ -4,9 +4,11 @@ each row an Optuna trial with its state, value and per-epoch intermediate values
 export <folder> --optuna URL`` (every row, into an Optuna storage: :func:`export`).
 
 A distribution from values: whole numbers make an integer range; other numbers a float
-range, on a log scale where all are positive and span two decades or more; texts a choice
-among them; values of several kinds a choice among their ``repr`` (so that 1, True and "1"
-stay three choices). A search's own space is not in the ledger; the values are.
+range, on a log scale where all are positive and span two decades or more; anything else
+(texts, bools, None, values of several kinds) a choice among the values themselves, so a
+bool is read back a bool, None None and "None" a text. Where two of them are one to Optuna
+(which finds a choice by ``==``: 1, 1.0 and True), a choice among their ``repr`` instead.
+A search's own space is not in the ledger; the values are.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ METRIC_ATTR = "metric:"
 
 
 def plain(value: Any) -> Any:
-    """A table cell as Optuna takes a parameter: numpy scalars as Python's, NaN as None,
-    anything else not a number, text or bool by its ``repr``."""
+    """A table cell as Optuna takes a parameter: numpy scalars as Python's, NaN and pandas'
+    missing value as None, anything else not a number, text or bool by its ``repr``."""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
-    if isinstance(value, float) and math.isnan(value):
+    if (isinstance(value, float) and math.isnan(value)) or type(value).__name__ == "NAType":
         return None
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -39,8 +41,8 @@ def plain(value: Any) -> Any:
 
 def distribution(optuna: Any, values: Iterable[Any]) -> tuple[Any, Callable[[Any], Any]]:
     """The distribution the (plain) values show (see the module docstring), and how a
-    value is written as its parameter: as it is; for a choice among texts, the text; for a
-    choice among values of several kinds, each one's ``repr``."""
+    value is written as its parameter: as it is, or for a choice among values Optuna
+    cannot tell apart, each one's ``repr``."""
     values = list(values)
     numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
     # whole numbers beyond 2**53 (seeds, hashes) do not survive Optuna's floats: a choice
@@ -50,9 +52,24 @@ def distribution(optuna: Any, values: Iterable[Any]) -> tuple[Any, Callable[[Any
             return optuna.distributions.IntDistribution(int(low), int(high)), int
         log = low > 0 and high / low >= 100
         return optuna.distributions.FloatDistribution(float(low), float(high), log=log), float
-    if all(isinstance(v, str) for v in values):
-        return optuna.distributions.CategoricalDistribution(sorted(set(values))), str
+    distinct = sorted({(type(v).__name__, repr(v)): v for v in values}.values(), key=_choice_order)
+    if len(set(distinct)) == len(distinct):  # no two equal to Optuna (1 == 1.0 == True)
+        return optuna.distributions.CategoricalDistribution(distinct), _same
     return optuna.distributions.CategoricalDistribution(sorted({repr(v) for v in values})), repr
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _choice_order(value: Any) -> tuple[int, Any]:
+    """None first, then bools, numbers and texts, each kind in its own order."""
+    kind = _KINDS.get(type(value), len(_KINDS))
+    return (kind, value) if 0 < kind < len(_KINDS) else (kind, repr(value))
+
+
+#: The order of a choice's kinds (a plain value is one of these).
+_KINDS: dict[type, int] = {type(None): 0, bool: 1, int: 2, float: 2, str: 3}
 
 
 def need_optuna(what: str, sklearn: bool = False) -> Any:
@@ -69,12 +86,13 @@ def need_optuna(what: str, sklearn: bool = False) -> Any:
     return optuna
 
 
-def export(folder: str, url: str) -> tuple[str, int]:
+def export(folder: str, url: str, mode: str | None = None) -> tuple[str, int]:
     """Write the sweep in ``folder`` (every row of its ledger: ok, pruned, failed, with its
     per-epoch values) into the Optuna storage ``url`` as a study named after the folder,
     replacing one an earlier export wrote; returns the study's name and its trial count.
     Parameters with one value in every row are the study's ``fixed`` user attribute, not
-    trial parameters (as a search's fixed values are)."""
+    trial parameters (as a search's fixed values are). ``mode``: the study's direction where
+    the sweep recorded none and its metric's name does not say it (else a one-line error)."""
     import os
 
     from .ledger import Ledger
@@ -88,7 +106,7 @@ def export(folder: str, url: str) -> tuple[str, int]:
         history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         for tid, epoch, metrics in ledger.history():
             history.setdefault(tid, []).append((epoch, metrics))
-        metric, mode = ledger.get("metric") or "", ledger.get("mode") or ""
+        metric, mode = ledger.get("metric") or "", mode or ledger.get("mode") or ""
         several = ledger.objectives()
     finally:
         ledger.close()
@@ -98,7 +116,10 @@ def export(folder: str, url: str) -> tuple[str, int]:
         metric = next((k for r in results for k in r.metrics), "")
     if not metric:
         raise SweepError(f"the trials in {folder} have no metric: an Optuna study needs one")
-    mode = mode or direction(metric) or "max"
+    mode = mode or direction(metric) or ""
+    if not mode and several is None:
+        raise SweepError(f"the sweep's metric {metric!r} does not say whether higher is better, and the study "
+                         "needs a direction: give --mode max or --mode min")
     targets, modes = (several.metrics, several.modes) if several is not None else ((metric,), (mode,))
     names = sorted({k for r in results for k in r.params})
     # a parameter with one value in every row is fixed (as a search's fixed values): not searched

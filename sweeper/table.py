@@ -78,12 +78,17 @@ def row(result: TrialResult) -> dict[str, Any]:
     for f in CSV_FIELDS:
         place, value = place_of(f), getattr(result, f.name)
         if place is Place.PARAMS:
-            out.update((f"param_{k}", json.dumps(v) if isinstance(v, list) else v) for k, v in value.items())
+            out.update((f"param_{k}", _param_cell(v)) for k, v in value.items())
         elif place is Place.METRICS:
             out.update(value)
         elif place not in _SOMETIMES or _SOMETIMES[place](result):
             out[csv_name(f)] = _WRITTEN[f.name](value) if f.name in _WRITTEN else value
     return out
+
+
+def _param_cell(value: Any) -> Any:
+    """A parameter's value in the table: lists as JSON, anything else as the sweep recorded it."""
+    return json.dumps(value) if isinstance(value, (list, tuple)) else value
 
 
 def param_columns(df: "pandas.DataFrame") -> list[str]:
@@ -125,16 +130,21 @@ def _cell(value: Any) -> Any:
 #: How ``sweep()`` and ``load()`` read the table, and how an analyst reads ``results.csv`` to
 #: get the same frame: ``pandas.read_csv(path, **READ_CSV)``. Nullable dtypes keep integers
 #: integers and missing values missing (``<NA>``); ``started_at`` is a UTC datetime; the
-#: text columns that may be empty in every row stay text.
+#: text columns that may be empty in every row stay text. The ``param_*`` columns are the
+#: exception: ``sweep()`` and ``load()`` give the values the sweep recorded (:func:`dataframe`),
+#: which the CSV's text alone cannot always tell (``"nan"``, ``"None"``, ``""`` and ``None``).
 READ_CSV: dict[str, Any] = {"dtype_backend": "numpy_nullable", "parse_dates": ["started_at"],
                             "dtype": {"error": "string", "gpu_uuid": "string"}}
 
 
 def dataframe(results: Sequence[TrialResult], objectives: Objectives | None = None) -> "pandas.DataFrame":
-    """The table as a DataFrame, exactly as ``pandas.read_csv(path, **READ_CSV)`` reads the CSV.
+    """The table as a DataFrame: ``pandas.read_csv(path, **READ_CSV)`` of the CSV, with each
+    ``param_*`` column holding the values the sweep recorded (:func:`param_series`).
 
     Built through the same CSV text, so the values and dtypes a script gets from
-    ``sweep()`` are the ones an analyst gets from ``results.csv``.
+    ``sweep()`` are the ones an analyst gets from ``results.csv``, parameters aside: a text
+    stays that text whatever it spells (``"nan"``, ``"NA"``, ``"None"``, ``""``, ``"1"``),
+    ``None`` is missing, a bool a bool and an int an int.
     """
     import pandas
 
@@ -142,9 +152,41 @@ def dataframe(results: Sequence[TrialResult], objectives: Objectives | None = No
     _write(results, text, objectives)
     text.seek(0)
     frame = pandas.read_csv(text, **READ_CSV)
+    rows = ordered(results)  # the CSV's order
+    for column in param_columns(frame):
+        exact = param_series([r.params.get(column[len("param_"):]) for r in rows])
+        if exact is not None:
+            frame[column] = exact.set_axis(frame.index)
     if objectives is not None:
         frame.attrs["objectives"] = objectives  # what the pareto column judged, for summary, status and report
     return frame
+
+
+def param_series(values: Sequence[Any]) -> "pandas.Series | None":
+    """One parameter's recorded values (None: missing) as a column of the dtype they share:
+    ``boolean``, ``Int64``, ``Float64`` (numbers of both kinds), ``string``, else ``object``
+    holding each value as it is (``"True"``, ``True`` and ``1`` stay three values). None when
+    no row has a value (the CSV's empty column stands)."""
+    import pandas
+
+    values = [_param_cell(v) for v in values]
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return pandas.Series(values, dtype=_dtype_of(present) or object)
+
+
+def _dtype_of(values: Sequence[Any]) -> str | None:
+    """The nullable dtype that holds every one of these values exactly, or None (object)."""
+    if all(isinstance(v, bool) for v in values):
+        return "boolean"
+    if any(isinstance(v, bool) for v in values):
+        return None
+    if all(isinstance(v, int) for v in values):
+        return "Int64" if all(-2**63 <= v < 2**63 for v in values) else None
+    if all(isinstance(v, (int, float)) for v in values):  # ints beyond 2**53 are not exact as floats
+        return "Float64" if all(isinstance(v, float) or abs(v) <= 2**53 for v in values) else None
+    return "string" if all(isinstance(v, str) for v in values) else None
 
 
 class Throttled:

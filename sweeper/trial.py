@@ -37,7 +37,7 @@ class Status(str, enum.Enum):
     CRASHED = "crashed"  #: the process died without a result; retried.
     TIMEOUT = "timeout"  #: ran past ``timeout``; its process group was killed; retried.
     STALLED = "stalled"  #: no epoch and no log line for ``stall``; its process group was killed; retried.
-    INTERRUPTED = "interrupted"  #: the sweep was stopped (Ctrl-C, SIGTERM) while it ran.
+    INTERRUPTED = "interrupted"  #: the sweep was stopped (Ctrl-C, SIGTERM, SIGHUP) while it ran.
     PRUNED = "pruned"  #: a search's pruner stopped it early; not a failure, never retried.
 
     def __str__(self) -> str:

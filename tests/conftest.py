@@ -157,6 +157,21 @@ def assert_dead(pid: int, timeout: float = 10) -> None:
     assert not alive, f"process {pid} outlived its trial"
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MB filesystem of its own (tmpfs), so the test can fill it up; a skip saying why
+    where none can be mounted."""
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here to fill up ({done.stderr.decode().strip()})")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
 def write_grid(tmp_path, body: str, name: str = "grid.py") -> str:
     """A grid file in tmp_path whose train functions come from tests/sweep_fns.py."""
     path = tmp_path / name

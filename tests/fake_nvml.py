@@ -268,7 +268,7 @@ def main() -> None:
         print(FakeNvml([Card() for _ in range(int(sys.argv[2]))]).to_json())
         return
     FakeNvml.from_json(os.environ["SWEEPER_FAKE_NVML"]).install_for_good()
-    from sweeper.cli import entry
+    from sweeper.__main__ import entry
 
     sys.argv = ["sweeper", *sys.argv[1:]]
     entry()

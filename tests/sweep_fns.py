@@ -540,3 +540,8 @@ def tradeoff_partial(params):
     if params["units"] == 2:
         del out["size"]
     return out
+
+
+def ranked(params):
+    """A score that is the point's ``rank``: the order of a leaderboard, chosen by the test."""
+    return {"score": float(params["rank"])}

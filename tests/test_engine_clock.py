@@ -594,7 +594,7 @@ class Heard(Callback):
     def recorded(self, result: TrialResult) -> None:
         self.calls.append(("recorded", result.params["x"], result.status.value))
 
-    def finished(self, result: TrialResult, retrying: bool) -> None:
+    def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
         self.calls.append(("finished", result.params["x"], result.status.value, retrying))
 
 

@@ -181,9 +181,10 @@ grid = {"x": [1, 2, 3]}
             proc.kill()
     assert proc.returncode == 130, out + err
     df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
-    # x=1 ran in the process that read the grid file; the others waited for the server
-    assert df.set_index("param_x").status.to_dict() == {1: "ok", 2: "interrupted", 3: "interrupted"}, df.error
-    assert df.device.isna().tolist() == [False, True, True]  # no slot was theirs: no device, not "?"
+    # the trials of both slots waited for the server (the process that read the grid file
+    # runs none); x=3 never started: no row, the next run runs it
+    assert df.set_index("param_x").status.to_dict() == {1: "interrupted", 2: "interrupted"}, df.error
+    assert df.device.isna().all()  # no slot was theirs: no device, not "?"
     assert len(server) == 1
     assert_dead(server[0].pid, timeout=5)
 
@@ -210,8 +211,16 @@ class _Measured:
 def test_spawn_standbys_import_ahead_together_only_while_cores_are_idle(tmp_path, monkeypatch, machine):
     from sweeper import headroom
 
-    module, marks = _counted(tmp_path, monkeypatch, f"counted_{machine}", import_s=1.5)
-    marks.unlink()
+    # what standbys import ahead is installed libraries (the user's module comes after the
+    # trial's seed): a library that takes 1.5 s, imported by the user's module
+    marks = tmp_path / "lib.marks"
+    lib = f"counted_lib_{machine}"
+    site = install_module(tmp_path / "site", lib, COUNTED.format(import_s=1.5, marks=str(marks)))
+    monkeypatch.syspath_prepend(site)
+    (tmp_path / f"counted_{machine}.py").write_text(f"import {lib}\ntrain = {lib}.train\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = __import__(f"counted_{machine}")
+    marks.unlink()  # this process's own import does not count
     # busy: every core taken (as by colleagues' jobs, or by trials using the CPU)
     monkeypatch.setattr(headroom, "IdleCpu", lambda: _Measured(4.0 if machine == "idle" else 0.0))
     monkeypatch.setattr(headroom, "available_mb", lambda: 64000.0)

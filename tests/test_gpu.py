@@ -329,9 +329,9 @@ def test_dry_run_shows_the_gpu_plan(tmp_path, fake_nvml):
 
 
 def test_on_a_gpu_the_cli_imports_the_grid_file_once_per_trial(tmp_path, fake_nvml):
-    """The process that checks the grid file starts pinned like the first GPU slot, so it
-    runs that trial: three trials, three imports, each in the trial's own process (the
-    fork server imports installed libraries only), on GPU machines as on CPU ones."""
+    """The process that reads the grid file sees no GPU and runs no trial; then three
+    trials, three imports, each in the trial's own process (the fork server imports
+    installed libraries only), on GPU machines as on CPU ones."""
     marks = tmp_path / "imports.txt"
     grid = write_grid(tmp_path, f"import os\nopen({str(marks)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
                                 "from sweep_fns import gpu_env as train\ngrid = {'x': [1, 2, 3], 'hold': 0}\n")
@@ -339,8 +339,8 @@ def test_on_a_gpu_the_cli_imports_the_grid_file_once_per_trial(tmp_path, fake_nv
     assert done.returncode == 0, done.stderr
     imports = [int(pid) for pid in marks.read_text().split()]
     headers = [p.read_text().splitlines()[0] for p in (tmp_path / "out" / "grid" / "trials").glob("*/log.txt")]
-    assert len(imports) == 3 and all(sum(f"pid {pid}," in h for h in headers) == 1 for pid in imports)
-    assert f"pid {imports[0]}," in " ".join(headers)  # the checking process ran a trial
+    assert len(imports) == 4 and all(sum(f"pid {pid}," in h for h in headers) == 1 for pid in imports[1:])
+    assert f"pid {imports[0]}," not in " ".join(headers)  # the reader ran no trial
     uuids = {json.loads(p.read_text())["CUDA_VISIBLE_DEVICES"]
              for p in (tmp_path / "out" / "grid" / "trials").glob("*/seen.json")}
     assert uuids <= {c.uuid for c in fake_nvml.cards} and len(uuids) == 2

@@ -1,6 +1,6 @@
-"""A CLI run imports the grid file once per trial process and nowhere else: the process
-that checks the file runs the first trial (when its slot's environment is the one it was
-started with), and ends, leaving nothing behind, whenever no trial can use it."""
+"""A CLI run imports the grid file once to read it, in a process of its own that ends
+then, and once in each trial's process, after that trial's seed is set: never in the
+sweep's own process, nor in the fork server (which imports installed libraries only)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 
 from conftest import run_cli, write_grid
 from sweeper.table import READ_CSV
+
+pytestmark = pytest.mark.slow
 
 #: A grid file that notes each process that imports it (its pid) and prints a line.
 BODY = """import os
@@ -33,21 +35,19 @@ def _imports(marks) -> list[int]:
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_the_checking_process_runs_the_first_trial(tmp_path, method):
+def test_the_reader_ends_and_each_trial_imports_the_file_itself(tmp_path, method):
     grid, marks = _grid(tmp_path, [1, 2, 3])
     done = run_cli(grid, "--out", str(tmp_path / "out"), "--workers", "1", "--quiet", "--start-method", method)
     assert done.returncode == 0, done.stderr
     df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
     assert (df.status == "ok").all() and df.pid.nunique() == 3
     imports = _imports(marks)
-    assert os.getpid() not in imports  # none in the parent, none in a throwaway process
-    first = df.loc[df.param_x == 1, "pid"].item()
-    assert first == imports[0]  # the first trial ran in the process that read the file
-    # one import per trial process, under either method: the fork server imports installed
-    # libraries only, each fork runs the grid file itself
-    assert sorted(df['pid']) == sorted(imports)
-    if method == "forkserver":  # the other trials forked from one server (not this process)
-        assert df.loc[df.param_x > 1, "ppid"].nunique() == 1 and os.getpid() not in set(df.ppid)
+    assert os.getpid() not in imports  # none in the parent
+    reader, trials = imports[0], imports[1:]
+    assert reader not in set(df.pid)  # the reader ran no trial
+    assert sorted(df['pid']) == sorted(trials)  # one import per trial process, nothing else
+    if method == "forkserver":  # every trial forked from one server (not this process)
+        assert df.ppid.nunique() == 1 and os.getpid() not in set(df.ppid)
     log = (tmp_path / "out" / "grid" / "trials" / "x=1" / "log.txt").read_text()
     assert "grid file imported" in log  # what it printed while importing is the trial's
 
@@ -62,19 +62,7 @@ def test_a_resume_with_nothing_to_run_imports_once(tmp_path):
     assert len(_imports(marks)) == 1
 
 
-def test_when_the_file_asks_for_other_processes_the_checking_process_is_not_used(tmp_path):
-    # the command line could not know: the file's options ask for no standbys
-    grid, marks = _grid(tmp_path, [1, 2], extra='options = {"prefetch": False}')
-    done = run_cli(grid, "--out", str(tmp_path / "out"), "--quiet")
-    assert done.returncode == 0, done.stderr
-    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
-    assert (df.status == "ok").all() and len(df) == 2
-    imports = _imports(marks)
-    assert imports[0] not in set(df['pid'])  # ended, not used
-    assert sorted(imports[1:]) == sorted(df['pid'])  # then each trial's own
-
-
-def test_a_dry_run_ends_the_checking_process(tmp_path):
+def test_a_dry_run_imports_the_file_once(tmp_path):
     grid, marks = _grid(tmp_path, [1, 2])
     done = run_cli(grid, "--out", str(tmp_path / "out"), "--dry-run")
     assert done.returncode == 0, done.stderr

@@ -119,18 +119,19 @@ def test_a_trial_that_fits_nowhere_has_a_card_drained_for_it_not_starved():
 
 
 @pytest.mark.unit
-def test_the_breaker_closes_a_card_after_three_failures_in_a_row(caplog):
+def test_the_breaker_closes_a_card_after_three_crashes_in_a_row(caplog):
     packer = Packer(Needs(), ["0", "1"])
+    breaker = packer.breaker
     with caplog.at_level(logging.WARNING, logger="sweeper"):
-        for status in (Status.CRASHED, Status.OOM, Status.OK, Status.CRASHED, Status.CRASHED):
-            packer.learn(row({"x": 1}, status, device="gpu:0"))
-        assert not packer.closed  # an ok between resets the count
-        packer.learn(row({"x": 1}, Status.OOM, device="gpu:0", name="t7"))
-    assert "0" in packer.closed and packer.exhausted is None
+        for status in (Status.CRASHED, Status.CRASHED, Status.OK, Status.CRASHED, Status.CRASHED, Status.OOM):
+            breaker.learn(row({"x": 1}, status, device="gpu:0"))
+        assert not breaker.closed  # an ok between resets the count; an oom is the trial's size, not the card
+        breaker.learn(row({"x": 1}, Status.CRASHED, device="gpu:0", name="t7"))
+    assert "0" in breaker.closed and packer.exhausted is None
     assert packer.place({}, [Card("0", 16384, 16000)]) is None
     assert caplog.text.count("takes no new trial") == 1 and "the last: t7" in caplog.text
     for _ in range(3):
-        packer.learn(row({"x": 1}, Status.CRASHED, device="gpu:1"))
+        breaker.learn(row({"x": 1}, Status.CRASHED, device="gpu:1"))
     assert "no GPU is left" in caplog.text and "gpu:0:" in packer.exhausted
 
 

@@ -19,11 +19,15 @@ on Ray, :func:`ray_main` is the task. Either way the child, in this order:
    :class:`~sweeper.protocol.Result` to the parent and exits, releasing all of its
    memory, GPU memory included.
 
-A *standby* does steps 1-4 up to loading ``train`` while its slot's previous trial still
-runs, output going to a nameless file until its trial comes. The CLI's first process
-(``inspect``) also reads the grid file for the parent first (:mod:`sweeper.gridfile`), so
-the file is imported once. Nothing heavy is imported here: the framework arrives with the
-user's module.
+A *standby* does steps 1-3 while its slot's previous trial still runs, and imports the
+*installed* modules ``train`` needs (the framework's seconds), output going to a nameless
+file until its trial comes; never the user's module. Every trial seeds ``random`` and the
+frameworks before the user's module runs, in every kind of process (a fork, a spawn, a
+standby, a replay), so what the module draws at its top is the trial's own and the same
+however it ran. The CLI's grid reader (``inspect``, :mod:`sweeper.gridfile`) is such a
+process that reads the grid file for the parent and ends: no trial runs after an import
+that was not seeded for it. Nothing heavy is imported here: the framework arrives with
+the user's module.
 """
 
 from __future__ import annotations
@@ -61,13 +65,17 @@ class Boot:
     parent_pid: int
     target: Any  #: a :data:`sweeper.target.Target`; None with ``inspect`` (the grid file names it)
     env: dict[str, str] = field(default_factory=dict)  #: the slot's: GPU pinning, memory cap
-    #: A standby: import ``train`` at once, output to a nameless file until a trial comes
-    #: (it vanishes with the process, however that ends).
+    #: A standby: import the installed modules ``train`` needs (``warm``) at once, output
+    #: to a nameless file until a trial comes (it vanishes with the process, however that
+    #: ends). Never the user's module: that comes after the trial's seed.
     standby: bool = False
     #: False under forkserver, where the parent is the fork server, not the sweep.
     check_ppid: bool = True
-    #: (grid file, seed): read the grid file for the parent first, then stand by.
+    #: (grid file, seed): read the grid file for the parent, then end (its import drew
+    #: from generators no trial's seed had set: no trial may run after it).
     inspect: tuple[str, int | None] | None = None
+    #: A standby's candidates to import ahead (:func:`sweeper.modules.warm` keeps the installed ones).
+    warm: tuple[str, ...] = ()
 
 
 def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
@@ -77,20 +85,19 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     if not boot.check_ppid:  # a fork: /proc shows the server's environment, made this slot's
         procs.tag_slot(boot.env.get(contract.SLOT, ""))
     hook = imports.install()
-    fn = None
     prelog: int | None = None
-    target = boot.target
-    if boot.standby or boot.inspect:  # import the user's module before the trial comes
-        prelog = _redirect_to_nameless()
-        if boot.inspect is not None:
-            from .gridcheck import inspect
+    if boot.inspect is not None:  # the grid reader: read, tell, end
+        from .gridcheck import inspect
 
-            target = inspect(*boot.inspect, conn.send)
-            if target is None:
-                return
-        fn = _load(target.load, conn.send)
-        if fn is None:
-            return
+        _redirect_to_nameless()
+        inspect(*boot.inspect, conn.send)
+        conn.close()
+        _exit_now()
+    if boot.standby:  # what train needs from installed modules, before the trial comes
+        from ..modules import warm
+
+        prelog = _redirect_to_nameless()
+        warm(boot.warm)
         conn.send(Ready())
     try:
         spec: TrialSpec = conn.recv()
@@ -103,11 +110,10 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
         conn.send(Unwritable(exc.filename or spec.log_path, exc.strerror or str(exc)))
         return
     os.environ.update(spec.env)
-    hook.set_seed(spec.seed)  # before the module loads (unless a standby loaded it already)
+    hook.set_seed(spec.seed)  # before the user's module runs: what its top draws is the trial's
+    fn = _load(boot.target.load, conn.send)
     if fn is None:
-        fn = _load(target.load, conn.send)
-        if fn is None:
-            return
+        return
     context.start_reporting(conn.send, _receiver(conn) if spec.verdicts else None)
     result = run_trial(spec, fn, hook, started)
     context.stop_reporting()  # its last batch goes before the result

@@ -15,10 +15,19 @@ from . import bootstrap  # noqa: F401  (every fork starts there: imported once, 
 
 
 def _import() -> str:
+    import signal
     import sys
-    from importlib import import_module
 
-    from ..modules import installed
+    # Ctrl-C is the sweep's, which ends this server: none of its traceback on the terminal,
+    # and no terminal's signal reaches a group of its own (multiprocessing ignores SIGINT
+    # here itself, but only once this import is done)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+
+    from ..modules import warm
 
     # multiprocessing (3.11) does not give its fork server the sweep's sys.path: the parent's
     # own entries (a folder it added, the script's) come through the environment
@@ -35,13 +44,7 @@ def _import() -> str:
             names = f.read().split()
     except OSError as exc:
         return f"its list of modules could not be read ({exc.strerror})"
-    for name in names:
-        if name in sys.modules or not installed(name):
-            continue
-        try:
-            import_module(name)
-        except BaseException:  # noqa: BLE001 - an alias or a private module: the trial imports it
-            continue
+    warm(names)
     return probe()
 
 

@@ -17,7 +17,7 @@ The parts, each a module (lower ones never import higher ones)::
       ├─ standby   Spare (a process before its trial), and the standby pool: how many, by
       │            idle cores and memory (sweeper.headroom)
       ├─ reaper    the subreaper: a trial's orphans found (/proc), ended and reaped
-      ├─ process   a trial's process (Proc), its pipe's messages, pidfds, join, the sweep tag
+      ├─ process   a trial's process (Proc), its pipe's messages, pidfds, join
       └─ internals every use of multiprocessing's private names; the Pythons they were tested on
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from .backend import LocalBackend
 from .fork import WATCHDOG_MARK
-from .process import join, new_tag
+from .process import join
 from .standby import Spare, spawn
 
-__all__ = ["LocalBackend", "Spare", "WATCHDOG_MARK", "join", "new_tag", "spawn"]
+__all__ = ["LocalBackend", "Spare", "WATCHDOG_MARK", "join", "spawn"]

@@ -19,7 +19,7 @@ Per slot (one trial's worth of a device, :mod:`sweeper.slots`)::
                    memory is back, or TEARDOWN_S passed (said once, counted as used)
 
 A *standby* is a slot's next process, started while the slot's trial runs: it has
-``train`` imported (a fork has it from the server) when the trial comes.
+what ``train`` needs imported (a fork has it from the server) when the trial comes.
 """
 
 from __future__ import annotations
@@ -33,18 +33,18 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from ... import capping, contract, headroom, hostmem
+from ... import capping, contract, headroom, hostmem, procs
 from ...child import bootstrap
 from ...gpus import MemorySampler
 from ...hostmem import HostSampler
-from ...packing import Card, HostRoom, Packer, Spot
+from ...packing import Breaker, Card, HostRoom, Packer, Spot
 from ...protocol import Began, Broken, Event, Exited, Reports
 from ...slots import Slot, pick
 from ...target import Target
 from ...trial import TrialResult, TrialSpec
 from . import fork
 from .fork import Launcher, rescue, watched
-from .process import REAP_WAIT_S, Proc, join, new_tag, no_main_guard, receive
+from .process import REAP_WAIT_S, Proc, join, no_main_guard, receive
 from .reaper import Reaper, orphan_exit
 from .standby import Spare, Standbys
 
@@ -82,10 +82,12 @@ class LocalBackend:
     answers = True
 
     def __init__(self, target: Target, slots: Sequence[Slot], *, workers: int | None = None,
-                 prefetch: bool = True, start_method: str = "forkserver", spare: Spare | None = None,
+                 prefetch: bool = True, start_method: str = "forkserver", tag: str | None = None,
                  timeout: float | None = None, packer: Packer | None = None,
-                 host: HostRoom | None = None) -> None:
+                 host: HostRoom | None = None, breaker: Breaker | None = None) -> None:
         self.target = target
+        #: on GPUs: the cards closed to new trials (where trials crash), under any per_gpu
+        self.breaker = breaker if breaker is not None or packer is None else packer.breaker
         #: per_gpu="auto": where each trial goes, by the GPU memory it is predicted to need
         self.packer = packer
         #: workers="auto" or host_memory: whether a trial starts, by the host memory it needs
@@ -105,11 +107,9 @@ class LocalBackend:
         self.slots = list(slots)
         self.capacity = min(workers or len(self.slots), len(self.slots))
         #: Carried by every process of this sweep (and only this sweep), for :mod:`sweeper.procs`.
-        self.tag = spare.tag if spare and spare.tag else new_tag()
+        self.tag = tag or procs.new_tag()
         self.launcher = Launcher(target, self.tag, start_method, timeout)
         self.pool = Standbys(prefetch)
-        if spare is not None:
-            self.pool.adopt(spare, self.slots[:self.capacity])
         self.reaper = Reaper(self.tag, self._workers)
         self.running: dict[str, Proc] = {}  #: by trial id
         self.pending: dict[str, tuple[TrialSpec, Slot]] = {}  #: waiting for the fork server
@@ -128,7 +128,10 @@ class LocalBackend:
 
     def admits(self, spec: TrialSpec) -> bool:
         """Whether the trial may start now: always, unless trials are packed by memory;
-        then while it fits on a card (:mod:`sweeper.packing`), where it is to go is kept."""
+        then while it fits on a card (:mod:`sweeper.packing`), where it is to go is kept;
+        never while every free slot is on a card the breaker closed."""
+        if self.breaker is not None and not self._free():
+            return False
         host = None
         if self.host_room is not None:
             ours = [(mb, self.host.now.get(self.running[tid].process.pid, 0) if tid in self.running else 0)
@@ -157,11 +160,12 @@ class LocalBackend:
     @property
     def exhausted(self) -> str | None:
         """Why no trial can start any more (every card stopped taking them), else None."""
-        return self.packer.exhausted if self.packer is not None else None
+        return self.breaker.exhausted if self.breaker is not None else None
 
-    def again(self, result: TrialResult) -> bool:
-        """Whether this attempt runs again on other terms (a first OOM of a packed trial)."""
-        return self.packer is not None and self.packer.again(result)
+    def again(self, result: TrialResult) -> bool | None:
+        """Whether this attempt runs again on other terms (an OOM of a packed trial), or never
+        (one with the largest card to itself): :meth:`sweeper.packing.Packer.again`."""
+        return self.packer.again(result) if self.packer is not None else False
 
     def start(self, spec: TrialSpec) -> Began | None:
         self.launcher.open_server(self.slots, self.pool, self.running.values())
@@ -215,10 +219,13 @@ class LocalBackend:
             timeout = soon if timeout is None else min(timeout, soon)
         ready = set(multiprocessing.connection.wait(waits, timeout))
         events, self._events = self._events, []
+        # Only what was waited on: a process started below may get the number of a descriptor
+        # closed below (the fork server's, a dropped standby's) that is in ``ready``.
+        waited, pooled = list(self.running.items()), self.pool.all()
         events += self._server_event(ready)
-        for sb in self.pool.all():
+        for sb in [sb for sb in pooled if sb in self.pool.all()]:
             events += self.pool.event(sb, ready)
-        for tid, p in list(self.running.items()):
+        for tid, p in [(tid, p) for tid, p in waited if self.running.get(tid) is p]:
             if p.conn is not None and p.conn in ready:
                 said = receive(p)
                 if tid in self._unmeasured and any(isinstance(e, Reports) and _an_epoch(e) for _, e in said):
@@ -274,7 +281,9 @@ class LocalBackend:
         if not self.pool.prefetch or self.launcher.starting():
             return
         forks = not self.launcher.no_forks
-        for p in self.running.values():
+        closed = self.breaker.closed if self.breaker is not None else {}
+        running = [p for p in self.running.values() if p.slot.gpu not in closed]  # a closed card's slots take none
+        for p in running:
             if len(self.pool.all()) >= queued:
                 return
             # A spawn standby only once the slot's trial has its imports behind it: two
@@ -282,7 +291,7 @@ class LocalBackend:
             if not self.pool.by_slot.get(p.slot.index) and (forks or p.fn_started):
                 self.pool.add(p.slot, self._standby(p.slot))
         if not forks:
-            self.pool.more(queued, self.running.values(), self._standby)
+            self.pool.more(queued, running, self._standby)
 
     def close(self) -> list[tuple[str, Event]]:
         """Last resort on any way out: nothing of a trial outlives the sweep."""
@@ -317,8 +326,10 @@ class LocalBackend:
     # -- processes ----------------------------------------------------------------------
 
     def _free(self) -> list[Slot]:
+        """The slots no trial holds, on cards that take trials (not closed by the breaker)."""
         taken = {p.slot.index for p in self.running.values()} | {s.index for _, s in self.pending.values()}
-        return [s for s in self.slots if s.index not in taken]
+        closed = self.breaker.closed if self.breaker is not None else {}
+        return [s for s in self.slots if s.index not in taken and s.gpu not in closed]
 
     def _cards(self) -> list[Card]:
         """The sweep's cards now: NVML's free memory, and what our trials there reserved and
@@ -453,6 +464,7 @@ class LocalBackend:
         spec = replace(spec, device=slot.device)
         self.running[spec.trial_id] = Proc(spec, slot, process.process, process.conn, process.exit_fd,
                                            forked=process.forked, watch_at=time.monotonic() + self.launcher.watch_s,
+                                           io=procs.io_chars(process.process.pid) if process.forked else None,
                                            oom_kills=hostmem.oom_kills())
         try:
             process.conn.send(spec)
@@ -462,8 +474,9 @@ class LocalBackend:
         packed = self.reserved.get(spec.trial_id)
         if packed is not None:  # its own cap, and what it reserved
             cap = int(spec.env[contract.MEMORY_LIMIT_MB])
+            alone = self.packer is not None and self.packer.last_resort(spec.params)
             return Began(process.process.pid, slot.device, slot.uuid, cap, fraction, reserved_mb=packed[1],
-                         packed=True)
+                         packed=True, alone_mb=self._totals.get(packed[0]) if alone else None)
         return Began(process.process.pid, slot.device, slot.uuid, slot.cap_mb, fraction, reserved_mb=slot.cap_mb)
 
     def _server_event(self, ready: set[Any]) -> list[tuple[str, Event]]:

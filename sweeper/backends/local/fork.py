@@ -13,8 +13,8 @@ watchdog fires.
 
 The watchdog: forking a process that has threads is safe only while none of them holds a
 lock the child needs. A fork that has not reached ``train`` ``FORK_WATCHDOG_S`` after it
-was handed its trial, and that has stopped computing (:func:`stuck`), is taken for
-deadlocked: killed, a line in its trial's log says why (``WATCHDOG_MARK``), and its trial
+was handed its trial, and that has stopped computing, reads and writes nothing and sleeps
+on a lock (:meth:`Launcher.stuck`), is taken for deadlocked: killed, a line in its trial's log says why (``WATCHDOG_MARK``), and its trial
 runs again in a spawn process (:func:`rescue`).
 """
 
@@ -89,7 +89,8 @@ class Launcher:
         """Start a worker process for a slot, with the slot's GPU and cap in its environment:
         a fork of the fork server once it is ready, else a spawn process."""
         forked = not self.no_forks and self.server is not None and self.server.state == "ready"
-        boot = bootstrap.Boot(os.getpid(), self.target, slot.env, standby, check_ppid=not forked)
+        boot = bootstrap.Boot(os.getpid(), self.target, slot.env, standby, check_ppid=not forked,
+                              warm=tuple(preload_of(self.target)) if standby and not forked else ())
         env = {**slot.env, contract.SWEEP: self.tag}
         sb = spawn(self.fork_ctx if forked else self.spawn_ctx, boot, env, f"sweeper-slot{slot.index}")
         sb.forked = forked
@@ -126,14 +127,19 @@ class Launcher:
             self.server.stop()
 
     def stuck(self, p: Proc, now: float) -> bool:
-        """A fork not in train yet, looked at by the watchdog: stuck if it used almost no CPU
-        since the last look (a deadlock sleeps on its lock); one still importing the user's
-        module computes, and is looked at again later."""
-        cpu = procs.cpu_seconds(p.process.pid)
-        if cpu is None:  # cannot be read here: the time alone decides
+        """A fork not in train yet, looked at by the watchdog: stuck if since the last look it
+        used almost no CPU, read and wrote nothing, and its main thread sleeps on a lock (a
+        deadlock). One still importing the user's module computes, one that waits on a
+        slow disk, a socket or a sleep at the module's top waits elsewhere: looked at again
+        later (its trial's --timeout still holds). Where /proc cannot tell, the time decides."""
+        pid = p.process.pid
+        cpu, io, on_lock = procs.cpu_seconds(pid), procs.io_chars(pid), procs.waits_on_lock(pid)
+        if cpu is None and io is None and on_lock is None:
             return True
-        if cpu - p.cpu_s >= STUCK_CPU * self.watch_s:
-            p.cpu_s, p.watch_at = cpu, now + self.watch_s
+        computing = cpu is not None and cpu - p.cpu_s >= STUCK_CPU * self.watch_s
+        moving = io is not None and p.io is not None and io != p.io
+        if computing or moving or on_lock is False:
+            p.cpu_s, p.io, p.watch_at = cpu if cpu is not None else p.cpu_s, io, now + self.watch_s
             return False
         return True
 

@@ -1,7 +1,7 @@
 """A trial's process as the local backend holds it (:class:`Proc`), and what every worker
 process of the sweep needs: its exit seen through a pidfd (:func:`exit_fd`), its reaping
 without waiting on a sentinel a daemon may hold (:func:`join`), a start that a Ctrl-C
-cannot cut short (:func:`sigint_held`), the sweep's tag (:func:`new_tag`), and the
+cannot cut short (:func:`sigint_held`), and the
 reading of what a trial sends over its pipe (:func:`receive`).
 """
 
@@ -42,6 +42,7 @@ class Proc:
     handed: float = field(default_factory=time.monotonic)  #: when it was sent its trial
     watch_at: float = 0.0  #: a fork: when the watchdog looks at it next (if not in train yet)
     cpu_s: float = 0.0  #: a fork: the CPU time it had used when the watchdog last looked
+    io: int | None = None  #: a fork: the bytes it had read and written then
     fn_started: bool = False  #: its train() has begun (its imports are done)
     has_result: bool = False
     cancelled: bool = False
@@ -81,11 +82,6 @@ def no_main_guard() -> SweepError:
         f"{main} calls sweep() at its top level, so every trial process, which re-imports it, "
         "calls it again; put the call under if __name__ == \"__main__\": (finished trials are kept)"
     )
-
-
-def new_tag() -> str:
-    """A tag for one sweep's processes (``SWEEPER_SWEEP``), unique on this machine."""
-    return f"{os.getpid()}-{os.urandom(4).hex()}"
 
 
 def join(process: Any, exit_fd: int, timeout: float) -> bool:

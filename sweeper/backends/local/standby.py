@@ -1,5 +1,6 @@
 """Standbys: a slot's next processes, started while its trial runs, so the next trial
-finds ``train`` imported (a fork has it from the server; a spawn process imports it).
+finds the installed modules ``train`` needs imported (a fork has them from the server; a spawn
+process imports them); the user's module comes with the trial, after its seed.
 
 How many: a fork per busy slot at once (it costs no import); spawn ones, which import,
 beyond that only while measured idle cores allow (:mod:`sweeper.headroom`), up to the
@@ -7,9 +8,8 @@ depth that keeps a slot fed (:meth:`Standbys.depth`, at most ``MAX_AHEAD``), whi
 allows another standby, and never more than trials are left. Three standbys dead before
 their trials, and the sweep stops making them.
 
-A :class:`Spare` is a worker process started before its trial: a standby, the CLI's first
-process (which read the grid file and then stands by), or a process about to get its
-trial (:func:`spawn` starts each).
+A :class:`Spare` is a worker process started before its trial: a standby, the CLI's grid
+reader, or a process about to get its trial (:func:`spawn` starts each).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ IDLE_FOR_ONE = 0.8
 
 @dataclass
 class Spare:
-    """A worker process started before its trial: a standby, or the CLI's first process,
-    which read the grid file and then stands by (:func:`sweeper.gridfile.read`)."""
+    """A worker process started before its trial: a standby, or the CLI's grid reader
+    (:func:`sweeper.gridfile.read`)."""
 
     process: Any  # multiprocessing.context.SpawnProcess
     conn: multiprocessing.connection.Connection
@@ -46,7 +46,7 @@ class Spare:
     tag: str = ""  #: the sweep tag in its environment
     closed: bool = False
     forked: bool = False  #: a fork of the fork server (else a spawn process)
-    ready: bool = False  #: it has imported train (sent Ready)
+    ready: bool = False  #: it has imported ahead (sent Ready)
     born: float = field(default_factory=time.monotonic)
 
     def close(self) -> None:
@@ -93,17 +93,6 @@ class Standbys:
         self.import_s: list[float] = []  #: standbys' import times, newest last
         self.trial_s: list[float] = []  #: trials' run times, newest last
         self.standby_mb = 0.0  #: the largest resident memory of a ready standby
-
-    def adopt(self, spare: Spare, slots: Sequence[Slot]) -> None:
-        """The CLI's first process becomes the standby of the slot it was started for."""
-        slot = next((s for s in slots if s.env == {k: v for k, v in spare.env.items()
-                                                   if k != contract.SWEEP}), None)
-        # With prefetch off, every trial imports train after its seed is set: so does the first.
-        if slot is None or not self.prefetch:
-            spare.close()
-        else:
-            spare.ready = True
-            self.by_slot[slot.index] = [spare]
 
     def all(self) -> list[Spare]:
         return [sb for queue in self.by_slot.values() for sb in queue]

@@ -1,0 +1,121 @@
+"""Issue 38, item 4: a trial that never reached ``train`` because its fork never started
+runs under spawn and costs it no attempt, and no message points at a log that does not
+exist; the fork watchdog tells an import that waits (a disk, a socket, a sleep) from a
+deadlock before it gives up the fork server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import psutil
+import pytest
+
+import sweeper
+from conftest import ROOT, install_module, write_grid
+from sweeper.backends.local import fork
+from sweeper.table import READ_CSV
+
+pytestmark = pytest.mark.slow
+
+GRID = """import {lib}
+from sweep_fns import echo as train
+grid = {{"x": [1, 2, 3]}}
+"""
+
+
+def _cli(tmp_path, lib: str, *args: str) -> subprocess.Popen:
+    grid = write_grid(tmp_path, GRID.format(lib=lib))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    return subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out"), "--quiet", *args],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for(path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the server's own sentinel file
+    assert path.exists(), proc.communicate(timeout=30)
+
+
+def _every_trial_ran_once(tmp_path, out: str) -> pd.DataFrame:
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
+    assert (df.status == "ok").all(), (df.error.tolist(), out)
+    assert (df.attempts == 1).all()  # a trial that never began costs no attempt
+    assert "crashed" not in out and "log:" not in out
+    return df
+
+
+def test_a_fork_server_killed_while_it_imports_costs_no_trial_anything(tmp_path):
+    importing = tmp_path / "server_importing"
+    install_module(tmp_path / "site", "slow_lib", f"""import os, time
+if os.environ.get("SWEEPER_PRELOAD_READY"):  # the fork server's import, and only its
+    open({str(importing)!r}, "w").close()
+    time.sleep(600)
+""")
+    proc = _cli(tmp_path, "slow_lib", "--workers", "1")
+    try:
+        _wait_for(importing, proc)
+        server = [p for p in psutil.Process(proc.pid).children() if "forkserver" in " ".join(p.cmdline())]
+        assert len(server) == 1
+        server[0].kill()  # as the OOM killer would
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out + err
+    assert "the fork server died while it imported" in out + err
+    _every_trial_ran_once(tmp_path, out + err)
+
+
+def test_when_every_fork_deadlocks_the_probe_too_trials_run_under_spawn(tmp_path):
+    # a library that holds a lock in a thread of its own: every fork made after its import
+    # waits for that lock for ever, the fork server's probe fork included
+    install_module(tmp_path / "site", "unforkable", """import os, threading
+_lock = threading.Lock()
+_held = threading.Event()
+def _hold():
+    with _lock:
+        _held.set()
+        threading.Event().wait()
+threading.Thread(target=_hold, daemon=True).start()
+_held.wait()
+if os.environ.get("SWEEPER_SWEEP"):
+    os.register_at_fork(after_in_child=_lock.acquire)
+""")
+    proc = _cli(tmp_path, "unforkable", "--workers", "2")
+    out, err = proc.communicate(timeout=200)
+    assert proc.returncode == 0, out + err
+    assert "fork server cannot be used" in out + err
+    df = _every_trial_ran_once(tmp_path, out + err)
+    assert df.pid.nunique() == 3
+
+
+SLOW_IMPORT = """import os, time
+time.sleep({wait})  # as a read from a slow disk or a socket at the module's top
+with open({marks!r}, "a") as f:
+    f.write(f"{{os.getpid()}}\\n")
+
+def train(params):
+    return {{"pid": os.getpid(), "ppid": os.getppid()}}
+"""
+
+
+def test_a_fork_whose_import_waits_is_not_taken_for_deadlocked(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(fork, "FORK_WATCHDOG_S", 0.5)  # looks at it four times before it is done
+    marks = tmp_path / "imported"
+    (tmp_path / "waits_at_import.py").write_text(SLOW_IMPORT.format(wait=0.0, marks=str(marks)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import waits_at_import  # here without the wait; each trial's import waits
+
+    (tmp_path / "waits_at_import.py").write_text(SLOW_IMPORT.format(wait=2.5, marks=str(marks)))
+    with caplog.at_level("WARNING", logger="sweeper"):
+        df = sweeper.sweep(waits_at_import.train, {"x": [1, 2]}, workers=1, out=str(tmp_path / "o"), progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert (df.ppid != os.getpid()).all()  # forks both: the fork server was not given up
+    assert not [r for r in caplog.records if "watchdog" in r.getMessage() or "had not reached" in r.getMessage()]
+    assert all(fork.WATCHDOG_MARK not in p.read_text() for p in (tmp_path / "o").rglob("log.txt"))
