@@ -77,6 +77,41 @@ def run_sweeper(fn: Callable, points: Points, k: int, timeout: float, grid: dict
             "slot_env": any(t.get("slot", -1) >= 0 for t in trials)}
 
 
+def run_sweeper_cli(fn: Callable, points: Points, k: int, timeout: float, grid: dict | None = None,
+                    **_: Any) -> dict[str, Any]:
+    """``python -m sweeper grid.py --workers k``, as a user types it: a grid file that
+    imports the trial's module at its top (its TensorFlow with it) and names the same grid.
+    The clock runs from just before the command to its exit: the grid's read, the fork
+    server's import and every trial."""
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    module, name = getattr(fn, "module", None) or fn.__module__, getattr(fn, "name", None) or fn.__name__
+    here = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory(prefix="sweeper-bench-") as out:
+        path = os.path.join(out, "bench.py")
+        with open(path, "w") as f:
+            f.write(f"import sys\nsys.path.insert(0, {here!r})\nfrom {module} import {name} as train\n"
+                    f"grid = {grid if grid is not None else points!r}\n")
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "sweeper", path, "--workers", str(k), "--out", out, "--quiet"],
+                              cwd=os.path.dirname(here), capture_output=True, text=True,
+                              timeout=timeout * max(1, len(points)) + 300)
+        wall = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise RuntimeError(f"sweeper exited {done.returncode}: {done.stderr[-300:]}")
+        with open(os.path.join(out, "bench", "results.csv")) as f:
+            rows = list(csv.DictReader(f))
+        fired = _watchdog_fired(out)
+    trials = [_record({k: _float(v) for k, v in row.items() if k in TIMING_KEYS}, status=row.get("status"),
+                      started_at=_epoch(row.get("started_at")), duration_s=_float(row.get("duration_s")),
+                      slot=_int(_float(row.get("slot")))) for row in rows]
+    return {"wall_s": wall, "trials": trials, "n_ok": sum(t["status"] == "ok" for t in trials),
+            "watchdog_fired": fired, "slot_env": any(t.get("slot", -1) >= 0 for t in trials)}
+
+
 def _watchdog_fired(out: str) -> int:
     """Trials whose log says the fork watchdog fired (it writes its line there)."""
     import glob
@@ -244,6 +279,7 @@ RUNNERS: dict[str, tuple[Callable, dict[str, Any]]] = {
     "sweeper": (run_sweeper, {}),
     "sweeper --no-prefetch": (run_sweeper, {"prefetch": False}),
     "sweeper spawn": (run_sweeper, {"start_method": "spawn"}),
+    "sweeper cli": (run_sweeper_cli, {}),
     "naive": (run_naive, {}),
     "pool": (run_pool, {}),
     "loky": (run_loky, {}),

@@ -4,6 +4,7 @@
     python bench/run.py --quick         # about 5 min, 1 repeat
     python bench/run.py --only A,B --repeats 5 --out /tmp/results.json
     python bench/run.py --quick --only E   # CLI start-up only (~1 min on 2 cores)
+    python bench/run.py --only F --cases F1,F2 --methods "sweeper cli,loky" --repeats 4
 
 Scenarios (trial functions: bench/trials.py, bench/tf_sleep.py, bench/keras_mlp.py):
   A   dispatch overhead: no-op trials, 2 slots; slot-seconds per trial and trials/s
@@ -13,7 +14,10 @@ Scenarios (trial functions: bench/trials.py, bench/tf_sleep.py, bench/keras_mlp.
   D   the sweep parent's own CPU per trial and peak RSS (sweeper only), and the time of
       ``python -m sweeper grid.py --dry-run`` on a 100,000-point grid
   F   the short trials of issue 17 (no longer than one TF import): 8 x 4 s and 16 x 2 s, on
-      1 and 2 slots, against loky (which reuses its workers) and pool
+      1 and 2 slots, against loky (which reuses its workers) and pool; "sweeper cli" is
+      ``python -m sweeper grid.py`` on a grid file importing the trial's module (issue 39:
+      the grid's read and the fork server's import side by side), timed from the command
+      to its exit
   E   CLI start (sweeper only): ``python -m sweeper bench/grid_tf_first.py --workers 1``, a
       grid file that imports TensorFlow at its top, 2 trials whose train does nothing.
       "command -> 1st train" runs from ``time.time()`` in this process just before it starts
@@ -54,7 +58,7 @@ DRIVER = os.path.join(HERE, "driver.py")
 GRID_100K = os.path.join(HERE, "grid_100k.py")
 GRID_TF_FIRST = os.path.join(HERE, "grid_tf_first.py")
 
-ALL_METHODS = ["sweeper", "sweeper --no-prefetch", "sweeper spawn", "naive", "pool", "loky", "ray tune"]
+ALL_METHODS = ["sweeper", "sweeper --no-prefetch", "sweeper spawn", "naive", "pool", "loky", "ray tune", "sweeper cli"]
 SWEEPERS = ALL_METHODS[:3]
 SWEEPER_ONLY = {"D", "E"}  # scenarios that measure sweeper itself: --methods keeps only its variants
 LABEL = {"loky": "loky (reuses)"}
@@ -118,7 +122,7 @@ def cases(quick: bool) -> dict[str, list[Case]]:
         # The issue's short-trial workload, the same sizes quick or full: trials no longer
         # than one TensorFlow import, where a fresh process per trial costs most.
         "F": [Case(f"F{j}", f"{n} x sleep({s:g}) TF-importing trials, {k} slot{'s' * (k > 1)}", "tf_sleep:train", n, k,
-                   {"s": s}, methods=["sweeper", "sweeper spawn", "loky", "pool"],
+                   {"s": s}, methods=["sweeper", "sweeper cli", "sweeper spawn", "loky", "pool"],
                    timeout_s=120 + n * (s + 30), import_fn=True)
               for j, (n, s, k) in enumerate([(8, 4.0, 1), (16, 2.0, 2), (8, 4.0, 2), (16, 2.0, 1)], 1)],
         # The same sizes quick or full (only the repeats differ): what is measured is the
@@ -501,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
                          "over many trials; min with --repeats)")
     ap.add_argument("--only", help="comma-separated scenarios among A,B,C,D,E (B runs B1 and B2; default all)")
     ap.add_argument("--methods", help="comma-separated subset of: " + ", ".join(ALL_METHODS))
+    ap.add_argument("--cases", help="comma-separated cases of those scenarios to keep, e.g. F1,F2")
     ap.add_argument("--out", default=os.path.join(HERE, "out", "results.json"), help="JSON of all figures")
     args = ap.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
@@ -513,6 +518,11 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown scenario(s) {bad}; choose among {', '.join(by_scenario)}")
     selected = [c for s in only for c in by_scenario[s]]
+    if args.cases:
+        keep = {c.strip().upper() for c in args.cases.split(",") if c.strip()}
+        selected = [c for c in selected if c.name in keep]
+        if not selected:
+            ap.error(f"no case named {', '.join(sorted(keep))} in {', '.join(only)}")
     if args.methods:
         wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
         for m in wanted:

@@ -23,6 +23,7 @@ import base64
 import dataclasses
 import html
 import io
+import json
 import logging
 import math
 import os
@@ -32,8 +33,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from . import paths
 from .errors import SweepError
 from .paths import SweepPaths
+from .studies import spans_decades
 from .table import param_columns
-from .metrics import HISTORY_COLUMNS, direction
+from .metrics import HISTORY_COLUMNS, default_metric, direction
 from .trial import RESULT_COLUMNS, Status
 
 if TYPE_CHECKING:
@@ -48,6 +50,9 @@ HISTORY_KEYS = HISTORY_COLUMNS
 #: group in :class:`~sweeper.trial.Status`' order (others follow, sorted).
 STATUSES = tuple(s.value for s in sorted(Status, key=lambda s: not s.succeeded))
 TOP = 5
+#: ``df.attrs`` key of a search's parameters on a log scale (loguniform): drawn on a log axis, as
+#: are those whose values span two decades (:func:`sweeper.studies.spans_decades`)
+LOG_SCALE = "log_scale"
 
 _NEED_MPL = "the report needs matplotlib: pip install matplotlib"
 
@@ -75,8 +80,9 @@ def metric_columns(df: "pandas.DataFrame") -> list[str]:
 def choose(df: "pandas.DataFrame", metric: str | None = None, mode: str | None = None) -> tuple[str | None, str]:
     """The metric to rank by and its direction, ``(metric, "max" | "min")``.
 
-    The metric defaults to the first metric column (None when the table has none); the
-    mode defaults to the metric's direction by its name where the name is a known one
+    The metric defaults to a validation metric where there is one, ``val_loss`` before
+    ``loss``, else the first metric column (:func:`sweeper.metrics.default_metric`; None when
+    the table has none); the mode defaults to the metric's direction by its name where the name is a known one
     (:func:`sweeper.metrics.direction`). A metric sweeper picked whose direction is unknown
     is ranked ``min``, with a warning saying so (a display default: a named one needs ``mode``).
 
@@ -87,7 +93,7 @@ def choose(df: "pandas.DataFrame", metric: str | None = None, mode: str | None =
     metrics = metric_columns(df)
     picked = metric is None
     if metric is None:
-        metric = metrics[0] if metrics else None
+        metric = (default_metric(metrics) or (None, ""))[0]
     elif metric not in metrics:
         have = ", ".join(metrics) if metrics else "none"
         raise SweepError(f"no metric {metric!r} in the results: give one of the metrics ({have})")
@@ -315,9 +321,11 @@ def _from_ledger(folder: str) -> tuple["pandas.DataFrame", "pandas.DataFrame | N
             epochs = ledger.history()
             search = ledger.get("search")
             objectives = ledger.objectives()
+            logs = ledger.get("log_scale")
     finally:
         ledger.close()
     df = table.dataframe(results, objectives)
+    df.attrs[LOG_SCALE] = frozenset(json.loads(logs or "[]"))
     where = {r.trial_id: (r.index, r.name) for r in results}
     rows = [{**metrics, "trial_id": tid, "trial": where[tid][1], "epoch": epoch}
             for tid, epoch, metrics in epochs if tid in where]
@@ -377,7 +385,7 @@ def write_html(folder: str | os.PathLike[str], metric: str | None = None, mode: 
     """
     folder = os.fspath(folder)
     df, history, searched = read_folder(folder)
-    _need_matplotlib()
+    need_matplotlib()
     metric, mode = choose(df, metric, mode)
     page = _page(folder, df, history, metric, mode, searched)
     path = SweepPaths(folder).report
@@ -398,26 +406,18 @@ def figures(folder: str | os.PathLike[str], metric: str | None = None,
     """
     folder = os.fspath(folder)
     df, history, searched = read_folder(folder)
-    _need_matplotlib()
+    need_matplotlib()
     metric, mode = choose(df, metric, mode)
     return {p.key: p.figure for p in _plots(df, history, metric, mode, searched)}
 
 
-def _need_matplotlib() -> None:
+def need_matplotlib() -> None:
+    """Raises SweepError (one line naming the install command) where matplotlib is missing."""
     try:
         import matplotlib  # noqa: F401  (only to fail early with a clear message)
         from matplotlib.figure import Figure  # noqa: F401
     except ImportError:
         raise SweepError(_NEED_MPL) from None
-
-
-def _use_log_axis(values: Iterable[Any]) -> bool:
-    """Whether to plot these values on a log axis: their positive values span 2 decades or more."""
-    import numpy
-
-    x = numpy.asarray(list(values), dtype=float)
-    x = x[numpy.isfinite(x) & (x > 0)]
-    return x.size >= 2 and float(x.max()) / float(x.min()) >= 100
 
 
 @dataclasses.dataclass
@@ -429,36 +429,71 @@ class _Plot:
 
 def _plots(df: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: str | None, mode: str,
            searched: bool) -> list[_Plot]:
-    """Every figure of the page, in its order (the page says why one is missing)."""
-    ok = df[ranked(df)]
+    """Every figure of the page, in its order (the page says why one is missing). Each caption
+    says which trials the figure shows and which of them are grey."""
+    ok = df[finished_ok(df)]
     out: list[_Plot] = []
     if metric is not None and not ok.empty:
         for col in varying_params(df):
             name = col[len("param_"):]
-            fig, how = _param_figure(ok, col, metric, mode)
-            out.append(_Plot(f"param:{name}", fig, f"{metric} by {name} ({how})"))
+            log = name in df.attrs.get(LOG_SCALE, ()) or spans_decades(df[col])
+            fig, how, marks = _param_figure(ok, col, metric, mode, log)
+            out.append(_Plot(f"param:{name}", fig, f"{metric} by {name} ({how}): {_drawn(ok, metric)}; {marks}"))
         if searched:
-            out.append(_Plot("progress", _best_so_far_figure(df, metric, mode),
-                             f"best {metric} so far, by trial (pruned trials at their last reported value)"))
-    board = leaderboard(df, metric, mode, TOP)
-    column = _curves_column(history, metric)
-    if history is not None and column is not None and not board.empty:
-        trials = [str(t) for t in board["trial"]]
-        pruned = [str(t) for t in df.loc[stopped(df), "trial"]]
-        curves, grey = _curves_figure(history, df, trials, column, pruned)
-        if curves is not None:
-            caption = f"{column} per epoch, top {len(trials)} trials"
-            if grey:
-                caption += f"; {grey} pruned trials in grey, x where each was stopped"
-            out.append(_Plot("curves", curves, caption))
+            out.append(_Plot("progress", _best_so_far_figure(df, metric, mode), _progress_caption(df, metric)))
+    curves = _curves_plot(df, history, metric, mode)
+    if curves is not None:
+        out.append(curves)
     front = _pareto_figure(df)
     if front is not None:
         out.append(front)
     memory = _memory_figure(df)
     if memory is not None:
-        out.append(_Plot("memory", memory, "each trial's peak GPU memory against what was reserved for it (per_gpu "
-                                           "auto); red x: out of memory; on the line: it took all it was given"))
+        out.append(_Plot("memory", memory, "each trial with a peak and a reservation (per_gpu auto): its peak GPU "
+                                           "memory against what was reserved for it; red x: out of memory; on the "
+                                           "line: it took all it was given"))
     return out
+
+
+def _drawn(ok: "pandas.DataFrame", metric: str) -> str:
+    """Which of the ok trials a figure of ``metric`` shows, and which are grey."""
+    has = ok[metric].notna()
+    text = f"each ok trial with a value of {metric} ({int(has.sum())})"
+    missed = int((has & ~ranked(ok)).sum())
+    if missed:
+        text += f": blue those that meet the constraints, hollow grey the {missed} that miss them (feasible=False)"
+    return text
+
+
+def _progress_caption(df: "pandas.DataFrame", metric: str) -> str:
+    ok, pruned = finished_ok(df), stopped(df)
+    text = f"{metric} of each trial in the order started: ok trials ({int(ok.sum())}) in blue"
+    missed = int((ok & ~ranked(df)).sum())
+    if missed:
+        text += f", hollow grey the {missed} that miss the constraints"
+    if pruned.any():
+        text += f", grey x the {int(pruned.sum())} pruned (at their last reported value)"
+    return text + "; the line: the best so far" + (" that meets the constraints" if missed else "")
+
+
+def _curves_plot(df: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: str | None,
+                 mode: str) -> _Plot | None:
+    """The learning curves of the top trials, the pruned ones grey under them."""
+    board = leaderboard(df, metric, mode, TOP)
+    column = _curves_column(history, metric)
+    if history is None or column is None or board.empty:
+        return None
+    trials = [str(t) for t in board["trial"]]
+    pruned = [str(t) for t in df.loc[stopped(df), "trial"]]
+    curves, grey = _curves_figure(history, df, trials, column, pruned)
+    if curves is None:
+        return None
+    caption = f"{column} per epoch of the top {len(trials)} trials" + (f" by {metric}" if metric else "")
+    if "feasible" in df.columns:
+        caption += " among those that meet the constraints"
+    if grey:
+        caption += f"; grey: the {grey} pruned trials, x where each was stopped"
+    return _Plot("curves", curves, caption)
 
 
 def _front_section(df: "pandas.DataFrame", objectives: Any, plot: _Plot | None, fixed: Any) -> list[str]:
@@ -483,35 +518,47 @@ def _front_section(df: "pandas.DataFrame", objectives: Any, plot: _Plot | None, 
 
 
 def _pareto_figure(df: "pandas.DataFrame") -> _Plot | None:
-    """Two objectives: every ranked trial with both, the front joined and marked; None otherwise."""
+    """Two objectives: every ok trial with both, the front joined and marked in red, the
+    trials off it grey (hollow: those that miss the constraints); None otherwise."""
     objectives = df.attrs.get("objectives")
     if objectives is None or len(objectives.metrics) != 2 or "pareto" not in df:
         return None
     (x, y), (mx, my) = objectives.metrics, objectives.modes
-    rows = df[ranked(df)]
+    rows = df[finished_ok(df)]
     rows = rows[rows[x].notna() & rows[y].notna()]
     if rows.empty:
         return None
-    on = rows.pareto.fillna(False).astype(bool)
+    import numpy
+
+    good = ranked(rows).to_numpy()
+    on = rows.pareto.fillna(False).astype(bool).to_numpy() & good
+    xs, ys = rows[x].to_numpy(dtype=float, na_value=numpy.nan), rows[y].to_numpy(dtype=float, na_value=numpy.nan)
+    off, missed = good & ~on, ~good
     fig = _figure()
     ax = fig.add_subplot()
-    ax.scatter(rows[x][~on].astype(float), rows[y][~on].astype(float), s=22, color=_OK_COLOUR, alpha=0.7,
-               label="trial")
-    front = rows[on].sort_values(x)
-    ax.step(front[x].astype(float), front[y].astype(float), where="post" if (mx == "max") == (my == "max") else "pre",
-            color=_BEST_COLOUR, linewidth=1, zorder=3)
-    ax.scatter(front[x].astype(float), front[y].astype(float), s=40, color=_BEST_COLOUR, zorder=4,
-               label=f"Pareto front ({len(front)})")
+    if off.any():
+        ax.scatter(xs[off], ys[off], s=22, color=_GREY, label=f"not on the front ({int(off.sum())})", zorder=2)
+    if missed.any():
+        _hollow(ax, xs[missed], ys[missed])
+    order = numpy.argsort(xs[on], kind="stable")
+    fx, fy = xs[on][order], ys[on][order]
+    ax.step(fx, fy, where="post" if (mx == "max") == (my == "max") else "pre", color=_BEST_COLOUR, linewidth=1,
+            zorder=3)
+    if on.any():
+        ax.scatter(fx, fy, s=40, color=_BEST_COLOUR, zorder=4, label=f"Pareto front ({int(on.sum())})")
     for axis, name, how in ((ax.set_xlabel, x, mx), (ax.set_ylabel, y, my)):
         axis(f"{name} ({'higher' if how == 'max' else 'lower'} is better)")
-    if _use_log_axis(rows[x]):
+    if spans_decades(xs) and bool((xs > 0).all()):  # a log axis would hide zeros and negatives
         ax.set_xscale("log")
-    if _use_log_axis(rows[y]):
+    if spans_decades(ys) and bool((ys > 0).all()):
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    return _Plot("pareto", fig, f"{y} against {x}: each ok trial; in red the Pareto front (no trial is better in "
-                                "both)")
+    caption = (f"{y} against {x}: each ok trial with both ({len(rows)}); red: the Pareto front ({int(on.sum())}: "
+               f"no other trial is at least as good in both and better in one); grey: the {int(off.sum())} off it")
+    if missed.any():
+        caption += f"; hollow grey: the {int(missed.sum())} that miss the constraints (never on the front)"
+    return _Plot("pareto", fig, caption)
 
 
 def _memory_figure(df: "pandas.DataFrame") -> "Figure | None":
@@ -758,41 +805,62 @@ def _table(df: "pandas.DataFrame", cls: str, params: Iterable[str] = ()) -> str:
 # ---------------------------------------------------------------- figures
 
 #: The colours and marks of the figures: ok trials blue, the best a red star, pruned trials
-#: (no failure) a neutral grey with an x where the pruner stopped them.
+#: (no failure) a neutral grey with an x where the pruner stopped them; ok trials that miss
+#: the constraints hollow grey, and those off a Pareto front grey: drawn, never dropped.
 _OK_COLOUR, _BEST_COLOUR, _PRUNED_COLOUR, _PRUNED_LINE = "#1f77b4", "#d62728", "#777", "#bbb"
+_GREY = "#9e9e9e"
+#: The legend's word for the ok trials that miss the constraints (feasible=False).
+_MISSED = "misses the constraints"
 
 
-def _param_figure(ok: "pandas.DataFrame", col: str, metric: str, mode: str) -> tuple["Figure", str]:
-    """The metric against one hyperparameter, and a word on how it is drawn."""
-    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+def _hollow(ax: Any, xs: Any, ys: Any) -> None:
+    """The ok trials that miss the constraints: hollow grey circles, under the others."""
+    ax.scatter(xs, ys, s=30, facecolors="none", edgecolors=_GREY, linewidths=1.0, zorder=2,
+               label=f"{_MISSED} ({len(xs)})")
+
+
+def _param_figure(ok: "pandas.DataFrame", col: str, metric: str, mode: str,
+                  log: bool) -> tuple["Figure", str, str]:
+    """The metric against one hyperparameter over the ok trials (those that miss the
+    constraints hollow grey), a word on the axis, and one on the marks."""
+    import numpy
 
     name = col[len("param_"):]
     fig = _figure()
     ax = fig.add_subplot()
-    y_all = ok[metric].astype(float)
-    if is_numeric_dtype(ok[col]) and not is_bool_dtype(ok[col]):
-        how = _scatter(ax, ok[col].astype(float), y_all, mode)
+    y = ok[metric].to_numpy(dtype=float, na_value=numpy.nan)
+    good = ranked(ok).to_numpy()
+    if _is_number_column(ok[col]):
+        how = _scatter(ax, ok[col].to_numpy(dtype=float, na_value=numpy.nan), y, good, mode, log)
+        marks = "red star: the best" + (" that meets them" if not good.all() else "")
     else:
-        how = _strip(ax, ok[col], y_all)
+        how = _strip(ax, ok[col], y, good)
+        marks = "boxes: the quartiles of the " + ("blue ones" if not good.all() else "trials")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best", fontsize=8)
     ax.set_xlabel(name)
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} by {name}")
     ax.grid(True, alpha=0.3)
-    return fig, how
+    return fig, how, marks
 
 
-def _scatter(ax: Any, x: "pandas.Series", y: "pandas.Series", mode: str) -> str:
+def _scatter(ax: Any, x: Any, y: Any, good: Any, mode: str, log: bool) -> str:
+    """Blue dots (the best a red star) and hollow grey ones; ``log``: a search's loguniform
+    parameter, or values that span two decades over every trial of the sweep (see :data:`LOG_SCALE`)."""
     import numpy
     from matplotlib.ticker import MaxNLocator
 
-    keep = x.notna() & y.notna()
-    xs, ys = x[keep].to_numpy(dtype=float), y[keep].to_numpy(dtype=float)
-    ax.scatter(xs, ys, s=36, alpha=0.8, color=_OK_COLOUR, edgecolors="white", linewidths=0.5)
-    if len(ys):
-        i = int(numpy.argmax(ys) if mode == "max" else numpy.argmin(ys))
-        ax.scatter([xs[i]], [ys[i]], s=160, marker="*", color=_BEST_COLOUR, zorder=3, label="best")
-        ax.legend(loc="best", fontsize=8)
-    if _use_log_axis(xs):  # matplotlib's log locators: a tick per decade
+    keep = ~numpy.isnan(x) & ~numpy.isnan(y)
+    blue, grey = keep & good, keep & ~good
+    if grey.any():
+        _hollow(ax, x[grey], y[grey])
+    ax.scatter(x[blue], y[blue], s=36, alpha=0.8, color=_OK_COLOUR, edgecolors="white", linewidths=0.5, zorder=3)
+    if blue.any():
+        i = int(numpy.argmax(y[blue]) if mode == "max" else numpy.argmin(y[blue]))
+        ax.scatter([x[blue][i]], [y[blue][i]], s=160, marker="*", color=_BEST_COLOUR, zorder=4, label="best")
+    xs = x[keep]
+    if log and (xs > 0).any():  # matplotlib's log locators: a tick per decade
         if (xs <= 0).any():  # keep zeros and negatives visible
             ax.set_xscale("symlog", linthresh=float(xs[xs > 0].min()))
             return "symmetric log x axis"
@@ -822,24 +890,22 @@ def _tick_each_value(values: Any) -> bool:
     return values.size == 1 or float(numpy.diff(values).min()) >= span / 12
 
 
-def _strip(ax: Any, x: "pandas.Series", y: "pandas.Series") -> str:
+def _strip(ax: Any, x: "pandas.Series", ys: Any, good: Any) -> str:
+    """One column per value: the trials' dots (jittered; hollow grey: those that miss the
+    constraints) over a box of the blue ones."""
     import numpy
 
     labels = [_fmt(v) for v in x]
-    cats: list[str] = []
-    for label in labels:  # the table's (the grid's) order
-        if label not in cats:
-            cats.append(label)
-    rng = numpy.random.default_rng(0)
-    ys = y.to_numpy(dtype=float, na_value=numpy.nan)
-    groups = []
-    for i, cat in enumerate(cats):
-        vals = numpy.array([v for v, lab in zip(ys, labels) if lab == cat and not math.isnan(v)])
-        groups.append(vals)
-        if vals.size:
-            jitter = rng.uniform(-0.12, 0.12, vals.size) if vals.size > 1 else numpy.zeros(1)
-            ax.scatter(i + jitter, vals, s=30, alpha=0.8, color=_OK_COLOUR, edgecolors="white",
-                       linewidths=0.5, zorder=3)
+    cats = list(dict.fromkeys(labels))  # the table's (the grid's) order
+    column = numpy.array([cats.index(label) for label in labels], dtype=int)
+    shown = ~numpy.isnan(ys)
+    crowded = numpy.bincount(column[shown], minlength=len(cats))[column] > 1  # a lone dot stays centred
+    xs = column + numpy.where(crowded, numpy.random.default_rng(0).uniform(-0.12, 0.12, len(labels)), 0.0)
+    blue, grey = shown & good, shown & ~good
+    if grey.any():
+        _hollow(ax, xs[grey], ys[grey])
+    ax.scatter(xs[blue], ys[blue], s=30, alpha=0.8, color=_OK_COLOUR, edgecolors="white", linewidths=0.5, zorder=3)
+    groups = [ys[blue & (column == i)] for i in range(len(cats))]
     positions = [i for i, g in enumerate(groups) if g.size]
     if positions:
         ax.boxplot([groups[i] for i in positions], positions=positions, widths=0.5,
@@ -941,8 +1007,9 @@ def _curves_figure(history: "pandas.DataFrame", df: "pandas.DataFrame", trials: 
 
 
 def _best_so_far_figure(df: "pandas.DataFrame", metric: str, mode: str) -> "Figure":
-    """Each trial's metric in the order trials started, ok ones as dots, pruned ones as grey
-    crosses (at their last reported value), and the best ok value so far as a line."""
+    """Each trial's metric in the order trials started, ok ones as dots (hollow grey: those
+    that miss the constraints), pruned ones as grey crosses (at their last reported value),
+    and the best value so far of those a ranking counts as a line."""
     import numpy
 
     fig = _figure()
@@ -950,14 +1017,16 @@ def _best_so_far_figure(df: "pandas.DataFrame", metric: str, mode: str) -> "Figu
     order = df.sort_values("started_at", kind="stable") if "started_at" in df.columns else df
     n = numpy.arange(1, len(order) + 1)
     values = order[metric].to_numpy(dtype=float, na_value=numpy.nan)
-    is_ok = finished_ok(order).to_numpy()
+    is_ok, counted = finished_ok(order).to_numpy(), ranked(order).to_numpy()
     is_pruned = stopped(order).to_numpy()
-    ax.scatter(n[is_ok], values[is_ok], s=22, color=_OK_COLOUR, label="ok", zorder=3)
+    ax.scatter(n[counted], values[counted], s=22, color=_OK_COLOUR, label="ok", zorder=3)
+    if (is_ok & ~counted).any():
+        _hollow(ax, n[is_ok & ~counted], values[is_ok & ~counted])
     if is_pruned.any():
         ax.scatter(n[is_pruned], values[is_pruned], s=22, marker="x", color=_PRUNED_COLOUR, label="pruned",
                    zorder=2)
     best, line = None, []
-    for v, good in zip(values, ranked(order).to_numpy()):  # the best among the trials a ranking counts
+    for v, good in zip(values, counted):  # the best among the trials a ranking counts
         if good and not math.isnan(v) and (best is None or (v > best if mode == "max" else v < best)):
             best = v
         line.append(numpy.nan if best is None else best)

@@ -60,7 +60,8 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
         table is in ``<out>/<name>/results.csv``. A re-run skips trials already ``ok``.
 
     Raises:
-        SweepError: bad input, before any trial runs.
+        SweepError: bad input, before any trial runs; or a named metric the first ok trial
+            did not return (the sweep stops there; its rows are kept, ``load()`` reads them).
         SweepInterrupted: Ctrl-C, SIGTERM or SIGHUP; what finished is saved.
     """
     check_not_in_a_trial_bootstrap()

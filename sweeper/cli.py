@@ -14,7 +14,7 @@ from typing import Any, NoReturn, Sequence
 from . import __version__, gridfile, procs, runner
 from .errors import SweepError
 from .objectives import MODES
-from .folder import default_uid, holder, sweep_folder
+from .folder import SweepFolder, default_uid, holder, refuse_busy, sweep_folder
 from .messages import show_messages
 from .grid import Points
 from .options import Options
@@ -152,6 +152,8 @@ def _main(argv: list[str]) -> int:
         return export_main(argv[1:])
     if argv[:1] == ["replay"]:
         return replay_main(argv[1:])
+    if argv:
+        _misspelled_command(argv[0])
     p = parser()
     args, unknown = p.parse_known_args(argv)
     _check_unknown(p, unknown)
@@ -171,15 +173,30 @@ def _main(argv: list[str]) -> int:
             procs.end_strays(tags)
 
 
+#: The words after ``python -m sweeper`` that are commands, not a grid file.
+COMMANDS = ("status", "report", "export", "replay")
+
+
+def _misspelled_command(word: str) -> None:
+    """A first word that is no file but nearly a command's name (``stauts``): said as that."""
+    if word.startswith("-") or word.endswith(".py") or os.path.exists(word):
+        return
+    near = difflib.get_close_matches(word.lower(), COMMANDS, n=1)
+    if near:
+        raise SweepError(f"unknown command {word!r}; did you mean {near[0]}? (see {_prog()} {near[0]} --help)")
+
+
 def _sweep(args: argparse.Namespace, flags: dict[str, Any], tags: list[str]) -> int:
     """Run (or plan) the sweep the command line names."""
     tag = procs.new_tag()  # the sweep's, from its grid reader on
     tags.append(tag)
-    with procs.guarded(tag):
-        return _run_sweep(args, flags, tag)
+    with procs.guarded(tag), contextlib.ExitStack() as cleanup:
+        return _run_sweep(args, flags, tag, cleanup)
 
 
-def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str) -> int:
+def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanup: contextlib.ExitStack) -> int:
+    _refuse_early(args, flags)  # before anything is imported or started
+    early = None  # a fork server importing beside the grid reader
     if args.command is not None:
         if args.grid_file or not args.grid_data:
             raise SweepError("--command takes its grid from --grid grid.json (not a grid .py file); "
@@ -194,11 +211,14 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str) -> int
             raise SweepError("no grid file given; e.g. python -m sweeper experiments/digits_mlp.py")
         if args.grid_data or args.shell:
             raise SweepError("--grid and --shell go with --command; a grid .py file defines grid itself")
+        early = _early_server(flags, args.grid_file, tag, cleanup)  # imports beside the read
         grid = gridfile.read(args.grid_file, args.seed, tag)
+        if early is not None:
+            early.more(list(grid.modules))
         target = FileTarget(grid.path, grid.attr, grid.shell, preload=grid.modules)
         what = grid.what
     opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
-    stem = os.path.splitext(os.path.basename(grid.path))[0]
+    stem = _default_name(args)
     listener = None if opts.dry_run else choose_view(args.quiet, opts.ranked_by, opts.ranked_mode)
     searched: Any = Points(grid.points)
     if grid.space is not None:
@@ -209,7 +229,8 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str) -> int
         searched = grid.space
     try:
         outcome = runner.run(target, searched, opts, default_name=stem,
-                             source_file=grid.path, listener=listener, what=what, tag=tag)
+                             source_file=grid.path, listener=listener, what=what, tag=tag,
+                             early=early)
     finally:
         if listener is not None:
             listener.close()
@@ -226,6 +247,69 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str) -> int
     failed = any(not r.status.succeeded for r in outcome.results)  # pruned is no failure
     incomplete = len(outcome.results) < len(outcome.specs) or outcome.unwritten  # a table file not written
     return EXIT_FAILED if failed or incomplete else EXIT_OK
+
+
+def _early_server(flags: dict[str, Any], path: str, tag: str, cleanup: contextlib.ExitStack) -> Any:
+    """A fork server started before the grid file is read, so that its imports and the
+    reader's run side by side (one slot's first trial then waits for one import, not two),
+    with the slots the command line alone gives (a grid file whose options give others
+    gets a server of its own: this one is then ended unused). None where the command line
+    says no trial forks (a dry run, spawn, Ray, --gpus free: read once, nothing of ours on it)."""
+    import logging
+
+    from .backends.local.fork import early_server
+    from .slots import parse_gpus, place
+
+    sweeper_log = logging.getLogger("sweeper")
+    quiet = sweeper_log.disabled
+    sweeper_log.disabled = True  # the real placement says what it has to say, once
+    try:
+        opts = Options.build(flags, where="the command line")
+        gpus = parse_gpus(opts.gpus)
+        if opts.dry_run or opts.backend != "local" or opts.start_method != "forkserver" or gpus == "free":
+            return None
+        slots = place(gpus, opts.memory_policy(), opts.workers).slots
+    except SweepError:
+        return None
+    finally:
+        sweeper_log.disabled = quiet
+    server = early_server(os.path.abspath(path), tag, slots) if os.path.isfile(path) else None
+    if server is not None:
+        cleanup.callback(server.stop)
+    return server
+
+
+def _default_name(args: argparse.Namespace) -> str:
+    """The sweep folder's name where neither --name nor the grid file's options give one:
+    the grid file's stem; for --command, the script it runs (``train`` for ``python
+    train.py ...``, :meth:`~sweeper.command.Command.script_name`), else the --grid file's stem."""
+    if args.command is not None:
+        script = Command.of(args.command, args.shell).script_name()
+        if script:
+            return script
+    path = args.grid_data if args.command is not None else args.grid_file
+    return os.path.splitext(os.path.basename(path or ""))[0]
+
+
+def _refuse_early(args: argparse.Namespace, flags: dict[str, Any]) -> None:
+    """A sweep (or its dry run) into a folder another sweep holds is refused at once, not
+    after the grid file's import (seconds: TensorFlow's with it), where the command line,
+    and the grid file's ``options`` as its source plainly shows them, say the folder;
+    where they cannot (``options`` built in code), the lock the sweep takes decides later."""
+    given: dict[str, Any] | None = {}
+    if args.command is not None and (args.grid_file or not args.grid_data):
+        return  # refused as such next
+    if args.command is None:
+        if not args.grid_file or not args.grid_file.endswith(".py") or not os.path.isfile(args.grid_file):
+            return  # the reader says what is wrong
+        if "out" not in flags or "name" not in flags:  # else the flags decide, whatever the file says
+            given = gridfile.plain_options(args.grid_file)
+    if given is None:
+        return
+    said: dict[str, Any] = {**{k: given[k] for k in ("out", "name", "dry_run") if k in given}, **flags}
+    out, name = said.get("out", Options.out), said.get("name") or _default_name(args)
+    if isinstance(out, str) and isinstance(name, str) and name:
+        refuse_busy(SweepFolder(out, name).path, dry_run=said.get("dry_run") is True)
 
 
 def print_plan(outcome: runner.Outcome) -> None:
@@ -292,7 +376,8 @@ def _cell(value: Any) -> str:
 def _folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = _Parser(prog=f"{_prog()} {prog}", description=description, allow_abbrev=False)
     p.add_argument("folder", help="a sweep folder, <out>/<name> (e.g. results/digits_mlp)")
-    p.add_argument("--metric", help="metric to rank trials by (default: the sweep's, else the first)")
+    p.add_argument("--metric", help="metric to rank trials by (default: the sweep's, else a validation one, "
+                                    "else the first)")
     p.add_argument("--mode", choices=list(MODES), help="max or min (default: the sweep's, else from "
                    "the metric's name)")
     return p
@@ -414,6 +499,7 @@ def report_main(argv: list[str]) -> int:
 
     args = _folder_parser("report", "Print a sweep's leaderboard and write its report.html.").parse_args(argv)
     folder = sweep_folder(args.folder)
+    analysis.need_matplotlib()  # one line before anything is printed, not after the leaderboard
     frame = load(folder)
     try:
         metric, mode = analysis.choose(frame, *_ranking(frame, args.metric, args.mode))

@@ -39,6 +39,8 @@ from .trial import Status
 FLAGS = "flags"
 #: Placeholders sweeper defines itself: no parameter may take one of these names.
 SWEEPER_PLACEHOLDERS = frozenset({FLAGS})
+#: What a script's name ends in (:meth:`Command.script_name`: a command sweep is named after it).
+SCRIPTS = frozenset({".py", ".sh", ".bash", ".r", ".jl", ".js", ".pl", ".rb", ".lua"})
 
 
 def text(value: Any) -> str:
@@ -89,6 +91,28 @@ class Command:
         from .callables import name_of
 
         return f"command built by {name_of(self.build)}"
+
+    def script_name(self) -> str | None:
+        """What the command runs, as a sweep folder's name: the script's stem (``train`` for
+        ``python train.py --lr={lr}`` or ``./train.sh``), the module's last part for
+        ``python -m pkg.train``, else the program's name; None for a function."""
+        if self.template is None:
+            return None
+        try:
+            words = shlex.split(self.template, comments=self.shell)
+        except ValueError:
+            words = self.template.split()
+        words = [w for w in words if "{" not in w and "}" not in w and "$" not in w]
+        while words and "=" in words[0] and not words[0].startswith("-"):  # VAR=value before the program
+            words.pop(0)
+        for before, word in zip([""] + words, words):
+            if before == "-m" and word.replace(".", "").replace("_", "").isalnum():
+                return word.rsplit(".", 1)[-1]
+            stem, suffix = os.path.splitext(os.path.basename(word))
+            if suffix.lower() in SCRIPTS and stem and not word.startswith("-"):
+                return stem
+        program = os.path.basename(words[0]) if words else ""
+        return program if program not in ("", ".", "..") else None
 
     # -- checks before anything runs ---------------------------------------------------
 

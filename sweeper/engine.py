@@ -176,6 +176,33 @@ class Feed(Protocol):
         """The next trial to start; None when there is none any more."""
 
 
+class Streak:
+    """``fail_fast`` and ``max_failures``: the trials that failed the same way (status and
+    error line; after their retries), one after another as they ended; ``stop`` says why
+    once ``limit`` did. A trial that succeeded ends the streak; an interrupted one is no failure."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.way: tuple[Status, str] | None = None
+        self.count = 0
+        self.stop: str | None = None  #: why the sweep stops, once it does
+        self.told = False  #: the stop was said and acted on
+
+    def saw(self, result: TrialResult) -> None:
+        if result.status.succeeded:
+            self.way, self.count = None, 0
+        if result.status.succeeded or result.status is Status.INTERRUPTED or self.stop is not None:
+            return
+        lines = (result.error or "").strip().splitlines()
+        way = (result.status, lines[0] if lines else "")
+        self.count = self.count + 1 if way == self.way else 1
+        self.way = way
+        if self.count >= self.limit:
+            said = f"ended {way[0].value}" + (f" with {way[1]!r}" if way[1] else "")
+            self.stop = (f"trial {result.name} {said}, the first failure" if self.limit == 1
+                         else f"{self.count} trials in a row {said}")
+
+
 class Interrupted(Exception):
     """The sweep was stopped by a signal; running trials were recorded ``interrupted``."""
 
@@ -265,7 +292,7 @@ class Engine:
                  retries: int = 0, stall: float | None = None, clock: Callable[[], float] = time.monotonic,
                  log_age: Callable[[TrialSpec], float | None] | None = None,
                  constraints: Constraints | None = None, trial_env: Mapping[str, str] | None = None,
-                 run_id: str = "") -> None:
+                 run_id: str = "", max_failures: int | None = None) -> None:
         """``outputs``: told each trial's start, reports, record and end (the sweep's
         :class:`~sweeper.lifecycle.Callbacks`); ``prune``: a search's pruner, offered
         each batch of reports; ``verdicts``: it may stop trials, so each report waits for
@@ -274,7 +301,9 @@ class Engine:
         written, None where it has none (default: from the file's modification time);
         ``constraints``: what an ok trial must meet (its row's ``feasible``); ``trial_env``:
         what every trial finds in its environment besides its own (determinism's switches);
-        ``run_id``: the id of this run's record in the ledger, which each row names."""
+        ``run_id``: the id of this run's record in the ledger, which each row names;
+        ``max_failures``: stop taking new trials once this many in a row failed the same way
+        (:class:`Streak`; 1: at the first failure)."""
         self.backend, self.ledger = backend, ledger
         self.trial_env = dict(trial_env or {})
         self.run_id = run_id
@@ -285,6 +314,7 @@ class Engine:
         #: (tests/test_engine_clock.py plays deadlines, graces, retries and Ctrl-C in it).
         self.clock = clock
         self.timeout, self.retries, self.stall = timeout, retries, stall
+        self.streak = Streak(max_failures) if max_failures else None
         self.log_age = log_age if log_age is not None else log_file_age
         self.queue: deque[TrialSpec] = deque()
         self.feed: Feed | None = None
@@ -293,21 +323,31 @@ class Engine:
         self.signals: list[int] = []
         #: The first failed ledger write: no new trial starts; running ones may finish.
         self.storage_error: StorageError | None = None
+        #: Why an output stopped the sweep (:meth:`halt`): the sweep fails with it.
+        self.halted: SweepError | None = None
 
     @property
     def taking_new(self) -> bool:
         """Whether queued trials may still start (no stop signal, the ledger writable, a place left)."""
-        return not self.signals and self.storage_error is None and self.backend.exhausted is None
+        return (not self.signals and self.storage_error is None and self.halted is None
+                and self.backend.exhausted is None and (self.streak is None or self.streak.stop is None))
+
+    def halt(self, error: SweepError) -> None:
+        """An output found that the sweep cannot go on (a named metric the first ok result
+        lacks): no new trials; running ones are stopped as ``interrupted`` (they run on
+        resume), and the sweep fails with ``error``. The first reason stands."""
+        if self.halted is None:
+            self.halted = error
 
     # -- the loop ---------------------------------------------------------------------
 
     def run(self, specs: Sequence[TrialSpec], feed: Feed | None = None) -> None:
         """Run every spec (and its retries), then what ``feed`` gives as places free, each
         to a recorded result; raise Interrupted on a signal, StorageError when the ledger
-        could not be written."""
+        could not be written, the SweepError an output stopped it with (:meth:`halt`)."""
         self.queue.extend(specs)
         self.feed = feed
-        failed, seen = True, 0
+        failed, seen, halting = True, 0, False
         self.backend.open()
         wake_r, wake_w = os.pipe()  # the signal handler's way to wake the loop
         os.set_blocking(wake_w, False)
@@ -326,6 +366,11 @@ class Engine:
                         events = [e for e in events if isinstance(e[1], Exited)]
                         self._on_signal()
                     self._handle(events)
+                    if self.halted is not None and not halting:
+                        halting = True
+                        self._stop_running(f"the sweep stopped: {str(self.halted).split('; ')[0]}")
+                    if self.streak is not None and self.streak.stop is not None and not self.streak.told:
+                        self._give_up(self.streak)
                     self._deadlines()
             failed = False
         finally:
@@ -336,6 +381,8 @@ class Engine:
             raise Interrupted(self.signals[0])
         if self.storage_error is not None:
             raise self.storage_error
+        if self.halted is not None:
+            raise self.halted
         if self.backend.exhausted is not None and self._queued():
             raise SweepError(f"no place left for the {self._queued()} trials still queued: "
                              f"{self.backend.exhausted}; look at those trials' logs, then run the same "
@@ -572,8 +619,21 @@ class Engine:
     def _on_signal(self) -> None:
         """Ctrl-C or SIGTERM: no new trials; running ones are stopped as ``interrupted``
         (SIGTERM, then SIGKILL after the grace); a second signal kills them at once."""
-        hard = len(self.signals) > 1
-        why = f"stopped by {signal.Signals(self.signals[0]).name}"
+        self._stop_running(f"stopped by {signal.Signals(self.signals[0]).name}", hard=len(self.signals) > 1)
+
+    def _give_up(self, streak: Streak) -> None:
+        """``fail_fast``, ``max_failures``: said in one line; no new trial starts (``taking_new``),
+        running ones are stopped as ``interrupted`` (they run on resume)."""
+        streak.told = True
+        queued, running = self._queued(), len(self.trials)
+        log.warning("sweeper: stopping: %s; %d queued trial%s not started, %d running stopped (interrupted); "
+                    "fix it, then run the same command again (finished trials are kept)", streak.stop, queued,
+                    " (or retry)" if queued == 1 else "s (or retries)", running)
+        self._stop_running(f"the sweep stopped: {streak.stop}")
+
+    def _stop_running(self, why: str, hard: bool = False) -> None:
+        """Every running trial stopped as ``interrupted`` (SIGTERM, SIGKILL after the grace;
+        ``hard``: at once); no standby is needed any more."""
         for trial in list(self.trials.values()):
             if not self._stop(trial, Status.INTERRUPTED, why):
                 continue
@@ -626,6 +686,8 @@ class Engine:
         again = self.backend.again(result)
         retry = result.status.retryable and spec.attempt - spec.first_attempt < self.retries
         retrying = self.taking_new and again is not None and (again or retry)
+        if self.streak is not None and not retrying:  # a failure counts once its retries are spent
+            self.streak.saw(result)
         stored = self.store(self.ledger.record, result, durable=durable)
         if retrying:
             self.queue.append(replace(spec, attempt=spec.attempt + 1, first_attempt=spec.first_attempt + bool(again)))

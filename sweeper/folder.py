@@ -51,10 +51,7 @@ class SweepFolder:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 other = (os.pread(fd, 64, 0).decode(errors="replace").split() or ["?"])[0]
-                raise SweepError(
-                    f"another sweep (pid {other}) is running in {self.path}; wait for it, "
-                    "or give this one another --name"
-                ) from None
+                raise busy(self.path, other) from None
             earlier = os.pread(fd, 64, 0).decode(errors="replace").split()[1:2]
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} {tag}".encode(), 0)
@@ -69,6 +66,21 @@ class SweepFolder:
         for name in (paths.LEDGER, paths.RESULTS):
             paths.set_aside(os.path.join(self.path, name), stamp)
 
+
+
+def busy(folder: str, pid: object, dry_run: bool = False) -> SweepError:
+    """The one line that refuses a second sweep in a folder another one holds."""
+    said = ", so this sweep would be refused" if dry_run else ""
+    return SweepError(f"another sweep (pid {pid}) is running in {folder}{said}; wait for it (python -m sweeper "
+                      f"status {folder} shows it), or give this one another --name")
+
+
+def refuse_busy(folder: str, dry_run: bool = False) -> None:
+    """Refuse a sweep into ``folder`` now if another sweep holds it (the CLI asks this before
+    it imports the grid file; :meth:`SweepFolder.locked` is what decides)."""
+    pid = holder(folder)
+    if pid is not None:
+        raise busy(os.path.abspath(folder), pid if pid > 0 else "?", dry_run)
 
 
 def default_uid(folder: str) -> str:

@@ -12,6 +12,7 @@ seed. What that process does with the file is :mod:`sweeper.child.gridcheck`.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 from dataclasses import dataclass
@@ -108,3 +109,45 @@ def read(path: str, seed: int | None, tag: str) -> GridFile:
         reader.close()
     return GridFile(path, message.points, message.options, message.attr, message.shell, message.what,
                     message.space, tuple(message.modules))
+
+
+
+#: Names through which a grid file could set ``options`` without an assignment that shows it.
+_HIDDEN = frozenset({"*", "globals", "vars", "locals", "exec", "eval", "setattr", "__import__", "__getattr__",
+                     "__dict__", "modules"})
+#: A key of a plain ``options`` whose value is no literal: known to be there, not what it holds.
+UNKNOWN = object()
+
+
+def plain_options(path: str) -> dict[str, Any] | None:
+    """What a grid file's ``options`` hold, read from its source without importing it, where
+    the source says it plainly: ``{}`` when it never names ``options``; the dict when its
+    only mentions are ``options = {...}`` at its top with literal keys (a value that is no
+    literal is :data:`UNKNOWN`); None when it cannot tell (``options`` built, changed,
+    imported, or a name such as ``globals`` that could set it). For what the CLI checks
+    before the import; the import then decides."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found: dict[str, Any] = {}
+    plain = [n for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
+             and isinstance(n.targets[0], ast.Name) and n.targets[0].id == "options" and isinstance(n.value, ast.Dict)]
+    for node in plain:
+        assert isinstance(node.value, ast.Dict)
+        found = {}  # the last one holds
+        for k, v in zip(node.value.keys, node.value.values):
+            if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
+                return None
+            try:
+                found[k.value] = ast.literal_eval(v)
+            except (ValueError, TypeError, SyntaxError, RecursionError):
+                found[k.value] = UNKNOWN
+    shown = {id(n.targets[0]) for n in plain}
+    for each in ast.walk(tree):
+        for attr in ("id", "attr", "name", "asname", "arg", "rest"):
+            named = getattr(each, attr, None)
+            if named in _HIDDEN or (named == "options" and id(each) not in shown):
+                return None
+    return found

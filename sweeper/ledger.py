@@ -344,6 +344,10 @@ class Ledger:
         return {tid: replace(r, index=grid[tid][0], name=grid[tid][1])
                 for tid, r in self.results().items() if tid in grid}
 
+    def grid_names(self) -> dict[str, str]:
+        """The names the grid last run here gave its trials, by id (finished or not)."""
+        return {current_id(tid): name for tid, name in self._db.execute("SELECT trial_id, name FROM grid")}
+
     @_writes
     def set_grid(self, items: Iterable[tuple[str, int, str]]) -> None:
         """Record the grid this run sweeps: (trial id, position, name) per point."""

@@ -4,10 +4,11 @@ How a trial ended (its status) is judged in :mod:`sweeper.outcome`, not here."""
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 import re
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .text import CONTROL, printable
 from .trial import RESULT_COLUMNS
@@ -197,3 +198,60 @@ def direction(name: str) -> str | None:
     if word in MINIMISED:
         return "min"
     return "max" if word in MAXIMISED else None
+
+
+def _known() -> list[str]:
+    """The names :func:`direction` knows as a user writes them: each alone and after ``val_``,
+    ``train_``, ``test_``, ... (:data:`_SPLITS`)."""
+    return [split + word for word in sorted(MINIMISED | MAXIMISED) for split in ("", *_SPLITS)]
+
+
+def nearest_known(name: str) -> str | None:
+    """The known metric name ``name`` is a typo of (``val_los``, ``val_acuracy``): a close one
+    (difflib) a few letters away (one per six, at least one); None for a name like no known
+    one, the user's own metric (``time_to_accuracy`` is not ``test_accuracy``)."""
+    word = name.lower()
+    for near in difflib.get_close_matches(word, _known(), n=3, cutoff=0.8):
+        if _edits(word, near) <= max(1, len(word) // 6):
+            return near
+    return None
+
+
+def _edits(a: str, b: str) -> int:
+    """The letters to insert, delete or change to turn ``a`` into ``b`` (Levenshtein)."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+def nearest(name: str, among: Iterable[str]) -> str | None:
+    """The name in ``among`` closest to ``name`` (in any case), where one is close, else None."""
+    names = {n.lower(): n for n in among}
+    near = difflib.get_close_matches(name.lower(), list(names), n=1)
+    return names[near[0]] if near else None
+
+
+def default_metric(names: Iterable[str]) -> tuple[str, str] | None:
+    """The metric to rank by when none is named, and why, in words; None without metrics.
+
+    A validation metric where there is one: the first metric if it is one (``val_*``),
+    else ``val_loss``, else the first ``val_*`` whose direction is known; else the first
+    metric (what ``train`` returned first). A Keras ``History`` lists its training metrics
+    first (``accuracy``, ``loss``, then ``val_accuracy``, ``val_loss``): it is ranked by
+    ``val_loss``.
+    """
+    names = list(names)
+    if not names:
+        return None
+    validation = [n for n in names if n.lower().startswith(("val_", "validation_"))]
+    if names[0] in validation:
+        return names[0], "the validation loss" if names[0] == "val_loss" else "the first metric"
+    if "val_loss" in names:
+        return "val_loss", "the validation loss"
+    known = [n for n in validation if direction(n) is not None]
+    if known:
+        return known[0], "a validation metric"
+    return names[0], "the first metric"

@@ -120,3 +120,30 @@ def warm(names: Iterable[str]) -> None:
             import_module(name)
         except BaseException:  # noqa: BLE001 - an alias or a private module: the trial imports it
             continue
+
+
+def imports_in(path: str) -> list[str]:
+    """The modules a Python file's top-level import statements name, read without running
+    it (not those inside its functions, which run in the trial): candidates for a fork
+    server started before the file is imported (``from a import b`` names ``a`` and ``a.b``)."""
+    import ast
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):  # the reader says what is wrong with it
+        return []
+    out: dict[str, None] = {}
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, ast.Import):
+            out.update(dict.fromkeys(alias.name for alias in node.names))
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out[node.module] = None
+            out.update(dict.fromkeys(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"))
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):  # still the module's top level
+            for block in ("body", "orelse", "finalbody"):
+                todo += getattr(node, block, [])
+            todo += [stmt for handler in getattr(node, "handlers", []) for stmt in handler.body]
+    return list(out)

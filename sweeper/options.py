@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import SweepError
 from .capping import MemoryPolicy, resolve
-from .metrics import direction
+from .metrics import direction, nearest_known
 from .objectives import Objectives, given as objectives_given
 from .slots import parse_gpus
 
@@ -108,7 +108,8 @@ class Options:
     a field's ``metadata["flag"]`` (a :class:`Flag`) is its flag, help, type and choices."""
 
     #: sweep folder name under ``out`` (default: the module's stem)
-    name: str | None = field(default=None, metadata=flag("sweep folder name (default: the grid file's stem)"))
+    name: str | None = field(default=None, metadata=flag(
+        "sweep folder name (default: the grid file's stem; with --command, the script's: train for train.py)"))
     #: where sweep folders go
     out: str = field(default="results", metadata=flag("folder for sweep folders (default {default})"))
     #: trials at once (default: GPU slots, else the CPU count); "auto": as many as measured
@@ -171,14 +172,25 @@ class Options:
     #: keep failed trials' rows instead of running them again
     skip_failed: bool = field(default=False, metadata=flag(
         "keep failed trials' rows instead of running them again", action="store_true"))
+    #: stop the sweep at the first trial that fails (after its retries): no new trials,
+    #: running ones stopped as ``interrupted``
+    fail_fast: bool = field(default=False, metadata=flag(
+        "stop the sweep at the first trial that fails (crashed, error, oom, timeout or stalled, after its "
+        "retries): no new trials start, running ones are stopped as interrupted", action="store_true"))
+    #: stop the sweep once this many trials in a row failed the same way (status and error line)
+    max_failures: int | None = field(default=None, metadata=flag(
+        "stop the sweep once N trials in a row failed the same way (the same status and error line), as "
+        "--fail-fast does at the first", type=int, metavar="N"))
     #: build the plan and run nothing
     dry_run: bool = field(default=False, metadata=flag("print the trials and where they would start, run nothing",
                                                        action="store_true"))
-    #: metric that ranks trials (default: the first one); several (["val_accuracy", "params"]):
-    #: objectives optimised at once, their Pareto front marked (:mod:`sweeper.objectives`)
+    #: metric that ranks trials (default: :func:`sweeper.metrics.default_metric`, val_loss first);
+    #: several (["val_accuracy", "params"]): objectives optimised at once, their Pareto front
+    #: marked (:mod:`sweeper.objectives`)
     metric: str | Sequence[str] | None = field(default=None, metadata=flag(
-        "metric to rank trials by (default: the first); several, comma-separated (val_accuracy,params): objectives "
-        "optimised at once, rows on their Pareto front marked pareto", metavar="METRIC[,METRIC...]"))
+        "metric to rank trials by (default: a validation metric, val_loss first, else the first); several, "
+        "comma-separated (val_accuracy,params): objectives optimised at once, rows on their Pareto front marked "
+        "pareto", metavar="METRIC[,METRIC...]"))
     #: "max" or "min", one per metric (default: from the metric's name where sweeper knows it,
     #: :func:`sweeper.metrics.direction`; any other name needs it)
     mode: str | Sequence[str] | None = field(default=None, metadata=flag(
@@ -225,7 +237,8 @@ class Options:
         "search's sampler is told them)"))
     #: show the sweep in TensorBoard (HParams, scalars): <out>/<name>/tensorboard
     tensorboard: bool = field(default=False, metadata=flag(
-        "show the sweep in TensorBoard's HParams dashboard: tensorboard --logdir <out>/<name>", action="store_true"))
+        "show the sweep in TensorBoard's HParams dashboard: tensorboard --logdir <out>/<name>/tensorboard",
+        action="store_true"))
     #: True (a local store in the sweep folder) or a tracking URI: a run per trial
     mlflow: bool | str | None = field(default=None, metadata=flag(
         "a MLflow run per trial, nested in one per sweep; URI: a server, a database, or a folder (a SQLite store "
@@ -277,6 +290,9 @@ class Options:
         if self.host_memory is not None:
             megabytes(self.host_memory, "host_memory")
         whole("retries", self.retries, 0)
+        whole("max_failures", self.max_failures, 1)
+        if not isinstance(self.fail_fast, bool):
+            raise SweepError(f"fail_fast must be True or False, got {self.fail_fast!r}")
         if self.per_gpu != "auto" and self.per_gpu is not None and (
                 not isinstance(self.per_gpu, int) or isinstance(self.per_gpu, bool) or self.per_gpu < 1):
             raise SweepError(f"per_gpu must be a whole number >= 1 or 'auto', got {self.per_gpu!r}")
@@ -346,11 +362,24 @@ class Options:
         if self.search is None and (self.trials is not None or self.prune is not None):
             raise SweepError("trials and prune go with a search; add search='tpe' (--search tpe), or use "
                              "sample(space, n) for a random sample")
+        self._check_spelling()
         if self.objectives is None and self.ranked_by is not None and self.mode is None \
                 and direction(self.ranked_by) is None:  # several: each one's direction known, or said
             from .analysis import unknown_direction
 
             raise unknown_direction(self.ranked_by)
+
+    def _check_spelling(self) -> None:
+        """A named metric whose direction is unknown but whose name is close to one sweeper
+        knows (``val_los``) is a typo until the user says otherwise, with a mode."""
+        if self.mode is not None:  # said: the user's own metric, whatever its name
+            return
+        for name in objectives_given(self.metric, None)[0] or ():
+            near = nearest_known(name) if direction(name) is None else None
+            if near is not None:
+                how = ("--mode max|min (mode='max' or 'min')" if isinstance(self.metric, str) else
+                       "one --mode per metric, max or min (--mode max,min)")
+                raise SweepError(f"--metric {name}: did you mean {near}? if {name} is a metric of yours, give {how}")
 
     @property
     def ranked_by(self) -> str | None:
@@ -366,6 +395,12 @@ class Options:
     def objectives(self) -> Objectives | None:
         """Several metrics optimised at once, each with its direction; None for one."""
         return Objectives.of(self.metric, self.mode)
+
+    @property
+    def failure_limit(self) -> int | None:
+        """After how many trials in a row failing the same way the sweep stops (fail_fast: 1,
+        whatever max_failures says), or None."""
+        return 1 if self.fail_fast else self.max_failures
 
     @property
     def worker_count(self) -> int | None:

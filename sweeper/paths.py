@@ -83,7 +83,7 @@ class SweepPaths:
 
     @property
     def tensorboard(self) -> str:
-        """``--tensorboard``'s event files: ``tensorboard --logdir`` this (or the sweep folder)."""
+        """``--tensorboard``'s event files: ``tensorboard --logdir`` this (each run named as its trial)."""
         return os.path.join(self.folder, TENSORBOARD)
 
     @property

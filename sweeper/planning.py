@@ -24,7 +24,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 
 from .constraints import parse as parse_constraints
 from .errors import SweepError
@@ -33,29 +33,24 @@ from .ledger import Ledger
 from .metrics import direction
 from .options import Options
 from .paths import SweepPaths
-from .trial import Status, TrialResult, TrialSpec, trial_id, trial_name, trial_seed
+from .trial import Status, TrialResult, TrialSpec, trial_id, trial_names, trial_seed, with_id
 
 if TYPE_CHECKING:
     from .search import Search
 
 
-def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int) -> list[TrialSpec]:
-    """A spec per distinct point, in grid order (a point listed twice runs once)."""
-    specs: list[TrialSpec] = []
-    seen: set[str] = set()
+def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int,
+         fixed: Collection[str] | None = None) -> list[TrialSpec]:
+    """A spec per distinct point, in grid order (a point listed twice runs once), named by
+    what varies among them (``fixed``: the keys names leave out; by default those all the
+    points share, :func:`sweeper.trial.fixed_keys`)."""
+    distinct: dict[str, Mapping[str, Any]] = {}
     for p in points:
-        tid = trial_id(p)
-        if tid in seen:
-            continue
-        seen.add(tid)
-        name = trial_name(p)
-        specs.append(
-            TrialSpec(
-                trial_id=tid, name=name, index=len(specs), params=dict(p), seed=trial_seed(seed, tid),
-                dir=SweepPaths(folder).trial(name),
-            )
-        )
-    return specs
+        distinct.setdefault(trial_id(p), p)
+    names = trial_names(list(distinct.values()), fixed)
+    return [TrialSpec(trial_id=tid, name=name, index=i, params=dict(p), seed=trial_seed(seed, tid),
+                      dir=SweepPaths(folder).trial(name))
+            for i, ((tid, p), name) in enumerate(zip(distinct.items(), names))]
 
 
 def keep_names(specs: Sequence[TrialSpec], recorded: Mapping[str, str]) -> list[TrialSpec]:
@@ -70,7 +65,7 @@ def keep_names(specs: Sequence[TrialSpec], recorded: Mapping[str, str]) -> list[
         if name is None or counts[name] > 1:  # not on record, or shared by an older release
             name = spec.name
             if name in taken and not name.endswith(spec.trial_id):
-                name = f"{name}~{spec.trial_id}"
+                name = with_id(name, spec.params)
             taken.add(name)
         out.append(replace(spec, name=name, dir=os.path.join(os.path.dirname(spec.dir), name)))
     return out
@@ -138,9 +133,11 @@ class Plan:
     uid: str  #: the sweep's id (trackers find their runs by it)
     mode: str  #: min or max for the metric ranked by, or ""
     facts: list[tuple[str, str]]  #: what the ledger records of this run
-    notes: list[str]
+    notes: list[str]  #: said after the sweep, with its summary
     search: Search | None = None
     feed: Asked | None = None
+    #: said before any trial runs: how many trials on record a resume keeps, how many run
+    resumed: str = ""
 
     @property
     def to_run(self) -> int:
@@ -159,7 +156,9 @@ class Plan:
         search = None
         if space is not None:  # a search: the trials on record are its own, the rest it asks for
             search, specs = _search(space, options, folder.path, ledger, previous)
-        specs = keep_names(specs, {tid: r.name for tid, r in previous.items()})
+        # names on record: the last run's grid's (a trial it started may have left a folder), each row's
+        recorded = {**ledger.grid_names(), **{tid: r.name for tid, r in previous.items()}}
+        specs = keep_names(specs, recorded)
         ledger.set_grid((s.trial_id, s.index, s.name) for s in specs)
         print_ = fingerprint(source_file)
         old_print = ledger.get("grid_fingerprint")
@@ -171,6 +170,9 @@ class Plan:
                  ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))]
         if search is not None:
             facts.append(("search", f"{search.sampler_name}, prune {search.pruner_name}"))
+        # the parameters searched on a log scale (loguniform): the report draws them on a log axis
+        logs = sorted(k for k, d in search.dists.items() if getattr(d, "log", False)) if search is not None else []
+        facts.append(("log_scale", json.dumps(logs)))
         mode = options.ranked_mode or (direction(options.ranked_by) if options.ranked_by else None) or ""
 
         wanted = {s.trial_id for s in specs}
@@ -178,7 +180,7 @@ class Plan:
         todo: list[TrialSpec] = []
         feed = None
         if search is not None:
-            feed = Asked(search, specs, wanted, ledger)
+            feed = Asked(search, specs, wanted, ledger, recorded)
             specs = feed.specs
         judge = parse_constraints(options.constraints)
         for spec in specs:
@@ -196,7 +198,7 @@ class Plan:
             ledger.set_feasible(changed)
         made = cls(specs, todo, kept, wanted, total, uid, mode, facts, notes, search, feed)
         if kept:
-            notes.append(f"resumed: {len(kept)} trials already on record were kept; {made.to_run} to run")
+            made.resumed = f"resumed: {len(kept)} trials already on record were kept; {made.to_run} to run"
         others = len(set(previous) - wanted)
         if others:
             this = "search's space" if search is not None else "grid"
@@ -211,13 +213,16 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
     interrupted and to run again first)."""
     from .search import Search
 
+    fixed: set[str] = set()  #: the space's keys with one value, which names leave out
+
     def make_spec(params: Mapping[str, Any], index: int) -> TrialSpec:
-        return replace(plan([params], folder, options.seed)[0], index=index)
+        return replace(plan([params], folder, options.seed, fixed)[0], index=index)
 
     search = Search(space, search=options.search, prune=options.prune, trials=options.trials or 0,
                     constraints=parse_constraints(options.constraints),
                     seed=options.seed, metric=options.ranked_by or "", mode=options.ranked_mode or "min",
                     objectives=options.objectives, make_spec=make_spec)
+    fixed.update(search.fixed, (k for k, d in search.dists.items() if d.single()))
     history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for tid, epoch, metrics in ledger.history():
         history.setdefault(tid, []).append((epoch, metrics))
@@ -229,8 +234,10 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
 class Asked:
     """The engine's feed for a search: each point asked becomes a spec of this sweep."""
 
-    def __init__(self, search: Any, specs: list[TrialSpec], wanted: set[str], ledger: Ledger) -> None:
+    def __init__(self, search: Any, specs: list[TrialSpec], wanted: set[str], ledger: Ledger,
+                 recorded: Mapping[str, str]) -> None:
         self.search, self.specs, self.wanted, self.ledger = search, specs, wanted, ledger
+        self.recorded = dict(recorded)  #: names on record, by trial id: none is taken again
 
     @property
     def remaining(self) -> int:
@@ -239,7 +246,7 @@ class Asked:
     def next(self) -> TrialSpec | None:
         spec: TrialSpec | None = self.search.next()
         if spec is not None:
-            spec = keep_names([spec], {s.trial_id: s.name for s in self.specs})[0]
+            spec = keep_names([spec], {**self.recorded, **{s.trial_id: s.name for s in self.specs}})[0]
             self.specs.append(spec)
             self.wanted.add(spec.trial_id)
             self.ledger.set_grid((s.trial_id, s.index, s.name) for s in self.specs)

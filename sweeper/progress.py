@@ -15,10 +15,10 @@ import os
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .lifecycle import Callback
-from .metrics import direction
+from .metrics import default_metric, direction
 from .paths import log_tail
 from .trial import Status, TrialResult, TrialSpec
 
@@ -35,27 +35,39 @@ def _duration(seconds: float) -> str:
 
 
 class Tally:
-    """Counts, durations and the best metric so far: what both views report."""
+    """Counts, durations, the trials running and the best metric so far: what both views
+    report. ``done`` of ``to_run``: the trials this run has finished (retries not counted)
+    of those it runs."""
 
-    def __init__(self, metric: str | None, mode: str | None) -> None:
+    def __init__(self, metric: str | None, mode: str | None, clock: Callable[[], float] = time.monotonic) -> None:
         self.metric, self.mode = metric, mode
+        self.clock = clock
         self.to_run = 0
         self.done = 0
         self.counts: dict[str, int] = {}
         self.durations: list[float] = []
         self.best: TrialResult | None = None
-        self.t0 = time.monotonic()
+        self.running: dict[str, float] = {}  #: trial id -> when its attempt started
+        self.t0 = clock()
+
+    def started(self, spec: TrialSpec) -> None:
+        self.running[spec.trial_id] = self.clock()
+
+    def ended(self, result: TrialResult) -> None:
+        """An attempt ended (its trial may run again)."""
+        self.running.pop(result.trial_id, None)
 
     def add(self, result: TrialResult) -> None:
+        """A trial finished (no retry follows)."""
         self.done += 1
         self.counts[result.status.value] = self.counts.get(result.status.value, 0) + 1
         self.durations.append(result.duration_s)
         if not result.ranked or not result.metrics:  # an infeasible trial is never the best
             return
-        if self.metric is None:
-            self.metric = next(iter(result.metrics))
+        if self.metric is None:  # none named: as the summary ranks (and says), a validation metric first
+            self.metric = (default_metric(result.metrics) or (next(iter(result.metrics)), ""))[0]
         if self.mode is None:
-            self.mode = direction(self.metric) or "min"  # the first metric, unnamed: as the summary ranks (and says)
+            self.mode = direction(self.metric) or "min"
         value = result.metrics.get(self.metric)
         if value is None or value != value:
             return
@@ -63,11 +75,16 @@ class Tally:
                                  else value < self.best.metrics[self.metric]):
             self.best = result
 
-    def eta(self, running: int) -> float | None:
+    def eta(self) -> float | None:
+        """Seconds until the last trial ends, as the median finished trial goes: what the
+        running trials have left of it, and the queued ones' whole, shared by as many places
+        as run now. It counts down as they run; None before any trial finished."""
         if not self.durations:
             return None
-        left = self.to_run - self.done
-        return left * statistics.median(self.durations) / max(1, running)
+        typical, now = statistics.median(self.durations), self.clock()
+        queued = max(0, self.to_run - self.done - len(self.running))
+        left = sum(max(0.0, typical - (now - t)) for t in self.running.values()) + queued * typical
+        return left / max(1, len(self.running))
 
     def best_text(self) -> str:
         if self.best is None or self.metric is None:
@@ -89,12 +106,13 @@ class PlainLines(Callback):
         self.tally.to_run = to_run
 
     def started(self, spec: TrialSpec) -> None:
-        pass
+        self.tally.started(spec)
 
     def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None:
         pass
 
     def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
+        self.tally.ended(result)
         if not retrying:
             self.tally.add(result)
         print(self.line(result, retrying, kept), file=self.stream, flush=True)
@@ -104,10 +122,13 @@ class PlainLines(Callback):
             self.stream.flush()
 
     def line(self, result: TrialResult, retrying: bool, kept: bool = True) -> str:
+        """``[2/8]``: trials finished of those this run runs; an attempt that runs again has
+        ``[retry]`` and says which attempt comes next instead."""
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in list(result.metrics.items())[:4])
-        head = f"[{self.tally.done}/{self.tally.to_run}] {result.status.value:<11} {result.name}"
+        count = "[retry]" if retrying else f"[{self.tally.done}/{self.tally.to_run}]"
+        head = f"{count} {result.status.value:<11} {result.name}"
         tail = f"  {shown}" if shown else f"  {result.error}"
-        again = f"  (attempt {result.attempts}, retrying)" if retrying else ""
+        again = f"  (attempt {result.attempts} failed; attempt {result.attempts + 1} starts)" if retrying else ""
         lost = "" if kept else "  NOT RECORDED: the ledger could not keep it; the next run runs it again"
         return f"{head}{tail}  ({result.duration_s:.1f}s, {result.device}){again}{lost}"
 
@@ -139,6 +160,7 @@ class LiveView(PlainLines):
         self.live.start()
 
     def started(self, spec: TrialSpec) -> None:
+        super().started(spec)
         self.running[spec.trial_id] = {"spec": spec, "t0": time.monotonic(), "epoch": None, "metrics": {}}
 
     def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None:
@@ -148,6 +170,7 @@ class LiveView(PlainLines):
 
     def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
         self.running.pop(result.trial_id, None)
+        self.tally.ended(result)
         if not retrying:
             self.tally.add(result)
         style = ("green" if result.ok and kept else "blue" if result.status is Status.PRUNED and kept
@@ -165,12 +188,12 @@ class LiveView(PlainLines):
 
         t = self.tally
         elapsed = time.monotonic() - t.t0
-        eta = t.eta(len(self.running))
+        eta = t.eta()
         head = Table.grid(padding=(0, 1))
         head.add_row(
             Text("sweep", style="bold"),
             ProgressBar(total=max(1, t.to_run), completed=t.done, width=30),
-            Text(f"{t.done}/{t.to_run}"),
+            Text(f"{t.done}/{t.to_run} done"),
             Text(t.counts_text() or "starting", style="cyan"),
             Text(f"{_duration(elapsed)} elapsed" + (f", ETA {_duration(eta)}" if eta is not None else "")),
         )

@@ -26,16 +26,17 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import constraints, contract, environment, procs, table
 from .tracking import chosen
 from .errors import SweepError
-from .folder import SweepFolder
+from .folder import SweepFolder, refuse_busy
 from .grid import check_not_empty, expand
 from .ledger import Ledger
 from .objectives import Objectives
 from .lifecycle import Callback, Callbacks
+from .metrics import default_metric, direction
 from .options import Options, megabytes
 from .packing import Breaker, HostRoom, Needs, Packer
 from .outputs import Ranking, SearchTold, TableFiles, Trackers
@@ -46,7 +47,11 @@ from .slots import Placement, Slot, parse_gpus, place
 from .target import Target, record
 from .trial import Status, TrialResult, TrialSpec
 
+if TYPE_CHECKING:
+    from .backends.local.server import ForkServer
+
 log = logging.getLogger("sweeper")
+
 
 @dataclass
 class Outcome:
@@ -102,12 +107,16 @@ def run(
     listener: Callback | None = None,
     what: str = "",
     tag: str | None = None,
+    early: "ForkServer | None" = None,
 ) -> Outcome:
-    """Plan, resume and run a sweep. Raises SweepError for bad input, before any trial.
+    """Plan, resume and run a sweep. Raises SweepError for bad input, before any trial, or
+    for a named metric the first ok trial did not return (the sweep stops there, rows kept).
 
     ``listener``: the console's view of it. ``tag``: the sweep's (:mod:`sweeper.procs`),
-    where the CLI's grid reader carried it already (and guards it, :func:`sweeper.procs.guarded`)."""
+    where the CLI's grid reader carried it already (and guards it, :func:`sweeper.procs.guarded`).
+    ``early``: a fork server the CLI started beside its grid reader (the caller stops it)."""
     sweep = Sweep(target, grid, options, default_name, source_file, what)
+    sweep.early = early
     if tag is not None or options.dry_run:
         return sweep.run(listener, tag)
     tag = procs.new_tag()
@@ -136,6 +145,8 @@ class Sweep:
     def __init__(self, target: Target, grid: Any, options: Options, default_name: str,
                  source_file: str | None = None, what: str = "") -> None:
         self.began = time.monotonic()
+        #: a fork server the CLI started beside its grid reader, for the local backend
+        self.early: ForkServer | None = None
         options.check_ranking()
         chosen.check(options)
         self.folder = SweepFolder(options.out, options.name or default_name)
@@ -203,7 +214,9 @@ class Sweep:
                 ledger.close()
 
     def dry_run(self) -> Outcome:
-        """What would run: the trials a resume keeps are marked, not placed."""
+        """What would run: the trials a resume keeps are marked, not placed. A folder another
+        sweep holds is refused, as the sweep would be."""
+        refuse_busy(self.folder.path, dry_run=True)
         previous: dict[str, TrialResult] = {}
         if self.folder.paths.exists():
             ledger = Ledger(self.folder.path, readonly=True)
@@ -222,6 +235,8 @@ class Sweep:
     def _run(self, ledger: Ledger, listener: Callback | None, tag: str | None) -> Outcome:
         options, folder = self.options, self.folder.path
         plan_ = Plan.resume(ledger, options, self.specs, self.space, self.folder, self.source_file, self.what)
+        if plan_.resumed:  # first, before any trial's line
+            log.info("sweeper: %s", plan_.resumed)
         # what status, report and load() rank by unless told otherwise: this run's choice
         ranking = Ranking(ledger, options.ranked_by, plan_.mode, plan_.search, options.objectives)
         run, facts = self._environment(ledger, plan_)
@@ -245,14 +260,15 @@ class Sweep:
                         prune=plan_.search.prune if plan_.search else None,
                         verdicts=plan_.search is not None and plan_.search.prunes,
                         timeout=options.timeout, retries=options.retries, stall=options.stall,
-                        constraints=constraints.parse(options.constraints))
+                        constraints=constraints.parse(options.constraints), max_failures=options.failure_limit)
+        ranking.stop = engine.halt  # a named metric the first ok result lacks stops the sweep
         trackers = Trackers.of(options, folder, plan_, self.space)
         outputs.each.append(trackers)
         interrupted = None
         state = "failed"  # unless the engine returns or is interrupted
         try:
             engine.run(plan_.todo, plan_.feed)
-            state = "finished"
+            state = "failed" if engine.streak is not None and engine.streak.stop else "finished"  # --fail-fast
         except Interrupted as exc:
             interrupted, state = exc.signum, "interrupted"
         finally:
@@ -290,7 +306,7 @@ class Sweep:
         from .backends.local import LocalBackend
 
         return LocalBackend(self.target, self.placement.slots, workers=options.worker_count, prefetch=options.prefetch,
-                            start_method=options.start_method, tag=tag,
+                            start_method=options.start_method, tag=tag, early=self.early,
                             timeout=min((t for t in (options.timeout, options.stall) if t), default=None),
                             packer=self.packer, host=self.host_room, breaker=self.breaker)
 
@@ -309,12 +325,15 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
     lines += [f"sweeper: note: {n}" for n in outcome.notes]
     if outcome.results:
         frame = table.dataframe(outcome.results, outcome.objectives)
+        picked = metric is None
         try:
             metric, mode = analysis.choose(frame, metric, mode)
         except SweepError as exc:  # a metric no trial has (yet): nothing to rank by
             if analysis.metric_columns(frame):
                 lines.append(f"sweeper: {exc}")
             metric = None
+        if picked and metric is not None:
+            lines += picked_lines(analysis.metric_columns(frame), mode)
         if metric is not None and mode is not None:
             lines += ["sweeper: " + line if i == 0 else line
                       for i, line in enumerate(analysis.leaderboard_lines(frame, metric, mode))]
@@ -340,6 +359,17 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
         lines.append(f"sweeper: results: {outcome.csv_path}")
     lines += [f"sweeper: {hint}" for hint in outcome.shown]
     return lines + unwritten_lines(outcome)
+
+
+def picked_lines(metrics: list[str], mode: str | None) -> list[str]:
+    """With no metric named and several to choose from: which one ranks, which way, why and
+    how to choose another (:func:`sweeper.metrics.default_metric`). One whose direction its
+    name does not tell is said by :func:`sweeper.analysis.choose` already."""
+    picked = default_metric(metrics)
+    if picked is None or len(metrics) < 2 or direction(picked[0]) is None:
+        return []
+    return [f"sweeper: ranking by {picked[0]} ({mode}), {picked[1]}; give --metric/--mode (metric=, mode=) "
+            "to choose another"]
 
 
 def unwritten_lines(outcome: Outcome) -> list[str]:

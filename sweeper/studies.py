@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 import warnings
+from numbers import Real
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from .errors import SweepError
-from .metrics import finite as number
+from .metrics import default_metric, finite as number
 
 if TYPE_CHECKING:
     import pandas
@@ -50,12 +51,20 @@ def distribution(optuna: Any, values: Iterable[Any]) -> tuple[Any, Callable[[Any
         low, high = min(numbers), max(numbers)
         if all(isinstance(v, int) for v in numbers):
             return optuna.distributions.IntDistribution(int(low), int(high)), int
-        log = low > 0 and high / low >= 100
+        log = low > 0 and spans_decades(numbers)
         return optuna.distributions.FloatDistribution(float(low), float(high), log=log), float
     distinct = sorted({(type(v).__name__, repr(v)): v for v in values}.values(), key=_choice_order)
     if len(set(distinct)) == len(distinct):  # no two equal to Optuna (1 == 1.0 == True)
         return optuna.distributions.CategoricalDistribution(distinct), _same
     return optuna.distributions.CategoricalDistribution(sorted({repr(v) for v in values})), repr
+
+
+def spans_decades(values: Iterable[Any]) -> bool:
+    """Whether numbers read best on a log scale: their positive finite values span two decades
+    or more. The one rule for a study's float ranges (above) and the report's axes."""
+    x = [float(v) for v in values if isinstance(v, Real) and not isinstance(v, bool)]
+    x = [v for v in x if math.isfinite(v) and v > 0]
+    return len(x) >= 2 and max(x) / min(x) >= 100
 
 
 def _same(value: Any) -> Any:
@@ -112,8 +121,8 @@ def export(folder: str, url: str, mode: str | None = None) -> tuple[str, int]:
         ledger.close()
     if not results:
         raise SweepError(f"{folder} has no finished trial yet: nothing to export")
-    if not metric:  # a grid sweep that named none: its first metric
-        metric = next((k for r in results for k in r.metrics), "")
+    if not metric:  # a grid sweep that named none: what its summary ranked by
+        metric = (default_metric(dict.fromkeys(k for r in results for k in r.metrics)) or ("", ""))[0]
     if not metric:
         raise SweepError(f"the trials in {folder} have no metric: an Optuna study needs one")
     mode = mode or direction(metric) or ""

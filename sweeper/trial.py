@@ -8,8 +8,9 @@ tomorrow, on another machine, in any order:
   0.0010000001 differ; never read as a number by pandas or a spreadsheet.
 * ``name``: a readable folder name built like the seed document's
   ``build_string_from_dict`` (sorted keys, ``key=value`` joined by ``,``, floats in
-  ``%g`` form with ``.`` replaced by ``_``). Where that could name another point too,
-  or would be too long or unsafe for a file name, ``~`` and the trial id are appended.
+  ``%g`` form with ``.`` replaced by ``_``), of the parameters that vary in the sweep
+  (:func:`fixed_keys`). Where two points of the sweep would share it (a rounded float, a
+  string that reads as a number), or it is too long, ``~`` and the trial id are appended.
 * ``seed``: derived from the sweep's seed and the trial id only, never from the order
   or the worker that ran it.
 """
@@ -20,12 +21,12 @@ import enum
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import Field, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping, Sequence
 
 #: Longest readable part of a trial name before it is cut and hashed.
 MAX_NAME_LEN = 80
-_SAFE = re.compile(r"^[A-Za-z0-9_.+\-]+$")
 
 
 class Status(str, enum.Enum):
@@ -101,64 +102,57 @@ def current_id(tid: str) -> str:
     return tid if tid.startswith(ID_PREFIX) else ID_PREFIX + tid
 
 
-#: A string value shown as it is in a name: it cannot be mistaken for a number, a bool,
-#: None or a list (``"1"``, ``"True"`` and ``"1-2"`` are not; ``"relu"`` and ``"resnet-50"`` are).
-_PLAIN_STR = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+\-]*$")
-_WORDS = frozenset({"True", "False", "None", "inf", "nan", "default"})
-
-
-def _fmt(value: Any) -> tuple[str, bool]:
-    """Format one value for a name; the flag says whether the text names that value alone.
-
-    Exact texts never coincide across types (ints are digits, floats carry ``_``, ``e``
-    or a trailing ``_0``, strings start with a letter and are no keyword, lists of numbers
-    start with a digit and join two or more items with ``-``), so two points with exact
-    names have different names. Anything else gets the trial id appended.
-    """
-    if isinstance(value, bool) or value is None:
-        return str(value), True
-    if isinstance(value, int):
-        return str(value), True
+def _fmt(value: Any) -> str:
+    """One value as a name shows it: ``0_001``, ``32_0`` (a float), ``relu``, ``64-32``."""
     if isinstance(value, float):
         text = "%g" % value
-        exact = math.isfinite(value) and float(text) == value
-        if exact and not any(c in text for c in ".en"):
+        if math.isfinite(value) and float(text) == value and not any(c in text for c in ".en"):
             text += ".0"  # keep 32.0 apart from the int 32
-        return text.replace(".", "_"), exact
-    if isinstance(value, str):
-        return value, bool(_PLAIN_STR.match(value)) and value not in _WORDS
+        return text.replace(".", "_")
     if isinstance(value, (list, tuple)):
-        # "64-32" is exact: two or more exact items without a "-" of their own, the first a
-        # number (so it starts with a digit, as no string does, and has an inner "-", as no
-        # number has: "-5" and "1e-05" have theirs first or after an "e")
-        parts = [_fmt(v) for v in value]
-        exact = (len(parts) >= 2 and parts[0][0][:1].isdigit()
-                 and all(e and "-" not in t and not isinstance(v, (list, tuple))
-                         for (t, e), v in zip(parts, value)))
-        return "-".join(t for t, _ in parts) or "empty", exact
-    return str(value), False
+        return "-".join(_fmt(v) for v in value) or "empty"
+    return str(value)
 
 
-def trial_name(params: Mapping[str, Any]) -> str:
-    """Readable, file-name-safe and unique name of a point, e.g. ``batch_size=32,lr=0_001``.
+def with_id(name: str, params: Mapping[str, Any]) -> str:
+    """A name made unique by the point's trial id, after a ``~`` (no readable name has one)."""
+    return f"{name}~{trial_id(params)}"
 
-    Where the readable form could stand for another point too (a lossy float, a string
-    that reads as a number, a list, an unsafe character) or is longer than
-    :data:`MAX_NAME_LEN`, the whole trial id follows a ``~``: distinct points then have
-    distinct names as surely as they have distinct ids, in one run and across runs.
+
+def trial_name(params: Mapping[str, Any], fixed: Collection[str] = ()) -> str:
+    """Readable, file-name-safe name of a point, e.g. ``batch_size=32,lr=0_001``: its
+    parameters but those the sweep holds ``fixed`` (all of them where none is left).
+
+    Unique within a sweep only through :func:`trial_names`, which appends the trial id
+    where two points would share a name; a name longer than :data:`MAX_NAME_LEN` is cut
+    and always has it.
     """
-    if not params:
+    shown = {k: v for k, v in params.items() if k not in fixed} or params
+    if not shown:
         return "default"
-    parts, exact = [], True
-    for key in sorted(params):
-        text, ok = _fmt(params[key])
-        exact = exact and ok and bool(_SAFE.match(key))
-        parts.append(f"{key}={text}")
-    name = ",".join(parts)
+    name = ",".join(f"{key}={_fmt(shown[key])}" for key in sorted(shown))
     safe = re.sub(r"[^A-Za-z0-9_.+\-=,]", "_", name)
-    if exact and safe == name and len(name) <= MAX_NAME_LEN:
-        return name
-    return f"{safe[:MAX_NAME_LEN].rstrip(',')}~{trial_id(params)}"
+    if len(safe) <= MAX_NAME_LEN:
+        return safe
+    return with_id(safe[:MAX_NAME_LEN].rstrip(","), params)
+
+
+def fixed_keys(points: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The keys a grid's points all have, with one value: a name leaves them out."""
+    if len(points) < 2:
+        return set()
+    first = points[0]
+    return {k for k in first
+            if all(k in p and canonical_json({"v": p[k]}) == canonical_json({"v": first[k]}) for p in points)}
+
+
+def trial_names(points: Sequence[Mapping[str, Any]], fixed: Collection[str] | None = None) -> list[str]:
+    """Each distinct point's name in a sweep: what varies (``fixed``: the keys left out,
+    by default :func:`fixed_keys`), the trial id appended only where names would collide."""
+    fixed = fixed_keys(points) if fixed is None else fixed
+    names = [trial_name(p, fixed) for p in points]
+    counts = Counter(names)
+    return [with_id(n, p) if counts[n] > 1 else n for n, p in zip(names, points)]
 
 
 def trial_seed(sweep_seed: int, tid: str) -> int:

@@ -261,6 +261,20 @@ def holders(board: str) -> int:
     return len(fake.used_by_trials(os.environ["CUDA_VISIBLE_DEVICES"]))
 
 
+def meet(board: str, peers: int) -> int:
+    """How many processes hold memory of this process's card together, as this one sees it
+    now or a peer saw it: once ``peers`` are seen together, each of them is marked
+    (``met-<pid>``), so one that looks only after the others let go still knows it met
+    them (a busy machine may run it late: counting holders now alone would miss them)."""
+    if os.path.exists(os.path.join(board, f"met-{os.getpid()}")):
+        return peers
+    held = FakeNvml([], board).used_by_trials(os.environ["CUDA_VISIBLE_DEVICES"])
+    if len(held) >= peers:
+        for pid in held:
+            open(os.path.join(board, f"met-{pid}"), "w").close()
+    return len(held)
+
+
 def main() -> None:
     """``python tests/fake_nvml.py ARGS``: ``python -m sweeper ARGS`` on the machine that
     ``SWEEPER_FAKE_NVML`` describes (a :meth:`FakeNvml.to_json`)."""

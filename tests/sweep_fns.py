@@ -197,9 +197,9 @@ def packed(params):
         import sweeper
 
         sweeper.report(epoch=1, loss=1.0)
-    deadline, met = time.monotonic() + 60, 0
-    while met < params.get("peers", 1) and time.monotonic() < deadline:  # polls the board
-        met = max(met, fake_nvml.holders(params["board"]))
+    deadline, met, peers = time.monotonic() + 60, 0, params.get("peers", 1)
+    while met < peers and time.monotonic() < deadline:  # polls the board
+        met = max(met, fake_nvml.meet(params["board"], peers))
         time.sleep(0.02)
     time.sleep(params.get("busy_s", 0.0))
     grows = (os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true"

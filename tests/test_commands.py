@@ -94,7 +94,7 @@ def test_cli_command_with_json_grid(tmp_path):
     grid.write_text(json.dumps({"how": ["ok", "file"]}))
     done = run_cli("--command", f"{PY} {SCRIPT} --how={{how}}", "--grid", str(grid), "--out", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert len(pd.read_csv(tmp_path / "g" / "results.csv")) == 2
+    assert len(pd.read_csv(tmp_path / "argv_echo" / "results.csv")) == 2  # named after its script
     bad = run_cli("--command", f"{PY} {SCRIPT} --how={{hwo}}", "--grid", str(grid), "--out", str(tmp_path))
     assert bad.returncode == 2 and "{hwo}" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 

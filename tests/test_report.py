@@ -150,12 +150,14 @@ def test_failures(df, sweep_dir):
 
 
 def test_use_log_axis():
-    assert report._use_log_axis([1e-4, 1e-3, 1e-2, 1e-1])
-    assert report._use_log_axis([0.01, 1.0])  # exactly 2 decades
-    assert not report._use_log_axis([16, 64])
-    assert not report._use_log_axis([0.5])
-    assert not report._use_log_axis([0, -3, 5])
-    assert report._use_log_axis([0, 1, 1000, float("nan")])
+    from sweeper.studies import spans_decades  # the one rule: the report's axes and a study's ranges
+
+    assert spans_decades([1e-4, 1e-3, 1e-2, 1e-1])
+    assert spans_decades([0.01, 1.0])  # exactly 2 decades
+    assert not spans_decades([16, 64])
+    assert not spans_decades([0.5])
+    assert not spans_decades([0, -3, 5])
+    assert spans_decades([0, 1, 1000, float("nan")])
 
 
 # ---------------------------------------------------------------- the page

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from sweeper.planning import plan
-from sweeper.trial import Status, trial_id, trial_name, trial_seed
+from sweeper.trial import Status, trial_id, trial_name, trial_names, trial_seed
 from conftest import ROOT, write_grid
 
 
@@ -27,8 +27,8 @@ def test_ids_are_fixed_forever():
 def test_ids_tell_apart_what_names_round():
     a, b = {"lr": 0.001}, {"lr": 0.0010000001}
     assert trial_id(a) != trial_id(b)
-    assert trial_name(a) == "lr=0_001"
-    assert trial_name(b) != trial_name(a) and trial_name(b).startswith("lr=0_001~")
+    assert trial_name(a) == trial_name(b) == "lr=0_001"  # alone, each reads as it is shown
+    assert trial_names([a, b]) == ["lr=0_001~" + trial_id(a), "lr=0_001~" + trial_id(b)]  # together: told apart
     assert trial_id({"x": 1}) != trial_id({"x": 1.0}) != trial_id({"x": True})
     assert trial_name({"x": 1}) != trial_name({"x": 1.0})
 
@@ -51,10 +51,10 @@ def test_readable_names(params, name):
 @pytest.mark.parametrize("params", [{"path": "a/b"}, {"s": "x y"}, {"k": "a,b=c"}, {"x": "é"},
                                     {"long": "x" * 200}])
 @pytest.mark.unit
-def test_unsafe_or_long_names_get_a_hash(params):
+def test_unsafe_or_long_names_are_file_names(params):
     name = trial_name(params)
-    assert "/" not in name and " " not in name and len(name) <= 100
-    assert name.endswith("~" + trial_id(params))
+    assert "/" not in name and " " not in name and len(name) <= 100 and name.isascii()
+    assert name.endswith("~" + trial_id(params)) == (len(str(params)) > 80)  # only a cut name has the id
 
 
 @pytest.mark.unit
@@ -92,7 +92,7 @@ def test_name_clashes_in_one_grid_are_made_unique():
     assert specs[0].dir == "/f/trials/" + specs[0].name
 
 
-# Points that once shared a folder, within a run or across runs (each name alone, no plan).
+# Points that once shared a folder: one sweep's names never coincide.
 LOOKALIKES = [
     [{"x": 1}, {"x": "1"}, {"x": 1.0}, {"x": [1]}, {"x": "1_0"}],
     [{"x": True}, {"x": "True"}, {"x": "true"}],
@@ -107,7 +107,7 @@ LOOKALIKES = [
 @pytest.mark.unit
 @pytest.mark.parametrize("points", LOOKALIKES)
 def test_distinct_points_never_share_a_name(points):
-    names = [trial_name(p) for p in points]
+    names = [s.name for s in plan(points, "/f", seed=0)]
     assert len(set(names)) == len(points), names
 
 

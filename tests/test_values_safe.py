@@ -64,10 +64,10 @@ def test_a_quote_in_a_comment_never_runs_a_value_in_double_quotes(tmp_path):
                    "--out", str(tmp_path / "out"))
     assert not os.path.exists(marker), "a value ran as shell code"
     assert done.returncode == 0, done.stdout + done.stderr
-    df = pd.read_csv(tmp_path / "out" / "g" / "results.csv")
+    df = pd.read_csv(tmp_path / "out" / "argv_echo" / "results.csv")  # named after its script
     assert (df.status == "ok").all(), df.error.tolist()
     for trial, value in zip(df.trial, df.param_text):
-        assert seen(tmp_path / "out" / "g", trial)["argv"] == [f"--text={value}"]
+        assert seen(tmp_path / "out" / "argv_echo", trial)["argv"] == [f"--text={value}"]
 
 
 def test_placeholders_in_quotes_and_substitutions_get_values_verbatim(tmp_path):

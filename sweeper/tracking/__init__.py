@@ -93,7 +93,7 @@ class Tracker(Protocol):
 
     label: str  #: e.g. "MLflow at http://host:5000", for messages
     flag: str  #: what ``export`` takes to replay into it, e.g. "--mlflow http://host:5000"
-    hint: str  #: how to look, e.g. "tensorboard --logdir results/digits_mlp"
+    hint: str  #: how to look, e.g. "tensorboard --logdir results/digits_mlp/tensorboard"
 
     def begin(self, sweep: SweepInfo) -> dict[str, Held]:
         """Open the sweep (parent run, experiment); what it already shows, by trial id."""

@@ -110,7 +110,9 @@ class TensorBoardFiles:
     def __init__(self, folder: str) -> None:
         self.root = SweepPaths(folder).tensorboard
         self.label = f"TensorBoard files in {self.root}"
-        self.hint = f"TensorBoard: tensorboard --logdir {_shown(folder)}"
+        # this folder, not the sweep's: TensorBoard names a run by its path below the logdir,
+        # so each run (and HParams session) is named as its trial, not "tensorboard/<trial>"
+        self.hint = f"TensorBoard: tensorboard --logdir {_shown(self.root)}"
         self.domains: dict[str, Domain] = {}
         self.metrics: list[str] = []
         self.open: dict[str, _EventFile] = {}

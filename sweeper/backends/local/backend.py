@@ -44,6 +44,7 @@ from ...target import Target
 from ...trial import TrialResult, TrialSpec
 from . import fork
 from .fork import Launcher, rescue, watched
+from .server import ForkServer
 from .process import REAP_WAIT_S, Proc, join, no_main_guard, receive
 from .reaper import Reaper, orphan_exit
 from .standby import Spare, Standbys
@@ -84,7 +85,7 @@ class LocalBackend:
     def __init__(self, target: Target, slots: Sequence[Slot], *, workers: int | None = None,
                  prefetch: bool = True, start_method: str = "forkserver", tag: str | None = None,
                  timeout: float | None = None, packer: Packer | None = None,
-                 host: HostRoom | None = None, breaker: Breaker | None = None) -> None:
+                 host: HostRoom | None = None, early: ForkServer | None = None, breaker: Breaker | None = None) -> None:
         self.target = target
         #: on GPUs: the cards closed to new trials (where trials crash), under any per_gpu
         self.breaker = breaker if breaker is not None or packer is None else packer.breaker
@@ -108,7 +109,7 @@ class LocalBackend:
         self.capacity = min(workers or len(self.slots), len(self.slots))
         #: Carried by every process of this sweep (and only this sweep), for :mod:`sweeper.procs`.
         self.tag = tag or procs.new_tag()
-        self.launcher = Launcher(target, self.tag, start_method, timeout)
+        self.launcher = Launcher(target, self.tag, start_method, timeout, early)
         self.pool = Standbys(prefetch)
         self.reaper = Reaper(self.tag, self._workers)
         self.running: dict[str, Proc] = {}  #: by trial id
@@ -314,8 +315,7 @@ class LocalBackend:
                     events += self._exited(p)
                 else:
                     self._forget(p)
-            if self.launcher.server is not None:
-                self.launcher.server.stop()
+            self.launcher.close()
             self.reaper.reap(final=True)
         finally:
             self.reaper.close()

@@ -57,8 +57,12 @@ class Launcher:
     """Starts the sweep's worker processes, forks while forking can be trusted; holds the
     fork server."""
 
-    def __init__(self, target: Target, tag: str, start_method: str, timeout: float | None) -> None:
+    def __init__(self, target: Target, tag: str, start_method: str, timeout: float | None,
+                 early: ForkServer | None = None) -> None:
         self.target = target
+        #: a server the CLI started beside its grid reader (:func:`early_server`): used if
+        #: the sweep's slots want the environment it started with, else stopped
+        self.early = early
         self.tag = tag
         #: A fork that has not reached train is looked at this long after it was handed its
         #: trial: before the trial's timeout could pass, however short.
@@ -75,11 +79,23 @@ class Launcher:
             if refused is not None:
                 self.stop_forking(refused, pool, running)
                 return
-            # now, not before: a sweep with nothing to run starts no server (its import)
-            self.server = ForkServer(self.fork_ctx, preload_of(self.target), self.tag, common_env(slots),
-                                     probe_env(slots))
+            env, probe = common_env(slots), probe_env(slots)
+            early, self.early = self.early, None
+            if early is not None and early.state != "failed" and early.fits(env, probe):
+                self.server = early
+            else:  # now, not before: a sweep with nothing to run starts no server (its import)
+                if early is not None:
+                    early.stop()
+                self.server = ForkServer(self.fork_ctx, preload_of(self.target), self.tag, env, probe)
             if self.server.state == "failed":
                 self.stop_forking(self.server.why, pool, running)
+
+    def close(self) -> None:
+        """The sweep ends: its server ends, and one started early that it never used."""
+        for server in (self.server, self.early):
+            if server is not None:
+                server.stop()
+        self.early = None
 
     def starting(self) -> bool:
         """The server's import is under way (trials wait for it)."""
@@ -212,3 +228,22 @@ def common_env(slots: Sequence[Slot]) -> dict[str, str]:
         common = {k: v for k, v in common.items() if env.get(k) == v}
     common.pop(contract.SLOT, None)
     return common
+
+
+def early_server(path: str, tag: str, slots: Sequence[Slot]) -> ForkServer | None:
+    """A fork server started beside the CLI's grid reader, so that the first trial does not
+    wait for two imports one after the other: it imports the installed modules the grid
+    file's own import statements name (:func:`sweeper.modules.imports_in`), then waits for
+    the rest of the reader's list (:meth:`ForkServer.more`) before its probe. ``slots``:
+    the command line's (the :class:`Launcher` uses it only where the sweep's are alike).
+    None where forks cannot be used here."""
+    from ... import modules
+
+    if refusal() is not None:
+        return None
+    server = ForkServer(multiprocessing.get_context("forkserver"), modules.imports_in(path), tag,
+                        common_env(slots), probe_env(slots), more=True)
+    if server.state == "failed":
+        server.stop()
+        return None
+    return server

@@ -1,0 +1,71 @@
+"""Issue 39, item 9: the fork server starts importing as the sweep starts, beside the grid
+reader, from the installed modules the grid file's own imports name; the rest of the
+reader's list follows once it is known, before the server's probe."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT, install_module, write_grid
+from sweeper import modules
+from sweeper.table import READ_CSV
+
+#: An installed library: in the fork server it says its import began; in the grid reader
+#: (no slot) it waits for that, at most 60 s, and says whether it saw it.
+BESIDE = """import os, time
+if os.environ.get("SWEEPER_PRELOAD_READY"):  # the fork server's import
+    open({server!r}, "w").close()
+elif "SWEEPER_SLOT" not in os.environ and "SWEEPER_SWEEP" in os.environ:  # the grid reader's
+    deadline = time.monotonic() + 60
+    while not os.path.exists({server!r}) and time.monotonic() < deadline:
+        time.sleep(0.02)  # polling the server's own sentinel
+    with open({seen!r}, "w") as f:
+        f.write("beside" if os.path.exists({server!r}) else "after")
+"""
+#: An installed library only a user's module imports (the grid file's own imports do not
+#: name it): it notes each process that imports it.
+NOTED = """import os
+with open({marks!r}, "a") as f:
+    f.write(f"{{os.getpid()}}\\n")
+"""
+
+
+@pytest.mark.slow
+def test_the_fork_server_imports_beside_the_reader_and_then_the_rest_of_its_list(tmp_path):
+    from conftest import run_cli
+
+    server, seen, marks = tmp_path / "server_began", tmp_path / "seen", tmp_path / "noted"
+    site = install_module(tmp_path / "site", "beside_lib", BESIDE.format(server=str(server), seen=str(seen)))
+    install_module(tmp_path / "site", "noted_lib", NOTED.format(marks=str(marks)))
+    (tmp_path / "helper_mod.py").write_text("import noted_lib\n")  # the user's own module
+    grid = write_grid(tmp_path, "import beside_lib\nimport helper_mod\nfrom sweep_fns import echo as train\n"
+                                "grid = {'x': [1, 2]}\n")
+    env_path = os.pathsep.join([site, str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out"), "--workers", "1",
+                           "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "PYTHONPATH": env_path})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert seen.read_text() == "beside"  # the server's import began while the reader's ran
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
+    assert df.ppid.nunique() == 1 and int(df.ppid[0]) != os.getpid()  # forks of one server
+    noted = {int(pid) for pid in marks.read_text().split()}
+    assert int(df.ppid[0]) in noted  # the rest of the list: imported by the server, once the read told it
+    assert not noted & set(df.pid)  # so no trial imported it itself
+
+
+@pytest.mark.unit
+def test_the_imports_a_file_names_are_read_without_running_it(tmp_path):
+    path = tmp_path / "g.py"
+    path.write_text("import os, numpy as np\nfrom sklearn.datasets import load_digits\nfrom . import sibling\n"
+                    "try:\n    import yaml\nexcept ImportError:\n    yaml = None\n"
+                    "def train(params):\n    import torch\n")
+    assert modules.imports_in(str(path)) == ["os", "numpy", "sklearn.datasets", "sklearn.datasets.load_digits",
+                                             "yaml"]
+    path.write_text("this is not python (")
+    assert modules.imports_in(str(path)) == []
