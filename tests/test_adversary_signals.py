@@ -162,17 +162,8 @@ if "SWEEPER_SLOT" not in os.environ:  # the grid reader's import, and only its
 from sweep_fns import echo as train
 grid = {{"x": [1]}}
 """)
-    proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out"), "--quiet"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        _wait_for(reading, proc)
-        os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C, to its whole foreground group
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, out + err
+    code, out, err = _ctrl_c_once(tmp_path, grid, reading)
+    assert code == 130, out + err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
@@ -184,15 +175,22 @@ if os.environ.get("SWEEPER_PRELOAD_READY"):  # the fork server's import, and onl
     time.sleep(600)
 """)
     grid = write_grid(tmp_path, "import slow_lib\nfrom sweep_fns import echo as train\ngrid = {'x': [1]}\n")
+    code, out, err = _ctrl_c_once(tmp_path, grid, importing, {**os.environ, "PYTHONPATH": site})
+    assert code == 130, out + err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+def _ctrl_c_once(tmp_path, grid: str, sentinel, env=None) -> tuple[int, str, str]:
+    """``python -m sweeper GRID`` in a group of its own, as a terminal's job is; once
+    ``sentinel`` exists, the terminal's Ctrl-C to that whole group: its exit code and output."""
     proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out"), "--quiet"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, "PYTHONPATH": site})
+                            start_new_session=True, env=env)
     try:
-        _wait_for(importing, proc)
-        os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C, to its whole foreground group
+        _wait_for(sentinel, proc)
+        os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, out + err
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    return proc.returncode, out, err
