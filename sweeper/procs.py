@@ -160,9 +160,13 @@ _FUTEX = {"x86_64": 202, "aarch64": 98}
 
 def waits_on_lock(pid: int) -> bool | None:
     """Whether the main thread of a process sleeps on a lock (a futex): how a deadlocked
-    fork waits, where one that sleeps, reads a file or a socket waits elsewhere. None if
-    /proc cannot tell."""
+    fork waits, where one that sleeps, reads a file or a socket waits elsewhere, and one
+    that runs, or waits for a core on a busy machine, waits on nothing. None if /proc
+    cannot tell."""
     try:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "R":  # running, or runnable
+                return False
         with open(f"/proc/{pid}/wchan") as f:
             wchan = f.read().strip()
         if wchan and wchan != "0":
@@ -171,8 +175,10 @@ def waits_on_lock(pid: int) -> bool | None:
             call = f.read().split()[0]
     except (OSError, IndexError):
         return None
+    if call == "running":  # it ran between the two reads
+        return False
     futex = _FUTEX.get(os.uname().machine)
-    if futex is None or not call.lstrip("-").isdigit():  # "running", or an unknown machine
+    if futex is None or not call.lstrip("-").isdigit():  # an unknown machine
         return None
     return int(call) == futex
 

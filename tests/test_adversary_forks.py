@@ -119,3 +119,37 @@ def test_a_fork_whose_import_waits_is_not_taken_for_deadlocked(tmp_path, monkeyp
     assert (df.ppid != os.getpid()).all()  # forks both: the fork server was not given up
     assert not [r for r in caplog.records if "watchdog" in r.getMessage() or "had not reached" in r.getMessage()]
     assert all(fork.WATCHDOG_MARK not in p.read_text() for p in (tmp_path / "o").rglob("log.txt"))
+
+
+def _started(code: str) -> subprocess.Popen:
+    """A Python process that says "go" on stdout once it is about to do what ``code`` does."""
+    proc = subprocess.Popen([sys.executable, "-c", f"import sys, threading, time\nprint('go', flush=True)\n{code}"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "go\n"
+    return proc
+
+
+@pytest.mark.parametrize("code, on_lock", [
+    # computing (or waiting for a core on a busy machine, the same state to /proc): seen in
+    # CI as "cannot tell", so a fork that had just woken from a sleep at its import's top,
+    # not yet given a core, was taken for deadlocked
+    ("while True: pass", False),
+    ("time.sleep(600)", False),
+    ("l = threading.Lock(); l.acquire(); l.acquire()", True),
+], ids=["running", "sleeping", "on a lock"])
+def test_what_a_process_waits_on_is_read_from_proc(code, on_lock):
+    proc = _started(code)
+    try:
+        from sweeper import procs
+
+        deadline = time.monotonic() + 30
+        seen = procs.waits_on_lock(proc.pid)
+        while seen is not on_lock and time.monotonic() < deadline:  # the print above, until it waits
+            time.sleep(0.05)
+            seen = procs.waits_on_lock(proc.pid)
+        assert seen is on_lock
+        if not on_lock:  # and it stays so: not one look reads as "cannot tell", nor as a lock
+            assert all(procs.waits_on_lock(proc.pid) is False for _ in range(200))
+    finally:
+        proc.kill()
+        proc.wait()
