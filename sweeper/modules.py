@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from types import ModuleType
 from typing import Any, Iterable
@@ -122,18 +123,46 @@ def warm(names: Iterable[str]) -> None:
             continue
 
 
-def imports_in(path: str) -> list[str]:
+def imports_in(path: str, limit: int = 40) -> list[str]:
     """The modules a Python file's top-level import statements name, read without running
-    it (not those inside its functions, which run in the trial): candidates for a fork
-    server started before the file is imported (``from a import b`` names ``a`` and ``a.b``)."""
+    it (not those inside its functions, which run in the trial), and those of the user's
+    own modules it imports, followed (files beside it, on ``sys.path``, or on a literal
+    ``sys.path.insert``/``append`` of its own; at most ``limit`` files): candidates for a
+    fork server started before the file is imported (``from a import b`` names ``a`` and
+    ``a.b``). A grid file that imports ``train`` from a module beside it so names that
+    module's TensorFlow."""
+    out: dict[str, None] = {}
+    dirs = [os.path.dirname(os.path.abspath(path))]
+    seen = {os.path.abspath(path)}
+    todo = [path]
+    while todo and len(seen) <= limit:
+        names, added = _top_level_imports(todo.pop(0))
+        dirs += [d for d in added if d not in dirs]
+        for name in names:
+            out.setdefault(name, None)
+            parts = name.split(".")
+            if parts[0] in sys.stdlib_module_names:
+                continue
+            for i in range(1, len(parts) + 1):  # a package's __init__ runs before its module
+                found = _source_of(".".join(parts[:i]), [*dirs, *_user_paths()])
+                if found is not None and found not in seen:
+                    seen.add(found)
+                    todo.append(found)
+    return list(out)
+
+
+def _top_level_imports(path: str) -> tuple[list[str], list[str]]:
+    """The modules a file's top-level import statements name, and the folders it adds to
+    ``sys.path`` by literal ``sys.path.insert(i, "...")`` or ``sys.path.append("...")``."""
     import ast
 
     try:
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):  # the reader says what is wrong with it
-        return []
+        return [], []
     out: dict[str, None] = {}
+    dirs: list[str] = []
     todo: list[ast.stmt] = list(tree.body)
     while todo:
         node = todo.pop(0)
@@ -142,8 +171,46 @@ def imports_in(path: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             out[node.module] = None
             out.update(dict.fromkeys(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"))
+        elif isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            continue  # a script's own block: imported, the file does not run it
         elif isinstance(node, (ast.If, ast.Try, ast.With)):  # still the module's top level
             for block in ("body", "orelse", "finalbody"):
                 todo += getattr(node, block, [])
             todo += [stmt for handler in getattr(node, "handlers", []) for stmt in handler.body]
-    return list(out)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            folder = _sys_path_added(node.value)
+            if folder is not None:
+                dirs.append(os.path.abspath(folder))
+    return list(out), dirs
+
+
+def _sys_path_added(call: Any) -> str | None:
+    """The folder of ``sys.path.insert(i, "literal")`` or ``sys.path.append("literal")``."""
+    import ast
+
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr in ("insert", "append") and isinstance(f.value, ast.Attribute)
+            and f.value.attr == "path" and isinstance(f.value.value, ast.Name) and f.value.value.id == "sys"):
+        return None
+    arg = call.args[-1] if call.args and len(call.args) == (2 if f.attr == "insert" else 1) else None
+    return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+
+
+def _user_paths() -> list[str]:
+    """The folders of ``sys.path`` that are not the standard library's or installed
+    packages' (the installed ones are the fork server's to import, not to read here)."""
+    import sysconfig
+
+    libs = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return [d for d in sys.path if d not in libs and not d.endswith((".zip", "lib-dynload"))
+            and "site-packages" not in d and "dist-packages" not in d]
+
+
+def _source_of(name: str, dirs: Iterable[str]) -> str | None:
+    """The user's source file of module ``name`` in the first of ``dirs`` that holds it."""
+    rel = name.replace(".", os.sep)
+    for d in dirs:
+        for candidate in (os.path.join(d or ".", rel + ".py"), os.path.join(d or ".", rel, "__init__.py")):
+            if os.path.isfile(candidate):
+                return os.path.abspath(candidate)
+    return None

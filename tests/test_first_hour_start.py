@@ -69,3 +69,24 @@ def test_the_imports_a_file_names_are_read_without_running_it(tmp_path):
                                              "yaml"]
     path.write_text("this is not python (")
     assert modules.imports_in(str(path)) == []
+
+
+@pytest.mark.unit
+def test_the_users_own_modules_a_grid_imports_are_followed_for_theirs(tmp_path):
+    # the bench's and a user's usual grid file: train comes from a module beside it (or from a
+    # folder it puts on sys.path), and that module's TensorFlow is what the server must import
+    (tmp_path / "models.py").write_text("import tensorflow\nfrom helpers import load\n"
+                                        "if __name__ == \"__main__\":\n    import matplotlib\n")
+    (tmp_path / "helpers.py").write_text("import numpy as np\nimport models\n")  # a cycle is followed once
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "__init__.py").write_text("import keras\n")
+    (code / "pkg" / "nets.py").write_text("import jax\n")
+    grid = tmp_path / "grid.py"
+    grid.write_text(f"import sys\nsys.path.insert(0, {str(code)!r})\nfrom models import train\n"
+                    "from pkg.nets import build\ngrid = {'x': [1]}\n")
+    names = modules.imports_in(str(grid))
+    assert names[:2] == ["sys", "models"]
+    assert {"tensorflow", "helpers", "numpy", "keras", "jax"} <= set(names)
+    assert names.index("tensorflow") < names.index("keras")  # in the order the read will import them
+    assert len(names) == len(set(names)) and "matplotlib" not in names  # not run on import
