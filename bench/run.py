@@ -476,16 +476,19 @@ notes:
      teardown included) is the "-> exited" row.
      command -> 1st train runs from time.time() here just before the command starts to
      time.time() as the first trial's train's first statement: the CLI reads the grid file in a
-     process started as the first slot's, which then runs the first trial (one import in all).
+     process of its own that ends after the read, while its fork server imports what the grid
+     file and the user's modules it imports name (two imports side by side), then forks the trial.
      no-op resume = the same command again on the finished folder, start to exit: that one
      import, then nothing to run. The JSON
      splits the first figure at the first trial's started_at (ledger, ms): first_launch_s.
      wall_s of E = the first command (all its trials), start to exit.
   F  the issue's short trials (no longer than one TF import): makespan = wall time of the sweep call
      (sweep(), Parallel(), Pool.imap) in a fresh driver that first imported the trial's module, as
-     a user's script does (every method alike). command -> 1st train = from just before the
-     driver's start to the first train's first statement. trial processes = distinct pids
-     (loky reuses 1 per slot; every other method starts one per trial). "sweeper" is the
+     a user's script does (every method alike); for "sweeper cli", the wall time of
+     `python -m sweeper grid.py` (its grid file imports the trial's module), start to exit.
+     command -> 1st train = from just before the driver's start to the first train's first
+     statement. trial processes = distinct pids (loky reuses 1 per slot; every other method
+     starts one per trial). "sweeper" is the
      default (the fork server); "sweeper spawn" is --start-method spawn.
   loky reuses its worker processes: no fresh process per trial, so it frees no GPU memory (nor
      any other state) between trials; its numbers are a floor, not a like-for-like rival.
