@@ -194,3 +194,32 @@ def _ctrl_c_once(tmp_path, grid: str, sentinel, env=None) -> tuple[int, str, str
         if proc.poll() is None:
             proc.kill()
     return proc.returncode, out, err
+
+
+STARTUP_MASKS = """import os
+cmd = open("/proc/self/cmdline", "rb").read().replace(b"\\0", b" ").decode(errors="replace")
+if "multiprocessing.forkserver" in cmd:  # at the first line Python runs in the fork server
+    status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+    with open({out!r}, "a") as f:
+        f.write(f"{{status['SigBlk'].strip()}} {{status['SigIgn'].strip()}}\\n")
+"""
+
+
+def test_the_fork_server_is_deaf_to_ctrl_c_from_its_first_line(tmp_path):
+    # A Ctrl-C during Python's own start-up in the fork server (before sweeper's preload
+    # ignores it) printed half a traceback, "Traceback (most recent call last):" alone, under
+    # the sweep's one line (seen with the suite run two tests at a time): the server starts
+    # with SIGINT blocked, as every process sweeper starts does
+    masks = tmp_path / "masks"
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(STARTUP_MASKS.format(out=str(masks)))
+    grid = write_grid(tmp_path, "from sweep_fns import echo as train\ngrid = {'x': [1, 2]}\n")
+    done = subprocess.run([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out"), "--quiet"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(site)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = masks.read_text().split("\n")[:-1] if masks.exists() else []
+    assert seen, "no fork server started"
+    sigint = 1 << (signal.SIGINT - 1)
+    assert all(int(blocked, 16) & sigint or int(ignored, 16) & sigint for blocked, ignored in map(str.split, seen)), seen

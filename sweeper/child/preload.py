@@ -20,12 +20,15 @@ def _import() -> str:
 
     # Ctrl-C is the sweep's, which ends this server: none of its traceback on the terminal,
     # and no terminal's signal reaches a group of its own (multiprocessing ignores SIGINT
-    # here itself, but only once this import is done)
+    # here itself, but only once this import is done). The sweep started this process with
+    # SIGINT blocked (Python's own start-up, before this line, would print a traceback of
+    # it): ignored now, which drops one that came meanwhile, then unblocked.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         os.setpgid(0, 0)
     except OSError:
         pass
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     from ..modules import warm
 

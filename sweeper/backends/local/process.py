@@ -110,6 +110,16 @@ def exit_fd(process: Any) -> int:
         return fd
 
 
+def tracker_started() -> None:
+    """Start multiprocessing's resource tracker now, before :func:`sigint_held`: started on
+    first need inside the window, it unblocks SIGINT after its own start, and the child
+    then started has Python's start-up open to a Ctrl-C (a fork server printed half a
+    traceback under the sweep's one line)."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+
+
 @contextlib.contextmanager
 def sigint_held() -> Iterator[None]:
     """Start a child with SIGINT blocked, so a Ctrl-C during its bootstrap (before it leads

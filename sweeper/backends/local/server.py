@@ -39,6 +39,7 @@ from typing import Any
 
 from ... import contract, procs
 from .internals import MpForkServer, own_mp_temp, restore_mp_temp
+from .process import sigint_held, tracker_started
 
 #: One fork server per process (multiprocessing keeps one): a second sweep running at the
 #: same time in this process (another thread) uses spawn.
@@ -122,8 +123,9 @@ class ForkServer:
         # never the user's module (not even a script run as __main__: each fork imports it)
         ctx.set_forkserver_preload(["sweeper.child.preload"])
         self._mp_temp = own_mp_temp(self._dir)
-        try:
-            with procs.environ(server_env):
+        tracker_started()
+        try:  # SIGINT blocked from its first line: Ctrl-C is the sweep's (preload ignores it, then unblocks)
+            with procs.environ(server_env), sigint_held():
                 self._server.ensure_running()
         except OSError as exc:
             self._fail(f"the fork server could not start ({exc})")

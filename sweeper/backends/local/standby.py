@@ -26,7 +26,7 @@ from ... import contract, headroom, procs
 from ...child import bootstrap
 from ...protocol import Broken, Event, LoadFailed, Ready
 from ...slots import Slot
-from .process import REAP_WAIT_S, Proc, exit_fd, join, no_main_guard, sigint_held
+from .process import REAP_WAIT_S, Proc, exit_fd, join, no_main_guard, sigint_held, tracker_started
 
 #: Standbys per slot at most (spawn ones, while cores are idle).
 MAX_AHEAD = 3
@@ -62,17 +62,11 @@ class Spare:
             os.close(self.exit_fd)
 
 
-_TRACKER_STARTED: list[bool] = []
-
-
 def spawn(ctx: Any, boot: bootstrap.Boot, env: dict[str, str], name: str) -> Spare:
     """Start a worker process with ``env`` set in it from its first instruction."""
-    if ctx.get_start_method() == "spawn" and not _TRACKER_STARTED:
-        # started now, outside the slot's environment: never taken for a stray of it
-        from multiprocessing import resource_tracker
-
-        resource_tracker.ensure_running()
-        _TRACKER_STARTED.append(True)
+    # multiprocessing's resource tracker started now, outside the slot's environment (never
+    # taken for a stray of it) and before SIGINT is held (it would unblock it)
+    tracker_started()
     parent_conn, child_conn = ctx.Pipe()
     process = ctx.Process(target=bootstrap.main, args=(child_conn, boot), name=name, daemon=False)
     with procs.environ(env), sigint_held():  # Ctrl-C is the parent's to handle
