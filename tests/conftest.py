@@ -28,6 +28,15 @@ if HERE not in sys.path:  # spawned children inherit sys.path, so they can impor
     sys.path.insert(0, HERE)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (the README's ``-n 2``, ``--dist loadgroup``): a file's tests run
+    in one worker, in order, so a module's fixture (a trained example, a Ray cluster) starts
+    once; the Ray files share one worker, so two Ray instances never start side by side."""
+    for item in items:
+        name = item.path.stem
+        item.add_marker(pytest.mark.xdist_group("ray" if name.startswith("test_ray") else name))
+
+
 @pytest.fixture(autouse=True)
 def no_stray_processes():
     """Fail a test that leaves any child process of the test runner alive."""
