@@ -38,6 +38,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def sweeper_lines_reach_caplog():
+    """``sweep()`` prints sweeper's lines through a handler of its own and stops them going
+    on to the root logger (an application's handlers there would print them twice) the
+    first time it runs in a process; caplog reads at the root. That handler is put in place
+    here first, with the lines going on, so a test's caplog sees them whatever ran before
+    it in this process (alone, or first in its worker, such a test saw nothing)."""
+    import logging
+
+    from sweeper.messages import show_messages
+
+    show_messages()
+    logging.getLogger("sweeper").propagate = True
+    yield
+
+
+@pytest.fixture(autouse=True)
 def no_stray_processes():
     """Fail a test that leaves any child process of the test runner alive."""
     me = psutil.Process()

@@ -237,3 +237,22 @@ def test_ctrl_c_during_the_end_wait_ends_it(tmp_path):
     warnings = [line for line in proc.stdout.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "ended by Ctrl-C" in warnings[0], proc.stdout
     assert warnings[0].endswith(f"python -m sweeper export {tmp_path / 'c'} --mlflow {uri}")
+
+
+@pytest.mark.unit
+def test_what_a_killed_trackers_process_left_half_made_is_removed(tmp_path):
+    # the local MLflow store is made in mlflow.db.<pid>.<thread>.part (mlflow_runs): the end
+    # of the wait removed only mlflow.db.<pid>.part, so a trackers' process killed while it
+    # made the store left its part file (seen: the .part test above, once, on a busy machine)
+    from sweeper.tracking.process import TrackerProcess
+
+    (tmp_path / "tensorboard").mkdir()
+    left = [tmp_path / "mlflow.db.4242.139653509265088.part", tmp_path / "mlflow.db.4242.part",
+            tmp_path / "tensorboard" / "state.json.tmp4242"]
+    kept = [tmp_path / "mlflow.db.4243.139653509265088.part", tmp_path / "mlflow.db", tmp_path / "results.csv"]
+    for path in left + kept:
+        path.write_text("")
+    process = TrackerProcess.__new__(TrackerProcess)  # the tidying alone: no process started
+    process.folder = str(tmp_path)
+    process._tidy(4242)
+    assert [p.name for p in left if p.exists()] == [] and all(p.exists() for p in kept)

@@ -256,8 +256,8 @@ class TrackerProcess:
 
     def _tidy(self, pid: int) -> None:
         """What a killed process left half made in the sweep folder: the local MLflow
-        store's part file (``mlflow.db.<pid>.part``), the TensorBoard state's temporary file."""
-        for pattern in (f"*.{pid}.part", os.path.join("tensorboard", f"*.tmp{pid}")):
+        store's part file (``mlflow.db.<pid>.<thread>.part``), the TensorBoard state's temporary file."""
+        for pattern in (f"*.{pid}.part", f"*.{pid}.*.part", os.path.join("tensorboard", f"*.tmp{pid}")):
             for path in glob.glob(os.path.join(glob.escape(self.folder), pattern)):
                 with contextlib.suppress(OSError):
                     os.remove(path)
