@@ -231,10 +231,15 @@ class ForkServer:
         pid = self.pid
         if pid is None:
             return ""
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return ""
+        deadline = time.monotonic() + 1.0  # its pidfd said it ended: reapable at once, or all but
+        while True:
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return ""
+            if done or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)  # a process of many threads is reapable once its last thread is gone
         if not done:
             return ""
         self._server.forget()  # reaped here: multiprocessing must not wait for it
