@@ -135,6 +135,7 @@ def imports_in(path: str, limit: int = 40) -> list[str]:
     dirs = [os.path.dirname(os.path.abspath(path))]
     seen = {os.path.abspath(path)}
     todo = [path]
+    user_paths = _user_paths()
     while todo and len(seen) <= limit:
         names, added = _top_level_imports(todo.pop(0))
         dirs += [d for d in added if d not in dirs]
@@ -144,7 +145,7 @@ def imports_in(path: str, limit: int = 40) -> list[str]:
             if parts[0] in sys.stdlib_module_names:
                 continue
             for i in range(1, len(parts) + 1):  # a package's __init__ runs before its module
-                found = _source_of(".".join(parts[:i]), [*dirs, *_user_paths()])
+                found = _source_of(".".join(parts[:i]), [*dirs, *user_paths])
                 if found is not None and found not in seen:
                     seen.add(found)
                     todo.append(found)
