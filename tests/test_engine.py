@@ -163,6 +163,15 @@ def test_bad_grid_files_get_one_line_and_exit_2(tmp_path, name, body, words):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_syntax_error_in_a_module_the_grid_imports_names_that_module(tmp_path):
+    # it named the grid file, with the other file's line number: the user looked in the wrong file
+    (tmp_path / "helper.py").write_text("x = 1\nthis is not python (\n")
+    done = run_cli(write_grid(tmp_path, "from helper import x\nfrom sweep_fns import echo as train\n"
+                              "grid = {'x': [1]}\n"), "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"{tmp_path / 'helper.py'} is not valid Python" in done.stderr and "(line 2)" in done.stderr, done.stderr
+
+
 def test_bad_command_lines_get_one_line_and_exit_2(tmp_path):
     grid = write_grid(tmp_path, "from sweep_fns import echo as train\ngrid = {'x': [1]}\n")
     cases = [

@@ -46,8 +46,9 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     before = list(sys.modules)
     try:
         module = load_file(path)
-    except SyntaxError as exc:
-        raise SweepError(f"{name} is not valid Python: {exc.msg} (line {exc.lineno}); fix it and run again") from None
+    except SyntaxError as exc:  # in the grid file, or in a module it imports: the file it is in is named
+        bad = name if not exc.filename or os.path.abspath(exc.filename) == path else exc.filename
+        raise SweepError(f"{bad} is not valid Python: {exc.msg} (line {exc.lineno}); fix it and run again") from None
     except BaseException as exc:  # noqa: BLE001
         tb = traceback.extract_tb(exc.__traceback__)
         where = next((f"line {f.lineno}" for f in reversed(tb) if f.filename == path), "")
