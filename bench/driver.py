@@ -61,7 +61,8 @@ def main(spec_path: str, result_path: str) -> int:
         import importlib
 
         mod_name, fn_name = spec["fn"].split(":")
-        if runner is methods.run_sweeper or spec.get("import_fn"):  # as a user's script does: import, then run
+        # as a user's script does: import, then run (the CLI's user has no script: its grid file imports)
+        if runner is methods.run_sweeper or (spec.get("import_fn") and runner is not methods.run_sweeper_cli):
             fn = getattr(importlib.import_module(mod_name), fn_name)
         else:
             fn = methods.ByName(mod_name, fn_name)

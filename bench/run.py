@@ -224,6 +224,8 @@ def figures(case: Case, method: str, res: dict) -> dict[str, Any]:
         starts = [t["t_start"] for t in trials if isinstance(t.get("t_start"), (int, float))]
         if starts and isinstance(res.get("command_t0"), (int, float)):  # the driver's import included
             f["first_train_s"] = min(starts) - res["command_t0"]
+        if isinstance(res.get("command_s"), (int, float)):
+            f["command_s"] = res["command_s"]
         f["pids"] = len({t.get("pid") for t in trials})  # a fresh process per trial: pids == n
     elif case.name == "E":
         for key in ("first_train_s", "first_launch_s", "launch_to_train_s", "resume_s", "resume_rc", "rc",
@@ -331,6 +333,7 @@ class Runner:
         if why:
             res["error"] = why
         res["command_t0"] = self.t_start  # epoch, just before the driver's start
+        res["command_s"] = self.t_exit - self.t_start if self.t_exit is not None else None  # to its exit
         return res
 
     def log(self, tag: str) -> str:
@@ -392,6 +395,8 @@ SHOWN = [
     ("F", "wall_s", "makespan s", "{:.1f}"),
     ("F", "vs_loky", "makespan / loky's", "{:.2f}x"),
     ("F", "first_train_s", "command -> 1st train s", "{:.2f}"),
+    ("F", "command_s", "command -> exit s", "{:.1f}"),
+    ("F", "command_vs_loky", "command -> exit / loky's", "{:.2f}x"),
     ("F", "pids", "trial processes", "{:.0f}"),
     ("E", "resume_s", "no-op resume s", "{:.2f}"),
 ]
@@ -425,13 +430,16 @@ def table_rows(results: dict, quick: bool) -> list[list[str]]:
             loky = entry["methods"].get("loky", {}).get("median", {}).get("wall_s")
             if cname.startswith("F") and isinstance(loky, (int, float)) and isinstance(fig.get("wall_s"), (int, float)):
                 fig = {**fig, "vs_loky": fig["wall_s"] / loky}
+            loky_cmd = entry["methods"].get("loky", {}).get("median", {}).get("command_s")
+            if cname.startswith("F") and isinstance(loky_cmd, (int, float)) and isinstance(fig.get("command_s"), (int, float)):
+                fig = {**fig, "command_vs_loky": fig["command_s"] / loky_cmd}
             bad = "!" if any(r.get("n_ok") != r.get("n") or r.get("resume_trials_run") or r.get("resume_rc")
                              for r in m.get("runs", [])) else ""
             for prefix, key, name, fmt in SHOWN:
                 if not cname.startswith(prefix) or key not in fig:
                     continue
                 ratio = "-"
-                if method != "pool" and key not in ("vs_loky", "pids") and isinstance(pool.get(key), (int, float)) and pool[key] and \
+                if method != "pool" and key not in ("vs_loky", "command_vs_loky", "pids") and isinstance(pool.get(key), (int, float)) and pool[key] and \
                         isinstance(fig.get(key), (int, float)):
                     ratio = f"{fig[key] / pool[key]:.2f}x"
                 rows.append([cname, label, wall, name, _fmt(fmt, fig.get(key)) + bad, ratio])
@@ -475,19 +483,22 @@ notes:
      the same way before and after the methods of each repeat (median); its exit (TF's
      teardown included) is the "-> exited" row.
      command -> 1st train runs from time.time() here just before the command starts to
-     time.time() as the first trial's train's first statement: the CLI reads the grid file in a
-     process of its own that ends after the read, while its fork server imports what the grid
-     file and the user's modules it imports name (two imports side by side), then forks the trial.
+     time.time() as the first trial's train's first statement: the CLI's fork server imports what
+     the grid file and the user's modules it imports name, then forks the process that reads the
+     grid file (the user's module alone left to import) and ends after the read, then the trial.
      no-op resume = the same command again on the finished folder, start to exit: that one
      import, then nothing to run. The JSON
      splits the first figure at the first trial's started_at (ledger, ms): first_launch_s.
      wall_s of E = the first command (all its trials), start to exit.
   F  the issue's short trials (no longer than one TF import): makespan = wall time of the sweep call
      (sweep(), Parallel(), Pool.imap) in a fresh driver that first imported the trial's module, as
-     a user's script does (every method alike); for "sweeper cli", the wall time of
-     `python -m sweeper grid.py` (its grid file imports the trial's module), start to exit.
-     command -> 1st train = from just before the driver's start to the first train's first
-     statement. trial processes = distinct pids (loky reuses 1 per slot; every other method
+     a user's script does (that import is outside the makespan); for "sweeper cli", the wall time
+     of `python -m sweeper grid.py` (its grid file imports the trial's module), start to exit,
+     from a driver that imports nothing of the trial's (a CLI user writes no script).
+     command -> 1st train / -> exit = from just before the driver's start to the first train's
+     first statement / to the driver's exit: what the user waits for, `python script.py` for
+     loky (its own import of the trial's module included), `python -m sweeper grid.py` for the
+     CLI. trial processes = distinct pids (loky reuses 1 per slot; every other method
      starts one per trial). "sweeper" is the
      default (the fork server); "sweeper spawn" is --start-method spawn.
   loky reuses its worker processes: no fresh process per trial, so it frees no GPU memory (nor

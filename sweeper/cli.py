@@ -9,9 +9,9 @@ import json
 import os
 import signal
 import sys
-from typing import Any, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 
-from . import __version__, gridfile, procs, runner
+from . import __version__, gridfile, procs
 from .errors import SweepError
 from .objectives import MODES
 from .folder import SweepFolder, default_uid, holder, refuse_busy, sweep_folder
@@ -23,6 +23,9 @@ from .slots import Placement
 from .command import Command
 from .target import FileTarget, FunctionTarget, describe
 from .trial import Status
+
+if TYPE_CHECKING:
+    from .runner import Outcome
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -196,7 +199,7 @@ def _sweep(args: argparse.Namespace, flags: dict[str, Any], tags: list[str]) -> 
 
 def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanup: contextlib.ExitStack) -> int:
     _refuse_early(args, flags)  # before anything is imported or started
-    early = None  # a fork server importing beside the grid reader
+    early = None  # a fork server started before the grid file is read (the reader is its fork)
     if args.command is not None:
         if args.grid_file or not args.grid_data:
             raise SweepError("--command takes its grid from --grid grid.json (not a grid .py file); "
@@ -211,12 +214,13 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanu
             raise SweepError("no grid file given; e.g. python -m sweeper experiments/digits_mlp.py")
         if args.grid_data or args.shell:
             raise SweepError("--grid and --shell go with --command; a grid .py file defines grid itself")
-        early = _early_server(flags, args.grid_file, tag, cleanup)  # imports beside the read
-        grid = gridfile.read(args.grid_file, args.seed, tag)
-        if early is not None:
-            early.more(list(grid.modules))
+        early = _early_server(flags, args.grid_file, tag, cleanup)  # imports first: the reader is its fork
+        from . import runner  # noqa: F401  (its engine, ledger, tables: imported while the server imports)
+        grid = gridfile.read(args.grid_file, args.seed, tag, early)
         target = FileTarget(grid.path, grid.attr, grid.shell, preload=grid.modules)
         what = grid.what
+    from . import runner
+
     opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
     stem = _default_name(args)
     listener = None if opts.dry_run else choose_view(args.quiet, opts.ranked_by, opts.ranked_mode)
@@ -250,11 +254,12 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanu
 
 
 def _early_server(flags: dict[str, Any], path: str, tag: str, cleanup: contextlib.ExitStack) -> Any:
-    """A fork server started before the grid file is read, so that its imports and the
-    reader's run side by side (one slot's first trial then waits for one import, not two),
-    with the slots the command line alone gives (a grid file whose options give others
-    gets a server of its own: this one is then ended unused). None where the command line
-    says no trial forks (a dry run, spawn, Ray, --gpus free: read once, nothing of ours on it)."""
+    """A fork server started before the grid file is read: it imports the framework first,
+    and the grid reader is a fork of it (one slot's first trial then waits for one import,
+    not two), with the slots the command line and the grid file's ``options`` (as its
+    source plainly shows them) give (a grid file whose options, once imported, give
+    others gets a server of its own: this one is then ended unused). None where they say
+    no trial forks (a dry run, spawn, Ray, --gpus free: read once, nothing of ours on it)."""
     import logging
 
     from .backends.local.fork import early_server
@@ -264,7 +269,9 @@ def _early_server(flags: dict[str, Any], path: str, tag: str, cleanup: contextli
     quiet = sweeper_log.disabled
     sweeper_log.disabled = True  # the real placement says what it has to say, once
     try:
-        opts = Options.build(flags, where="the command line")
+        plain = gridfile.plain_options(path) if os.path.isfile(path) else None
+        shown = {k: v for k, v in (plain or {}).items() if v is not gridfile.UNKNOWN}
+        opts = Options.build({**shown, **flags}, where="the command line")
         gpus = parse_gpus(opts.gpus)
         if opts.dry_run or opts.backend != "local" or opts.start_method != "forkserver" or gpus == "free":
             return None
@@ -312,7 +319,7 @@ def _refuse_early(args: argparse.Namespace, flags: dict[str, Any]) -> None:
         refuse_busy(SweepFolder(out, name).path, dry_run=said.get("dry_run") is True)
 
 
-def print_plan(outcome: runner.Outcome) -> None:
+def print_plan(outcome: Outcome) -> None:
     """The dry run: the GPUs found, the slots and caps, every trial and where it would start
     (``kept`` for a finished trial that a resume keeps)."""
     out, specs = sys.stdout, outcome.specs

@@ -20,10 +20,8 @@ of its processes, declared once, with what writes it and what reads it.
     SWEEPER_DETERMINISTIC          determinism_env, for each trial of a  child.imports: each framework's
                                    sweep run with deterministic=True     deterministic mode, as imported
     SWEEPER_PRELOAD_READY, _LIST,  backends.local.server, as the       child.preload, in the
-    _PATH, _PROBE_GPU, _MORE       server starts (_PROBE_GPU: the        server, once (its probe fork
-                                   environment of a GPU slot; _MORE: a   pins that card; _MORE: it waits
-                                   server started beside the grid        there for the rest of the list
-                                   reader, ForkServer.more)              before its probe)
+    _PATH, _PROBE_GPU              server starts (_PROBE_GPU: the        server, once (its probe fork
+                                   environment of a GPU slot)            pins that card)
     SWEEPER_ARG_<i>, SWEEPER_FLAG_ command, a --shell trial's values     /bin/sh, never sweeper
     <j>, SWEEPER_FLAGS
 
@@ -55,7 +53,6 @@ PRELOAD_READY = "SWEEPER_PRELOAD_READY"
 PRELOAD_LIST = "SWEEPER_PRELOAD_LIST"
 PRELOAD_PATH = "SWEEPER_PRELOAD_PATH"
 PRELOAD_PROBE_GPU = "SWEEPER_PRELOAD_PROBE_GPU"
-PRELOAD_MORE = "SWEEPER_PRELOAD_MORE"
 #: A --shell command's values: ``SWEEPER_ARG_<i>`` per placeholder, ``SWEEPER_FLAG_<j>`` per
 #: flag of ``{flags}``, and ``SWEEPER_FLAGS`` all flags joined.
 ARG_PREFIX = "SWEEPER_ARG_"

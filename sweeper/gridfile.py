@@ -3,7 +3,8 @@
 A grid file usually imports TensorFlow at its top. Importing it in the parent would cost
 seconds and hundreds of MB for the whole sweep, and a stray ``list_physical_devices`` at
 its top would initialise CUDA there and hold GPU memory until the sweep ends. So a
-spawned worker process imports it, checks it, expands the grid into plain points and
+worker process (a fork of the sweep's fork server once that has imported the framework,
+else a spawned one) imports it, checks it, expands the grid into plain points and
 sends back only those and the options: JSON-like data. That process then ends: its
 import ran before any trial's seed was set (what the file draws at its top would be
 nobody's), and no GPU is visible in it. Each trial imports the file again, after its
@@ -15,6 +16,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,28 +73,62 @@ def read_data(path: str, seed: int | None) -> GridFile:
     return GridFile(path, [dict(p) for p in points], {}, "command")
 
 
-def read(path: str, seed: int | None, tag: str) -> GridFile:
+def read(path: str, seed: int | None, tag: str, server: Any = None) -> GridFile:
     """Check and expand a grid file in a worker process of the sweep ``tag`` (no GPU
-    visible in it), which ends once it has told. Raises SweepError."""
-    import multiprocessing
-
-    from .backends.local import join, spawn
-    from .child.bootstrap import Boot
-    from . import contract
-
+    visible in it), which ends once it has told. Raises SweepError. With the sweep's fork
+    server (``server``, started before: :func:`sweeper.backends.local.fork.early_server`),
+    that process is a fork of it once it has imported, so the framework the file imports
+    is imported once before the first trial, not twice side by side; a server that fails
+    or dies means a spawn process, as for the trials."""
     path = os.path.abspath(path)
     if not os.path.exists(path):
         raise SweepError(f"grid file {path} does not exist; check the path (e.g. experiments/digits_mlp.py)")
     if not path.endswith(".py"):
         raise SweepError(f"grid file {path} is not a .py file; give a Python file that defines train and grid")
+    from .backends.local.fork import SERVER_WAIT_S
+
+    if server is not None and server.settle(SERVER_WAIT_S):
+        message = _ask(path, seed, tag, server)
+        if message is not None:
+            return _grid(path, message, server.preload)
+    message = _ask(path, seed, tag, None)
+    assert message is not None
+    return _grid(path, message, [])
+
+
+def _grid(path: str, message: GridRead, preloaded: list[str]) -> GridFile:
+    modules = list(dict.fromkeys([*preloaded, *message.modules]))  # a fork imported only what the server had not
+    return GridFile(path, message.points, message.options, message.attr, message.shell, message.what,
+                    message.space, tuple(modules))
+
+
+def _ask(path: str, seed: int | None, tag: str, server: Any) -> GridRead | None:
+    """What the reader said: a fork of ``server``, or a spawn process where it is None.
+    None where the fork stopped getting on before it told (the server is then failed)."""
+    import multiprocessing
+
+    from .backends.local import fork, join, spawn
+    from .child.bootstrap import Boot
+    from . import contract
+
     env = {"CUDA_VISIBLE_DEVICES": "-1", contract.SWEEP: tag}
-    boot = Boot(os.getpid(), None, env, inspect=(path, seed))
-    reader = spawn(multiprocessing.get_context("spawn"), boot, env, "sweeper-grid")
+    boot = Boot(os.getpid(), None, env, check_ppid=server is None, inspect=(path, seed))
+    ctx = multiprocessing.get_context("spawn" if server is None else "forkserver")
+    reader = spawn(ctx, boot, env, "sweeper-grid")
     reader.tag = tag
     try:
-        if not reader.conn.poll(IMPORT_TIMEOUT):
-            raise SweepError(f"importing {path} took over {IMPORT_TIMEOUT:.0f} s; "
-                             "does it wait for input or train at import time? Move that into train")
+        deadline = time.monotonic() + IMPORT_TIMEOUT
+        cpu_s, io = 0.0, None
+        while not reader.conn.poll(min(fork.FORK_WATCHDOG_S, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                raise SweepError(f"importing {path} took over {IMPORT_TIMEOUT:.0f} s; "
+                                 "does it wait for input or train at import time? Move that into train")
+            if server is not None:  # a fork that stopped computing before it told: deadlocked
+                stuck, cpu_s, io = fork.stalled(reader.process.pid, cpu_s, io, fork.FORK_WATCHDOG_S)
+                if stuck:
+                    server.fail(f"the fork that read {os.path.basename(path)} stopped getting on "
+                                "(a lock held when the fork server forked?)")
+                    return None
         try:
             message = reader.conn.recv()
         except EOFError:
@@ -107,9 +143,7 @@ def read(path: str, seed: int | None, tag: str) -> GridFile:
             raise SweepError(f"checking {path} failed: its process said {message!r}")
     finally:
         reader.close()
-    return GridFile(path, message.points, message.options, message.attr, message.shell, message.what,
-                    message.space, tuple(message.modules))
-
+    return message
 
 
 #: Names through which a grid file could set ``options`` without an assignment that shows it.

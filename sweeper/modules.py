@@ -7,8 +7,10 @@ the module imports from elsewhere: the standard library and *installed* distribu
 (TensorFlow, Keras, NumPy, ...), the seconds of a trial's start. A distribution installed
 in editable mode is the user's own code under development, and is not preloaded either.
 
-Candidates are found where the module was imported anyway: the CLI's grid reader notes
-what importing the grid file added to ``sys.modules`` (:func:`imported_since`); for
+Candidates are found without importing the user's code where it was not imported anyway:
+the CLI's fork server starts before the grid file is read, from the modules its import
+statements, and those of the user's modules it imports, name (:func:`imports_in`, by their
+source); the grid reader then notes what importing the file added (:func:`imported_since`); for
 ``sweep(train, ...)`` the parent, which imported ``train``'s module already, looks through
 the names that module and the user's modules it imports hold (:func:`needed_by`). The fork
 server keeps those that are :func:`installed` (reading the installed distributions takes
@@ -136,6 +138,7 @@ def imports_in(path: str, limit: int = 40) -> list[str]:
     seen = {os.path.abspath(path)}
     todo = [path]
     user_paths = _user_paths()
+    tops: dict[str, list[str]] = {}
     while todo and len(seen) <= limit:
         names, added = _top_level_imports(todo.pop(0))
         dirs += [d for d in added if d not in dirs]
@@ -146,6 +149,10 @@ def imports_in(path: str, limit: int = 40) -> list[str]:
                 continue
             for i in range(1, len(parts) + 1):  # a package's __init__ runs before its module
                 found = _source_of(".".join(parts[:i]), [*dirs, *user_paths])
+                if found is None:  # a package of the user's installed in editable mode (its finder says where)
+                    if parts[0] not in tops:
+                        tops[parts[0]] = _editable_folders(parts[0])
+                    found = _source_of(".".join(parts[:i]), tops[parts[0]])
                 if found is not None and found not in seen:
                     seen.add(found)
                     todo.append(found)
@@ -205,6 +212,24 @@ def _user_paths() -> list[str]:
     libs = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     return [d for d in sys.path if d not in libs and not d.endswith((".zip", "lib-dynload"))
             and "site-packages" not in d and "dist-packages" not in d]
+
+
+def _editable_folders(top: str) -> list[str]:
+    """The folder holding the user's package (or module) ``top`` where an import finder other
+    than ``sys.path`` places it outside the library folders (an editable install's finder),
+    found without running it; else none."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name: finders only, no module code runs
+    except (ImportError, ValueError, AttributeError):
+        return []
+    origin = getattr(spec, "origin", None)
+    if not origin or not os.path.isfile(origin) or origin.startswith(_library_folders()):
+        return []
+    # the folder above the package (pkg/__init__.py) or beside the module (mod.py)
+    return [os.path.dirname(os.path.dirname(origin)) if os.path.basename(origin) == "__init__.py"
+            else os.path.dirname(origin)]
 
 
 def _source_of(name: str, dirs: Iterable[str]) -> str | None:

@@ -153,3 +153,34 @@ def test_what_a_process_waits_on_is_read_from_proc(code, on_lock):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_grid_reader_fork_that_deadlocks_is_read_again_under_spawn(tmp_path):
+    # The CLI's grid reader is a fork of the fork server. A lock a thread of the server holds
+    # (here only there: the library starts its holder in the server alone), taken by the
+    # grid file's top, deadlocks that fork, which the probe fork (it runs no grid file)
+    # cannot foresee: the reader is looked at as a trial's fork is, killed, and the file read
+    # in a spawn process; the trials spawn too
+    install_module(tmp_path / "site", "held_lib", """import os, threading
+LOCK = threading.Lock()
+if os.environ.get("SWEEPER_PRELOAD_READY"):  # the fork server's import, and only its
+    _held = threading.Event()
+    def _hold():
+        with LOCK:
+            _held.set()
+            threading.Event().wait()
+    threading.Thread(target=_hold, daemon=True).start()
+    _held.wait()
+""")
+    grid = write_grid(tmp_path, "import held_lib\nheld_lib.LOCK.acquire()\nheld_lib.LOCK.release()\n"
+                                "from sweep_fns import echo as train\ngrid = {'x': [1, 2, 3]}\n")
+    argv = [grid, "--out", str(tmp_path / "out"), "--quiet", "--workers", "2"]
+    code = ("import sys; from sweeper.backends.local import fork; fork.FORK_WATCHDOG_S = 1.0; "
+            f"from sweeper.cli import main; sys.exit(main({argv!r}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=200,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "the fork that read grid.py stopped getting on" in said and "fresh spawn processes" in said, said
+    df = _every_trial_ran_once(tmp_path, said)
+    assert df.pid.nunique() == 3

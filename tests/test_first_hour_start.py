@@ -1,10 +1,12 @@
-"""Issue 39, item 9: the fork server starts importing as the sweep starts, beside the grid
-reader, from the installed modules the grid file's own imports name; the rest of the
-reader's list follows once it is known, before the server's probe."""
+"""Issue 39, item 9: the fork server starts importing as the sweep starts, from the installed
+modules the grid file's own imports name (and those of the user's modules it imports); the
+grid reader is then a fork of it, so the framework is imported once before the first trial."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -13,50 +15,37 @@ from conftest import ROOT, install_module, write_grid
 from sweeper import modules
 from sweeper.table import READ_CSV
 
-#: An installed library: in the fork server it says its import began; in the grid reader
-#: (no slot) it waits for that, at most 60 s, and says whether it saw it.
-BESIDE = """import os, time
-if os.environ.get("SWEEPER_PRELOAD_READY"):  # the fork server's import
-    open({server!r}, "w").close()
-elif "SWEEPER_SLOT" not in os.environ and "SWEEPER_SWEEP" in os.environ:  # the grid reader's
-    deadline = time.monotonic() + 60
-    while not os.path.exists({server!r}) and time.monotonic() < deadline:
-        time.sleep(0.02)  # polling the server's own sentinel
-    with open({seen!r}, "w") as f:
-        f.write("beside" if os.path.exists({server!r}) else "after")
-"""
-#: An installed library only a user's module imports (the grid file's own imports do not
-#: name it): it notes each process that imports it.
+#: An installed library that notes each process that imports it.
 NOTED = """import os
 with open({marks!r}, "a") as f:
     f.write(f"{{os.getpid()}}\\n")
 """
+#: A grid file's top that notes, in the grid reader (no slot), its pid and its parent's.
+READER = """import os
+if "SWEEPER_SLOT" not in os.environ:  # the grid reader, not a trial
+    with open({reader!r}, "w") as f:
+        f.write(f"{{os.getpid()}} {{os.getppid()}}")
+"""
 
 
 @pytest.mark.slow
-def test_the_fork_server_imports_beside_the_reader_and_then_the_rest_of_its_list(tmp_path):
-    from conftest import run_cli
-
-    server, seen, marks = tmp_path / "server_began", tmp_path / "seen", tmp_path / "noted"
-    site = install_module(tmp_path / "site", "beside_lib", BESIDE.format(server=str(server), seen=str(seen)))
-    install_module(tmp_path / "site", "noted_lib", NOTED.format(marks=str(marks)))
-    (tmp_path / "helper_mod.py").write_text("import noted_lib\n")  # the user's own module
-    grid = write_grid(tmp_path, "import beside_lib\nimport helper_mod\nfrom sweep_fns import echo as train\n"
-                                "grid = {'x': [1, 2]}\n")
-    env_path = os.pathsep.join([site, str(tmp_path), os.environ.get("PYTHONPATH", "")])
-    import subprocess
-    import sys
-
+def test_the_grid_reader_is_a_fork_of_the_server_made_once_it_has_imported(tmp_path):
+    marks, reader = tmp_path / "noted", tmp_path / "reader"
+    site = install_module(tmp_path / "site", "noted_lib", NOTED.format(marks=str(marks)))
+    grid = write_grid(tmp_path, READER.format(reader=str(reader)) +
+                      "import noted_lib\nfrom sweep_fns import echo as train\ngrid = {'x': [1, 2]}\n")
     done = subprocess.run([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out"), "--workers", "1",
                            "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PYTHONPATH": env_path})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([site, os.environ.get("PYTHONPATH", "")])})
     assert done.returncode == 0, done.stdout + done.stderr
-    assert seen.read_text() == "beside"  # the server's import began while the reader's ran
     df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
-    assert df.ppid.nunique() == 1 and int(df.ppid[0]) != os.getpid()  # forks of one server
-    noted = {int(pid) for pid in marks.read_text().split()}
-    assert int(df.ppid[0]) in noted  # the rest of the list: imported by the server, once the read told it
-    assert not noted & set(df.pid)  # so no trial imported it itself
+    server = int(df.ppid[0])
+    assert df.ppid.nunique() == 1 and server != os.getpid()  # the trials: forks of one server
+    pid, parent = map(int, reader.read_text().split())
+    assert parent == server and pid not in set(df.pid)  # the reader: a fork of it too, and no trial
+    # the library was imported once, by the server, before it forked the reader: neither the
+    # reader nor a trial imported it again
+    assert [int(p) for p in marks.read_text().split()] == [server]
 
 
 @pytest.mark.unit
@@ -90,3 +79,35 @@ def test_the_users_own_modules_a_grid_imports_are_followed_for_theirs(tmp_path):
     assert {"tensorflow", "helpers", "numpy", "keras", "jax"} <= set(names)
     assert names.index("tensorflow") < names.index("keras")  # in the order the read will import them
     assert len(names) == len(set(names)) and "matplotlib" not in names  # not run on import
+
+
+class _EditableFinder:
+    """What an editable install (``pip install -e .``, setuptools' finder) puts on
+    ``sys.meta_path``: the user's package mapped to its source folder, which is not on ``sys.path``."""
+
+    def __init__(self, name: str, folder: str) -> None:
+        self.name, self.folder = name, folder
+
+    def find_spec(self, fullname, path=None, target=None):
+        import importlib.util
+
+        if fullname != self.name:
+            return None
+        init = os.path.join(self.folder, fullname, "__init__.py")
+        return importlib.util.spec_from_file_location(fullname, init,
+                                                      submodule_search_locations=[os.path.dirname(init)])
+
+
+@pytest.mark.unit
+def test_a_package_installed_in_editable_mode_is_followed_for_its_imports(tmp_path, monkeypatch):
+    # src layout with `pip install -e .`: the package is found by a finder, not on sys.path;
+    # its module's TensorFlow is still what the server must import (else each trial would)
+    src = tmp_path / "src"
+    (src / "edpkg").mkdir(parents=True)
+    (src / "edpkg" / "__init__.py").write_text("raise RuntimeError('run: it must only be read')\n")
+    (src / "edpkg" / "models.py").write_text("import tensorflow\n\ndef train(params):\n    return {}\n")
+    monkeypatch.setattr(sys, "meta_path", [_EditableFinder("edpkg", str(src)), *sys.meta_path])
+    grid = tmp_path / "grid.py"
+    grid.write_text("from edpkg.models import train\ngrid = {'x': [1]}\n")
+    assert "tensorflow" in modules.imports_in(str(grid))
+    assert "edpkg" not in sys.modules  # found, not imported

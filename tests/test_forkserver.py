@@ -154,10 +154,11 @@ def test_a_fork_that_never_reaches_train_is_killed_and_its_trial_run_under_spawn
 
 
 def test_ctrl_c_while_the_fork_server_imports_ends_waiting_trials_as_interrupted(tmp_path):
-    # The CLI starts its fork server before it reads the grid file: the server may be
-    # importing before any trial is planned, and a Ctrl-C then finds no trial to record (seen
-    # in CI). Ctrl-C is sent once the ledger holds the plan; where it still came before the
-    # trials were handed to their slots (no row at all), the run is tried again, twice at most.
+    # sweep() from a script: its trials are planned, handed to their slots, and wait for the
+    # fork server (the CLI's, started before its grid file is read, has imported before any
+    # trial is planned: tests/test_adversary_signals.py covers Ctrl-C there). Ctrl-C is sent
+    # once the ledger holds the plan; where it still came before the trials were handed to
+    # their slots (no row at all), the run is tried again, twice at most.
     df = None
     for attempt in range(3):
         code, said, server = _ctrl_c_while_the_server_imports(tmp_path, attempt)
@@ -167,17 +168,35 @@ def test_ctrl_c_while_the_fork_server_imports_ends_waiting_trials_as_interrupted
         if df is not None and len(df):
             break
     assert df is not None and len(df), f"three times Ctrl-C came before a trial was handed to a slot: {said}"
-    # the trials of both slots waited for the server (the process that read the grid file
-    # runs none); x=3 never started: no row, the next run runs it
+    # the trials of both slots waited for the server; x=3 never started: no row, the next run runs it
     assert df.set_index("param_x").status.to_dict() == {1: "interrupted", 2: "interrupted"}, df.error
     assert df.device.isna().all()  # no slot was theirs: no device, not "?"
     assert len(server) == 1
     assert_dead(server[0].pid, timeout=5)
 
 
+#: A script that sweeps a train of its own, whose module holds an installed library the
+#: fork server therefore imports (and which sleeps there).
+INTERRUPTED_SCRIPT = """import sys
+import slow_lib  # noqa: F401  (held by train's module: the fork server imports it ahead)
+from sweeper import sweep
+
+
+def train(params):
+    return {{"x": params["x"]}}
+
+
+if __name__ == "__main__":
+    try:
+        sweep(train, {{"x": [1, 2, 3]}}, workers=2, out={out!r}, name="grid", progress=False)
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
 def _ctrl_c_while_the_server_imports(tmp_path, attempt: int) -> tuple[int | None, str, list[psutil.Process]]:
-    """A CLI sweep whose fork server imports for ever, Ctrl-C'd once the server imports and
-    the ledger holds the plan: its exit code, what it printed, its fork server."""
+    """A script's sweep whose fork server imports for ever, Ctrl-C'd once the server imports
+    and the ledger holds the plan: its exit code, what it printed, its fork server."""
     from sweeper.ledger import Ledger
 
     ready, out_dir = tmp_path / f"server_importing{attempt}", tmp_path / f"out{attempt}"
@@ -186,13 +205,11 @@ if os.environ.get("SWEEPER_PRELOAD_READY"):  # the fork server's import, and onl
     open({str(ready)!r}, "w").close()
     time.sleep(600)
 """)
-    grid = write_grid(tmp_path, """import slow_lib
-from sweep_fns import echo as train
-grid = {"x": [1, 2, 3]}
-""")
-    env = {**os.environ, "PYTHONPATH": site}
-    proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(out_dir), "--workers", "2",
-                             "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    script = tmp_path / f"interrupted{attempt}.py"
+    script.write_text(INTERRUPTED_SCRIPT.format(out=str(out_dir)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([site, ROOT])}
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
 
     def planned() -> bool:
         if not (out_dir / "grid" / "ledger.sqlite").exists():

@@ -89,6 +89,9 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     if boot.inspect is not None:  # the grid reader: read, tell, end
         from .gridcheck import inspect
 
+        if contract.SLOT not in boot.env:  # no slot's, forked or not (a fork has the server's placeholder)
+            os.environ.pop(contract.SLOT, None)
+
         _redirect_to_nameless()
         inspect(*boot.inspect, conn.send)
         conn.close()

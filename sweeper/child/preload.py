@@ -42,45 +42,13 @@ def _import() -> str:
     os.dup2(null, 1)
     os.dup2(null, 2)
     os.close(null)
-    bell = _doorbell()  # opened first: the parent may ring it while the first list imports
     try:
         with open(os.environ.pop(contract.PRELOAD_LIST, os.devnull)) as f:
             names = f.read().split()
     except OSError as exc:
         return f"its list of modules could not be read ({exc.strerror})"
     warm(names)
-    if bell is not None:  # started beside the grid reader: the rest of the list, once it is known
-        warm(_rest(*bell))
     return probe()
-
-
-def _doorbell() -> tuple[int, str] | None:
-    """A server started beside the grid reader (``SWEEPER_PRELOAD_MORE``, the path of a FIFO
-    the parent holds open): the FIFO, opened without waiting for a writer, and the file
-    its bell announces."""
-    path = os.environ.pop(contract.PRELOAD_MORE, "")
-    if not path:
-        return None
-    try:
-        return os.open(path, os.O_RDONLY | os.O_NONBLOCK), path + ".list"
-    except OSError:  # the sweep is gone, or never rang: the first list alone
-        return None
-
-
-def _rest(bell: int, listing: str) -> list[str]:
-    """Wait for the bell (a byte, or the parent's end: EOF), then read the rest of the list
-    (none if the parent ended without writing it)."""
-    import select
-
-    try:
-        select.select([bell], [], [])
-    finally:
-        os.close(bell)
-    try:
-        with open(listing) as f:
-            return f.read().split()
-    except OSError:
-        return []
 
 
 #: Seconds the probe fork may take to compute with each framework (a first TensorFlow op

@@ -60,7 +60,7 @@ class Launcher:
     def __init__(self, target: Target, tag: str, start_method: str, timeout: float | None,
                  early: ForkServer | None = None) -> None:
         self.target = target
-        #: a server the CLI started beside its grid reader (:func:`early_server`): used if
+        #: a server the CLI started before it read the grid file (:func:`early_server`): used if
         #: the sweep's slots want the environment it started with, else stopped
         self.early = early
         self.tag = tag
@@ -81,13 +81,13 @@ class Launcher:
                 return
             env, probe = common_env(slots), probe_env(slots)
             early, self.early = self.early, None
-            if early is not None and early.state != "failed" and early.fits(env, probe):
-                self.server = early
+            if early is not None and early.fits(env, probe):
+                self.server = early  # failed or dead: said below, and no second server tried
             else:  # now, not before: a sweep with nothing to run starts no server (its import)
                 if early is not None:
                     early.stop()
                 self.server = ForkServer(self.fork_ctx, preload_of(self.target), self.tag, env, probe)
-            if self.server.state == "failed":
+            if self.server.state in ("failed", "dead"):
                 self.stop_forking(self.server.why, pool, running)
 
     def close(self) -> None:
@@ -148,16 +148,23 @@ class Launcher:
         deadlock). One still importing the user's module computes, one that waits on a
         slow disk, a socket or a sleep at the module's top waits elsewhere: looked at again
         later (its trial's --timeout still holds). Where /proc cannot tell, the time decides."""
-        pid = p.process.pid
-        cpu, io, on_lock = procs.cpu_seconds(pid), procs.io_chars(pid), procs.waits_on_lock(pid)
-        if cpu is None and io is None and on_lock is None:
-            return True
-        computing = cpu is not None and cpu - p.cpu_s >= STUCK_CPU * self.watch_s
-        moving = io is not None and p.io is not None and io != p.io
-        if computing or moving or on_lock is False:
-            p.cpu_s, p.io, p.watch_at = cpu if cpu is not None else p.cpu_s, io, now + self.watch_s
-            return False
-        return True
+        stuck, p.cpu_s, p.io = stalled(p.process.pid, p.cpu_s, p.io, self.watch_s)
+        if not stuck:
+            p.watch_at = now + self.watch_s
+        return stuck
+
+
+def stalled(pid: int, cpu_s: float, io: int | None, window: float) -> tuple[bool, float, int | None]:
+    """Whether a forked process stopped getting on (:meth:`Launcher.stuck`), given the CPU
+    seconds and I/O it had used ``window`` s ago; and what it has used now, for the next look."""
+    cpu, now_io, on_lock = procs.cpu_seconds(pid), procs.io_chars(pid), procs.waits_on_lock(pid)
+    if cpu is None and now_io is None and on_lock is None:
+        return True, cpu_s, io
+    computing = cpu is not None and cpu - cpu_s >= STUCK_CPU * window
+    moving = now_io is not None and io is not None and now_io != io
+    if computing or moving or on_lock is False:
+        return False, cpu if cpu is not None else cpu_s, now_io
+    return True, cpu_s, io
 
 
 def watched(p: Proc) -> bool:
@@ -231,10 +238,10 @@ def common_env(slots: Sequence[Slot]) -> dict[str, str]:
 
 
 def early_server(path: str, tag: str, slots: Sequence[Slot]) -> ForkServer | None:
-    """A fork server started beside the CLI's grid reader, so that the first trial does not
-    wait for two imports one after the other: it imports the installed modules the grid
-    file's own import statements name (:func:`sweeper.modules.imports_in`), then waits for
-    the rest of the reader's list (:meth:`ForkServer.more`) before its probe. ``slots``:
+    """A fork server started before the CLI reads its grid file: it imports the installed
+    modules the grid file's own import statements name (:func:`sweeper.modules.imports_in`),
+    and the grid reader is then a fork of it (:func:`sweeper.gridfile.read`), so the
+    framework is imported once before the first trial, not twice side by side. ``slots``:
     the command line's (the :class:`Launcher` uses it only where the sweep's are alike).
     None where forks cannot be used here."""
     from ... import modules
@@ -242,7 +249,7 @@ def early_server(path: str, tag: str, slots: Sequence[Slot]) -> ForkServer | Non
     if refusal() is not None:
         return None
     server = ForkServer(multiprocessing.get_context("forkserver"), modules.imports_in(path), tag,
-                        common_env(slots), probe_env(slots), more=True)
+                        common_env(slots), probe_env(slots))
     if server.state == "failed":
         server.stop()
         return None

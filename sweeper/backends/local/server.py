@@ -77,8 +77,9 @@ class ForkServer:
     """Starting, ready, failed or dead; ``fd`` becomes readable when its import has ended."""
 
     def __init__(self, ctx: Any, preload: list[str], tag: str, env: dict[str, str],
-                 probe_gpu: dict[str, str] | None = None, more: bool = False) -> None:
+                 probe_gpu: dict[str, str] | None = None) -> None:
         self.state = "starting"
+        self.preload = list(preload)  #: the candidates it was given (it imports the installed ones)
         self.tag = tag
         self.env = dict(env)  #: what it started with: a sweep whose slots want other values starts its own
         #: a GPU slot's environment, for the probe fork to pin its card (None on the CPU)
@@ -96,10 +97,6 @@ class ForkServer:
         self.fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
         self.exit_fd: int | None = None
         self._mp_temp: str | None = None
-        #: ``more``: started before the grid file was read, it waits for the rest of its list
-        #: (:meth:`more`) on a FIFO this process holds open (its end, however it comes, rings too)
-        self._bell: int | None = None
-        self._rung = False
         if not self._owned or self._server.pid is not None:
             self._fail("another sweep in this process is using the fork server")
             return
@@ -111,11 +108,6 @@ class ForkServer:
         server_env = {**env, "CUDA_VISIBLE_DEVICES": "-1", contract.SWEEP: tag, contract.PRELOAD_READY: fifo,
                       contract.SLOT: procs.SLOT_PLACEHOLDER, contract.PRELOAD_LIST: listing,
                       contract.PRELOAD_PATH: os.pathsep.join(p for p in sys.path if p)}
-        if more:
-            bell = os.path.join(self._dir, "more")
-            os.mkfifo(bell, 0o600)
-            self._bell = os.open(bell, os.O_RDWR | os.O_NONBLOCK)
-            server_env[contract.PRELOAD_MORE] = bell
         if probe_gpu is not None:
             import json
 
@@ -135,30 +127,6 @@ class ForkServer:
             self.exit_fd = os.pidfd_open(started)
         except (AttributeError, OSError, TypeError):  # not Linux >= 5.3: a dead server is not seen
             self.exit_fd = None
-
-    def more(self, modules: list[str]) -> None:
-        """The rest of what to import ahead, once the grid file was read (its imports, as
-        the reader saw them): written to a file, then the bell rung. Once only. The bell
-        stays open here until the server has said how its import went: a reader that
-        opens a FIFO after its last writer closed would wait for ever (Linux reports no
-        hang-up to a reader that never saw a writer), and the byte stays until read."""
-        if self._bell is None or self._rung:
-            return
-        self._rung = True
-        try:
-            listing = os.path.join(self._dir, "more.list")
-            with open(listing + ".tmp", "w") as f:
-                f.write("\n".join(modules))
-            os.rename(listing + ".tmp", listing)
-        except OSError:  # the server then imports the first list alone: slower, never wrong
-            pass
-        os.write(self._bell, b"!")
-
-    def _unbell(self) -> None:
-        if self._bell is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._bell)
-            self._bell = None
 
     def fits(self, env: dict[str, str], probe_gpu: dict[str, str] | None) -> bool:
         """Whether a sweep whose slots give this environment may use it."""
@@ -194,7 +162,6 @@ class ForkServer:
                     self._fail(f"the fork server cannot be used: {held}")
                     return True
                 self.state, self.import_s = "ready", time.monotonic() - self.started
-                self._unbell()
                 return True
             if said:
                 self._fail(f"the fork server cannot be used: {said}")
@@ -203,6 +170,25 @@ class ForkServer:
             self._fail("the fork server died while it imported train's module")
             return True
         return False
+
+    def settle(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until its import has ended; whether it is ready to
+        fork. For the CLI's grid reader, which then forks from it."""
+        import select
+
+        deadline = time.monotonic() + timeout
+        while self.state == "starting":
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            ready, _, _ = select.select(self.waits(), [], [], left)
+            self.check(set(ready))
+        return self.state == "ready"
+
+    def fail(self, why: str) -> None:
+        """Not to be forked from any more (a fork of it did not get on): why, said once by the sweep."""
+        if self.state in ("starting", "ready"):
+            self._fail(why)
 
     def _held(self) -> str:
         """After the probe said ok on a GPU machine: what NVML lists on a card from the
@@ -224,7 +210,6 @@ class ForkServer:
 
     def _fail(self, why: str) -> None:
         self.state, self.why = "failed", why
-        self._unbell()
 
     def _how(self) -> str:
         """How the (dead) server ended, as its parent can tell: " (killed by SIGKILL)"."""
@@ -267,11 +252,11 @@ class ForkServer:
             elif self._owned and self._server.alive_fd is not None:  # reaped by _how
                 self._server.forget()
         finally:
-            for fd in (self.fd, self.exit_fd, self._bell):
+            for fd in (self.fd, self.exit_fd):
                 if fd is not None:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-            self.fd, self.exit_fd, self._bell = -1, None, None
+            self.fd, self.exit_fd = -1, None
             restore_mp_temp(self._mp_temp)
             shutil.rmtree(self._dir, ignore_errors=True)
             if self._owned:
