@@ -129,14 +129,29 @@ def test_readme_and_docstrings_say_what_the_code_does():
 
     from conftest import ROOT
 
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    assert "fresh process of the `spawn` start method" not in readme
-    from sweeper.cli import parser
+    import re
 
-    assert "spawn (default)" not in parser().format_help()
-    assert "fork" in (sweeper.sweep.__doc__ or "").split("Args:")[0]
-    # the sample output shows only lines the program prints
-    assert "sweeper: best " not in readme.split("## The grid file")[0]
+    from sweeper.cli import parser
+    from sweeper.options import Options
+
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    options = open(os.path.join(ROOT, "docs", "options.md")).read()
+    # every flag the CLI takes is in the options reference, and the reference names no other
+    taken = {o for a in parser()._actions for o in a.option_strings if o.startswith("--")} - {"--help", "--version"}
+    rows = [line.split(" | ")[0] for line in options.splitlines() if line.startswith("| `--")]
+    named = set(re.findall(r"`(--[a-z][a-z-]*)", "\n".join(rows)))
+    assert taken == named, (sorted(taken - named), sorted(named - taken))
+    # the default start method, as the code has it, is the one the reference and sweep() call the default
+    default = Options().start_method
+    assert f"`{default}` (default)" in options
+    assert "fork" in (sweeper.sweep.__doc__ or "").split("Args:")[0] and default == "forkserver"
+    # the sample output shows only lines the program prints: each of its sweeper lines is one
+    # of the CLI's own beginnings
+    sample = readme.split("## The grid file")[0].split("$ python -m sweeper experiments/digits_mlp.py")[1]
+    sample = sample.split("```")[0]
+    said = [line for line in sample.splitlines() if line.startswith("sweeper:")]
+    assert said and all(line.startswith(("sweeper: 8 of 8 trials on record", "sweeper: top 5 by",
+                                         "sweeper: results:")) for line in said), said
 
 
 def test_a_pruned_trial_stops_at_the_epoch_it_was_judged_and_a_seeded_search_repeats(tmp_path):

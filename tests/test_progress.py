@@ -29,9 +29,17 @@ def test_reports_land_in_history_csv_one_row_per_epoch(tmp_path):
 
 
 @pytest.mark.unit
-def test_reporting_outside_a_trial_does_nothing():
-    sweeper.report(epoch=1, loss=0.5)  # train() run by hand must not fail
+def test_reporting_outside_a_trial_does_nothing(capsys, tmp_path, monkeypatch):
+    import threading
+
+    monkeypatch.chdir(tmp_path)
+    threads = {t.ident for t in threading.enumerate()}
+    assert sweeper.report(epoch=1, loss=0.5) is None  # train() run by hand must not fail
     assert sweeper.current_trial() is None
+    # nothing else happened: no batching thread, nothing printed, no file written
+    assert {t.ident for t in threading.enumerate()} == threads
+    assert capsys.readouterr() == ("", "")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_plain_lines_one_per_finished_trial(tmp_path):

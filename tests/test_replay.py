@@ -279,3 +279,4 @@ def test_a_function_of_a_packages_init_replays(tmp_path):
     subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, capture_output=True, timeout=240)
     done = run_cli("replay", str(tmp_path / "out" / "p"), "--all", "--quiet")  # from the repository root
     assert done.returncode == 0, done.stdout + done.stderr
+    assert _table(done.stdout)[("x=1", "y")][:2] == ["2", "2"], done.stdout  # recorded, then replayed: pkg.train ran

@@ -266,14 +266,28 @@ def test_report_renders_in_chromium(sweep_dir, tmp_path):
     if not browser:
         pytest.skip("chromium is not installed: apt-get install chromium")
     path = report.write_html(sweep_dir)
-    shot = tmp_path / "shot.png"
-    profile = tmp_path / "profile"
+    # the figures are drawn: the plots' coloured markers and lines show in the browser
+    # (a broken image's icon is grey): thousands of coloured pixels more than the same page
+    # with its images' data taken out, so the check tells a page that draws from one that does not.
+    drawn = _coloured_pixels(browser, path, tmp_path / "drawn")
+    blank = tmp_path / "blank.html"
+    blank.write_text(re.sub(r'src="data:image/png;base64,[^"]*"', 'src=""', _read(path)), encoding="utf-8")
+    undrawn = _coloured_pixels(browser, str(blank), tmp_path / "undrawn")
+    assert drawn - undrawn > 2_000, (drawn, undrawn)  # (the page's own colours: status words, links)
+
+
+def _coloured_pixels(browser: str, page: str, where) -> int:
+    """How many pixels of a headless browser's screenshot of ``page`` are clearly coloured."""
+    import matplotlib.image
+
+    shot, profile = where / "shot.png", where / "profile"
     proc = subprocess.run(
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1200,2000",
-         f"file://{os.path.abspath(path)}"],
+         f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1200,4000",
+         f"file://{os.path.abspath(page)}"],
         capture_output=True, timeout=60,
     )
-    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
-    assert shot.exists() and shot.stat().st_size > 10_000
+    assert proc.returncode == 0 and shot.exists(), proc.stderr.decode(errors="replace")[-2000:]
+    rgb = matplotlib.image.imread(str(shot))[..., :3]
+    return int(((rgb.max(axis=-1) - rgb.min(axis=-1)) > 0.25).sum())
