@@ -624,11 +624,6 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
           metric: str | None, mode: str, searched: bool = False) -> str:
     e = html.escape
     name = os.path.basename(os.path.normpath(os.path.abspath(folder)))
-    ok = df[finished_ok(df)]
-    params = param_columns(df)
-    fixed = fixed_params(df)
-    plots = _plots(df, history, metric, mode, searched)
-    by_key = {p.key: p for p in plots}
     out: list[str] = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -638,21 +633,52 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
         f"<h1>Sweep report: {e(name)}</h1>",
         f'<p class="sub">{e(os.path.abspath(folder))}</p>',
     ]
+    out += _trials_section(df)
+    if df.empty:  # nothing to rank, plot or list yet
+        out.append("</body></html>")
+        return "\n".join(out) + "\n"
+    fixed = fixed_params(df)
+    plots = _plots(df, history, metric, mode, searched)
+    by_key = {p.key: p for p in plots}
+    board = leaderboard(df, metric, mode, TOP)
+    out += _leaderboard_section(df, board, metric, mode, fixed)
+    objectives = df.attrs.get("objectives")
+    if objectives is not None:
+        out += _front_section(df, objectives, by_key.get("pareto"), fixed)
+    out += _param_section(df, [p for p in plots if p.key.startswith("param:")], metric)
+    out += _importance_section(df, metric, mode, objectives)
+    if "progress" in by_key:  # a search: the best so far, trial after trial
+        out += ["<h2>Search progress</h2>", _figure_html("best-so-far", by_key["progress"])]
+    out += _curves_section(df, history, by_key.get("curves"), board, metric)
+    if "memory" in by_key:  # a packed sweep: what each trial took of what it was given
+        out += ["<h2>GPU memory</h2>", _figure_html("memory", by_key["memory"])]
+    out += _failures_section(df, folder)
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
 
-    # status counts: ok, then the trials that succeeded without finishing (pruned), then failures
+
+def _figure_html(css: str, plot: Any) -> str:
+    """One figure of the page, its caption as its alt text too."""
+    e = html.escape
+    return (f'<figure><img class="{css}" alt="{e(plot.caption)}" src="{_data_uri(_png(plot.figure))}">'
+            f"<figcaption>{e(plot.caption)}</figcaption></figure>")
+
+
+def _trials_section(df: "pandas.DataFrame") -> list[str]:
+    """Status counts: ok, then the trials that succeeded without finishing (pruned), then failures."""
+    e = html.escape
     counts: dict[str, int] = (
         {str(k): int(v) for k, v in df["status"].astype(str).value_counts().items()}
         if "status" in df.columns else {}
     )
     order = [s for s in STATUSES if s in counts] + sorted(s for s in counts if s not in STATUSES)
     order.sort(key=lambda s: ("status-ok", "status-stopped", "status-bad").index(_status_class(s)))
-    out.append("<h2>Trials</h2>")
-    if df.empty:  # nothing to rank, plot or list yet
+    out = ["<h2>Trials</h2>"]
+    if df.empty:
         out.append('<p class="note">No trial has finished yet: the sweep is running, or was stopped '
                    "before its first result. <code>python -m sweeper status</code> shows the trials "
                    "running; a sweep stopped resumes when run again.</p>")
-        out.append("</body></html>")
-        return "\n".join(out) + "\n"
+        return out
     out.append('<table class="counts"><tr><th>status</th><th>trials</th></tr>')
     for s in order:
         out.append(f'<tr><td class="{_status_class(s)}">{e(s)}</td><td class="num">{int(counts[s])}</td></tr>')
@@ -663,33 +689,38 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
         parts.append(f"{n_stopped} pruned (stopped early by the search: no failure)")
     parts.append(f"{n_failed} failed")
     out.append(f'<p class="summary">{e(", ".join(parts))}.</p>')
+    fixed = fixed_params(df)
     if fixed:
         settings = ", ".join(f"{k}={param_texts([v])[0]}" for k, v in fixed.items())
         out.append(f'<p class="fixed">Fixed in every trial: <code>{e(settings)}</code></p>')
+    return out
 
-    # leaderboard (the fixed settings are said once, above)
-    board = leaderboard(df, metric, mode, TOP)
+
+def _leaderboard_section(df: "pandas.DataFrame", board: "pandas.DataFrame", metric: str | None, mode: str,
+                         fixed: dict[str, Any]) -> list[str]:
+    """The leaderboard (the fixed settings are said once, above it)."""
+    e = html.escape
     if metric is None:
-        out.append("<h2>Leaderboard</h2>")
-        out.append('<p class="note">The results have no metric column, so the trials cannot be ranked.</p>')
+        out = ["<h2>Leaderboard</h2>",
+               '<p class="note">The results have no metric column, so the trials cannot be ranked.</p>']
     else:
-        out.append(f"<h2>Leaderboard: top {len(board)} by {e(metric)} ({e(mode)})</h2>")
-    if ok.empty:
+        out = [f"<h2>Leaderboard: top {len(board)} by {e(metric)} ({e(mode)})</h2>"]
+    if df[finished_ok(df)].empty:
         out.append('<p class="note">No trial finished ok: there is nothing to rank.</p>')
     elif board.empty:
         out.append(f'<p class="note">{e(nothing_ranked(df).capitalize())}: there is nothing to rank.</p>')
     else:
         shown = [c for c in board.columns if c not in fixed or c in ("trial", metric)]
         out.append(_table(board[shown], "leaderboard", shown[1 + (metric is not None):]))  # after trial, metric
+    return out
 
-    objectives = df.attrs.get("objectives")
-    if objectives is not None:
-        out += _front_section(df, objectives, by_key.get("pareto"), fixed)
 
-    # one figure per hyperparameter that varies
-    out.append("<h2>Metric by hyperparameter</h2>")
-    param_plots = [p for p in plots if p.key.startswith("param:")]
-    if not params:
+def _param_section(df: "pandas.DataFrame", param_plots: list[Any], metric: str | None) -> list[str]:
+    """One figure per hyperparameter that varies, or why there is none."""
+    e = html.escape
+    ok = df[finished_ok(df)]
+    out = ["<h2>Metric by hyperparameter</h2>"]
+    if not param_columns(df):
         out.append('<p class="note">The results have no hyperparameter column (param_*), so there is nothing to plot.</p>')
     elif ok.empty:
         out.append('<p class="note">No trial finished ok, so there are no hyperparameter plots.</p>')
@@ -711,43 +742,43 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
                 f'src="{_data_uri(_png(p.figure))}"><figcaption>{e(p.caption)}</figcaption></figure>'
             )
         out.append("</div>")
+    return out
 
-    # which parameters mattered (fANOVA), or why that cannot be told
-    out.append("<h2>Which parameters mattered</h2>")
+
+def _importance_section(df: "pandas.DataFrame", metric: str | None, mode: str, objectives: Any) -> list[str]:
+    """Which parameters mattered (fANOVA), or why that cannot be told."""
+    e = html.escape
+    out = ["<h2>Which parameters mattered</h2>"]
     if metric is None:
         out.append('<p class="note">The results have no metric column, so nothing can be compared.</p>')
-    else:
-        from .importance import METHOD, importance
+        return out
+    from .importance import METHOD, importance
 
-        each = list(zip(objectives.metrics, objectives.modes)) if objectives is not None else [(metric, mode)]
-        for target, how in each:  # several objectives: a table for each
-            try:
-                imp = importance(df[finished_ok(df)], target, how)
-            except SweepError as exc:
-                out.append(f'<p class="note">{e(str(exc))}</p>')
-                continue
-            out.append(f'<p class="note">Each parameter\'s share of the variance of {e(target)}, alone '
-                       f"({METHOD}, Optuna's, over {imp.trials} ok trials).</p>")
-            out.append(f'<table class="importance" data-metric="{e(target)}"><tr><th>parameter</th><th>share</th></tr>')
-            for name, share in imp.shares:
-                out.append(f'<tr data-param="{e(name)}"><td>{e(name)}</td><td class="num">{share:.1%}</td></tr>')
-            out.append("</table>")
-            if imp.left_out:
-                out.append(f'<p class="note">Not compared (some trials lack them): {e(", ".join(imp.left_out))}.</p>')
+    each = list(zip(objectives.metrics, objectives.modes)) if objectives is not None else [(metric, mode)]
+    for target, how in each:  # several objectives: a table for each
+        try:
+            imp = importance(df[finished_ok(df)], target, how)
+        except SweepError as exc:
+            out.append(f'<p class="note">{e(str(exc))}</p>')
+            continue
+        out.append(f'<p class="note">Each parameter\'s share of the variance of {e(target)}, alone '
+                   f"({METHOD}, Optuna's, over {imp.trials} ok trials).</p>")
+        out.append(f'<table class="importance" data-metric="{e(target)}"><tr><th>parameter</th><th>share</th></tr>')
+        for name, share in imp.shares:
+            out.append(f'<tr data-param="{e(name)}"><td>{e(name)}</td><td class="num">{share:.1%}</td></tr>')
+        out.append("</table>")
+        if imp.left_out:
+            out.append(f'<p class="note">Not compared (some trials lack them): {e(", ".join(imp.left_out))}.</p>')
+    return out
 
-    # a search: the best so far, trial after trial
-    if "progress" in by_key:
-        p = by_key["progress"]
-        out.append("<h2>Search progress</h2>")
-        out.append(f'<figure><img class="best-so-far" alt="{e(p.caption)}" src="{_data_uri(_png(p.figure))}">'
-                   f"<figcaption>{e(p.caption)}</figcaption></figure>")
 
-    # learning curves
-    out.append("<h2>Learning curves</h2>")
-    if "curves" in by_key:
-        p = by_key["curves"]
-        out.append(f'<figure><img class="curves" alt="{e(p.caption)}" src="{_data_uri(_png(p.figure))}">'
-                   f"<figcaption>{e(p.caption)}</figcaption></figure>")
+def _curves_section(df: "pandas.DataFrame", history: "pandas.DataFrame | None", curves: Any,
+                    board: "pandas.DataFrame", metric: str | None) -> list[str]:
+    """The top trials' learning curves, or why there are none."""
+    e = html.escape
+    out = ["<h2>Learning curves</h2>"]
+    if curves is not None:
+        out.append(_figure_html("curves", curves))
     elif history is None:
         out.append('<p class="note">No learning curves: the trials reported no per-epoch history '
                    "(history.csv is missing or empty).</p>")
@@ -756,34 +787,32 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
     else:
         out.append(f'<p class="note">No learning curves: the history has no {e(str(_curves_column(history, metric)))} '
                    "values for the top trials.</p>")
+    return out
 
-    if "memory" in by_key:  # a packed sweep: what each trial took of what it was given
-        p = by_key["memory"]
-        out.append("<h2>GPU memory</h2>")
-        out.append(f'<figure><img class="memory" alt="{e(p.caption)}" src="{_data_uri(_png(p.figure))}">'
-                   f"<figcaption>{e(p.caption)}</figcaption></figure>")
 
-    # failures: pruned trials are none
+def _failures_section(df: "pandas.DataFrame", folder: str) -> list[str]:
+    """The failed trials with their error and log (pruned trials are none)."""
+    e = html.escape
     bad = failures(df, folder)
-    out.append(f"<h2>Failures ({len(bad)})</h2>")
+    out = [f"<h2>Failures ({len(bad)})</h2>"]
     if bad.empty:
+        n_stopped = int(stopped(df).sum())
         if n_stopped:
             out.append(f'<p class="note">No trial failed; {n_stopped} were pruned by the search '
                        "(stopped early, which is no failure).</p>")
         else:
             out.append('<p class="note">Every trial finished ok.</p>')
-    else:
-        out.append('<table class="failures"><tr><th>trial</th><th>status</th><th>error</th><th>log</th></tr>')
-        for row in bad.itertuples(index=False):
-            href = urllib.parse.quote(paths.trial_log(str(row.trial)))
-            out.append(
-                f'<tr class="failure"><td>{e(row.trial)}</td><td class="status-bad">{e(row.status)}</td>'
-                f"<td>{e(row.error)}</td>"
-                f'<td><a href="{e(href)}"><code>{e(row.log)}</code></a></td></tr>'
-            )
-        out.append("</table>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+        return out
+    out.append('<table class="failures"><tr><th>trial</th><th>status</th><th>error</th><th>log</th></tr>')
+    for row in bad.itertuples(index=False):
+        href = urllib.parse.quote(paths.trial_log(str(row.trial)))
+        out.append(
+            f'<tr class="failure"><td>{e(row.trial)}</td><td class="status-bad">{e(row.status)}</td>'
+            f"<td>{e(row.error)}</td>"
+            f'<td><a href="{e(href)}"><code>{e(row.log)}</code></a></td></tr>'
+        )
+    out.append("</table>")
+    return out
 
 
 def _table(df: "pandas.DataFrame", cls: str, params: Iterable[str] = ()) -> str:
