@@ -392,41 +392,63 @@ def _folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 def status_main(argv: list[str]) -> int:
     """Counts, running trials and the best so far, read from the ledger (safe while it runs)."""
-    import time
-    from datetime import datetime, timezone
-
-    from . import analysis, table
-    from .ledger import Ledger
-
     p = _folder_parser("status", "Show a sweep's progress, while it runs or after.")
     p.add_argument("--importance", action="store_true",
                    help="also which parameters mattered for the metric (Optuna's fANOVA over the ok trials)")
     args = p.parse_args(argv)
     folder = sweep_folder(args.folder)
     pid = holder(folder)
-    ledger = Ledger(folder, readonly=True)
-    try:
-        current = ledger.current()
-        results = list((ledger.results() if current is None else current).values())
-        running = ledger.running() if pid else []
-        epochs = ledger.latest_epochs()
-        total = ledger.get("total")
-        asked = ledger.ranking(args.metric, args.mode)
-        objectives = ledger.objectives()
-        recorded_env = json.loads(ledger.get("environment") or "{}")
-        last_run = ledger.get("run") or ""
-        run_records = {rid: json.loads(ledger.get(f"run:{rid}") or "{}")
-                       for rid in {r.env.get("run", "") for r in results} if rid}
-    finally:
-        ledger.close()
+    seen = _status_read(folder, bool(pid), args.metric, args.mode)
+    results, running = seen["results"], seen["running"]
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
     parts = ", ".join(f"{counts[s.value]} {s.value}" for s in Status if counts.get(s.value))
     state = f"running (pid {pid})" if pid else "not running"
     print(f"sweeper: {folder}: {state}")
-    print(f"sweeper: {len(results)} of {total or '?'} trials finished: {parts or 'none yet'}; "
+    print(f"sweeper: {len(results)} of {seen['total'] or '?'} trials finished: {parts or 'none yet'}; "
           f"{len(running)} running")
+    _print_running(running, seen["epochs"])
+    from .environment import summary
+
+    for line in summary(seen["environment"], [r.env for r in results], seen["runs"], seen["last_run"]):
+        print(f"sweeper: {line}")
+    if results:
+        _print_best(results, seen["objectives"], seen["asked"], args.metric is None, args.importance)
+    elif args.importance:
+        print("sweeper: which parameters mattered: no trial has finished yet")
+    return EXIT_OK
+
+
+def _status_read(folder: str, live: bool, metric: str | None, mode: str | None) -> dict[str, Any]:
+    """What ``status`` shows, read from the ledger in one go (it may be written meanwhile)."""
+    from .ledger import Ledger
+
+    ledger = Ledger(folder, readonly=True)
+    try:
+        current = ledger.current()
+        results = list((ledger.results() if current is None else current).values())
+        return {
+            "results": results,
+            "running": ledger.running() if live else [],
+            "epochs": ledger.latest_epochs(),
+            "total": ledger.get("total"),
+            "asked": ledger.ranking(metric, mode),
+            "objectives": ledger.objectives(),
+            "environment": json.loads(ledger.get("environment") or "{}"),
+            "last_run": ledger.get("run") or "",
+            "runs": {rid: json.loads(ledger.get(f"run:{rid}") or "{}")
+                     for rid in {r.env.get("run", "") for r in results} if rid},
+        }
+    finally:
+        ledger.close()
+
+
+def _print_running(running: list[dict[str, Any]], epochs: dict[str, Any]) -> None:
+    """A line per running trial (device, pid, elapsed, its latest epoch), then its cards'."""
+    import time
+    from datetime import datetime, timezone
+
     now = time.time()
     for run in running:
         started = datetime.fromisoformat(run["started_at"].replace("Z", "+00:00"))
@@ -437,34 +459,34 @@ def status_main(argv: list[str]) -> int:
               + (f"  epoch {epoch}: {latest}" if epoch is not None else ""))
     for line in card_lines(running):
         print(f"sweeper: {line}")
-    from .environment import summary
 
-    for line in summary(recorded_env, [r.env for r in results], run_records, last_run):
-        print(f"sweeper: {line}")
-    if results:
-        frame = table.dataframe(results, objectives)
-        try:
-            metric, mode = analysis.choose(frame, *asked)
-        except SweepError as exc:  # no trial has the sweep's metric yet (all failed, say)
-            print(f"sweeper: {exc}")
-            metric = None
-        if metric is not None:
-            board = analysis.leaderboard(frame, metric, mode, top=1)
-            if len(board):
-                best = board.iloc[0]
-                print(f"sweeper: best so far: {metric} = {best[metric]:.4g} ({mode}): {best['trial']}")
-            elif analysis.finished_ok(frame).any():  # every ok trial missed the constraints
-                print(f"sweeper: best so far: none; {analysis.nothing_ranked(frame)}")
-        if objectives is not None:
-            for i, line in enumerate(objectives.lines(frame)):
-                print("sweeper: " + line if i == 0 else line)
-        if args.importance and metric is not None:
-            for name, how in (zip(objectives.metrics, objectives.modes) if objectives is not None and args.metric is None
-                              else [(metric, mode)]):
-                _print_importance(frame, name, how)
-    elif args.importance:
-        print("sweeper: which parameters mattered: no trial has finished yet")
-    return EXIT_OK
+
+def _print_best(results: list[Any], objectives: Any, asked: tuple[Any, Any], unnamed: bool,
+                with_importance: bool) -> None:
+    """The best trial so far (or why none), the front of several objectives, and which
+    parameters mattered where asked. ``unnamed``: no --metric was given."""
+    from . import analysis, table
+
+    frame = table.dataframe(results, objectives)
+    try:
+        metric, mode = analysis.choose(frame, *asked)
+    except SweepError as exc:  # no trial has the sweep's metric yet (all failed, say)
+        print(f"sweeper: {exc}")
+        metric = None
+    if metric is not None:
+        board = analysis.leaderboard(frame, metric, mode, top=1)
+        if len(board):
+            best = board.iloc[0]
+            print(f"sweeper: best so far: {metric} = {best[metric]:.4g} ({mode}): {best['trial']}")
+        elif analysis.finished_ok(frame).any():  # every ok trial missed the constraints
+            print(f"sweeper: best so far: none; {analysis.nothing_ranked(frame)}")
+    if objectives is not None:
+        for i, line in enumerate(objectives.lines(frame)):
+            print("sweeper: " + line if i == 0 else line)
+    if with_importance and metric is not None:
+        for name, how in (zip(objectives.metrics, objectives.modes) if objectives is not None and unnamed
+                          else [(metric, mode)]):
+            _print_importance(frame, name, how)
 
 
 def _print_importance(frame: Any, metric: str, mode: str) -> None:
