@@ -37,9 +37,7 @@ def inspect(path: str, seed: int | None, send: Callable[[Any], Any]) -> "FileTar
 def _examine(path: str, seed: int | None) -> dict[str, Any]:
     import sys
 
-    from ..grid import Points, check_not_empty, expand, sample
     from ..modules import imported_since
-    from ..options import Options
     from ..target import check_signature, describe, load_file
 
     name = os.path.basename(path)
@@ -64,6 +62,22 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
         raise SweepError(f"{name} defines both train and command; keep one")
     if train is not None:
         check_signature(train, f"{name}")
+    options = _options_of(module, name)
+    points, space = _points_of(module, name, options, options.get("seed", 0) if seed is None else seed)
+    if command is not None:
+        from ..command import Command
+
+        command = Command.of(command, shell)
+        command.check(points or [dict.fromkeys(space or {}, 0)])
+    return {"points": [dict(p) for p in points], "options": dict(options), "space": space,
+            "attr": "train" if train is not None else "command", "shell": shell,
+            "what": describe(train if train is not None else command), "modules": imported_since(before)}
+
+
+def _options_of(module: Any, name: str) -> dict[str, Any]:
+    """The grid file's ``options``, with a search's settings given as top-level names, checked."""
+    from ..options import Options
+
     options = getattr(module, "options", {}) or {}
     if not isinstance(options, dict):
         raise SweepError(f"options in {name} is a {type(options).__name__}; make it a dict, e.g. options = {{'workers': 2}}")
@@ -71,8 +85,13 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
         if hasattr(module, key):
             options = {**options, key: getattr(module, key)}
     Options.build(options, where=name)
-    if seed is None:
-        seed = options.get("seed", 0)
+    return options
+
+
+def _points_of(module: Any, name: str, options: dict[str, Any], seed: int) -> tuple[Any, Any]:
+    """The grid's points, or a space's samples, or (no points, the space) for a search."""
+    from ..grid import Points, check_not_empty, expand, sample
+
     if hasattr(module, "grid") and hasattr(module, "space"):
         raise SweepError(f"{name} defines both grid and space; keep one (grid for every combination, "
                          "space with samples = N for random search)")
@@ -91,12 +110,5 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     else:
         raise SweepError(f"{name} defines no grid; add e.g. grid = {{'lr': [0.01, 0.001]}} "
                          "(or space = {...} with samples = N)")
-    if command is not None:
-        from ..command import Command
-
-        command = Command.of(command, shell)
-        command.check(points or [dict.fromkeys(space or {}, 0)])
-    return {"points": [dict(p) for p in points], "options": dict(options), "space": space,
-            "attr": "train" if train is not None else "command", "shell": shell,
-            "what": describe(train if train is not None else command), "modules": imported_since(before)}
+    return points, space
 
