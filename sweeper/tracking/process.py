@@ -346,14 +346,7 @@ def main() -> int:
     _tie_to(header["parent"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     priority = lower_priority(int(header.get("nice", 0)))
-    channel = _Channel(os.dup(1))  # stdout itself goes nowhere: MLflow prints there
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-    sys.stdout = open(os.devnull, "w")
-    sweeper_log = logging.getLogger("sweeper")
-    sweeper_log.handlers[:] = [_Relay(channel)]
-    sweeper_log.propagate = False
-    sweeper_log.setLevel(int(header.get("level", logging.WARNING)))
-
+    channel = _quiet(int(header.get("level", logging.WARNING)))
     folder = header["folder"]
     known: dict[str, TrialSpec] = {}
     asked: set[str] = set()
@@ -386,17 +379,7 @@ def main() -> int:
             channel.send({"sent": [i, *now]})
 
     threads = [Background(m, after) for m in mirrors]
-    state = None
-    for line in sys.stdin.buffer:  # the parent's answers, then how the sweep ended
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue
-        known.update((tid, TrialSpec(trial_id=tid, name=name, index=index, params=params, seed=seed, dir=dir_))
-                     for tid, (name, index, params, seed, dir_) in message.get("known", {}).items())
-        if "end" in message:
-            state = message["end"]
-            break
+    state = _answers_until_the_end(known)
     if state is None:  # the sweep is gone without a word: so is this process
         os._exit(0)
     for thread in threads:
@@ -411,6 +394,34 @@ def main() -> int:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     channel.send({"cpu": usage.ru_utime + usage.ru_stime, "priority": priority})
     return 0
+
+
+def _quiet(level: int) -> "_Channel":
+    """The channel to the sweep (this process's stdout as it came), with stdout itself sent
+    nowhere (MLflow prints there) and sweeper's log lines relayed through the channel."""
+    channel = _Channel(os.dup(1))
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    sys.stdout = open(os.devnull, "w")
+    sweeper_log = logging.getLogger("sweeper")
+    sweeper_log.handlers[:] = [_Relay(channel)]
+    sweeper_log.propagate = False
+    sweeper_log.setLevel(level)
+    return channel
+
+
+def _answers_until_the_end(known: dict[str, TrialSpec]) -> Any:
+    """Read the sweep's answers (trials' specs, into ``known``) until it says how it ended:
+    that state, or None where its pipe closed without a word."""
+    for line in sys.stdin.buffer:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        known.update((tid, TrialSpec(trial_id=tid, name=name, index=index, params=params, seed=seed, dir=dir_))
+                     for tid, (name, index, params, seed, dir_) in message.get("known", {}).items())
+        if "end" in message:
+            return message["end"]
+    return None
 
 
 if __name__ == "__main__":
