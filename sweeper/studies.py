@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import warnings
 from numbers import Real
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import SweepError
 from .metrics import default_metric, finite as number
@@ -104,21 +104,11 @@ def export(folder: str, url: str, mode: str | None = None) -> tuple[str, int]:
     the sweep recorded none and its metric's name does not say it (else a one-line error)."""
     import os
 
-    from .ledger import Ledger
     from .search import direction
 
     optuna = need_optuna("export --optuna")
-    ledger = Ledger(folder, readonly=True)
-    try:
-        current = ledger.current()
-        results = sorted((ledger.results() if current is None else current).values(), key=lambda r: r.index)
-        history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-        for tid, epoch, metrics in ledger.history():
-            history.setdefault(tid, []).append((epoch, metrics))
-        metric, mode = ledger.get("metric") or "", mode or ledger.get("mode") or ""
-        several = ledger.objectives()
-    finally:
-        ledger.close()
+    results, history, metric, recorded, several = _recorded(folder)
+    mode = mode or recorded
     if not results:
         raise SweepError(f"{folder} has no finished trial yet: nothing to export")
     if not metric:  # a grid sweep that named none: what its summary ranked by
@@ -142,20 +132,8 @@ def export(folder: str, url: str, mode: str | None = None) -> tuple[str, int]:
     except (TypeError, ValueError) as exc:
         raise SweepError(f"the sweep in {folder} cannot be written as an Optuna study: "
                          f"{str(exc).splitlines()[0]}") from None
-    try:
-        storage = optuna.storages.get_storage(url)
-    except Exception as exc:  # noqa: BLE001 - a bad URL, a driver missing: Optuna's words, one line
-        raise SweepError(f"--optuna {url}: Optuna cannot open that storage ({str(exc).splitlines()[0]}); "
-                         "give a database URL such as sqlite:///study.db") from None
     here = os.path.abspath(folder)
-    summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
-    if name in summaries:  # an earlier export of this folder is replaced, never doubled; another study is not
-        if summaries[name].user_attrs.get("sweeper_folder") != here:
-            raise SweepError(f"{url} already has a study named {name!r} that is not an export of {here}; "
-                             "give another storage (or rename the sweep folder)")
-        optuna.delete_study(study_name=name, storage=storage)
-    study = optuna.create_study(storage=storage, study_name=name,
-                                directions=["maximize" if m == "max" else "minimize" for m in modes])
+    study = _new_study(optuna, url, name, here, modes)
     with warnings.catch_warnings():  # experimental in Optuna: said here, not to the user
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(list(targets))
@@ -164,6 +142,41 @@ def export(folder: str, url: str, mode: str | None = None) -> tuple[str, int]:
     study.set_user_attr("fixed", fixed)
     study.add_trials(trials)
     return name, len(results)
+
+
+def _recorded(folder: str) -> tuple[list[Any], dict[str, list[tuple[int, dict[str, Any]]]], str, str, Any]:
+    """What an export takes from a sweep's ledger: its rows in grid order, each trial's
+    per-epoch values, the metric and mode it recorded ("" where none), its objectives."""
+    from .ledger import Ledger
+
+    ledger = Ledger(folder, readonly=True)
+    try:
+        current = ledger.current()
+        results = sorted((ledger.results() if current is None else current).values(), key=lambda r: r.index)
+        history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for tid, epoch, metrics in ledger.history():
+            history.setdefault(tid, []).append((epoch, metrics))
+        return results, history, ledger.get("metric") or "", ledger.get("mode") or "", ledger.objectives()
+    finally:
+        ledger.close()
+
+
+def _new_study(optuna: Any, url: str, name: str, here: str, modes: Sequence[str]) -> Any:
+    """An empty study ``name`` in the storage ``url``, replacing an earlier export of the
+    folder ``here`` (never doubled), never another study of that name."""
+    try:
+        storage = optuna.storages.get_storage(url)
+    except Exception as exc:  # noqa: BLE001 - a bad URL, a driver missing: Optuna's words, one line
+        raise SweepError(f"--optuna {url}: Optuna cannot open that storage ({str(exc).splitlines()[0]}); "
+                         "give a database URL such as sqlite:///study.db") from None
+    summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
+    if name in summaries:
+        if summaries[name].user_attrs.get("sweeper_folder") != here:
+            raise SweepError(f"{url} already has a study named {name!r} that is not an export of {here}; "
+                             "give another storage (or rename the sweep folder)")
+        optuna.delete_study(study_name=name, storage=storage)
+    return optuna.create_study(storage=storage, study_name=name,
+                               directions=["maximize" if m == "max" else "minimize" for m in modes])
 
 
 def _trial(optuna: Any, result: Any, dists: Mapping[str, tuple[Any, Callable[[Any], Any]]],
