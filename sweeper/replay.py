@@ -142,23 +142,12 @@ def replay(folder: str, names: Sequence[str] = (), every: bool = False, times: i
     run of the sweep with other code or options changes nothing about an earlier row's replay."""
     from .api import check_not_in_a_trial_bootstrap
     from .folder import sweep_folder
-    from .ledger import Ledger
 
     check_not_in_a_trial_bootstrap()  # a script without a __main__ guard, re-imported by a spawned trial
     if not isinstance(times, int) or isinstance(times, bool) or times < 1:
         raise SweepError(f"--times must be a whole number >= 1, got {times!r}")
     folder = sweep_folder(folder)
-    ledger = Ledger(folder, readonly=True)
-    try:
-        current = ledger.current()
-        results = ledger.results() if current is None else current
-        definition = json.loads(ledger.get("definition") or "{}")
-        last = {"target": json.loads(ledger.get("target") or "null"),
-                "environment": json.loads(ledger.get("environment") or "{}")}
-        runs = {rid: json.loads(ledger.get(f"run:{rid}") or "null") for rid in {r.env.get("run") for r in
-                                                                                results.values()} if rid}
-    finally:
-        ledger.close()
+    results, definition, last, runs = _recorded(folder)
     rows = chosen(results, names, every)
     groups: dict[str, list[Any]] = {}
     for row in rows:  # one replay sweep per run the rows came from
@@ -179,22 +168,46 @@ def replay(folder: str, names: Sequence[str] = (), every: bool = False, times: i
             kept["deterministic"] = deterministic
         env = record.get("environment") or {}
         made = _runs(folder, target, group, kept, definition, env, times, quiet, source)
-        for row in group:
-            replays = [run[1].get(row.trial_id) for run in made]
-            said: list[str] = [] if rid else [UNKNOWN]
-            if rid:
-                from . import environment
-
-                for run_env, r in ((run[2], rep) for run, rep in zip(made, replays)):
-                    if r is not None:
-                        said += [d for d in environment.differences(
-                            environment.flat(env, row.env, row.gpu_uuid),
-                            environment.flat(run_env, r.env, r.gpu_uuid)) if d not in said]
-            done[row.trial_id] = Replay(row.name, row.trial_id, row.device,
-                                        tuple(r.status.value if r is not None else "not run" for r in replays),
-                                        tuple(r.error for r in replays if r is not None and r.error),
-                                        drifts(row.metrics, replays), tuple(said), tuple(run[0] for run in made))
+        done.update((row.trial_id, _replayed(row, made, env if rid else None)) for row in group)
     return [done[r.trial_id] for r in rows]
+
+
+def _recorded(folder: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """What a replay takes from the sweep's ledger: its rows, its definition, the last
+    run's target and environment, and the record of each run its rows came from."""
+    from .ledger import Ledger
+
+    ledger = Ledger(folder, readonly=True)
+    try:
+        current = ledger.current()
+        results = ledger.results() if current is None else current
+        definition = json.loads(ledger.get("definition") or "{}")
+        last = {"target": json.loads(ledger.get("target") or "null"),
+                "environment": json.loads(ledger.get("environment") or "{}")}
+        runs = {rid: json.loads(ledger.get(f"run:{rid}") or "null") for rid in {r.env.get("run") for r in
+                                                                                results.values()} if rid}
+    finally:
+        ledger.close()
+    return results, definition, last, runs
+
+
+def _replayed(row: Any, made: list[Any], env: dict[str, Any] | None) -> "Replay":
+    """One row's replay: its runs' statuses, errors and drifts, and what differed from
+    where it ran (``env``, its run's recorded environment; None where none was recorded)."""
+    replays = [run[1].get(row.trial_id) for run in made]
+    said: list[str] = [UNKNOWN] if env is None else []
+    if env is not None:
+        from . import environment
+
+        for run_env, r in ((run[2], rep) for run, rep in zip(made, replays)):
+            if r is not None:
+                said += [d for d in environment.differences(
+                    environment.flat(env, row.env, row.gpu_uuid),
+                    environment.flat(run_env, r.env, r.gpu_uuid)) if d not in said]
+    return Replay(row.name, row.trial_id, row.device,
+                  tuple(r.status.value if r is not None else "not run" for r in replays),
+                  tuple(r.error for r in replays if r is not None and r.error),
+                  drifts(row.metrics, replays), tuple(said), tuple(run[0] for run in made))
 
 
 def _number(result: Any, metric: str) -> float | None:
