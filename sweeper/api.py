@@ -67,15 +67,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     check_not_in_a_trial_bootstrap()
     opts = Options.build(options)
     show_messages(opts.progress)  # sweeper's lines (no GPU found, ...), quiet with progress=False
-    if isinstance(fn, (str, Command)):  # a command per trial, e.g. "python train.py --lr={lr}"
-        fn = Command.of(fn)
-        fn.check([dict.fromkeys(grid, 0)] if opts.search is not None and isinstance(grid, dict) else expand(grid))
-        source, default_name = None, "command"
-    else:
-        label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
-        check_signature(fn, label)
-        source = _source_file(fn)
-        default_name = os.path.splitext(os.path.basename(source))[0] if source else getattr(fn, "__name__", "sweep")
+    fn, source, default_name = _what_runs(fn, grid, opts)
     target = FunctionTarget.of(fn)
     what = describe(fn)
     listener = None if opts.dry_run else choose_view(not opts.progress, opts.ranked_by, opts.ranked_mode)
@@ -95,6 +87,19 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     if outcome.interrupted is not None:
         raise SweepInterrupted(outcome.interrupted, frame, outcome.csv_path)
     return frame
+
+
+def _what_runs(fn: Any, grid: Any, opts: Options) -> tuple[Any, str | None, str]:
+    """The function (or command) a sweep runs, checked; the file it comes from; the sweep's
+    name where none is given (the file's stem; ``command`` for a command)."""
+    if isinstance(fn, (str, Command)):  # a command per trial, e.g. "python train.py --lr={lr}"
+        fn = Command.of(fn)
+        fn.check([dict.fromkeys(grid, 0)] if opts.search is not None and isinstance(grid, dict) else expand(grid))
+        return fn, None, "command"
+    label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+    check_signature(fn, label)
+    source = _source_file(fn)
+    return fn, source, os.path.splitext(os.path.basename(source))[0] if source else getattr(fn, "__name__", "sweep")
 
 
 def check_not_in_a_trial_bootstrap() -> None:
