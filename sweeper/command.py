@@ -343,146 +343,182 @@ def shell_pieces(template: str) -> list[str | _Slot]:
         tokens.extend(literal)
         if name is not None:
             tokens.append(_Slot(name, ""))
-    out: list[str | _Slot] = []
-    frames = [_Frame("cmd")]
-    pending: list[_Frame] = []  # here-documents whose bodies start at the next newline
-    escaped, prev, i = False, "\n", 0
+    return _ShellReader(tokens).read()
 
-    def refuse(name: str, where: str, fix: str = "") -> SweepError:
-        fix = fix or (f"write it bare (e.g. --{name}={{{name}}}) or inside \"...\"; sweeper gives each value "
-                      "to the shell as an environment variable")
-        return SweepError(f"the shell command has {{{name}}} {where}; {fix}")
 
-    def at(j: int) -> str | _Slot | None:
-        return tokens[j] if j < len(tokens) else None
+def _refuse(name: str, where: str, fix: str = "") -> SweepError:
+    fix = fix or (f"write it bare (e.g. --{name}={{{name}}}) or inside \"...\"; sweeper gives each value "
+                  "to the shell as an environment variable")
+    return SweepError(f"the shell command has {{{name}}} {where}; {fix}")
 
-    while i < len(tokens):
-        tok, top = tokens[i], frames[-1]
-        if top.kind in ("<<", "<<'") and top.line_start:  # is this line the delimiter?
-            end = next((j for j in range(i, len(tokens)) if tokens[j] == "\n"), len(tokens))
-            line = tokens[i:end]
-            if all(isinstance(t, str) for t in line) and \
-                    "".join(line).lstrip("\t" if top.strip else "") == top.delim:  # type: ignore[arg-type]
-                out.extend(tokens[i:end + 1])
-                frames.pop()
-                i, prev, escaped = end + 1, "\n", False
+
+class _ShellReader:
+    """:func:`shell_pieces`'s lexer: the characters and placeholders of a template, read one
+    at a time in the frame (quote, substitution, comment, here-document) they stand in."""
+
+    def __init__(self, tokens: list[str | _Slot]) -> None:
+        self.tokens = tokens
+        self.out: list[str | _Slot] = []
+        self.frames = [_Frame("cmd")]
+        self.pending: list[_Frame] = []  # here-documents whose bodies start at the next newline
+        self.escaped, self.prev, self.i = False, "\n", 0
+
+    def at(self, j: int) -> str | _Slot | None:
+        return self.tokens[j] if j < len(self.tokens) else None
+
+    def read(self) -> list[str | _Slot]:
+        while self.i < len(self.tokens):
+            tok, top = self.tokens[self.i], self.frames[-1]
+            if top.kind in ("<<", "<<'") and top.line_start and self._delimiter_line(top):
                 continue
-            top.line_start = False
-        if isinstance(tok, _Slot):
-            name = tok.name
-            kinds = {f.kind for f in frames}
-            if escaped:
-                raise refuse(name, "after a backslash, which would escape it")
-            if top.kind == "'":
-                raise refuse(name, "inside '...', where the shell expands nothing")
-            if top.kind == "#":
-                raise refuse(name, "in a # comment, where it reaches nothing", "move it out of the comment")
-            if top.kind == "<<'":
-                raise refuse(name, "in a here-document whose delimiter is quoted (<<'EOF'), where nothing "
-                             "expands", "leave the delimiter unquoted (<<EOF)")
-            if "((" in kinds:
-                raise refuse(name, "inside arithmetic ((...)), where the shell would evaluate the value as an "
-                             "expression", "pass it to the script as an argument and compute there")
-            if "${" in kinds:
-                raise refuse(name, "inside ${...}")
-            if "`" in kinds:
-                raise refuse(name, "inside `...`", "use $(...) instead of backquotes")
-            if prev == "$":
-                raise refuse(name, "right after $, where the shell would read ${...}",
-                             f"write {{{name}}} alone for the value, or ${{{{{name}}}}} for the shell's "
-                             f"own ${name}")
-            context = DOUBLE if top.kind == '"' else HEREDOC if top.kind == "<<" else BARE
-            out.append(_Slot(name, context))
-            i, prev = i + 1, "x"
-            continue
-        ch, nxt, kind = tok, at(i + 1), top.kind
-        i += 1
-        out.append(ch)
-        if escaped:
-            escaped, prev = False, "x"
-            continue
-        if kind in ("'", "<<'"):
-            if kind == "'" and ch == "'":
-                frames.pop()
-            elif ch == "\n":
-                top.line_start = True
-            prev = ch
-            continue
-        if kind == "#":
-            if ch == "\n":  # the newline ends the comment, and is the command line's
-                frames.pop()
-                out.pop()
-                i -= 1
-            continue
-        if ch == "\\":
-            escaped = True
-            continue
-        if ch == "$" and nxt in ("(", "{"):
-            out.append(nxt)
-            i += 1
-            if nxt == "(" and at(i) == "(":
-                out.append("(")
-                i += 1
-                frames.append(_Frame("(("))
+            if isinstance(tok, _Slot):
+                self._slot(tok.name, top)
+                continue
+            ch, nxt, kind = tok, self.at(self.i + 1), top.kind
+            self.i += 1
+            self.out.append(ch)
+            if self.escaped:
+                self.escaped, self.prev = False, "x"
+            elif kind in ("'", "<<'"):
+                self._in_single(ch, top)
+            elif kind == "#":
+                self._in_comment(ch)
+            elif ch == "\\":
+                self.escaped = True
+            elif ch == "$" and nxt in ("(", "{"):
+                self._substitution(nxt)
+            elif ch == "`":
+                self._backquote(kind)
+            elif kind in ('"', "<<"):
+                self._in_double(ch, top)
+            elif kind in ("((", "${"):
+                self._in_braces(ch, nxt, top)
             else:
-                frames.append(_Frame("$(" if nxt == "(" else "${"))
-            prev = "("
-            continue
-        if ch == "`":
-            if kind == "`":
-                frames.pop()
-            else:
-                frames.append(_Frame("`"))
-            prev = "`"
-            continue
-        if kind in ('"', "<<"):
-            if kind == '"' and ch == '"':
-                frames.pop()
-            elif kind == "<<" and ch == "\n":
-                top.line_start = True
-            prev = ch
-            continue
-        if kind in ("((", "${"):
-            opening, closing = ("(", ")") if kind == "((" else ("{", "}")
-            if ch in "'\"" and kind == "${":
-                frames.append(_Frame(ch))
-            elif ch == opening:
-                top.depth += 1
-            elif ch == closing and top.depth:
-                top.depth -= 1
-            elif ch == closing:
-                if kind == "((" and nxt == ")":
-                    out.append(")")
-                    i += 1
-                frames.pop()
-            prev = ch
-            continue
-        # the command line, $(...) or `...`
+                self._in_command(ch, nxt, top)
+        return self.out
+
+    def _delimiter_line(self, top: _Frame) -> bool:
+        """At the start of a here-document's line: True (and past it) if it is the delimiter."""
+        tokens, i = self.tokens, self.i
+        end = next((j for j in range(i, len(tokens)) if tokens[j] == "\n"), len(tokens))
+        line = tokens[i:end]
+        if all(isinstance(t, str) for t in line) and \
+                "".join(line).lstrip("\t" if top.strip else "") == top.delim:  # type: ignore[arg-type]
+            self.out.extend(tokens[i:end + 1])
+            self.frames.pop()
+            self.i, self.prev, self.escaped = end + 1, "\n", False
+            return True
+        top.line_start = False
+        return False
+
+    def _slot(self, name: str, top: _Frame) -> None:
+        """A placeholder: its context, or a refusal where its value cannot stand as itself."""
+        kinds = {f.kind for f in self.frames}
+        if self.escaped:
+            raise _refuse(name, "after a backslash, which would escape it")
+        if top.kind == "'":
+            raise _refuse(name, "inside '...', where the shell expands nothing")
+        if top.kind == "#":
+            raise _refuse(name, "in a # comment, where it reaches nothing", "move it out of the comment")
+        if top.kind == "<<'":
+            raise _refuse(name, "in a here-document whose delimiter is quoted (<<'EOF'), where nothing "
+                          "expands", "leave the delimiter unquoted (<<EOF)")
+        if "((" in kinds:
+            raise _refuse(name, "inside arithmetic ((...)), where the shell would evaluate the value as an "
+                          "expression", "pass it to the script as an argument and compute there")
+        if "${" in kinds:
+            raise _refuse(name, "inside ${...}")
+        if "`" in kinds:
+            raise _refuse(name, "inside `...`", "use $(...) instead of backquotes")
+        if self.prev == "$":
+            raise _refuse(name, "right after $, where the shell would read ${...}",
+                          f"write {{{name}}} alone for the value, or ${{{{{name}}}}} for the shell's own ${name}")
+        context = DOUBLE if top.kind == '"' else HEREDOC if top.kind == "<<" else BARE
+        self.out.append(_Slot(name, context))
+        self.i, self.prev = self.i + 1, "x"
+
+    def _in_single(self, ch: str, top: _Frame) -> None:
+        if top.kind == "'" and ch == "'":
+            self.frames.pop()
+        elif ch == "\n":
+            top.line_start = True
+        self.prev = ch
+
+    def _in_comment(self, ch: str) -> None:
+        if ch == "\n":  # the newline ends the comment, and is the command line's
+            self.frames.pop()
+            self.out.pop()
+            self.i -= 1
+
+    def _substitution(self, nxt: Any) -> None:
+        """``$(``, ``$((`` or ``${``: the frame it opens."""
+        self.out.append(nxt)
+        self.i += 1
+        if nxt == "(" and self.at(self.i) == "(":
+            self.out.append("(")
+            self.i += 1
+            self.frames.append(_Frame("(("))
+        else:
+            self.frames.append(_Frame("$(" if nxt == "(" else "${"))
+        self.prev = "("
+
+    def _backquote(self, kind: str) -> None:
+        if kind == "`":
+            self.frames.pop()
+        else:
+            self.frames.append(_Frame("`"))
+        self.prev = "`"
+
+    def _in_double(self, ch: str, top: _Frame) -> None:
+        if top.kind == '"' and ch == '"':
+            self.frames.pop()
+        elif top.kind == "<<" and ch == "\n":
+            top.line_start = True
+        self.prev = ch
+
+    def _in_braces(self, ch: str, nxt: Any, top: _Frame) -> None:
+        """Inside ``((...))`` or ``${...}``: nesting counted until the frame closes."""
+        opening, closing = ("(", ")") if top.kind == "((" else ("{", "}")
+        if ch in "'\"" and top.kind == "${":
+            self.frames.append(_Frame(ch))
+        elif ch == opening:
+            top.depth += 1
+        elif ch == closing and top.depth:
+            top.depth -= 1
+        elif ch == closing:
+            if top.kind == "((" and nxt == ")":
+                self.out.append(")")
+                self.i += 1
+            self.frames.pop()
+        self.prev = ch
+
+    def _in_command(self, ch: str, nxt: Any, top: _Frame) -> None:
+        """The command line, ``$(...)`` or ```...```: words, quotes, comments, operators."""
+        kind, prev = top.kind, self.prev
         if ch in "'\"":
-            frames.append(_Frame(ch))
+            self.frames.append(_Frame(ch))
         elif ch == "#" and prev in _WORD_START:
-            frames.append(_Frame("#"))
+            self.frames.append(_Frame("#"))
         elif ch == "(" and nxt == "(" and prev in _WORD_START:  # bash's arithmetic command
-            out.append("(")
-            i += 1
-            frames.append(_Frame("(("))
+            self.out.append("(")
+            self.i += 1
+            self.frames.append(_Frame("(("))
         elif ch == "(" and kind == "$(":
             top.depth += 1
         elif ch == ")" and kind == "$(":
             if top.depth:
                 top.depth -= 1
             else:
-                frames.pop()
-        elif ch == "<" and nxt == "<" and at(i + 1) == "<":  # bash's here-string, <<<word
-            out += ["<", "<"]
-            i += 2
+                self.frames.pop()
+        elif ch == "<" and nxt == "<" and self.at(self.i + 1) == "<":  # bash's here-string, <<<word
+            self.out += ["<", "<"]
+            self.i += 2
         elif ch == "<" and nxt == "<":
-            i = _here_document(tokens, i, out, pending, refuse)
-        elif ch == "\n" and pending:
-            frames.extend(reversed(pending))
-            pending.clear()
-        prev = ch
-    return out
+            self.i = _here_document(self.tokens, self.i, self.out, self.pending, _refuse)
+        elif ch == "\n" and self.pending:
+            self.frames.extend(reversed(self.pending))
+            self.pending.clear()
+        self.prev = ch
 
 
 def _here_document(tokens: list[Any], i: int, out: list[Any], pending: list[_Frame], refuse: Any) -> int:
