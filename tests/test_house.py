@@ -130,3 +130,19 @@ def test_no_module_uses_another_modules_private_names():
                     and aliases.get(node.value.id, m) != m):
                 used.append(f"{m}: {aliases[node.value.id]}.{node.attr}")
     assert used == []
+
+
+#: The longest a function of sweeper's may be, its docstring included (issue 40, item 7).
+FUNCTION_LINES = 60
+
+
+@pytest.mark.unit
+def test_no_function_is_longer_than_a_screen():
+    long = []
+    for m, path in MODULES.items():
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if lines > FUNCTION_LINES:
+                    long.append(f"{m}.{node.name}: {lines} lines")
+    assert long == [], long
