@@ -27,7 +27,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="the benchmark at --per-gpu 1,4 only")
     ap.add_argument("--trials", type=int, default=16, help="trials per packing in the benchmark")
     args = ap.parse_args()
-    from sweeper import gpus
+    from sweeper.system import gpus
 
     if not gpus.inventory():
         print(f"gpu_check: no GPU here ({gpus.unavailable or 'NVML lists none'}); nothing checked")

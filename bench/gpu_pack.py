@@ -104,7 +104,7 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--gpu", type=int, default=0, help="the card (index as nvidia-smi shows it)")
     args = ap.parse_args()
-    from sweeper import gpus
+    from sweeper.system import gpus
 
     cards = gpus.inventory()
     card = next((g for g in cards if g.index == args.gpu), None)

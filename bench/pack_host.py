@@ -75,7 +75,7 @@ def main() -> None:
     if args.run:
         _run(json.loads(args.run))
         return
-    from sweeper.options import megabytes
+    from sweeper.model.options import megabytes
 
     budget = megabytes(args.budget)
     methods = args.methods.split(",")

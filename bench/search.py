@@ -189,7 +189,7 @@ def role_sweep_c(spec: dict[str, Any]) -> dict[str, Any]:
     import threading
 
     import sweeper
-    from sweeper.ledger import Ledger
+    from sweeper.store.ledger import Ledger
 
     from search_models import train_diabetes, train_digits  # Keras at its top: the fork server preloads it
 

@@ -2,7 +2,7 @@
 
 Apart from bench/search.py, which imports only the standard library at its top, because
 this module imports Keras at its top: a sweep's fork server imports what ``train``'s
-module holds (sweeper.modules.needed_by) before it forks the trials, so each trial starts
+module holds (sweeper.system.modules.needed_by) before it forks the trials, so each trial starts
 without importing TensorFlow again (seconds each, and part c runs hundreds of trials;
 the measure is epochs, so this saves the benchmark's time, not its figures).
 """

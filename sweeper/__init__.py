@@ -19,13 +19,13 @@ Importing sweeper imports no framework and no pandas.
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .api import SweepInterrupted, load, sweep
-    from .command import Command, flags
-    from .child.context import current_trial, report
-    from .errors import SweepError
-    from .grid import Points, expand, loguniform, randint, sample, uniform
-    from .options import Options
-    from .trial import Status, TrialResult, TrialSpec
+    from sweeper.api import SweepInterrupted, load, sweep
+    from sweeper.child.context import current_trial, report
+    from sweeper.errors import SweepError
+    from sweeper.front.command import Command, flags
+    from sweeper.model.grid import Points, expand, loguniform, randint, sample, uniform
+    from sweeper.model.options import Options
+    from sweeper.model.trial import Status, TrialResult, TrialSpec
 
 #: Where each public name lives. Imported on first use, so a trial process (which
 #: imports ``sweeper.child``) does not pay for the engine, the CLI or the API.
@@ -33,11 +33,11 @@ _WHERE = {
     "SweepInterrupted": "api", "load": "api", "sweep": "api",
     "current_trial": "child.context", "report": "child.context",
     "SweepError": "errors",
-    "Command": "command", "flags": "command",
-    "Points": "grid", "expand": "grid", "loguniform": "grid", "randint": "grid", "sample": "grid",
-    "uniform": "grid",
-    "Options": "options",
-    "Status": "trial", "TrialResult": "trial", "TrialSpec": "trial",
+    "Command": "front.command", "flags": "front.command",
+    "Points": "model.grid", "expand": "model.grid", "loguniform": "model.grid", "randint": "model.grid",
+    "sample": "model.grid", "uniform": "model.grid",
+    "Options": "model.options",
+    "Status": "model.trial", "TrialResult": "model.trial", "TrialSpec": "model.trial",
 }
 
 __version__ = "0.2.0"

@@ -6,7 +6,7 @@ import sys
 def _run() -> int:
     """Ctrl-C at any moment, sweeper's own imports included, is one line and exit 130."""
     try:
-        from .cli import main
+        from sweeper.front.cli import main
 
         return main()
     except KeyboardInterrupt:

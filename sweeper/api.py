@@ -6,15 +6,16 @@ import inspect
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import runner, table
-from .folder import sweep_folder
-from .messages import show_messages
-from .command import Command
-from .grid import expand
-from .progress import choose_view
-from .ledger import Ledger
-from .options import Options
-from .target import FunctionTarget, check_signature, describe
+from sweeper.front.command import Command
+from sweeper.front.messages import show_messages
+from sweeper.model.grid import expand
+from sweeper.model.options import Options
+from sweeper.model.target import FunctionTarget, check_signature, describe
+from sweeper.run import runner
+from sweeper.run.progress import choose_view
+from sweeper.store import table
+from sweeper.store.folder import sweep_folder
+from sweeper.store.ledger import Ledger
 
 if TYPE_CHECKING:
     import pandas
@@ -109,7 +110,7 @@ def check_not_in_a_trial_bootstrap() -> None:
     import multiprocessing
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):
-        from .child.bootstrap import NO_MAIN_GUARD
+        from sweeper.child.bootstrap import NO_MAIN_GUARD
 
         os._exit(NO_MAIN_GUARD)
 

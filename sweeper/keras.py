@@ -6,7 +6,7 @@ from typing import Any
 
 import keras
 
-from .child.context import report
+from sweeper.child.context import report
 
 
 class Report(keras.callbacks.Callback):

@@ -6,6 +6,6 @@ import); this module keeps the name command scripts use.
 
 from __future__ import annotations
 
-from .child.bootstrap import setup
+from sweeper.child.bootstrap import setup
 
 __all__ = ["setup"]

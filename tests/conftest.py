@@ -46,7 +46,7 @@ def sweeper_lines_reach_caplog():
     it in this process (alone, or first in its worker, such a test saw nothing)."""
     import logging
 
-    from sweeper.messages import show_messages
+    from sweeper.front.messages import show_messages
 
     show_messages()
     logging.getLogger("sweeper").propagate = True

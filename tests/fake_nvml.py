@@ -1,6 +1,6 @@
 """A thin fake at the NVML boundary: the eight ``pynvml`` functions sweeper calls,
 answering for a machine described in a few lines. Everything above them is real:
-``sweeper.gpus`` (inventory, the memory sampler), slots, UUID pinning, the spawned
+``sweeper.system.gpus`` (inventory, the memory sampler), slots, UUID pinning, the spawned
 children and their environment, the ledger.
 
 Trial processes "use" a fake card through a board, a folder of files: a trial writes

@@ -18,7 +18,7 @@ import pytest
 import sweeper
 from conftest import ROOT, install_module, write_grid
 from sweeper.backends.local import fork
-from sweeper.table import READ_CSV
+from sweeper.store.table import READ_CSV
 
 pytestmark = pytest.mark.slow
 
@@ -140,7 +140,7 @@ def _started(code: str) -> subprocess.Popen:
 def test_what_a_process_waits_on_is_read_from_proc(code, on_lock):
     proc = _started(code)
     try:
-        from sweeper import procs
+        from sweeper.system import procs
 
         deadline = time.monotonic() + 30
         seen = procs.waits_on_lock(proc.pid)
@@ -176,7 +176,7 @@ if os.environ.get("SWEEPER_PRELOAD_READY"):  # the fork server's import, and onl
                                 "from sweep_fns import echo as train\ngrid = {'x': [1, 2, 3]}\n")
     argv = [grid, "--out", str(tmp_path / "out"), "--quiet", "--workers", "2"]
     code = ("import sys; from sweeper.backends.local import fork; fork.FORK_WATCHDOG_S = 1.0; "
-            f"from sweeper.cli import main; sys.exit(main({argv!r}))")
+            f"from sweeper.front.cli import main; sys.exit(main({argv!r}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=200,
                           env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
     said = done.stdout + done.stderr

@@ -20,7 +20,7 @@ import pytest
 import sweeper
 from conftest import HERE, run_cli, write_grid
 from sweeper.errors import SweepError
-from sweeper.ledger import Ledger, SCHEMA_VERSION
+from sweeper.store.ledger import Ledger, SCHEMA_VERSION
 
 # -- a ledger that is not sweeper's ----------------------------------------------------------
 
@@ -170,7 +170,7 @@ BAD_PRUNERS = [  # text, words its line must have
 @pytest.mark.unit
 @pytest.mark.parametrize("text,words", BAD_PRUNERS, ids=range(len(BAD_PRUNERS)))
 def test_every_malformed_pruner_text_is_one_line(text, words):
-    from sweeper.search import pruner
+    from sweeper.run.search import pruner
 
     with pytest.raises(SweepError) as caught:
         pruner(text)
@@ -182,7 +182,7 @@ def test_every_malformed_pruner_text_is_one_line(text, words):
 def test_well_formed_pruner_texts_still_build():
     import optuna
 
-    from sweeper.search import pruner
+    from sweeper.run.search import pruner
 
     assert isinstance(pruner("asha(min_resource=2, reduction_factor=3)"), optuna.pruners.SuccessiveHalvingPruner)
     patient = pruner("patient(asha(min_resource=1), patience=2)")
@@ -256,8 +256,8 @@ def test_an_exception_whose_str_raises_is_the_trials_error_and_not_retried(tmp_p
 
 @pytest.mark.unit
 def test_the_judge_names_an_unsayable_exception_by_its_type():
-    from sweeper.outcome import Verdict, last_line, raised
-    from sweeper.trial import Status
+    from sweeper.model.outcome import Verdict, last_line, raised
+    from sweeper.model.trial import Status
 
     scope: dict = {"__name__": "hostile"}
     exec(UNSAYABLE, scope)

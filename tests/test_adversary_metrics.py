@@ -11,11 +11,11 @@ import logging
 import pytest
 
 from conftest import run_cli, write_grid
-from sweeper.analysis import leaderboard_lines
-from sweeper.constraints import parse
-from sweeper.metrics import direction
-from sweeper.table import dataframe
-from sweeper.trial import Status, TrialResult
+from sweeper.results.report import leaderboard_lines
+from sweeper.results.constraints import parse
+from sweeper.model.metrics import direction
+from sweeper.store.table import dataframe
+from sweeper.model.trial import Status, TrialResult
 
 
 # -- item 1: the closed list -------------------------------------------------------------

@@ -24,8 +24,8 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import run_fake_cli, write_grid
-from sweeper.packing import CONTEXT_MB, MARGIN_MB, Card, HostRoom, Needs, Packer
-from sweeper.trial import Status, TrialResult
+from sweeper.run.packing import CONTEXT_MB, MARGIN_MB, Card, HostRoom, Needs, Packer
+from sweeper.model.trial import Status, TrialResult
 
 
 def row(params, status=Status.OK, cap=None, device="gpu:0", name="t", mem=None):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_cli, write_grid
-from sweeper.table import READ_CSV
+from sweeper.store.table import READ_CSV
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from conftest import ROOT, assert_dead, install_module, write_grid
-from sweeper.table import READ_CSV
+from sweeper.store.table import READ_CSV
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +99,7 @@ def test_the_daemons_of_a_sigkilled_sweep_end_with_it(tmp_path):
 
 def _guardian(sweep: int) -> psutil.Process:
     """The sweep's guardian: a process of its own session, started by the sweep."""
-    found = [p for p in psutil.Process(sweep).children() if "sweeper.procs import guard" in " ".join(p.cmdline())]
+    found = [p for p in psutil.Process(sweep).children() if "sweeper.system.procs import guard" in " ".join(p.cmdline())]
     assert len(found) == 1
     return found[0]
 
@@ -132,11 +132,11 @@ def test_the_next_run_ends_what_a_sweep_and_its_guardian_left_when_both_were_kil
 
 
 #: ``python -m sweeper ARGS`` with a Ctrl-C landing while sweeper's own modules import (as it
-#: does in the first half second: a finder raises KeyboardInterrupt at ``sweeper.options``).
+#: does in the first half second: a finder raises KeyboardInterrupt at ``sweeper.model.options``).
 INTERRUPTED_IMPORT = """import runpy, sys
 class CtrlC:
     def find_spec(self, name, path=None, target=None):
-        if name == "sweeper.options":
+        if name == "sweeper.model.options":
             raise KeyboardInterrupt
 sys.meta_path.insert(0, CtrlC())
 sys.argv = ["sweeper", *sys.argv[1:]]

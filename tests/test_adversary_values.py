@@ -23,7 +23,7 @@ import pytest
 
 import sweeper
 import sweep_fns
-from sweeper import analysis
+from sweeper.results import report as analysis
 from conftest import run_cli, write_grid
 
 #: Columns a..e mix texts that pandas reads as missing, as numbers or as bools with values of
@@ -164,7 +164,7 @@ def test_a_results_csv_that_cannot_be_written_fails_the_sweep_and_says_where_the
 
 @pytest.mark.unit
 def test_values_optuna_cannot_tell_apart_are_a_choice_among_their_reprs():
-    from sweeper import studies
+    from sweeper.results import studies
 
     dist, write = studies.distribution(optuna, [1, True, "1"])  # 1 == True to Optuna's choices.index
     assert dist.choices == ("'1'", "1", "True") and [write(v) for v in (1, True, "1")] == ["1", "True", "'1'"]

@@ -11,9 +11,9 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import run_cli, write_grid
-from sweeper.constraints import Constraints, parse
+from sweeper.results.constraints import Constraints, parse
 from sweeper.errors import SweepError
-from sweeper.trial import Status, TrialResult
+from sweeper.model.trial import Status, TrialResult
 
 GRID = {"a": [1, 2, 3], "b": [0.0], "c": ["x", "y"]}  # scores 15, 25, 35 with x; 10, 20, 30 with y
 
@@ -91,8 +91,8 @@ def test_a_rerun_judges_the_rows_it_keeps_under_its_own_constraints(tmp_path):
 def test_a_search_tells_its_sampler_the_constraint_values():
     import optuna
 
-    from sweeper.planning import plan
-    from sweeper.search import CONSTRAINTS_ATTR, Search
+    from sweeper.run.planning import plan
+    from sweeper.run.search import CONSTRAINTS_ATTR, Search
 
     search = Search({"a": sweeper.uniform(0.0, 4.0)}, search="tpe", prune=None, trials=3, seed=0, metric="score",
                     mode="max", make_spec=lambda p, i: plan([p], "/tmp/unused", 0)[0],
@@ -115,7 +115,7 @@ def test_the_cli_takes_constraints_and_refuses_a_malformed_one(tmp_path):
     done = run_cli(grid, "--constraints", "score<=20", "--metric", "score", "--mode", "max",
                    "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
-    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **sweeper.table.READ_CSV)
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **sweeper.store.table.READ_CSV)
     assert df.feasible.tolist() == [True, True, False]
     bad = run_cli(grid, "--constraints", "score=20", "--out", str(tmp_path / "out"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import sweeper
-from sweeper.table import READ_CSV
+from sweeper.store.table import READ_CSV
 import sweep_fns
 from conftest import ROOT, run_cli, write_grid
 
@@ -121,7 +121,7 @@ def test_dry_run_runs_nothing_and_parent_never_imports_tensorflow(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "8 trials" in done.stdout and "starts on" in done.stdout
     assert not (tmp_path / "digits_mlp").exists()
-    probe = ("import sys, sweeper.gridfile as g; g.read(sys.argv[1], None, 'probe'); "
+    probe = ("import sys, sweeper.front.gridfile as g; g.read(sys.argv[1], None, 'probe'); "
              "print(sorted(m for m in ('tensorflow', 'keras', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe, EXAMPLE], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stderr

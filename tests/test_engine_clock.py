@@ -1,14 +1,14 @@
 """The engine's deadlines in fake time: timeouts, the SIGTERM grace, the exit grace, retries,
 pruning and Ctrl-C, each to the second and in milliseconds of real time.
 
-The engine (sweeper.engine) takes its clock as a parameter; here it is a number the test
+The engine (sweeper.run.engine) takes its clock as a parameter; here it is a number the test
 moves, and the backend (:class:`Timed`) plays each trial's life as a script of events at
 fake times, moving the clock to the next event or by the timeout the engine waits with.
 What the backend was asked to do (start, SIGTERM, SIGKILL, a verdict) is noted with the
 fake time it was asked at, so an ordering is asserted exactly; the same orderings with real
 processes take tens of seconds each and are tested end to end in test_failures.py.
 
-Every move of a trial between phases (sweeper.engine.Phase) is noted too (:func:`moves`),
+Every move of a trial between phases (sweeper.run.engine.Phase) is noted too (:func:`moves`),
 and every trial of every test here must have ENDED; the races of a trial's end (a Ctrl-C
 while it stops, a result after its kill, a prune and a result) show their paths."""
 
@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 
 from conftest import OnePlaceAlike
-from sweeper import engine as engine_module
-from sweeper.engine import EXIT_GRACE, TERM_GRACE, Engine, Interrupted, Phase
-from sweeper.ledger import Ledger
-from sweeper.protocol import Began, Exited, PruneVerdict, Reports, Result
-from sweeper.lifecycle import Callback, Callbacks
-from sweeper.planning import plan
-from sweeper.trial import Status, TrialResult
+from sweeper.run import engine as engine_module
+from sweeper.run.engine import EXIT_GRACE, TERM_GRACE, Engine, Interrupted, Phase
+from sweeper.store.ledger import Ledger
+from sweeper.model.protocol import Began, Exited, PruneVerdict, Reports, Result
+from sweeper.run.lifecycle import Callback, Callbacks
+from sweeper.run.planning import plan
+from sweeper.model.trial import Status, TrialResult
 
 pytestmark = pytest.mark.unit
 
@@ -574,7 +574,7 @@ def test_a_trial_moved_to_a_new_process_goes_back_to_starting_and_its_clock_rest
     assert paths(moves) == [["STARTING", "RUNNING", "STARTING", "RUNNING", "STOPPING", "ENDED"]]
 
 
-# -- what the outputs hear (sweeper.lifecycle) ---------------------------------------------------
+# -- what the outputs hear (sweeper.run.lifecycle) ---------------------------------------------------
 
 class Heard(Callback):
     """Every call an output gets, in order."""

@@ -1,6 +1,6 @@
 """The engine's contract with a backend, with a backend written for the test.
 
-The engine (sweeper.engine) runs any backend that keeps the Backend protocol; these
+The engine (sweeper.run.engine) runs any backend that keeps the Backend protocol; these
 tests drive it with one that hands out scripted events, to pin the orders that real
 processes produce only by chance: a result and a Ctrl-C in the same wake-up, a fault
 of the whole sweep in the same batch as a finished trial. The end-to-end versions of
@@ -14,12 +14,12 @@ import signal
 import pytest
 
 from conftest import OnePlaceAlike
-from sweeper.engine import Engine, Interrupted
+from sweeper.run.engine import Engine, Interrupted
 from sweeper.errors import SweepError
-from sweeper.ledger import Ledger
-from sweeper.protocol import Began, Broken, Exited, LoadFailed, Result
-from sweeper.planning import plan
-from sweeper.trial import Status
+from sweeper.store.ledger import Ledger
+from sweeper.model.protocol import Began, Broken, Exited, LoadFailed, Result
+from sweeper.run.planning import plan
+from sweeper.model.trial import Status
 
 
 class Scripted(OnePlaceAlike):

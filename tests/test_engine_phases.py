@@ -1,4 +1,4 @@
-"""A trial's phases in the engine (sweeper.engine.Phase) and the one table of moves between
+"""A trial's phases in the engine (sweeper.run.engine.Phase) and the one table of moves between
 them (MOVES): every move in the table is made, every other is refused as a bug of the
 engine (PhaseError, an AssertionError: never a user's error). The moves the engine makes
 as events come, in fake time, are in test_engine_clock.py."""
@@ -9,9 +9,9 @@ import itertools
 
 import pytest
 
-from sweeper.engine import MOVES, Phase, PhaseError, _Trial
+from sweeper.run.engine import MOVES, Phase, PhaseError, _Trial
 from sweeper.errors import SweepError
-from sweeper.trial import TrialSpec
+from sweeper.model.trial import TrialSpec
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 import sweeper
-from sweeper.table import READ_CSV
+from sweeper.store.table import READ_CSV
 import sweep_fns
 from conftest import ROOT, assert_dead, run_cli, write_grid
 

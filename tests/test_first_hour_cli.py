@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from conftest import HERE, run_cli, write_grid
-from sweeper.folder import SweepFolder
+from sweeper.store.folder import SweepFolder
 
 PY = shlex.quote(sys.executable)
 ECHO = os.path.join(HERE, "scripts", "argv_echo.py")

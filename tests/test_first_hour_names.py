@@ -17,14 +17,14 @@ import pytest
 
 import sweeper
 from conftest import run_cli, write_grid
-from sweeper.folder import SweepFolder
-from sweeper.grid import expand, sample
-from sweeper.ledger import Ledger
-from sweeper.options import Options
-from sweeper.planning import Plan, plan
-from sweeper.progress import PlainLines, Tally
-from sweeper.table import READ_CSV
-from sweeper.trial import Status, TrialResult, TrialSpec, trial_id
+from sweeper.store.folder import SweepFolder
+from sweeper.model.grid import expand, sample
+from sweeper.store.ledger import Ledger
+from sweeper.model.options import Options
+from sweeper.run.planning import Plan, plan
+from sweeper.run.progress import PlainLines, Tally
+from sweeper.store.table import READ_CSV
+from sweeper.model.trial import Status, TrialResult, TrialSpec, trial_id
 
 SAFE = re.compile(r"^[A-Za-z0-9_.+\-=,~]+$")
 

@@ -1,5 +1,5 @@
 """The report and TensorBoard as a new user meets them (issue 39, items 4 and 5), from the user's
-side: real sweeps, then ``python -m sweeper report`` and ``sweeper.analysis.figures``.
+side: real sweeps, then ``python -m sweeper report`` and ``sweeper.results.report.figures``.
 
 * with constraints, the ok trials that miss them are drawn hollow grey, never dropped, and
   the trials off a Pareto front grey; every caption says which trials its figure shows;
@@ -23,7 +23,7 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import ROOT, run_cli, write_grid
-from sweeper import analysis
+from sweeper.results import report as analysis
 
 pytest.importorskip("matplotlib")
 

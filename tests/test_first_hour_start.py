@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, install_module, write_grid
-from sweeper import modules
-from sweeper.table import READ_CSV
+from sweeper.system import modules
+from sweeper.store.table import READ_CSV
 
 #: An installed library that notes each process that imports it.
 NOTED = """import os

@@ -9,7 +9,7 @@ import pytest
 from sweeper.backends.local import internals
 from sweeper.backends.local.fork import Launcher
 from sweeper.backends.local.standby import Standbys
-from sweeper.target import FileTarget
+from sweeper.model.target import FileTarget
 
 
 @pytest.mark.unit

@@ -18,7 +18,7 @@ import pytest
 import sweeper
 from conftest import HERE, ROOT, assert_dead, install_module, run_cli, write_grid
 from sweeper.backends.local import fork
-from sweeper.table import READ_CSV
+from sweeper.store.table import READ_CSV
 
 #: A module that notes each process that imports it, then takes IMPORT_S (sleeping: an
 #: import that waits on a disk, not on the CPU); its train notes when it ran.
@@ -197,7 +197,7 @@ if __name__ == "__main__":
 def _ctrl_c_while_the_server_imports(tmp_path, attempt: int) -> tuple[int | None, str, list[psutil.Process]]:
     """A script's sweep whose fork server imports for ever, Ctrl-C'd once the server imports
     and the ledger holds the plan: its exit code, what it printed, its fork server."""
-    from sweeper.ledger import Ledger
+    from sweeper.store.ledger import Ledger
 
     ready, out_dir = tmp_path / f"server_importing{attempt}", tmp_path / f"out{attempt}"
     site = install_module(tmp_path / f"site{attempt}", "slow_lib", f"""import os, time
@@ -244,7 +244,7 @@ def _overlaps(spans: list[tuple[int, float, float]]) -> int:
 
 
 class _Measured:
-    """Idle cores as :class:`sweeper.headroom.IdleCpu` would measure them, injected: the
+    """Idle cores as :class:`sweeper.system.headroom.IdleCpu` would measure them, injected: the
     test is of sweeper's policy, not of how busy this machine is."""
 
     def __init__(self, cores: float) -> None:
@@ -258,7 +258,7 @@ class _Measured:
 @pytest.mark.slow
 @pytest.mark.parametrize("machine", ["idle", "busy"])
 def test_spawn_standbys_import_ahead_together_only_while_cores_are_idle(tmp_path, monkeypatch, machine):
-    from sweeper import headroom
+    from sweeper.system import headroom
 
     # what standbys import ahead is installed libraries (the user's module comes after the
     # trial's seed): a library that takes 1.5 s, imported by the user's module
@@ -430,8 +430,9 @@ def test_on_a_gpu_machine_forks_are_trusted_only_if_the_server_holds_nothing_on_
 def test_the_probe_pins_the_first_card_of_the_sweep_under_a_small_cap(fake_nvml):
     """What the probe fork's environment is on a GPU machine (a GPU slot's, the freest card's,
     with a cap as a packed trial's), and that on the CPU there is no GPU probe."""
-    from sweeper import capping, contract
-    from sweeper.slots import parse_gpus, place
+    from sweeper.system import capping
+    from sweeper.model import contract
+    from sweeper.run.slots import parse_gpus, place
 
     env = fork.probe_env(place(parse_gpus("1"), capping.resolve(2, None, False), None).slots)
     assert env is not None

@@ -17,10 +17,10 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import run_fake_cli, write_grid
-from sweeper.capping import MemoryPolicy, resolve
-from sweeper.gpus import inventory
-from sweeper.outcome import oom_hint
-from sweeper.slots import parse_gpus, pick, place
+from sweeper.system.capping import MemoryPolicy, resolve
+from sweeper.system.gpus import inventory
+from sweeper.model.outcome import oom_hint
+from sweeper.run.slots import parse_gpus, pick, place
 
 
 # -- slot accounting ----------------------------------------------------------------------

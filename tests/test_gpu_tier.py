@@ -35,7 +35,7 @@ FRAMEWORKS = ["tensorflow", "jax", "torch"]
 def _real_cards():
     if os.environ.get("SWEEPER_FAKE_NVML"):
         pytest.skip("the fake GPU machine of tests/fake_machine: no real card")
-    from sweeper import gpus
+    from sweeper.system import gpus
 
     found = gpus.inventory()
     if not found:
@@ -258,8 +258,8 @@ def test_free_skips_a_card_another_process_holds(tmp_path, cards):
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert holder.stdout.readline().strip() == "held"
-        from sweeper.capping import MemoryPolicy
-        from sweeper.slots import place
+        from sweeper.system.capping import MemoryPolicy
+        from sweeper.run.slots import place
 
         if len(cards) == 1:
             with pytest.raises(sweeper.SweepError, match="no free GPU"):

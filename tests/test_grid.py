@@ -1,4 +1,4 @@
-"""Tests for sweeper.grid: grid expansion, point keys, random sampling."""
+"""Tests for sweeper.model.grid: grid expansion, point keys, random sampling."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sweeper.errors import SweepError
-from sweeper.grid import expand, loguniform, point_key, randint, sample, uniform
+from sweeper.model.grid import expand, loguniform, point_key, randint, sample, uniform
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -418,7 +418,7 @@ def test_import_does_not_touch_numpy():
         "import sys, types\n"
         f"pkg = types.ModuleType('sweeper'); pkg.__path__ = [{str(ROOT / 'sweeper')!r}]\n"
         "sys.modules['sweeper'] = pkg\n"
-        "import sweeper.grid as g\n"
+        "import sweeper.model.grid as g\n"
         "assert 'numpy' not in sys.modules, 'numpy imported'\n"
         "assert g.expand({'a': [1, 2]}) == [{'a': 1}, {'a': 2}]\n"
         "assert 'numpy' not in sys.modules, 'numpy imported by expand'\n"

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 import sweeper
-from sweeper import hostmem
-from sweeper.ledger import Ledger, SCHEMA_VERSION
-from sweeper.table import READ_CSV
+from sweeper.system import hostmem
+from sweeper.store.ledger import Ledger, SCHEMA_VERSION
+from sweeper.store.table import READ_CSV
 from conftest import HERE, ROOT, run_cli, write_grid
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux only")
@@ -113,7 +113,7 @@ def test_the_measures_and_their_largest():
 
 @pytest.mark.unit
 def test_a_ledger_of_schema_2_gains_the_column_and_keeps_its_rows(tmp_path):
-    from sweeper.trial import Status, TrialResult
+    from sweeper.model.trial import Status, TrialResult
 
     ledger = Ledger(str(tmp_path))
     ledger.record(TrialResult(trial_id="t000000000001", name="x=1", index=0, params={"x": 1}, status=Status.OK,

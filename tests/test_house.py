@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 import pytest
 
@@ -146,3 +147,36 @@ def test_no_function_is_longer_than_a_screen():
                 if lines > FUNCTION_LINES:
                     long.append(f"{m}.{node.name}: {lines} lines")
     assert long == [], long
+
+
+#: Modules directly in ``sweeper/`` at most (issue 40, item 1): the rest live in a package
+#: named for its role (model, run, store, backends, child, front, results, tracking, system).
+TOP_MODULES = 15
+
+
+@pytest.mark.unit
+def test_the_tree_shows_the_roles():
+    top = sorted(m for m, path in MODULES.items() if m.count(".") == 1 and not path.endswith("__init__.py"))
+    assert len(top) <= TOP_MODULES, top
+    roles = {m.split(".")[1] for m, path in MODULES.items() if path.endswith("__init__.py") and m.count(".") == 1}
+    assert roles == {"backends", "child", "front", "model", "results", "run", "store", "system", "tracking"}
+    for role in roles:  # each package says what it holds, and names every module in it
+        init = os.path.join(PACKAGE, role, "__init__.py")
+        doc = ast.get_docstring(ast.parse(open(init).read())) or ""
+        held = {os.path.basename(p)[:-3] for m, p in MODULES.items()
+                if m.startswith(f"sweeper.{role}.") and m.count(".") == 2 and not p.endswith("__init__.py")}
+        missing = sorted(n for n in held if not re.search(rf"\b{role}\.{n}\b|:mod:`~?\.?{n}`", doc))
+        assert held and not missing, (role, missing)
+
+
+@pytest.mark.unit
+def test_the_documented_paths_still_lead_where_they_did():
+    import sweeper.analysis
+    import sweeper.importance
+    import sweeper.metrics
+    from sweeper.model import metrics
+    from sweeper.results import importance, report
+
+    assert sweeper.analysis.figures is report.figures
+    assert sweeper.importance.importance is importance.importance
+    assert sweeper.metrics.MINIMISED is metrics.MINIMISED and sweeper.metrics.MAXIMISED is metrics.MAXIMISED

@@ -15,8 +15,8 @@ import sweeper
 import sweep_fns
 from conftest import run_cli
 from sweeper.errors import SweepError
-from sweeper.analysis import finished_ok
-from sweeper.importance import MIN_TRIALS, importance as _importance
+from sweeper.results.report import finished_ok
+from sweeper.results.importance import MIN_TRIALS, importance as _importance
 
 
 def importance(df, metric, mode):

@@ -15,12 +15,13 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import run_cli, write_grid
-from sweeper import analysis, table
+from sweeper.results import report as analysis
+from sweeper.store import table
 from sweeper.errors import SweepError
-from sweeper.ledger import Ledger
-from sweeper.objectives import Objectives, nondominated
-from sweeper.options import Options
-from sweeper.trial import Status, TrialResult
+from sweeper.store.ledger import Ledger
+from sweeper.results.objectives import Objectives, nondominated
+from sweeper.model.options import Options
+from sweeper.model.trial import Status, TrialResult
 
 GRID = {"units": [0, 4, 8, 16], "lr": [0.001, 0.01, 0.1]}
 BOTH = {"metric": ["accuracy", "size"], "mode": ["max", "min"]}

@@ -9,13 +9,15 @@ import sqlite3
 
 import pytest
 
-from sweeper import analysis, metrics, table
-from sweeper.cli import parser
+from sweeper.results import report as analysis
+from sweeper.model import metrics
+from sweeper.store import table
+from sweeper.front.cli import parser
 from sweeper.errors import SweepError
-from sweeper.ledger import Ledger
-from sweeper.options import Flag, Options
-from sweeper.paths import SweepPaths
-from sweeper.trial import (BACK_COLUMNS, CONSTRAINT_COLUMNS, DETERMINISM_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS,
+from sweeper.store.ledger import Ledger
+from sweeper.model.options import Flag, Options
+from sweeper.store.paths import SweepPaths
+from sweeper.model.trial import (BACK_COLUMNS, CONSTRAINT_COLUMNS, DETERMINISM_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS,
                            GPU_COLUMNS, MEMORY_COLUMNS, PARETO_COLUMNS, RESULT_COLUMNS, Place, Status, TrialResult)
 
 #: results.csv's fixed columns, in its order: a contract with the analysts who load it,
@@ -83,7 +85,7 @@ def test_parsed_flags_build_options_and_the_choices_are_the_ones_checked():
         with pytest.raises(SweepError, match=f"{name} must be " + " or ".join(map(repr, Options.choices(name)))):
             Options(**{name: "nope"}).checked()
     with pytest.raises(SweepError, match="mode must be 'max' or 'min' \\(one per metric\\), got 'nope'"):
-        Options(mode="nope").checked()  # a list of them for several metrics: checked by sweeper.objectives
+        Options(mode="nope").checked()  # a list of them for several metrics: checked by sweeper.results.objectives
 
 
 # -- the table's columns from TrialResult -------------------------------------------------

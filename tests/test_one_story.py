@@ -67,7 +67,7 @@ def test_a_closed_output_drops_the_console_and_every_trial_still_runs(tmp_path):
     import pandas as pd
 
     from conftest import ROOT
-    from sweeper.table import READ_CSV
+    from sweeper.store.table import READ_CSV
 
     grid = write_grid(tmp_path, """import time
 from sweep_fns import echo
@@ -108,8 +108,8 @@ def test_help_states_each_default_as_options_has_it():
     """--help's defaults come from Options itself, so they cannot drift from the code."""
     import dataclasses
 
-    from sweeper.cli import parser
-    from sweeper.options import Options
+    from sweeper.front.cli import parser
+    from sweeper.model.options import Options
 
     defaults = {f.name: f.default for f in dataclasses.fields(Options)}
     checked = 0
@@ -131,8 +131,8 @@ def test_readme_and_docstrings_say_what_the_code_does():
 
     import re
 
-    from sweeper.cli import parser
-    from sweeper.options import Options
+    from sweeper.front.cli import parser
+    from sweeper.model.options import Options
 
     readme = open(os.path.join(ROOT, "README.md")).read()
     options = open(os.path.join(ROOT, "docs", "options.md")).read()
@@ -201,7 +201,7 @@ def test_a_search_without_a_space_is_one_clear_line(tmp_path, body, flags, words
 
 @pytest.mark.unit
 def test_a_report_named_like_historys_own_columns_is_refused():
-    from sweeper.metrics import BadResult, check_metric_name
+    from sweeper.model.metrics import BadResult, check_metric_name
 
     for name in ("trial_id", "trial", "epoch"):
         with pytest.raises(BadResult, match="clashes"):
@@ -210,7 +210,7 @@ def test_a_report_named_like_historys_own_columns_is_refused():
 
 @pytest.mark.unit
 def test_an_error_with_a_carriage_return_keeps_its_whole_text():
-    from sweeper.outcome import last_line, raised
+    from sweeper.model.outcome import last_line, raised
 
     exc = ValueError("loss went NaN\rat step 40")
     assert "loss went NaN" in last_line(exc) and "at step 40" in last_line(exc)

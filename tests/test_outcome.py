@@ -1,4 +1,4 @@
-"""The judge (sweeper.outcome): one table of what is known of an ended trial -> its status.
+"""The judge (sweeper.model.outcome): one table of what is known of an ended trial -> its status.
 
 The end-to-end crash cases (real processes dying every way) are in test_failures.py;
 this is the decision itself, for both backends and command trials."""
@@ -9,10 +9,10 @@ import signal
 
 import pytest
 
-from sweeper.metrics import BadResult
-from sweeper.outcome import Ending, TrialFailed, command_exit, judge, raised, returned
-from sweeper.protocol import Began, Exited, Result
-from sweeper.trial import Status
+from sweeper.model.metrics import BadResult
+from sweeper.model.outcome import Ending, TrialFailed, command_exit, judge, raised, returned
+from sweeper.model.protocol import Began, Exited, Result
+from sweeper.model.trial import Status
 
 CPU = Began(pid=10, device="cpu")
 GPU = Began(pid=10, device="gpu:1", gpu_uuid="GPU-x", cap_mb=4800)

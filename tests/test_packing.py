@@ -18,9 +18,9 @@ import sweeper
 import sweep_fns
 from conftest import run_fake_cli, write_grid
 from sweeper.errors import SweepError
-from sweeper.options import Options, megabytes
-from sweeper.packing import CONTEXT_MB, EARLY_HEADROOM, HEADROOM, MARGIN_MB, PATIENCE, Card, Needs, Packer, terms
-from sweeper.trial import Status, TrialResult
+from sweeper.model.options import Options, megabytes
+from sweeper.run.packing import CONTEXT_MB, EARLY_HEADROOM, HEADROOM, MARGIN_MB, PATIENCE, Card, Needs, Packer, terms
+from sweeper.model.trial import Status, TrialResult
 
 
 def row(params, status=Status.OK, peak=None, cap=None, device="gpu:0", name="t"):
@@ -195,7 +195,7 @@ def test_only_the_end_of_an_epoch_of_training_measures_a_shape():
     """An epoch 0 (an evaluation before training: no gradients, no optimiser state yet) is
     no measurement of what training needs (found by review)."""
     from sweeper.backends.local.backend import _an_epoch
-    from sweeper.protocol import Reports
+    from sweeper.model.protocol import Reports
 
     assert not _an_epoch(Reports([{"epoch": 0, "metrics": {"loss": 2.0}}]))
     assert not _an_epoch(Reports([{"epoch": "x", "metrics": {}}]))
@@ -297,7 +297,7 @@ def test_dry_run_says_the_policy(tmp_path, machine):
 def test_a_ledger_of_schema_3_gains_the_reserved_column_and_keeps_its_rows(tmp_path):
     import sqlite3
 
-    from sweeper.ledger import SCHEMA_VERSION, Ledger
+    from sweeper.store.ledger import SCHEMA_VERSION, Ledger
 
     ledger = Ledger(str(tmp_path))
     ledger.record(row({"x": 1}, peak=700, cap=900))
@@ -370,7 +370,7 @@ def test_workers_auto_packs_by_host_memory_too(tmp_path):
 
 @pytest.mark.unit
 def test_the_oom_kill_count_is_read_from_either_cgroup_version(tmp_path, monkeypatch):
-    from sweeper import hostmem
+    from sweeper.system import hostmem
 
     v2, v1 = tmp_path / "memory.events", tmp_path / "memory.oom_control"
     v2.write_text("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 0\n")
@@ -384,7 +384,7 @@ def test_the_oom_kill_count_is_read_from_either_cgroup_version(tmp_path, monkeyp
 
 
 def test_a_trial_the_oom_killer_ended_is_oom_and_another_sigkill_is_crashed(tmp_path, monkeypatch):
-    from sweeper import hostmem
+    from sweeper.system import hostmem
 
     counter = tmp_path / "memory.events"
     counter.write_text("low 0\noom 0\noom_kill 0\n")
@@ -402,9 +402,9 @@ def test_a_trial_the_oom_killer_ended_is_oom_and_another_sigkill_is_crashed(tmp_
 
 @pytest.mark.unit
 def test_status_shows_each_cards_reservations_beside_what_nvml_says(fake_nvml, tmp_path):
-    from sweeper.cli import card_lines
-    from sweeper.ledger import Ledger
-    from sweeper.trial import TrialSpec
+    from sweeper.front.cli import card_lines
+    from sweeper.store.ledger import Ledger
+    from sweeper.model.trial import TrialSpec
 
     fake_nvml.cards[1].reserved_mb = 300  # the driver's own, as NVML shows it used
     ledger = Ledger(str(tmp_path))
@@ -426,7 +426,7 @@ def test_the_report_plots_each_trials_peak_against_its_reservation(tmp_path, mac
     grid = {"size": ["s"], "need_mb": [1500], "x": [1, 2, 3], "board": machine.board}
     sweeper.sweep(sweep_fns.packed, grid, per_gpu="auto", memory_keys=["size"], out=str(tmp_path), progress=False)
     folder = tmp_path / "sweep_fns"
-    from sweeper import analysis
+    from sweeper.results import report as analysis
 
     figures = analysis.figures(str(folder))
     assert "memory" in figures
@@ -492,9 +492,10 @@ def test_the_fork_servers_probe_on_a_card_is_not_taken_for_a_leftover(machine, c
     import subprocess
     import sys
 
-    from sweeper import capping, contract, procs
+    from sweeper.system import capping, procs
+    from sweeper.model import contract
     from sweeper.backends.local.backend import LocalBackend
-    from sweeper.slots import parse_gpus, place
+    from sweeper.run.slots import parse_gpus, place
 
     slots = place(parse_gpus("0"), capping.resolve("auto", None, False), None).slots
     backend = LocalBackend(None, slots, packer=Packer(Needs(), ["0"]))  # type: ignore[arg-type]

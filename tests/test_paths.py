@@ -1,4 +1,4 @@
-"""One owner of file paths (sweeper.paths): what an earlier sweep leaves is set aside beside
+"""One owner of file paths (sweeper.store.paths): what an earlier sweep leaves is set aside beside
 its successor, never overwritten and never half moved."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from sweeper import paths
+from sweeper.store import paths
 
 pytestmark = pytest.mark.unit
 

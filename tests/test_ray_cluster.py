@@ -149,10 +149,10 @@ def test_where_a_node_does_not_see_the_sweep_folder_its_temporary_folder_goes_ev
     """No sweep holds this folder (no ``.lock``), as where a node cannot see the driver's:
     the trials get temporary folders on their nodes; the driver still writes result.json."""
     from sweeper.backends.ray import RayBackend
-    from sweeper.capping import MemoryPolicy
-    from sweeper.protocol import Exited, Result
-    from sweeper.target import FunctionTarget
-    from sweeper.trial import TrialSpec
+    from sweeper.system.capping import MemoryPolicy
+    from sweeper.model.protocol import Exited, Result
+    from sweeper.model.target import FunctionTarget
+    from sweeper.model.trial import TrialSpec
 
     board = tmp_path / "board"
     board.mkdir()

@@ -17,11 +17,11 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import HERE, ROOT, run_cli, run_fake_cli, write_grid
-from sweeper import table
+from sweeper.store import table
 from sweeper.errors import SweepError
-from sweeper.ledger import Ledger
-from sweeper.replay import Drift, chosen, drifts, replay
-from sweeper.trial import Status, TrialResult
+from sweeper.store.ledger import Ledger
+from sweeper.results.replay import Drift, chosen, drifts, replay
+from sweeper.model.trial import Status, TrialResult
 
 EXPERIMENTS = os.path.join(ROOT, "experiments")
 

@@ -14,7 +14,7 @@ import pytest
 
 from sweeper.errors import SweepError
 
-from sweeper import analysis as report
+from sweeper.results import report as report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -150,7 +150,7 @@ def test_failures(df, sweep_dir):
 
 
 def test_use_log_axis():
-    from sweeper.studies import spans_decades  # the one rule: the report's axes and a study's ranges
+    from sweeper.results.studies import spans_decades  # the one rule: the report's axes and a study's ranges
 
     assert spans_decades([1e-4, 1e-3, 1e-2, 1e-1])
     assert spans_decades([0.01, 1.0])  # exactly 2 decades

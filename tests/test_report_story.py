@@ -1,5 +1,5 @@
 """The report tells the story the CLI tells (issue 25, items 7 and 10), tested from the
-user's side: real sweeps, then ``python -m sweeper report`` (or ``sweeper.analysis``).
+user's side: real sweeps, then ``python -m sweeper report`` (or ``sweeper.results.report``).
 
 * ``pruned`` is no failure: its own neutral colour, counted apart from the failures;
 * the learning curves' legend labels are unique (the parameters that differ);
@@ -22,7 +22,7 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import ROOT, run_cli, write_grid
-from sweeper import analysis
+from sweeper.results import report as analysis
 
 pytest.importorskip("matplotlib")
 

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from sweeper import Options, SweepError
-from sweeper.options import duration
-from sweeper.table import READ_CSV
+from sweeper.model.options import duration
+from sweeper.store.table import READ_CSV
 from conftest import run_cli, write_grid
 
 

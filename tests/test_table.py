@@ -15,7 +15,7 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import HERE, ROOT, run_cli, run_fake_cli, write_grid
-from sweeper.metrics import direction
+from sweeper.model.metrics import direction
 
 PY = sys.executable
 
@@ -226,7 +226,7 @@ def test_numpy_candidates_are_the_values_they_stand_for(tmp_path):
 
 @pytest.mark.unit
 def test_the_readme_one_liner_is_how_sweeper_reads_the_table():
-    from sweeper.table import READ_CSV
+    from sweeper.store.table import READ_CSV
 
     readme = open(os.path.join(ROOT, "README.md")).read()
     line = next(i for i, t in enumerate(readme.splitlines()) if t.startswith("df = pd.read_csv(\"results/"))

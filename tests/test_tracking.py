@@ -224,13 +224,13 @@ def test_a_resume_updates_the_same_runs_and_a_rerun_keeps_one(tmp_path):
 def test_a_retried_trial_has_one_run_of_its_last_attempt(tmp_path):
     """The mirror at each step of a retry, the ledger written as the engine writes it: the
     first attempt shows (running, its epochs, failed), then the retry replaces it."""
-    from sweeper.ledger import Ledger
-    from sweeper.planning import plan
+    from sweeper.store.ledger import Ledger
+    from sweeper.run.planning import plan
     from sweeper.tracking import SweepInfo, domains_of_points
     from sweeper.tracking.chosen import make
     from sweeper.tracking.mirror import Mirror
-    from sweeper.options import Options
-    from sweeper.trial import Status, TrialResult
+    from sweeper.model.options import Options
+    from sweeper.model.trial import Status, TrialResult
 
     folder = str(tmp_path / "f")
     os.makedirs(folder)
@@ -542,7 +542,7 @@ def test_a_tracker_that_is_not_installed_names_its_extra(tmp_path, flag, extra):
     """As on a machine without the package: the CLI refuses before any trial, naming the extra."""
     grid = write_grid(tmp_path, "from sweep_fns import echo as train\ngrid = {'x': [1]}\n")
     module = flag[2:]
-    code = (f"import sys; sys.modules[{module!r}] = None; from sweeper.cli import main; "
+    code = (f"import sys; sys.modules[{module!r}] = None; from sweeper.front.cli import main; "
             f"sys.exit(main({[grid, '--out', str(tmp_path), flag]!r}))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

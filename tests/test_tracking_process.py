@@ -228,7 +228,7 @@ def test_ctrl_c_during_the_end_wait_ends_it(tmp_path):
                 "    threading.Timer(0.5, signal.raise_signal, [signal.SIGINT]).start()\n"
                 "    close(self, state)\n"
                 "p.TrackerProcess.close = ctrl_c_in_the_wait\n"
-                "from sweeper.cli import main\n"
+                "from sweeper.front.cli import main\n"
                 f"sys.exit(main({[grid, '--out', str(tmp_path), '--name', 'c', '--mlflow', uri]!r}))\n")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, ROOT]), "MLFLOW_HTTP_REQUEST_TIMEOUT": "600",
                "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}

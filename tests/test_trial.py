@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from sweeper.planning import plan
-from sweeper.trial import Status, trial_id, trial_name, trial_names, trial_seed
+from sweeper.run.planning import plan
+from sweeper.model.trial import Status, trial_id, trial_name, trial_names, trial_seed
 from conftest import ROOT, write_grid
 
 

@@ -37,12 +37,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .. import contract
-from ..capping import MemoryPolicy
-from ..errors import SweepError
-from ..protocol import Began, Event, Exited, Exiting, LoadFailed, Placed, Unwritable
-from ..target import FileTarget, FunctionTarget, Target
-from ..trial import TrialResult, TrialSpec
+from sweeper.errors import SweepError
+from sweeper.model import contract
+from sweeper.model.protocol import Began, Event, Exited, Exiting, LoadFailed, Placed, Unwritable
+from sweeper.model.target import FileTarget, FunctionTarget, Target
+from sweeper.model.trial import TrialResult, TrialSpec
+from sweeper.system.capping import MemoryPolicy
 
 #: Seconds between looks at the report queue while tasks run.
 POLL = 0.2
@@ -113,7 +113,7 @@ class RayBackend:
         self.ray, self.target = connect(address, target)
         from ray.util.queue import Queue
 
-        from ..child.bootstrap import ray_main
+        from sweeper.child.bootstrap import ray_main
 
         self.channel = Queue()
         #: Nodes where a task with a temporary folder was killed: they remove it at the end.
@@ -139,7 +139,7 @@ class RayBackend:
         pass
 
     def start(self, spec: TrialSpec) -> None:
-        from ..child.bootstrap import sweep_token
+        from sweeper.child.bootstrap import sweep_token
 
         ref = self.remote.options(num_cpus=self.cpus, num_gpus=self.num_gpus).remote(
             spec, self.target, self.env, self.channel, sweep_token(spec.dir))
@@ -211,7 +211,7 @@ class RayBackend:
             return
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from ..child.bootstrap import remove_leftovers
+        from sweeper.child.bootstrap import remove_leftovers
 
         with contextlib.suppress(Exception):
             alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
@@ -227,7 +227,7 @@ class RayBackend:
     # -- events ---------------------------------------------------------------------------
 
     def _drain_channel(self) -> list[tuple[str, Event]]:
-        from ..child.bootstrap import ScratchOn
+        from sweeper.child.bootstrap import ScratchOn
 
         events: list[tuple[str, Event]] = []
         for tid, message in self.channel.get_nowait_batch(self.channel.qsize()):
@@ -273,7 +273,7 @@ class RayBackend:
         ``result.json`` (by the local trials' own writer) and its log appended to
         ``log.txt``. What could not be written is told to the engine (it starts no new
         trial), after the result, which stands."""
-        from ..child.bootstrap import write_result
+        from sweeper.child.bootstrap import write_result
 
         unwritten: list[Unwritable] = []
         try:

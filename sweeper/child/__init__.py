@@ -5,7 +5,8 @@
 * :mod:`sweeper.child.capping`: each framework's cap, as the parent decided it;
 * :mod:`sweeper.child.context`: ``current_trial()`` and ``report()``, from inside ``train``
   (and the reporter the bootstrap starts);
-* :mod:`sweeper.child.gridcheck`: a grid file checked where it will run.
+* :mod:`sweeper.child.gridcheck`: a grid file checked where it will run;
+* :mod:`sweeper.child.preload`: what a sweep's fork server imports once, before its forks.
 
 The parent never imports these for itself (``report`` and ``current_trial`` are imported
 lazily by ``sweeper``'s own namespace, and do nothing outside a trial); it only names

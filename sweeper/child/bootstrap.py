@@ -1,7 +1,7 @@
 """The trial process, from spawn to exit: one bootstrap for local and Ray trials.
 
 Small on purpose (as submitit's worker is). Locally the parent starts :func:`main` in a
-fresh fork of its fork server or a ``spawn`` process and sends it one :class:`~sweeper.trial.TrialSpec` over a pipe;
+fresh fork of its fork server or a ``spawn`` process and sends it one :class:`~sweeper.model.trial.TrialSpec` over a pipe;
 on Ray, :func:`ray_main` is the task. Either way the child, in this order:
 
 1. (locally) becomes the leader of its own process group, so a timeout or Ctrl-C can
@@ -12,11 +12,11 @@ on Ray, :func:`ray_main` is the task. Either way the child, in this order:
    (:mod:`sweeper.child.imports`): caps now for frameworks already imported, and the
    moment any other is imported; seeds follow with the trial;
 3. points file descriptors 1 and 2 at the trial's ``log.txt`` (TensorFlow logs from C++),
-   after a header line (:func:`sweeper.paths.log_header`);
+   after a header line (:func:`sweeper.store.paths.log_header`);
 4. loads ``train`` (importing the user's module) and runs ``train(params)``;
-   :mod:`sweeper.outcome` judges what it returned or raised;
-5. writes ``result.json`` whole (:func:`sweeper.paths.atomic`), sends the same
-   :class:`~sweeper.protocol.Result` to the parent and exits, releasing all of its
+   :mod:`sweeper.model.outcome` judges what it returned or raised;
+5. writes ``result.json`` whole (:func:`sweeper.store.paths.atomic`), sends the same
+   :class:`~sweeper.model.protocol.Result` to the parent and exits, releasing all of its
    memory, GPU memory included.
 
 A *standby* does steps 1-3 while its slot's previous trial still runs, and imports the
@@ -24,7 +24,7 @@ A *standby* does steps 1-3 while its slot's previous trial still runs, and impor
 file until its trial comes; never the user's module. Every trial seeds ``random`` and the
 frameworks before the user's module runs, in every kind of process (a fork, a spawn, a
 standby, a replay), so what the module draws at its top is the trial's own and the same
-however it ran. The CLI's grid reader (``inspect``, :mod:`sweeper.gridfile`) is such a
+however it ran. The CLI's grid reader (``inspect``, :mod:`sweeper.front.gridfile`) is such a
 process that reads the grid file for the parent and ends: no trial runs after an import
 that was not seeded for it. Nothing heavy is imported here: the framework arrives with
 the user's module.
@@ -46,11 +46,13 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NoReturn
 
-from .. import contract, environment, hostmem, outcome, paths, procs
-from ..metrics import BadResult, epochs_of
-from ..protocol import Exiting, LoadFailed, Placed, Ready, Result, Unwritable
-from ..trial import TrialSpec
-from . import context, imports
+from sweeper.child import context, imports
+from sweeper.model import contract, outcome
+from sweeper.model.metrics import BadResult, epochs_of
+from sweeper.model.protocol import Exiting, LoadFailed, Placed, Ready, Result, Unwritable
+from sweeper.model.trial import TrialSpec
+from sweeper.store import paths
+from sweeper.system import environment, hostmem, procs
 
 _PR_SET_PDEATHSIG = 1
 #: Exit code of a trial process that found itself re-running the caller's ``sweep()``
@@ -63,7 +65,7 @@ class Boot:
     """What a worker process is started with, before it knows its trial."""
 
     parent_pid: int
-    target: Any  #: a :data:`sweeper.target.Target`; None with ``inspect`` (the grid file names it)
+    target: Any  #: a :data:`sweeper.model.target.Target`; None with ``inspect`` (the grid file names it)
     env: dict[str, str] = field(default_factory=dict)  #: the slot's: GPU pinning, memory cap
     #: A standby: import the installed modules ``train`` needs (``warm``) at once, output
     #: to a nameless file until a trial comes (it vanishes with the process, however that
@@ -74,7 +76,7 @@ class Boot:
     #: (grid file, seed): read the grid file for the parent, then end (its import drew
     #: from generators no trial's seed had set: no trial may run after it).
     inspect: tuple[str, int | None] | None = None
-    #: A standby's candidates to import ahead (:func:`sweeper.modules.warm` keeps the installed ones).
+    #: A standby's candidates to import ahead (:func:`sweeper.system.modules.warm` keeps the installed ones).
     warm: tuple[str, ...] = ()
 
 
@@ -87,7 +89,7 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     hook = imports.install()
     prelog: int | None = None
     if boot.inspect is not None:  # the grid reader: read, tell, end
-        from .gridcheck import inspect
+        from sweeper.child.gridcheck import inspect
 
         if contract.SLOT not in boot.env:  # no slot's, forked or not (a fork has the server's placeholder)
             os.environ.pop(contract.SLOT, None)
@@ -97,7 +99,7 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
         conn.close()
         _exit_now()
     if boot.standby:  # what train needs from installed modules, before the trial comes
-        from ..modules import warm
+        from sweeper.system.modules import warm
 
         prelog = _redirect_to_nameless()
         warm(boot.warm)
@@ -370,7 +372,7 @@ def _limit_mb_here(gpus: str) -> int | None:
     fraction = os.environ.get(contract.MEMORY_FRACTION)
     if not fraction or not gpus or gpus.startswith("-"):
         return None
-    from ..gpus import inventory
+    from sweeper.system.gpus import inventory
 
     first = gpus.split(",")[0]
     for gpu in inventory():

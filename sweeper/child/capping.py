@@ -1,5 +1,5 @@
 """GPU memory caps applied in the trial process, by each framework, as the parent decided
-them (:mod:`sweeper.capping`; the variables: :mod:`sweeper.contract`).
+them (:mod:`sweeper.system.capping`; the variables: :mod:`sweeper.model.contract`).
 
 :mod:`sweeper.child.imports` calls these the moment a framework is imported, before it
 touches the GPU.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import contract
+from sweeper.model import contract
 
 
 class CapError(RuntimeError):

@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any
 
-from ..protocol import Reports, TrainStarted
-from ..trial import TrialSpec
+from sweeper.model.protocol import Reports, TrainStarted
+from sweeper.model.trial import TrialSpec
 
 _current: TrialSpec | None = None
 _reporter: "_Reporter | None" = None
@@ -34,7 +34,7 @@ def report(epoch: int | None = None, **metrics: Any) -> None:
     In a search with a pruner each report waits for the pruner's verdict (a round trip to
     the parent, a few ms; at most ``VERDICT_WAIT_S``, after which training goes on and a
     late verdict applies at the next report); a trial the pruner stops raises
-    :class:`sweeper.outcome.TrialFailed` (status ``pruned``) from this call, so it ends at
+    :class:`sweeper.model.outcome.TrialFailed` (status ``pruned``) from this call, so it ends at
     the epoch it was judged at.
     """
     if _reporter is not None:
@@ -48,12 +48,12 @@ VERDICT_WAIT_S = 2.0
 class _Reporter:
     """Batches reports and sends them from a thread, so ``report`` never waits on the
     parent; or, given ``receive`` (a search with a pruner), sends each at once and waits
-    for the pruner's verdict on it (:class:`~sweeper.protocol.PruneVerdict`, one per batch)."""
+    for the pruner's verdict on it (:class:`~sweeper.model.protocol.PruneVerdict`, one per batch)."""
 
     INTERVAL = 0.25
 
     def __init__(self, send: Any, receive: Any = None) -> None:
-        from ..metrics import check_metric_name, number_of
+        from sweeper.model.metrics import check_metric_name, number_of
 
         self._number = number_of
         self._name = check_metric_name
@@ -92,8 +92,8 @@ class _Reporter:
             self._answered += 1
             why = getattr(message, "why", "")
             if why:
-                from ..outcome import TrialFailed
-                from ..trial import Status
+                from sweeper.model.outcome import TrialFailed
+                from sweeper.model.trial import Status
 
                 raise TrialFailed(Status.PRUNED, why)
 
@@ -157,7 +157,7 @@ def stop_reporting() -> None:
 
 def attempt_tail(lines: int = 20) -> list[str]:
     """The last lines of the running trial's log from this attempt (this process's); [] outside a trial."""
-    from .. import paths
+    from sweeper.store import paths
 
     trial = current_trial()
     return paths.log_tail(trial.log_path, lines, pid=os.getpid()) if trial else []

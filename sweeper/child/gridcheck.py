@@ -1,6 +1,6 @@
 """The child half of reading a grid file: in the CLI's first trial process, import the
 file, check it and expand its grid, and send the parent plain data or one error line
-(the parent half, which starts this process and waits for it, is :mod:`sweeper.gridfile`)."""
+(the parent half, which starts this process and waits for it, is :mod:`sweeper.front.gridfile`)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ import os
 import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import SweepError
-from ..text import printable
-from ..outcome import last_line
-from ..protocol import GridRead, GridRefused
+from sweeper.errors import SweepError
+from sweeper.model.outcome import last_line
+from sweeper.model.protocol import GridRead, GridRefused
+from sweeper.model.text import printable
 
 if TYPE_CHECKING:
-    from ..target import FileTarget
+    from sweeper.model.target import FileTarget
 
 
 def inspect(path: str, seed: int | None, send: Callable[[Any], Any]) -> "FileTarget | None":
     """In the CLI's first process: import, check, expand; send the grid as data, or one
     error line. The target to load ``train`` from, or None when the file is refused."""
-    from ..target import FileTarget
+    from sweeper.model.target import FileTarget
 
     try:
         data = _examine(path, seed)
@@ -37,8 +37,8 @@ def inspect(path: str, seed: int | None, send: Callable[[Any], Any]) -> "FileTar
 def _examine(path: str, seed: int | None) -> dict[str, Any]:
     import sys
 
-    from ..modules import imported_since
-    from ..target import check_signature, describe, load_file
+    from sweeper.model.target import check_signature, describe, load_file
+    from sweeper.system.modules import imported_since
 
     name = os.path.basename(path)
     before = list(sys.modules)
@@ -65,7 +65,7 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     options = _options_of(module, name)
     points, space = _points_of(module, name, options, options.get("seed", 0) if seed is None else seed)
     if command is not None:
-        from ..command import Command
+        from sweeper.front.command import Command
 
         command = Command.of(command, shell)
         command.check(points or [dict.fromkeys(space or {}, 0)])
@@ -76,7 +76,7 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
 
 def _options_of(module: Any, name: str) -> dict[str, Any]:
     """The grid file's ``options``, with a search's settings given as top-level names, checked."""
-    from ..options import Options
+    from sweeper.model.options import Options
 
     options = getattr(module, "options", {}) or {}
     if not isinstance(options, dict):
@@ -90,7 +90,7 @@ def _options_of(module: Any, name: str) -> dict[str, Any]:
 
 def _points_of(module: Any, name: str, options: dict[str, Any], seed: int) -> tuple[Any, Any]:
     """The grid's points, or a space's samples, or (no points, the space) for a search."""
-    from ..grid import Points, check_not_empty, expand, sample
+    from sweeper.model.grid import Points, check_not_empty, expand, sample
 
     if hasattr(module, "grid") and hasattr(module, "space"):
         raise SweepError(f"{name} defines both grid and space; keep one (grid for every combination, "

@@ -1,7 +1,7 @@
 """Caps, seeds and determinism, applied the moment a framework is imported in a trial process.
 
 :func:`install` puts a finder on ``sys.meta_path`` before the user's module is imported,
-so TensorFlow's GPU memory cap (:mod:`sweeper.capping`) precedes the module's own code,
+so TensorFlow's GPU memory cap (:mod:`sweeper.system.capping`) precedes the module's own code,
 whatever it touches at its top; PyTorch's, which initialises CUDA, and the seeds for
 ``random``, NumPy, TensorFlow, Keras and PyTorch follow with the trial (a standby imports
 before it has one, and must hold no GPU memory while it waits). Under ``per_gpu="auto"``
@@ -20,8 +20,8 @@ import random
 import sys
 from typing import Any, Callable
 
-from .. import contract
-from . import capping
+from sweeper.child import capping
+from sweeper.model import contract
 
 
 def _cap_tensorflow(mod: Any) -> None:

@@ -1,6 +1,6 @@
 """Imported by a sweep's fork server (:mod:`sweeper.backends.local.server`): imports the
 installed modules ``train`` needs (candidates listed one a line in the file named by
-``SWEEPER_PRELOAD_LIST``; :mod:`sweeper.modules` keeps the installed ones), never the
+``SWEEPER_PRELOAD_LIST``; :mod:`sweeper.system.modules` keeps the installed ones), never the
 user's own module, which each trial imports itself; then tries one fork (:func:`probe`),
 and says ``ok``, or why not, into the FIFO named by ``SWEEPER_PRELOAD_READY``.
 
@@ -10,8 +10,8 @@ import error the usual way).
 
 import os
 
-from .. import contract
-from . import bootstrap  # noqa: F401  (every fork starts there: imported once, here)
+from sweeper.child import bootstrap  # noqa: F401  (every fork starts there: imported once, here)
+from sweeper.model import contract
 
 
 def _import() -> str:
@@ -30,7 +30,7 @@ def _import() -> str:
         pass
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
-    from ..modules import warm
+    from sweeper.system.modules import warm
 
     # multiprocessing (3.11) does not give its fork server the sweep's sys.path: the parent's
     # own entries (a folder it added, the script's) come through the environment
@@ -162,7 +162,7 @@ def _on_gpu() -> str:
     framework that sees none in a fresh process either is no worse in a fork.)"""
     import sys
 
-    from . import capping
+    from sweeper.child import capping
 
     floats = PROBE_MB * 2**20 // 4
     blind = []

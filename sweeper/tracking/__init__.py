@@ -11,7 +11,8 @@ TensorBoard: a small state file), so a resumed sweep or a second export updates 
 there instead of adding to it. :mod:`sweeper.tracking.chosen` makes the trackers a sweep's
 options ask for; :mod:`sweeper.tracking.mirror` decides what to send;
 while a sweep runs it does so in a process of its own (:mod:`sweeper.tracking.process`),
-so the trackers' work never shares the engine's interpreter.
+so the trackers' work never shares the engine's interpreter. The trackers themselves:
+:mod:`sweeper.tracking.tb` (TensorBoard) and :mod:`sweeper.tracking.mlflow_runs` (MLflow).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import functools
 import hashlib
 import re
 import time
-from datetime import datetime
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from ..trial import TrialResult
+from sweeper.model.trial import TrialResult
+
 
 @dataclass(frozen=True)
 class Attempt:
@@ -183,7 +185,7 @@ def domains_of_points(points: Iterable[Mapping[str, Any]]) -> dict[str, Domain]:
 
 def domains_of_space(space: Any) -> dict[str, Domain]:
     """A search's parameters: ranges for distributions, the choices for lists."""
-    from ..search import distributions
+    from sweeper.run.search import distributions
 
     dists, fixed = distributions(space)
     out: dict[str, Domain] = {}

@@ -8,8 +8,8 @@ import importlib.util
 import os
 from typing import Any
 
-from ..errors import SweepError
-from . import Tracker
+from sweeper.errors import SweepError
+from sweeper.tracking import Tracker
 
 #: The optional extra that brings each tracker's package, by option.
 EXTRAS = {"tensorboard": ("tensorboard", "sweeper[tensorboard]", "--tensorboard"),
@@ -36,7 +36,7 @@ def mlflow_store(value: Any, folder: str) -> tuple[str, str | None]:
       ``mlartifacts`` (MLflow would put them in an ``mlruns/`` of the current folder);
     * a server (``http(s):``, ``databricks``) or a ``file:`` store: where it keeps them.
     """
-    from ..paths import MLFLOW_ARTIFACTS, MLFLOW_DB, SweepPaths
+    from sweeper.store.paths import MLFLOW_ARTIFACTS, MLFLOW_DB, SweepPaths
 
     if value is True or value == "":
         paths = SweepPaths(folder)
@@ -54,11 +54,11 @@ def make(options: Any, folder: str) -> list[Tracker]:
     """The trackers a sweep's options ask for."""
     out: list[Tracker] = []
     if options.tensorboard:
-        from .tb import TensorBoardFiles
+        from sweeper.tracking.tb import TensorBoardFiles
 
         out.append(TensorBoardFiles(folder))
     if options.mlflow:
-        from .mlflow_runs import MlflowRuns
+        from sweeper.tracking.mlflow_runs import MlflowRuns
 
         out.append(MlflowRuns(*mlflow_store(options.mlflow, folder), folder))
     return out

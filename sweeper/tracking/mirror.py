@@ -28,10 +28,10 @@ import sqlite3
 import threading
 from typing import Any, Callable, Mapping
 
-from ..errors import SweepError
-from ..ledger import Ledger
-from ..trial import TrialResult, TrialSpec
-from . import Attempt, Held, SweepInfo, Tracker, attempt_of, attempt_running, digest, numbers
+from sweeper.errors import SweepError
+from sweeper.model.trial import TrialResult, TrialSpec
+from sweeper.store.ledger import Ledger
+from sweeper.tracking import Attempt, Held, SweepInfo, Tracker, attempt_of, attempt_running, digest, numbers
 
 log = logging.getLogger("sweeper")
 

@@ -38,9 +38,9 @@ import urllib.parse
 import urllib.request
 from typing import Any, Mapping, Sequence
 
-from ..paths import SweepPaths, mlflow_template
-from ..trial import TrialResult
-from . import Attempt, Held, SweepInfo, key_name, numbers, seconds
+from sweeper.model.trial import TrialResult
+from sweeper.store.paths import SweepPaths, mlflow_template
+from sweeper.tracking import Attempt, Held, SweepInfo, key_name, numbers, seconds
 
 log = logging.getLogger("sweeper")
 
@@ -64,7 +64,7 @@ def _create_whole(db: str) -> None:
     store is there yet.
 
     That file is a copy of the empty store the installed MLflow made before
-    (:func:`sweeper.paths.mlflow_template`, in the user's cache, named by the versions of
+    (:func:`sweeper.store.paths.mlflow_template`, in the user's cache, named by the versions of
     MLflow, SQLAlchemy and MLflow's migrations), checked; failing one, MLflow's migrations
     make it (about a thousand transactions: seconds), without a sync per transaction, and
     the result, emptied of its experiments, becomes that template. Either way the file is

@@ -47,8 +47,8 @@ import time
 from types import SimpleNamespace
 from typing import IO, Any, Callable, Mapping
 
-from ..trial import TrialSpec
-from . import Domain, SweepInfo, Tracker
+from sweeper.model.trial import TrialSpec
+from sweeper.tracking import Domain, SweepInfo, Tracker
 
 log = logging.getLogger("sweeper")
 
@@ -120,7 +120,7 @@ class TrackerProcess:
         """The parent's thread: sends the sweep (a large grid's domains may fill the pipe
         until the process reads them: not in the sweep's thread), then says what the
         process says."""
-        from .. import procs
+        from sweeper.system import procs
 
         procs.leave_signals_to_the_main_thread()
         try:
@@ -243,7 +243,7 @@ class TrackerProcess:
         """How many trials the ledger holds (what a tracker shows once all is sent)."""
         import sqlite3
 
-        from ..paths import SweepPaths
+        from sweeper.store.paths import SweepPaths
 
         try:
             db = sqlite3.connect(f"file:{SweepPaths(self.folder).ledger}?mode=ro", uri=True, timeout=5)
@@ -337,8 +337,8 @@ def _tie_to(parent: int) -> None:
 
 def main() -> int:
     """``python -m sweeper.tracking.process``: started by a sweep (:class:`TrackerProcess`)."""
-    from .chosen import make
-    from .mirror import Background, Mirror
+    from sweeper.tracking.chosen import make
+    from sweeper.tracking.mirror import Background, Mirror
 
     header = json.loads(sys.stdin.buffer.readline() or b"null")
     if not header:

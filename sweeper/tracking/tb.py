@@ -30,9 +30,9 @@ import socket
 import time
 from typing import IO, Any, Sequence
 
-from ..paths import SweepPaths, atomic, set_aside
-from ..trial import Status, TrialResult
-from . import Attempt, Domain, Held, SweepInfo, domains_of_points, numbers, seconds
+from sweeper.model.trial import Status, TrialResult
+from sweeper.store.paths import SweepPaths, atomic, set_aside
+from sweeper.tracking import Attempt, Domain, Held, SweepInfo, domains_of_points, numbers, seconds
 
 STATE = ".sweeper.json"
 EXPERIMENT = ".sweeper-experiment"

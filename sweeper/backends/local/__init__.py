@@ -15,7 +15,7 @@ The parts, each a module (lower ones never import higher ones)::
       │            spawn; the watchdog for a fork that never reaches train; the preload list
       │    └─ server     the fork server of one sweep (multiprocessing's forkserver, made to fit)
       ├─ standby   Spare (a process before its trial), and the standby pool: how many, by
-      │            idle cores and memory (sweeper.headroom)
+      │            idle cores and memory (sweeper.system.headroom)
       ├─ reaper    the subreaper: a trial's orphans found (/proc), ended and reaped
       ├─ process   a trial's process (Proc), its pipe's messages, pidfds, join
       └─ internals every use of multiprocessing's private names; the Pythons they were tested on
@@ -23,9 +23,9 @@ The parts, each a module (lower ones never import higher ones)::
 
 from __future__ import annotations
 
-from .backend import LocalBackend
-from .fork import WATCHDOG_MARK
-from .process import join
-from .standby import Spare, spawn
+from sweeper.backends.local.backend import LocalBackend
+from sweeper.backends.local.fork import WATCHDOG_MARK
+from sweeper.backends.local.process import join
+from sweeper.backends.local.standby import Spare, spawn
 
 __all__ = ["LocalBackend", "Spare", "WATCHDOG_MARK", "join", "spawn"]

@@ -3,7 +3,7 @@ tell, cancel, ahead, close), tying the parts together: the launcher and its fork
 (:mod:`.fork`, :mod:`.server`), the standbys (:mod:`.standby`), the reaper
 (:mod:`.reaper`), and the trials' processes and pipes (:mod:`.process`).
 
-Per slot (one trial's worth of a device, :mod:`sweeper.slots`)::
+Per slot (one trial's worth of a device, :mod:`sweeper.run.slots`)::
 
     start(spec) ─▶ a standby of the slot, a fork, or a spawn process ─▶ spec over its pipe
                    (while the fork server imports: the trial waits, its Began comes later)
@@ -12,7 +12,7 @@ Per slot (one trial's worth of a device, :mod:`sweeper.slots`)::
                 ─▶ watchdog: a fork that has not reached train after FORK_WATCHDOG_S is
                    killed and its trial handed to a spawn process (Began again, with why)
     ahead(n)    ─▶ standbys for the next n trials: a fork per busy slot; spawn ones while
-                   measured idle cores allow (:mod:`sweeper.headroom`), never more than n
+                   measured idle cores allow (:mod:`sweeper.system.headroom`), never more than n
     cancel()    ─▶ SIGTERM / SIGKILL to its process group, its descendants, and the
                    orphans it left with the sweep's tag (this process is a subreaper)
     exit        ─▶ per_gpu="auto": its reservation stands (``tearing``) until its card's
@@ -33,21 +33,22 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from ... import capping, contract, headroom, hostmem, procs
-from ...child import bootstrap
-from ...gpus import MemorySampler
-from ...hostmem import HostSampler
-from ...packing import Breaker, Card, HostRoom, Packer, Spot
-from ...protocol import Began, Broken, Event, Exited, Reports
-from ...slots import Slot, pick
-from ...target import Target
-from ...trial import TrialResult, TrialSpec
-from . import fork
-from .fork import Launcher, rescue, watched
-from .server import ForkServer
-from .process import REAP_WAIT_S, Proc, join, no_main_guard, receive
-from .reaper import Reaper, orphan_exit
-from .standby import Spare, Standbys
+from sweeper.backends.local import fork
+from sweeper.backends.local.fork import Launcher, rescue, watched
+from sweeper.backends.local.process import REAP_WAIT_S, Proc, join, no_main_guard, receive
+from sweeper.backends.local.reaper import Reaper, orphan_exit
+from sweeper.backends.local.server import ForkServer
+from sweeper.backends.local.standby import Spare, Standbys
+from sweeper.child import bootstrap
+from sweeper.model import contract
+from sweeper.model.protocol import Began, Broken, Event, Exited, Reports
+from sweeper.model.target import Target
+from sweeper.model.trial import TrialResult, TrialSpec
+from sweeper.run.packing import Breaker, Card, HostRoom, Packer, Spot
+from sweeper.run.slots import Slot, pick
+from sweeper.system import capping, headroom, hostmem, procs
+from sweeper.system.gpus import MemorySampler
+from sweeper.system.hostmem import HostSampler
 
 log = logging.getLogger("sweeper")
 
@@ -107,7 +108,7 @@ class LocalBackend:
         self.tearing: dict[str, Teardown] = {}  #: by trial id: ended, its card's memory not verified back yet
         self.slots = list(slots)
         self.capacity = min(workers or len(self.slots), len(self.slots))
-        #: Carried by every process of this sweep (and only this sweep), for :mod:`sweeper.procs`.
+        #: Carried by every process of this sweep (and only this sweep), for :mod:`sweeper.system.procs`.
         self.tag = tag or procs.new_tag()
         self.launcher = Launcher(target, self.tag, start_method, timeout, early)
         self.pool = Standbys(prefetch)
@@ -129,7 +130,7 @@ class LocalBackend:
 
     def admits(self, spec: TrialSpec) -> bool:
         """Whether the trial may start now: always, unless trials are packed by memory;
-        then while it fits on a card (:mod:`sweeper.packing`), where it is to go is kept;
+        then while it fits on a card (:mod:`sweeper.run.packing`), where it is to go is kept;
         never while every free slot is on a card the breaker closed."""
         if self.breaker is not None and not self._free():
             return False
@@ -153,7 +154,7 @@ class LocalBackend:
         return True
 
     def ranked(self, queued: Sequence[TrialSpec]) -> list[int] | None:
-        """Packed: the trials whose shape is not measured yet first (see :mod:`sweeper.packing`)."""
+        """Packed: the trials whose shape is not measured yet first (see :mod:`sweeper.run.packing`)."""
         if self.packer is None:
             return None
         return self.packer.ranked([spec.params for spec in queued])
@@ -165,7 +166,7 @@ class LocalBackend:
 
     def again(self, result: TrialResult) -> bool | None:
         """Whether this attempt runs again on other terms (an OOM of a packed trial), or never
-        (one with the largest card to itself): :meth:`sweeper.packing.Packer.again`."""
+        (one with the largest card to itself): :meth:`sweeper.run.packing.Packer.again`."""
         return self.packer.again(result) if self.packer is not None else False
 
     def start(self, spec: TrialSpec) -> Began | None:
@@ -354,7 +355,7 @@ class LocalBackend:
 
     def _first_epoch(self, p: Proc) -> None:
         """A trial placed unmeasured reported an epoch: what its tree holds now measures its
-        shape (:meth:`sweeper.packing.Packer.first_epoch`), and its reservation shrinks."""
+        shape (:meth:`sweeper.run.packing.Packer.first_epoch`), and its reservation shrinks."""
         assert self.packer is not None
         tid = p.spec.trial_id
         if self.sampler is not None:
@@ -426,7 +427,7 @@ class LocalBackend:
         assert self.sampler is not None
         if not self.sampler.listed:
             return
-        from ... import procs
+        from sweeper.system import procs
 
         ours = {sb.process.pid for sb in self.pool.all()}
         for p in self.running.values():

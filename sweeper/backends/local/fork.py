@@ -28,14 +28,15 @@ import sys
 import time
 from typing import Any, Iterable, Sequence
 
-from ... import contract, procs
-from ...child import bootstrap
-from ...slots import Slot
-from ...target import FileTarget, Target
-from .internals import refusal
-from .process import REAP_WAIT_S, Proc, join
-from .server import ForkServer
-from .standby import Spare, Standbys, spawn
+from sweeper.backends.local.internals import refusal
+from sweeper.backends.local.process import REAP_WAIT_S, Proc, join
+from sweeper.backends.local.server import ForkServer
+from sweeper.backends.local.standby import Spare, Standbys, spawn
+from sweeper.child import bootstrap
+from sweeper.model import contract
+from sweeper.model.target import FileTarget, Target
+from sweeper.run.slots import Slot
+from sweeper.system import procs
 
 log = logging.getLogger("sweeper")
 
@@ -196,7 +197,7 @@ def preload_of(target: Target) -> list[str]:
     """What the fork server may import ahead for ``target`` (candidates; the server keeps
     the installed ones): the grid file's imports, noted where it was read, or the modules
     that ``train``'s module (imported here already) holds."""
-    from ... import modules
+    from sweeper.system import modules
 
     if isinstance(target, FileTarget):
         return list(target.preload)
@@ -207,11 +208,11 @@ def probe_env(slots: Sequence[Slot]) -> dict[str, str] | None:
     """The environment the fork server's probe fork takes on a GPU machine: a GPU slot's (its
     card pinned: the sweep's card with the most free memory) with a cap of
     ``capping.PROBE_CAP_MB``, as a packed trial's cap is given
-    (:func:`sweeper.capping.trial_env`); None on the CPU."""
+    (:func:`sweeper.system.capping.trial_env`); None on the CPU."""
     on_gpus = [s for s in slots if s.gpu is not None]
     if not on_gpus:
         return None
-    from ... import capping, gpus
+    from sweeper.system import capping, gpus
 
     cards = {g.uuid: g for g in gpus.inventory()}
     # the sweep's card with the most free memory: a busy one would fail the probe by its neighbours
@@ -239,12 +240,12 @@ def common_env(slots: Sequence[Slot]) -> dict[str, str]:
 
 def early_server(path: str, tag: str, slots: Sequence[Slot]) -> ForkServer | None:
     """A fork server started before the CLI reads its grid file: it imports the installed
-    modules the grid file's own import statements name (:func:`sweeper.modules.imports_in`),
-    and the grid reader is then a fork of it (:func:`sweeper.gridfile.read`), so the
+    modules the grid file's own import statements name (:func:`sweeper.system.modules.imports_in`),
+    and the grid reader is then a fork of it (:func:`sweeper.front.gridfile.read`), so the
     framework is imported once before the first trial, not twice side by side. ``slots``:
     the command line's (the :class:`Launcher` uses it only where the sweep's are alike).
     None where forks cannot be used here."""
-    from ... import modules
+    from sweeper.system import modules
 
     if refusal() is not None:
         return None

@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ... import outcome
-from ...errors import SweepError
-from ...protocol import Event, Result, TrainStarted
-from ...slots import Slot
-from ...trial import TrialSpec
+from sweeper.errors import SweepError
+from sweeper.model import outcome
+from sweeper.model.protocol import Event, Result, TrainStarted
+from sweeper.model.trial import TrialSpec
+from sweeper.run.slots import Slot
 
 #: Seconds a process is waited for once it was killed (SIGKILL) or has exited, to reap it
 #: and what it left. (Not the engine's ``TERM_GRACE``, which is how long a trial asked to

@@ -1,10 +1,10 @@
 """The sweep's reaper: nothing a trial started outlives it, and no orphan of it stays a
 zombie of the sweep.
 
-While trials run this process is a child subreaper (:func:`sweeper.procs.subreaper`): an
+While trials run this process is a child subreaper (:func:`sweeper.system.procs.subreaper`): an
 orphan a trial leaves (a daemon, a double fork) comes back to it, not to init, and is
 told apart by the sweep's tag and its slot in its environment, read from ``/proc``
-(:func:`sweeper.procs.strays`). Signalling a trial signals its process group, everything
+(:func:`sweeper.system.procs.strays`). Signalling a trial signals its process group, everything
 below it, and its slot's adopted orphans; those that have died are reaped as trials end,
 and every one is killed and reaped when the sweep ends. This process's own children that
 are sweeper's (workers, standbys, multiprocessing's helpers) are never taken for strays,
@@ -19,9 +19,9 @@ import os
 import signal
 from typing import Callable, Iterable
 
-from ... import procs
-from .internals import mp_helpers
-from .process import REAP_WAIT_S, Proc
+from sweeper.backends.local.internals import mp_helpers
+from sweeper.backends.local.process import REAP_WAIT_S, Proc
+from sweeper.system import procs
 
 
 class Reaper:

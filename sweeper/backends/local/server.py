@@ -4,7 +4,7 @@ multiprocessing's ``forkserver`` does the forking; this adds what makes it fit a
 
 * it is started with **no GPU visible** (``CUDA_VISIBLE_DEVICES=-1``) and the sweep's tag,
   and imports the *installed* modules ``train``'s module needs (:mod:`sweeper.child.preload`,
-  :mod:`sweeper.modules`), never the user's module itself: each trial runs that, so what
+  :mod:`sweeper.system.modules`), never the user's module itself: each trial runs that, so what
   its top level makes (random generators, ids, threads, connections) is the trial's own,
   as under spawn; a trial forks with its framework imported and pins its own GPU before
   the framework looks at one;
@@ -37,9 +37,10 @@ import threading
 import time
 from typing import Any
 
-from ... import contract, procs
-from .internals import MpForkServer, own_mp_temp, restore_mp_temp
-from .process import sigint_held, tracker_started
+from sweeper.backends.local.internals import MpForkServer, own_mp_temp, restore_mp_temp
+from sweeper.backends.local.process import sigint_held, tracker_started
+from sweeper.model import contract
+from sweeper.system import procs
 
 #: One fork server per process (multiprocessing keeps one): a second sweep running at the
 #: same time in this process (another thread) uses spawn.
@@ -195,7 +196,7 @@ class ForkServer:
         server (itself, or a process it forked that is no trial's: the slot placeholder
         still in its environment), or "". Such memory is a CUDA context made before a fork,
         which no fork can use, or one the probe left behind."""
-        from ... import gpus
+        from sweeper.system import gpus
 
         for gpu in gpus.inventory():
             for pid, mb in gpu.processes:

@@ -3,7 +3,7 @@ finds the installed modules ``train`` needs imported (a fork has them from the s
 process imports them); the user's module comes with the trial, after its seed.
 
 How many: a fork per busy slot at once (it costs no import); spawn ones, which import,
-beyond that only while measured idle cores allow (:mod:`sweeper.headroom`), up to the
+beyond that only while measured idle cores allow (:mod:`sweeper.system.headroom`), up to the
 depth that keeps a slot fed (:meth:`Standbys.depth`, at most ``MAX_AHEAD``), while memory
 allows another standby, and never more than trials are left. Three standbys dead before
 their trials, and the sweep stops making them.
@@ -22,11 +22,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from ... import contract, headroom, procs
-from ...child import bootstrap
-from ...protocol import Broken, Event, LoadFailed, Ready
-from ...slots import Slot
-from .process import REAP_WAIT_S, Proc, exit_fd, join, no_main_guard, sigint_held, tracker_started
+from sweeper.backends.local.process import (
+    REAP_WAIT_S,
+    Proc,
+    exit_fd,
+    join,
+    no_main_guard,
+    sigint_held,
+    tracker_started,
+)
+from sweeper.child import bootstrap
+from sweeper.model import contract
+from sweeper.model.protocol import Broken, Event, LoadFailed, Ready
+from sweeper.run.slots import Slot
+from sweeper.system import headroom, procs
 
 #: Standbys per slot at most (spawn ones, while cores are idle).
 MAX_AHEAD = 3
@@ -37,7 +46,7 @@ IDLE_FOR_ONE = 0.8
 @dataclass
 class Spare:
     """A worker process started before its trial: a standby, or the CLI's grid reader
-    (:func:`sweeper.gridfile.read`)."""
+    (:func:`sweeper.front.gridfile.read`)."""
 
     process: Any  # multiprocessing.context.SpawnProcess
     conn: multiprocessing.connection.Connection

@@ -1,0 +1,14 @@
+"""The model: what a sweep and its trials are, as records and rules that start nothing.
+
+* :mod:`~sweeper.model.trial`: a trial's identity, spec and result; its :class:`Status`;
+* :mod:`~sweeper.model.outcome`: the judge, the one place a trial's status is decided;
+* :mod:`~sweeper.model.protocol`: what a trial process tells its sweep, and a backend the engine;
+* :mod:`~sweeper.model.contract`: every ``SWEEPER_*`` variable between parent and child;
+* :mod:`~sweeper.model.grid`: the parameter space: grids, distributions, sampling;
+* :mod:`~sweeper.model.options`: a sweep's knobs, checked once;
+* :mod:`~sweeper.model.metrics`: what ``train`` returned, as a row's metrics;
+* :mod:`~sweeper.model.target`, :mod:`~sweeper.model.callables`: ``train`` named so a fresh process finds it;
+* :mod:`~sweeper.model.text`: text made safe for a console line or a CSV field.
+
+Nothing here starts a process, touches a GPU or imports a framework.
+"""

@@ -1,0 +1,412 @@
+"""The knobs of a sweep, checked once, whether they come from code, a grid file or flags."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from sweeper.errors import SweepError
+from sweeper.model.metrics import direction, nearest_known
+from sweeper.results.objectives import Objectives
+from sweeper.results.objectives import given as objectives_given
+from sweeper.run.slots import parse_gpus
+from sweeper.system.capping import MemoryPolicy, resolve
+
+if TYPE_CHECKING:  # Optuna is imported only by a search, in the function that runs it
+    from optuna.pruners import BasePruner
+    from optuna.samplers import BaseSampler
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How an :class:`Options` field is given on the command line: ``sweeper.front.cli`` builds
+    its parser from these, so a new option is written once, here. A field without one is
+    no flag (``progress``: the CLI's ``--quiet`` says more than it)."""
+
+    help: str  #: what ``--help`` says; ``{default}`` stands for the field's default as Options has it
+    name: str = ""  #: the flag, when not ``--`` and the field's name with ``-`` for ``_``
+    type: Callable[[str], Any] | None = None  #: what the text is read as (``int``, ``float``); None: text
+    choices: tuple[str, ...] = ()  #: the values allowed (``checked()`` refuses others from code too)
+    action: str = "store"  #: an argparse action: ``store_true`` for a switch, ``store_false`` for a ``--no-`` one
+    nargs: str | None = None  #: ``"?"``: the value may be left out, and is then ``const``
+    const: Any = None
+    metavar: str | None = None  #: what ``--help`` calls the value (default: the field's name in capitals)
+
+    def flag(self, field_name: str) -> str:
+        return self.name or "--" + field_name.replace("_", "-")
+
+
+#: What a duration's unit means in seconds: ``90``, ``90s``, ``10m``, ``1.5h``, ``2d``.
+UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(value: Any, name: str = "a duration") -> float:
+    """Seconds from a number or a text such as ``"10m"`` (units: s, m, h, d); a one-line
+    error otherwise (this is also the CLI's type for such flags)."""
+    text = str(value).strip().lower()
+    number, unit = (text[:-1], text[-1]) if text[-1:] in UNITS else (text, "s")
+    try:
+        seconds = float(number) * UNITS[unit]
+    except ValueError:
+        seconds = float("nan")
+    if isinstance(value, bool) or not seconds > 0 or seconds == float("inf"):
+        raise SweepError(f"{name} must be a positive number of seconds or a duration such as 90s, 10m, 1.5h "
+                         f"or 2d, got {value!r}")
+    return seconds
+
+
+#: What a size's unit means in MB: ``6GB``, ``6000MB``, ``6g``, ``512m``, ``1.5TB``; a bare number is MB.
+SIZES = {"k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 ** 2}
+
+
+def megabytes(value: Any, name: str = "a memory size") -> int:
+    """MB from a number (MB) or a text such as ``"6GB"`` (units K, M, G, T, with or without
+    B or iB; powers of 1024, as nvidia-smi counts); a one-line error otherwise."""
+    text = str(value).strip().lower().removesuffix("ib").removesuffix("b")
+    number, unit = (text[:-1], text[-1]) if text[-1:] in SIZES else (text, "m")
+    try:
+        mb = float(number) * SIZES[unit]
+    except ValueError:
+        mb = float("nan")
+    if isinstance(value, bool) or not 0 < mb < float("inf"):
+        raise SweepError(f"{name} must be a positive size such as 6GB, 512MB or 6000 (MB), got {value!r}")
+    return max(1, round(mb))
+
+
+def _count_or_auto(text: str) -> int | str:
+    import argparse
+
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a whole number or auto, got {text!r}") from None
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip() for w in text.split(",") if w.strip()]
+
+
+def _duration_flag(text: str) -> float:
+    import argparse
+
+    try:
+        return duration(text)
+    except SweepError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("a duration must be ", "")) from None
+
+
+def flag(help: str, **how: Any) -> dict[str, Flag]:
+    """A field's metadata that makes it a command-line flag (see :class:`Flag`)."""
+    return {"flag": Flag(help, **how)}
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every ``sweep()`` keyword. The CLI's flags and a grid file's ``options`` map onto these;
+    a field's ``metadata["flag"]`` (a :class:`Flag`) is its flag, help, type and choices."""
+
+    #: sweep folder name under ``out`` (default: the module's stem)
+    name: str | None = field(default=None, metadata=flag(
+        "sweep folder name (default: the grid file's stem; with --command, the script's: train for train.py)"))
+    #: where sweep folders go
+    out: str = field(default="results", metadata=flag("folder for sweep folders (default {default})"))
+    #: trials at once (default: GPU slots, else the CPU count); "auto": as many as measured
+    #: idle cores and host memory allow (:class:`sweeper.run.packing.HostRoom`)
+    workers: int | str | None = field(default=None, metadata=flag(
+        "trials at once (default: GPU slots, else CPU count); auto: as many as measured idle cores and the "
+        "memory each is predicted to need allow", type=_count_or_auto, metavar="N|auto"))
+    #: the most host memory the sweep's trials may reserve at once ("3GB"), by their measured peaks
+    host_memory: str | int | None = field(default=None, metadata=flag(
+        "the most host memory the trials may take at once, such as 3GB: each is predicted from measured peaks "
+        "(mem_peak_mb) and starts while it fits", metavar="SIZE"))
+    #: the sweep's seed; each trial's seed derives from it and the trial id
+    seed: int = field(default=0, metadata=flag("sweep seed (default {default}); trial seeds derive from it",
+                                               type=int))
+    #: each framework's deterministic mode in every trial (TensorFlow's op determinism,
+    #: PyTorch's deterministic algorithms, cuDNN's, cuBLAS's and XLA's settings), so that
+    #: ``python -m sweeper replay`` can give the same numbers again
+    deterministic: bool = field(default=False, metadata=flag(
+        "turn on each framework's deterministic mode in every trial (TensorFlow, PyTorch, cuDNN, cuBLAS, XLA), so "
+        "that replay gives the same numbers; slower on a GPU", action="store_true"))
+    #: seconds a trial may run before it is killed (or a duration: "90s", "10m", "2h")
+    timeout: float | None = field(default=None, metadata=flag(
+        "how long a trial may run before it is killed: seconds, or 90s, 10m, 2h", type=_duration_flag,
+        metavar="DURATION"))
+    #: seconds a trial may go without reporting an epoch or writing to its log (or "10m")
+    stall: float | None = field(default=None, metadata=flag(
+        "stop a trial that neither reports an epoch nor writes to its log for this long (status stalled): "
+        "seconds, or 90s, 10m, 2h", type=_duration_flag, metavar="DURATION"))
+    #: extra attempts for trials that crash, run out of memory, time out or stall
+    retries: int = field(default=0, metadata=flag("extra attempts for crashed, oom, timed-out or stalled trials "
+                                                  "(default {default})", type=int))
+    #: "all" (default), "none", or ids such as [0, 2] or "0,2"
+    gpus: str | int | Sequence[int | str] | None = field(default=None, metadata=flag(
+        "all (default), none, free (those no process uses now), or GPUs by index or UUID, such as 0,2 or "
+        "GPU-5f3c..."))
+    #: trials sharing one GPU (default: 1, or int(1 / memory_fraction)); "auto": as many as
+    #: the memory they measurably need allows (:mod:`sweeper.run.packing`)
+    per_gpu: int | str | None = field(default=None, metadata=flag(
+        "trials sharing one GPU (default 1); auto: as many as fit by the memory each is predicted to need, "
+        "measured as the sweep runs", type=_count_or_auto, metavar="N|auto"))
+    #: with per_gpu="auto": parameters that decide a trial's GPU memory (points that agree on
+    #: them are predicted to need what the first of them measured)
+    memory_keys: Sequence[str] | None = field(default=None, metadata=flag(
+        "with --per-gpu auto: the parameters that decide a trial's GPU memory, such as units,batch_size",
+        type=_words, metavar="KEYS"))
+    #: with per_gpu="auto": what each trial needs on its card ("6GB"), or a function of the
+    #: point giving it; taken as the prediction until a measurement says more
+    gpu_memory: str | int | Callable[[dict[str, Any]], Any] | None = field(default=None, metadata=flag(
+        "with --per-gpu auto: what each trial needs on its card, such as 6GB (before any is measured)",
+        metavar="SIZE"))
+    #: cap per trial, share of the card (default: 0.95 / per_gpu)
+    memory_fraction: float | None = field(default=None, metadata=flag(
+        "cap each trial at this share of its GPU's memory (default 0.95 / per-gpu)", type=float))
+    #: let each trial's memory grow instead of capping it
+    memory_growth: bool = field(default=False, metadata=flag(
+        "let each trial's GPU memory grow instead of capping it", action="store_true"))
+    #: start a new ledger (the old one is kept, renamed)
+    fresh: bool = field(default=False, metadata=flag("start a new ledger (the old one is kept)",
+                                                     action="store_true"))
+    #: keep failed trials' rows instead of running them again
+    skip_failed: bool = field(default=False, metadata=flag(
+        "keep failed trials' rows instead of running them again", action="store_true"))
+    #: stop the sweep at the first trial that fails (after its retries): no new trials,
+    #: running ones stopped as ``interrupted``
+    fail_fast: bool = field(default=False, metadata=flag(
+        "stop the sweep at the first trial that fails (crashed, error, oom, timeout or stalled, after its "
+        "retries): no new trials start, running ones are stopped as interrupted", action="store_true"))
+    #: stop the sweep once this many trials in a row failed the same way (status and error line)
+    max_failures: int | None = field(default=None, metadata=flag(
+        "stop the sweep once N trials in a row failed the same way (the same status and error line), as "
+        "--fail-fast does at the first", type=int, metavar="N"))
+    #: build the plan and run nothing
+    dry_run: bool = field(default=False, metadata=flag("print the trials and where they would start, run nothing",
+                                                       action="store_true"))
+    #: metric that ranks trials (default: :func:`sweeper.model.metrics.default_metric`, val_loss first);
+    #: several (["val_accuracy", "params"]): objectives optimised at once, their Pareto front
+    #: marked (:mod:`sweeper.results.objectives`)
+    metric: str | Sequence[str] | None = field(default=None, metadata=flag(
+        "metric to rank trials by (default: a validation metric, val_loss first, else the first); several, "
+        "comma-separated (val_accuracy,params): objectives optimised at once, rows on their Pareto front marked "
+        "pareto", metavar="METRIC[,METRIC...]"))
+    #: "max" or "min", one per metric (default: from the metric's name where sweeper knows it,
+    #: :func:`sweeper.model.metrics.direction`; any other name needs it)
+    mode: str | Sequence[str] | None = field(default=None, metadata=flag(
+        "max or min, one per metric (max,min) (default: from the metric's name where it is one sweeper knows: "
+        "loss, mse, mae, ... min; accuracy, auc, f1, r2, neg_mean_squared_error, ... max; any other name needs "
+        "--mode)", metavar="MODE[,MODE...]"))
+    progress: bool = True  #: print a line per finished trial
+    #: start each slot's next process ahead, importing train while a trial runs
+    prefetch: bool = field(default=True, metadata=flag(
+        "do not start each slot's next trial process ahead of time", name="--no-prefetch", action="store_false"))
+    #: "forkserver" (trials fork from one process that imported what train needs), or "spawn"
+    start_method: str = field(default="forkserver", metadata=flag(
+        "(default {default}) forkserver: each trial is a fresh fork of one process that imported the installed "
+        "libraries the grid file uses, and runs the grid file itself; spawn: a fresh interpreter per trial",
+        choices=("forkserver", "spawn")))
+    #: "local", or "ray" (a Ray cluster places the trials)
+    backend: str = field(default="local", metadata=flag("(default {default}) local, or ray: trials as Ray tasks",
+                                                        choices=("local", "ray")))
+    #: with backend="ray": "auto", "HOST:6379"; None starts a local Ray
+    address: str | None = field(default=None, metadata=flag(
+        "with --backend ray: the cluster (auto, or HOST:6379); none starts a local Ray"))
+    #: with backend="ray": CPUs each trial asks Ray for
+    cpus_per_trial: float = field(default=1.0, metadata=flag(
+        "with --backend ray: CPUs each trial asks for (default {default:g})", type=float))
+    #: "auto" (TPE; NSGA-II for several metrics), "tpe", "nsga2", "random", "cmaes", "qmc",
+    #: "gp" or an Optuna sampler: grid is then a space
+    search: str | BaseSampler | None = field(default=None, metadata=flag(
+        "search the grid file's space with Optuna: auto (tpe; nsga2 for several metrics), tpe, nsga2, random, "
+        "cmaes, qmc or gp"))
+    #: with search: how many trials in all (a re-run resumes to this count)
+    trials: int | None = field(default=None, metadata=flag(
+        "with --search: how many trials in all (a re-run resumes to it)", type=int))
+    #: with search: "median", "percentile", "asha", "hyperband", "patient", "wilcoxon", each
+    #: with Optuna's keywords if wanted ("asha(min_resource=2, reduction_factor=3)"), or an
+    #: Optuna pruner; None prunes nothing
+    prune: str | BasePruner | None = field(default=None, metadata=flag(
+        "with --search: stop bad trials early: median, percentile, asha, hyperband, patient, wilcoxon or none, "
+        "with keywords if wanted: 'asha(min_resource=2, reduction_factor=3)'"))
+    #: bounds a trial's results must meet to be ranked ({"params": ("<=", 1e6)}, the text
+    #: "params<=1e6,val_accuracy>=0.9", or a function of the row giving values that must be
+    #: <= 0); a search's sampler is told them (:mod:`sweeper.results.constraints`)
+    constraints: Any = field(default=None, metadata=flag(
+        "bounds a trial must meet to be ranked, e.g. 'params<=1e6,val_accuracy>=0.9' (rows gain feasible; a "
+        "search's sampler is told them)"))
+    #: show the sweep in TensorBoard (HParams, scalars): <out>/<name>/tensorboard
+    tensorboard: bool = field(default=False, metadata=flag(
+        "show the sweep in TensorBoard's HParams dashboard: tensorboard --logdir <out>/<name>/tensorboard",
+        action="store_true"))
+    #: True (a local store in the sweep folder) or a tracking URI: a run per trial
+    mlflow: bool | str | None = field(default=None, metadata=flag(
+        "a MLflow run per trial, nested in one per sweep; URI: a server, a database, or a folder (a SQLite store "
+        "in it); without URI a local store in <out>/<name>/mlflow.db (needs sweeper[mlflow])",
+        nargs="?", const=True, metavar="URI"))
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def flags(cls) -> list[tuple[Field[Any], Flag]]:
+        """The fields the command line gives, in order, each with its :class:`Flag`."""
+        return [(f, f.metadata["flag"]) for f in fields(cls) if "flag" in f.metadata]
+
+    @classmethod
+    def choices(cls, name: str) -> tuple[str, ...]:
+        """The values an option allows (its flag's choices), e.g. ``("max", "min")`` for ``mode``."""
+        choices: tuple[str, ...] = cls.__dataclass_fields__[name].metadata["flag"].choices
+        return choices
+
+    @classmethod
+    def build(cls, values: Mapping[str, Any], where: str = "sweep()") -> "Options":
+        """Options from keywords, refusing unknown names with the nearest valid one."""
+        known = cls.names()
+        for key in values:
+            if key not in known:
+                near = difflib.get_close_matches(str(key), known, n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else f"; valid: {', '.join(known)}"
+                raise SweepError(f"unknown option {key!r} in {where}{hint}")
+        return cls(**values).checked()
+
+    def merged(self, **overrides: Any) -> "Options":
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None}).checked()
+
+    def checked(self) -> "Options":
+        def whole(name: str, value: Any, low: int) -> None:
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
+                raise SweepError(f"{name} must be a whole number >= {low}, got {value!r}")
+
+        def one_of(name: str, value: Any) -> None:
+            allowed = self.choices(name)
+            if value not in allowed:
+                said = ", ".join(map(repr, allowed[:-1])) + f" or {allowed[-1]!r}"
+                raise SweepError(f"{name} must be {said}, got {value!r}")
+
+        if self.workers != "auto":
+            whole("workers", self.workers, 1)
+        if self.host_memory is not None:
+            megabytes(self.host_memory, "host_memory")
+        whole("retries", self.retries, 0)
+        whole("max_failures", self.max_failures, 1)
+        if not isinstance(self.fail_fast, bool):
+            raise SweepError(f"fail_fast must be True or False, got {self.fail_fast!r}")
+        if self.per_gpu != "auto" and self.per_gpu is not None and (
+                not isinstance(self.per_gpu, int) or isinstance(self.per_gpu, bool) or self.per_gpu < 1):
+            raise SweepError(f"per_gpu must be a whole number >= 1 or 'auto', got {self.per_gpu!r}")
+        self._check_packing()
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise SweepError(f"seed must be a whole number, got {self.seed!r}")
+        for name in ("timeout", "stall"):  # durations (text, ints, NumPy) become float seconds, once
+            value = getattr(self, name)
+            if value is not None and not (type(value) is float and 0 < value < float("inf")):  # noqa: E721
+                seconds: Any = duration(value, name)
+                return replace(self, **{name: seconds}).checked()
+        one_of("backend", self.backend)
+        if self.address is not None and self.backend != "ray":
+            raise SweepError("address goes with backend='ray' (--backend ray --address auto)")
+        if not isinstance(self.cpus_per_trial, (int, float)) or self.cpus_per_trial <= 0:
+            raise SweepError(f"cpus_per_trial must be a positive number, got {self.cpus_per_trial!r}")
+        one_of("start_method", self.start_method)
+        metrics, modes = objectives_given(self.metric, self.mode)
+        plain = (metrics if metrics is None or len(metrics) > 1 or "," in metrics[0] else metrics[0],
+                 modes if modes is None or len(modes) > 1 else modes[0])
+        if (self.metric, self.mode) != plain:  # one name as text (unless a comma in it), several as a tuple
+            return replace(self, metric=plain[0], mode=plain[1]).checked()
+        if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
+            raise SweepError(f"name {self.name!r} cannot be a folder name; use letters, digits, - and _")
+        whole("trials", self.trials, 1)
+        if not isinstance(self.deterministic, bool):
+            raise SweepError(f"deterministic must be True or False, got {self.deterministic!r}")
+        if not isinstance(self.tensorboard, bool):
+            raise SweepError(f"tensorboard must be True or False, got {self.tensorboard!r}")
+        if not (self.mlflow is None or isinstance(self.mlflow, bool) or (isinstance(self.mlflow, str) and self.mlflow)):
+            raise SweepError(f"mlflow must be True (a local store in the sweep folder) or a tracking URI such as "
+                             f"'http://localhost:5000', got {self.mlflow!r}")
+        parse_gpus(self.gpus)
+        self.memory_policy()
+        from sweeper.results.constraints import parse as constraints
+
+        constraints(self.constraints)
+        return self
+
+    def _check_packing(self) -> None:
+        """``memory_keys`` and ``gpu_memory`` say how to pack, so they go with what packs."""
+        for name in ("per_gpu", "workers"):
+            if getattr(self, name) == "auto" and self.backend == "ray":
+                raise SweepError(f"{name}='auto' packs trials on this machine by memory; Ray places its own: give "
+                                 f"--{name.replace('_', '-')} N with --backend ray")
+        if self.host_memory is not None and self.backend == "ray":
+            raise SweepError("host_memory budgets this machine's memory; Ray places trials on its nodes by their "
+                             "resources: drop --host-memory with --backend ray")
+        if self.gpu_memory is not None and self.per_gpu != "auto":
+            raise SweepError("gpu_memory goes with per_gpu='auto' (--per-gpu auto), which packs trials by the "
+                             "memory they need")
+        packs = self.per_gpu == "auto" or self.workers == "auto" or self.host_memory is not None
+        if self.memory_keys is not None and not packs:
+            raise SweepError("memory_keys goes with per_gpu='auto', workers='auto' or host_memory, which pack "
+                             "trials by the memory they need")
+        keys = self.memory_keys
+        if keys is not None and (isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys)):
+            raise SweepError(f"memory_keys must be a list of parameter names such as ['units', 'batch_size'], "
+                             f"got {keys!r}")
+        if self.gpu_memory is not None and not callable(self.gpu_memory):
+            megabytes(self.gpu_memory, "gpu_memory")
+
+    def check_ranking(self) -> None:
+        """A named metric whose direction its name does not say needs a mode; trials and
+        prune need a search. Checked on the options a sweep runs with (flags, file and code
+        merged), before anything runs."""
+        if self.search is None and (self.trials is not None or self.prune is not None):
+            raise SweepError("trials and prune go with a search; add search='tpe' (--search tpe), or use "
+                             "sample(space, n) for a random sample")
+        self._check_spelling()
+        if self.objectives is None and self.ranked_by is not None and self.mode is None \
+                and direction(self.ranked_by) is None:  # several: each one's direction known, or said
+            from sweeper.results.report import unknown_direction
+
+            raise unknown_direction(self.ranked_by)
+
+    def _check_spelling(self) -> None:
+        """A named metric whose direction is unknown but whose name is close to one sweeper
+        knows (``val_los``) is a typo until the user says otherwise, with a mode."""
+        if self.mode is not None:  # said: the user's own metric, whatever its name
+            return
+        for name in objectives_given(self.metric, None)[0] or ():
+            near = nearest_known(name) if direction(name) is None else None
+            if near is not None:
+                how = ("--mode max|min (mode='max' or 'min')" if isinstance(self.metric, str) else
+                       "one --mode per metric, max or min (--mode max,min)")
+                raise SweepError(f"--metric {name}: did you mean {near}? if {name} is a metric of yours, give {how}")
+
+    @property
+    def ranked_by(self) -> str | None:
+        """The metric the leaderboard ranks by: the one named, or the first of several."""
+        return self.metric if self.metric is None or isinstance(self.metric, str) else self.metric[0]
+
+    @property
+    def ranked_mode(self) -> str | None:
+        """The mode given for :attr:`ranked_by` (None: from its name)."""
+        return self.mode if self.mode is None or isinstance(self.mode, str) else self.mode[0]
+
+    @property
+    def objectives(self) -> Objectives | None:
+        """Several metrics optimised at once, each with its direction; None for one."""
+        return Objectives.of(self.metric, self.mode)
+
+    @property
+    def failure_limit(self) -> int | None:
+        """After how many trials in a row failing the same way the sweep stops (fail_fast: 1,
+        whatever max_failures says), or None."""
+        return 1 if self.fail_fast else self.max_failures
+
+    @property
+    def worker_count(self) -> int | None:
+        """``workers`` as a count (None: the default, or ``"auto"``, decided as trials run)."""
+        return None if self.workers == "auto" else self.workers  # type: ignore[return-value]
+
+    def memory_policy(self) -> MemoryPolicy:
+        return resolve(self.per_gpu, self.memory_fraction, bool(self.memory_growth))

@@ -1,0 +1,171 @@
+"""What a trial process tells its sweep, and what a backend tells the engine.
+
+Trial → parent (over a pipe locally, over a Ray queue on a cluster), in this order::
+
+    GridRead?     (the CLI's first process) the grid file's points and options
+    Ready?        a standby imported what train needs and waits for its trial
+    LoadFailed    train could not be imported: the sweep's problem, not a trial's
+    Placed        (Ray) the trial began on its worker: pid, device, memory cap
+    TrainStarted  train() is called: its imports are done
+    Reports*      per-epoch metrics, batched
+    Exiting?      (Ray) it calls os._exit(code), which Ray would not tell
+    Result        status, metrics, error, duration: sent once, before it exits
+
+Backend → engine: the trial's messages, plus :class:`Began` (the trial reached its
+process: its clock starts) and :class:`Exited` (its process is gone; what is known of how).
+
+Small frozen records, picklable by reference, so both ends agree on every field. Light:
+trial processes import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from sweeper.model.trial import Status
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A standby has imported ``train``; it waits for a trial."""
+
+
+@dataclass(frozen=True)
+class LoadFailed:
+    """``train`` could not be imported (the exception's last line)."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class Unwritable:
+    """A file of the trial's (its log, ``result.json``) could not be written: the folder
+    became read-only, or the disk is full. The sweep starts no new trial."""
+
+    path: str
+    error: str  #: the system's words (``strerror``)
+
+
+@dataclass(frozen=True)
+class PruneVerdict:
+    """(Parent to trial) the pruner's verdict on the trial's last batch of reports: go on
+    (``why`` empty), or stop now, pruned for ``why``."""
+
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class TrainStarted:
+    """``train`` was called: the trial's imports are behind it."""
+
+
+@dataclass(frozen=True)
+class Reports:
+    """A batch of per-epoch reports: ``{"epoch": int, "metrics": {...}, "t": float}`` each."""
+
+    items: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Result:
+    """How ``train`` ended, as the trial process judged it (see :mod:`sweeper.model.outcome`)."""
+
+    status: Status
+    metrics: dict[str, int | float] = field(default_factory=dict)
+    error: str = ""
+    duration_s: float | None = None  #: from the trial reaching its process to the end of train
+    history: list[dict[str, Any]] = field(default_factory=list)  #: a returned Keras History's epochs
+    mem_peak_mb: int | None = None  #: the process's own peak resident memory when train returned
+    env: dict[str, Any] = field(default_factory=dict)  #: what it ran on (:func:`sweeper.system.environment.of_trial`)
+
+    def to_json(self, trial_id: str) -> dict[str, Any]:
+        """What ``result.json`` holds."""
+        return {"trial_id": trial_id, "status": self.status.value, "metrics": self.metrics,
+                "error": self.error, "history": self.history, "duration_s": self.duration_s,
+                "mem_peak_mb": self.mem_peak_mb, "env": self.env}
+
+
+@dataclass(frozen=True)
+class Placed:
+    """(Ray) The trial began on its worker."""
+
+    pid: int
+    device: str
+    cap_mb: int | None = None
+
+
+@dataclass(frozen=True)
+class Exiting:
+    """(Ray) The trial calls ``os._exit(code)``."""
+
+    code: int
+
+
+@dataclass(frozen=True)
+class GridRead:
+    """(The CLI's first process) the grid file, checked and expanded into plain points."""
+
+    points: list[dict[str, Any]]
+    options: dict[str, Any]
+    attr: str  #: "train" or "command"
+    shell: bool
+    what: str  #: what the sweep runs, in words
+    space: Any = None  #: a search's space (then points is empty)
+    modules: list[str] = field(default_factory=list)  #: what importing it imported (a fork server's preload)
+
+
+@dataclass(frozen=True)
+class GridRefused:
+    """(The CLI's first process) the grid file is not usable: one line saying why and the fix."""
+
+    error: str
+
+
+#: What a trial process sends.
+Message = Union[Ready, LoadFailed, Unwritable, TrainStarted, Reports, Result, Placed, Exiting, GridRead,
+                GridRefused]
+
+
+@dataclass(frozen=True)
+class Began:
+    """The trial reached its process (its timeout counts from now), and where it runs."""
+
+    pid: int
+    device: str
+    gpu_uuid: str = ""
+    cap_mb: int | None = None
+    fraction: str | None = None  #: the memory fraction it runs under, when no MB cap is known
+    #: Why the trial began again in another process, when it did (the fork watchdog's words).
+    moved: str = ""
+    reserved_mb: int | None = None  #: the GPU memory set aside for it on its card
+    packed: bool = False  #: placed by the memory it was predicted to need (per_gpu="auto")
+    #: packed after two OOMs: the MB of the card it has to itself, the largest (an OOM there: no card can hold it)
+    alone_mb: int | None = None
+
+
+@dataclass(frozen=True)
+class Exited:
+    """The trial's process is gone. Fields left ``None`` keep what :class:`Began` said."""
+
+    exitcode: int | None = None  #: negative: the signal that ended it
+    note: str = ""  #: the backend's own words on how it ended (Ray's exception)
+    cancelled: bool = False  #: the backend cancelled it (nothing else is known)
+    peak_mb: int | None = None  #: its peak GPU memory, where it could be seen
+    mem_peak_mb: int | None = None  #: its tree's peak resident host memory, as the parent sampled it
+    pid: int | None = None
+    device: str | None = None
+    cap_mb: int | None = None
+    #: the kernel's OOM killer ended it (SIGKILL while the memory cgroup's oom_kill count rose)
+    oom_killed: str = ""
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A fault of the whole sweep, not of one trial (one line: what and the fix)."""
+
+    error: str
+
+
+#: What a backend hands the engine, with the trial's id.
+Event = Union[Message, Began, Exited, Broken]

@@ -1,0 +1,306 @@
+"""What a trial is: its identity, its spec (what to run) and its result (what came back).
+
+A trial is identified by its parameters alone, so the same grid gives the same ids
+tomorrow, on another machine, in any order:
+
+* ``trial_id``: ``t`` and the first 12 hex digits of the SHA-256 of the point's
+  canonical JSON (sorted keys, shortest round-trip floats). Lossless: 0.001 and
+  0.0010000001 differ; never read as a number by pandas or a spreadsheet.
+* ``name``: a readable folder name built like the seed document's
+  ``build_string_from_dict`` (sorted keys, ``key=value`` joined by ``,``, floats in
+  ``%g`` form with ``.`` replaced by ``_``), of the parameters that vary in the sweep
+  (:func:`fixed_keys`). Where two points of the sweep would share it (a rounded float, a
+  string that reads as a number), or it is too long, ``~`` and the trial id are appended.
+* ``seed``: derived from the sweep's seed and the trial id only, never from the order
+  or the worker that ran it.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Collection, Mapping, Sequence
+
+#: Longest readable part of a trial name before it is cut and hashed.
+MAX_NAME_LEN = 80
+
+
+class Status(str, enum.Enum):
+    """The final state of a trial, as written in the ``status`` column."""
+
+    OK = "ok"  #: ``fn`` returned metrics.
+    ERROR = "error"  #: ``fn`` raised, or returned something that is not metrics.
+    OOM = "oom"  #: out of memory (GPU or host); retried with ``retries``.
+    CRASHED = "crashed"  #: the process died without a result; retried.
+    TIMEOUT = "timeout"  #: ran past ``timeout``; its process group was killed; retried.
+    STALLED = "stalled"  #: no epoch and no log line for ``stall``; its process group was killed; retried.
+    INTERRUPTED = "interrupted"  #: the sweep was stopped (Ctrl-C, SIGTERM, SIGHUP) while it ran.
+    PRUNED = "pruned"  #: a search's pruner stopped it early; not a failure, never retried.
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def retryable(self) -> bool:
+        """Whether running the trial again may give another outcome."""
+        return self in (Status.OOM, Status.CRASHED, Status.TIMEOUT, Status.STALLED)
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the trial ended as it should: trained to the end, or pruned by a search."""
+        return self in (Status.OK, Status.PRUNED)
+
+    # -- how each tool a sweep is shown in names it (one place, so they cannot disagree) --
+
+    @property
+    def tensorboard(self) -> str:
+        """TensorBoard's session status: ok and pruned ended as asked (pruned trials show
+        their last epoch's metrics and ``epoch_reached``), interrupted is unknown, the rest
+        failed."""
+        if self.succeeded:
+            return "STATUS_SUCCESS"
+        return "STATUS_UNKNOWN" if self is Status.INTERRUPTED else "STATUS_FAILURE"
+
+    @property
+    def mlflow(self) -> str:
+        """MLflow's run status: ``FINISHED`` for ok and pruned, ``KILLED`` for interrupted,
+        ``FAILED`` for the rest."""
+        if self.succeeded:
+            return "FINISHED"
+        return "KILLED" if self is Status.INTERRUPTED else "FAILED"
+
+    @property
+    def optuna(self) -> str:
+        """The name of Optuna's ``TrialState`` the study is told: ``COMPLETE`` for ok (with a
+        finite value of the metric; else ``FAIL``), ``PRUNED``, ``FAIL`` for the rest."""
+        return {Status.OK: "COMPLETE", Status.PRUNED: "PRUNED"}.get(self, "FAIL")
+
+
+def canonical_json(params: Mapping[str, Any]) -> str:
+    """The one string a point is known by: sorted keys, no spaces, round-trip floats."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+#: Starts every trial id, so that no id can ever read as a number (``3876061e3567`` is a
+#: float to pandas): a ``t`` and 12 hex digits. Ids from before it are the same without it.
+ID_PREFIX = "t"
+
+
+def trial_id(params: Mapping[str, Any]) -> str:
+    """Stable id of a point: depends on its parameters and nothing else."""
+    import hashlib  # here, not at the top: trial processes import this module but never hash
+
+    return ID_PREFIX + hashlib.sha256(canonical_json(params).encode()).hexdigest()[:12]
+
+
+def current_id(tid: str) -> str:
+    """An id as this release writes it (a ledger from before the prefix holds bare hex)."""
+    return tid if tid.startswith(ID_PREFIX) else ID_PREFIX + tid
+
+
+def _fmt(value: Any) -> str:
+    """One value as a name shows it: ``0_001``, ``32_0`` (a float), ``relu``, ``64-32``."""
+    if isinstance(value, float):
+        text = "%g" % value
+        if math.isfinite(value) and float(text) == value and not any(c in text for c in ".en"):
+            text += ".0"  # keep 32.0 apart from the int 32
+        return text.replace(".", "_")
+    if isinstance(value, (list, tuple)):
+        return "-".join(_fmt(v) for v in value) or "empty"
+    return str(value)
+
+
+def with_id(name: str, params: Mapping[str, Any]) -> str:
+    """A name made unique by the point's trial id, after a ``~`` (no readable name has one)."""
+    return f"{name}~{trial_id(params)}"
+
+
+def trial_name(params: Mapping[str, Any], fixed: Collection[str] = ()) -> str:
+    """Readable, file-name-safe name of a point, e.g. ``batch_size=32,lr=0_001``: its
+    parameters but those the sweep holds ``fixed`` (all of them where none is left).
+
+    Unique within a sweep only through :func:`trial_names`, which appends the trial id
+    where two points would share a name; a name longer than :data:`MAX_NAME_LEN` is cut
+    and always has it.
+    """
+    shown = {k: v for k, v in params.items() if k not in fixed} or params
+    if not shown:
+        return "default"
+    name = ",".join(f"{key}={_fmt(shown[key])}" for key in sorted(shown))
+    safe = re.sub(r"[^A-Za-z0-9_.+\-=,]", "_", name)
+    if len(safe) <= MAX_NAME_LEN:
+        return safe
+    return with_id(safe[:MAX_NAME_LEN].rstrip(","), params)
+
+
+def fixed_keys(points: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The keys a grid's points all have, with one value: a name leaves them out."""
+    if len(points) < 2:
+        return set()
+    first = points[0]
+    return {k for k in first
+            if all(k in p and canonical_json({"v": p[k]}) == canonical_json({"v": first[k]}) for p in points)}
+
+
+def trial_names(points: Sequence[Mapping[str, Any]], fixed: Collection[str] | None = None) -> list[str]:
+    """Each distinct point's name in a sweep: what varies (``fixed``: the keys left out,
+    by default :func:`fixed_keys`), the trial id appended only where names would collide."""
+    fixed = fixed_keys(points) if fixed is None else fixed
+    names = [trial_name(p, fixed) for p in points]
+    counts = Counter(names)
+    return [with_id(n, p) if counts[n] > 1 else n for n, p in zip(names, points)]
+
+
+def trial_seed(sweep_seed: int, tid: str) -> int:
+    """A 31-bit seed from the sweep's seed and the trial id only."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{int(sweep_seed)}:{tid.removeprefix(ID_PREFIX)}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything a worker needs to run one trial. Built by the parent, sent to the child."""
+
+    trial_id: str
+    name: str
+    index: int  #: position in the grid's order
+    params: dict[str, Any] = field(hash=False)
+    seed: int
+    dir: str  #: the trial's own folder, ``<out>/<name>/trials/<trial>/``
+    attempt: int = 1  #: counted over every run of the sweep (a resumed trial goes on counting)
+    first_attempt: int = 1  #: this run's first attempt: ``retries`` more follow it at most
+    device: str = "cpu"  #: ``cpu`` or ``gpu:<index>``
+    env: dict[str, str] = field(default_factory=dict, hash=False)  #: set in the child
+    #: Each report waits for the pruner's verdict (a search with a pruner, on a backend
+    #: that can answer), so a pruned trial stops at the very epoch it was judged at.
+    verdicts: bool = False
+
+    @property
+    def log_path(self) -> str:
+        from sweeper.store.paths import log_file
+
+        return log_file(self.dir)
+
+
+class Place(enum.Enum):
+    """Where a :class:`TrialResult` field stands in ``results.csv``, in the CSV's order: a
+    column of its own, or the columns it spreads into. The ledger stores every field."""
+
+    FRONT = "front"  #: first, in every row
+    PARAMS = "params"  #: one ``param_<name>`` column per hyperparameter
+    METRICS = "metrics"  #: one column per metric
+    BACK = "back"  #: after the metrics, in every row
+    EPOCHS = "epochs"  #: when any trial reported epochs (a pruned trial's tells where it stopped)
+    MEMORY = "memory"  #: when any trial's host memory was measured
+    GPU = "gpu"  #: when any trial ran on a GPU
+    CONSTRAINTS = "constraints"  #: when the sweep has constraints (``feasible``)
+    DETERMINISM = "determinism"  #: when any trial ran with determinism asked for
+    LEDGER = "ledger"  #: in the ledger alone
+
+
+def column(place: Place, csv: str | None = None) -> dict[str, Any]:
+    """A :class:`TrialResult` field's metadata: its place in ``results.csv``, and the
+    column's name there where it is not the field's."""
+    return {"place": place, "csv": csv}
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What became of one trial: one row of the results table. Each field's metadata
+    (:func:`column`) places it in ``results.csv``; :data:`RESULT_COLUMNS` follows."""
+
+    trial_id: str = field(metadata=column(Place.FRONT))
+    name: str = field(metadata=column(Place.FRONT, csv="trial"))
+    index: int = field(metadata=column(Place.LEDGER))  #: position in the grid's order (the CSV's row order)
+    params: dict[str, Any] = field(hash=False, metadata=column(Place.PARAMS))
+    status: Status = field(metadata=column(Place.FRONT))
+    metrics: dict[str, float] = field(default_factory=dict, hash=False, metadata=column(Place.METRICS))
+    seed: int = field(default=0, metadata=column(Place.BACK))
+    device: str = field(default="", metadata=column(Place.BACK))
+    started_at: str = field(default="", metadata=column(Place.BACK))  #: ISO 8601, UTC
+    duration_s: float = field(default=0.0, metadata=column(Place.BACK))
+    error: str = field(default="", metadata=column(Place.BACK))  #: one line; empty when ok
+    attempts: int = field(default=1, metadata=column(Place.BACK))
+    pid: int = field(default=0, metadata=column(Place.LEDGER))
+    exitcode: int | None = field(default=None, metadata=column(Place.LEDGER))
+    log: str = field(default="", metadata=column(Place.LEDGER))
+    #: the GPU's UUID, when NVML told it
+    gpu_uuid: str = field(default="", metadata=column(Place.GPU))
+    #: the memory cap the trial ran under
+    gpu_mem_cap_mb: int | None = field(default=None, metadata=column(Place.GPU))
+    #: its peak GPU memory, where NVML could see it
+    gpu_mem_peak_mb: int | None = field(default=None, metadata=column(Place.GPU))
+    #: the GPU memory set aside for it on its card (per_gpu="auto": its predicted need plus headroom)
+    gpu_mem_reserved_mb: int | None = field(default=None, metadata=column(Place.GPU))
+    #: the last epoch it reported (None: it reported none)
+    epoch_reached: int | None = field(default=None, metadata=column(Place.EPOCHS))
+    #: its peak resident host memory, MB, over its process tree (None: not measured)
+    mem_peak_mb: int | None = field(default=None, metadata=column(Place.MEMORY))
+    #: an ok trial of a sweep with constraints: whether its values meet them all (None:
+    #: not ok, or no constraints); a trial that does not is never ranked
+    feasible: bool | None = field(default=None, metadata=column(Place.CONSTRAINTS))
+    #: True: it ran with each framework's deterministic mode asked for (``deterministic=True``);
+    #: None: not asked for
+    deterministic: bool | None = field(default=None, metadata=column(Place.DETERMINISM))
+    #: what its process ran on: frameworks and versions, CUDA, host, determinism switched on
+    #: (:func:`sweeper.system.environment.of_trial`); {} where it returned nothing
+    env: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, metadata=column(Place.LEDGER))
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def ranked(self) -> bool:
+        """Whether a ranking counts it: it finished ok, and meets the sweep's constraints."""
+        return self.ok and self.feasible is not False
+
+
+def place_of(f: Field[Any]) -> Place:
+    """Where a :class:`TrialResult` field stands in ``results.csv``."""
+    place: Place = f.metadata["place"]
+    return place
+
+
+def csv_name(f: Field[Any]) -> str:
+    """The ``results.csv`` column of a :class:`TrialResult` field (``name`` is ``trial``)."""
+    return f.metadata["csv"] or f.name
+
+
+#: :class:`TrialResult`'s fields in the order of ``results.csv``: by :class:`Place`, then
+#: as the class has them; those of the ledger alone left out.
+CSV_FIELDS: tuple[Field[Any], ...] = tuple(sorted(
+    (f for f in fields(TrialResult) if place_of(f) is not Place.LEDGER), key=lambda f: list(Place).index(place_of(f))))
+
+
+def csv_columns(*places: Place) -> tuple[str, ...]:
+    """The fixed ``results.csv`` columns of these places, in the CSV's order."""
+    return tuple(csv_name(f) for f in CSV_FIELDS if place_of(f) in places)
+
+
+#: Columns every results table has, first and after the metrics; a metric may not take one.
+FRONT_COLUMNS = csv_columns(Place.FRONT)
+BACK_COLUMNS = csv_columns(Place.BACK)
+#: Present when any trial reported epochs.
+EPOCH_COLUMNS = csv_columns(Place.EPOCHS)
+#: Present when any trial's host memory was measured.
+MEMORY_COLUMNS = csv_columns(Place.MEMORY)
+#: Present when any trial ran on a GPU.
+GPU_COLUMNS = csv_columns(Place.GPU)
+#: Present when the sweep has constraints.
+CONSTRAINT_COLUMNS = csv_columns(Place.CONSTRAINTS)
+#: Present when any trial ran with determinism asked for.
+DETERMINISM_COLUMNS = csv_columns(Place.DETERMINISM)
+#: Present when the sweep has several objectives: whether the row is on their Pareto front,
+#: judged from all the rows as the table is written, so no field of one result
+#: (:mod:`sweeper.results.objectives`).
+PARETO_COLUMNS = ("pareto",)
+#: Every fixed column ``results.csv`` may have (neither a hyperparameter nor a metric), in its order.
+RESULT_COLUMNS = tuple(csv_name(f) for f in CSV_FIELDS
+                       if place_of(f) not in (Place.PARAMS, Place.METRICS)) + PARETO_COLUMNS

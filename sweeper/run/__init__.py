@@ -1,0 +1,13 @@
+"""The run: one sweep from its plan to its last recorded result.
+
+* :mod:`~sweeper.run.runner`: a sweep from start to end, tying the parts together;
+* :mod:`~sweeper.run.planning`: its trials, their names, what a resume keeps;
+* :mod:`~sweeper.run.engine`: every trial from the queue to one recorded result (the phase table);
+* :mod:`~sweeper.run.search`: adaptive search (Optuna) over fresh processes;
+* :mod:`~sweeper.run.slots`, :mod:`~sweeper.run.packing`: where a trial may run next;
+* :mod:`~sweeper.run.lifecycle`: what a sweep's outputs hear from it;
+* :mod:`~sweeper.run.outputs`, :mod:`~sweeper.run.progress`: the outputs, and the console's live view.
+
+Where a trial's process runs is the backends' (:mod:`sweeper.backends`); what runs in it, the
+child's (:mod:`sweeper.child`).
+"""

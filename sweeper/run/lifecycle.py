@@ -1,0 +1,100 @@
+"""What a sweep's outputs hear from it: one lifecycle interface, as Ray Tune's ``Callback``.
+
+::
+
+    Engine ──begin(to_run, total)──────────────> Callbacks ──> each output, in order:
+           ──started(spec)─────────────────────>               TableFiles   (results.csv, history.csv)
+           ──reported(spec, epoch, metrics)────>               Ranking      (the folder's metric)
+           ──history()  (epochs in the ledger)─>               SearchTold   (a search's sampler)
+           ──recorded(result) (row in ledger)──>               Live         (the console)
+           ──finished(result, retrying)────────>               Trackers     (their own process)
+           ──tick() -> seconds until due───────>
+    Sweep  ──end(state)────────────────────────>
+
+Every method has a default that does nothing, so an output says only what it hears.
+``recorded`` comes when a trial's row is in the ledger (a retry's too), ``finished``
+after it with whether the trial runs again; ``end`` once, with ``finished``,
+``interrupted`` or ``failed``, whatever happened (the outputs flush and close there).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from sweeper.model.trial import TrialResult, TrialSpec
+
+
+class Callback:
+    """One output of a sweep; override what it needs."""
+
+    def begin(self, to_run: int, total: int) -> None:
+        """The engine starts: ``to_run`` trials to run of ``total`` in the sweep."""
+
+    def started(self, spec: TrialSpec) -> None:
+        """A trial started (an attempt of it)."""
+
+    def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None:
+        """A trial reported epochs; its last one."""
+
+    def history(self) -> None:
+        """Per-epoch reports are in the ledger."""
+
+    def recorded(self, result: TrialResult) -> None:
+        """A trial's result is in the ledger."""
+
+    def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
+        """A trial's attempt ended with ``result``; ``retrying``: it runs again; ``kept``: the
+        ledger holds it (False on a full disk or a read-only folder: the next run runs it again)."""
+
+    def tick(self) -> float | None:
+        """Periodic work, done now if due; seconds until it is next due (None: nothing waits)."""
+        return None
+
+    def end(self, state: str) -> None:
+        """The sweep ended (``finished``, ``interrupted`` or ``failed``): flush and close."""
+
+
+class Callbacks(Callback):
+    """Several outputs as one, told in order; ``end`` reaches each even when one raises
+    (the first error is raised after)."""
+
+    def __init__(self, each: Sequence[Callback] = ()) -> None:
+        self.each = list(each)
+
+    def begin(self, to_run: int, total: int) -> None:
+        for c in self.each:
+            c.begin(to_run, total)
+
+    def started(self, spec: TrialSpec) -> None:
+        for c in self.each:
+            c.started(spec)
+
+    def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None:
+        for c in self.each:
+            c.reported(spec, epoch, metrics)
+
+    def history(self) -> None:
+        for c in self.each:
+            c.history()
+
+    def recorded(self, result: TrialResult) -> None:
+        for c in self.each:
+            c.recorded(result)
+
+    def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
+        for c in self.each:
+            c.finished(result, retrying, kept)
+
+    def tick(self) -> float | None:
+        waits = [w for w in (c.tick() for c in self.each) if w is not None]
+        return min(waits) if waits else None
+
+    def end(self, state: str) -> None:
+        error: BaseException | None = None
+        for c in self.each:
+            try:
+                c.end(state)
+            except BaseException as exc:  # the others still flush and close
+                error = error or exc
+        if error is not None:
+            raise error

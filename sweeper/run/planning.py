@@ -1,0 +1,253 @@
+"""A sweep's plan: its trials, their names, what a resume keeps, and a search's resume.
+
+::
+
+    grid ──expand──> points ──plan()──> TrialSpec per distinct point (grid order)
+                                              │
+    ledger (rows on record, the definition) ──┤ Plan.resume():
+                                              │   check_definition: same function, file, seed, or refused
+                                              │   a search rebuilt from its rows (its space's only)
+                                              │   keep_names: a trial keeps the folder it has
+                                              │   keeps(): a row kept, or its trial run again
+                                              v
+                                  Plan: specs, todo, kept rows, notes, the ledger's facts
+
+A search's trials are asked for as places free (:class:`Asked`, the engine's feed):
+each asked point becomes a spec of the plan and a row of the ledger's grid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
+
+from sweeper.errors import SweepError
+from sweeper.model.metrics import direction
+from sweeper.model.options import Options
+from sweeper.model.trial import Status, TrialResult, TrialSpec, trial_id, trial_names, trial_seed, with_id
+from sweeper.results.constraints import parse as parse_constraints
+from sweeper.store.folder import SweepFolder, default_uid
+from sweeper.store.ledger import Ledger
+from sweeper.store.paths import SweepPaths
+
+if TYPE_CHECKING:
+    from sweeper.run.search import Search
+
+
+def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int,
+         fixed: Collection[str] | None = None) -> list[TrialSpec]:
+    """A spec per distinct point, in grid order (a point listed twice runs once), named by
+    what varies among them (``fixed``: the keys names leave out; by default those all the
+    points share, :func:`sweeper.model.trial.fixed_keys`)."""
+    distinct: dict[str, Mapping[str, Any]] = {}
+    for p in points:
+        distinct.setdefault(trial_id(p), p)
+    names = trial_names(list(distinct.values()), fixed)
+    return [TrialSpec(trial_id=tid, name=name, index=i, params=dict(p), seed=trial_seed(seed, tid),
+                      dir=SweepPaths(folder).trial(name))
+            for i, ((tid, p), name) in enumerate(zip(distinct.items(), names))]
+
+
+def keep_names(specs: Sequence[TrialSpec], recorded: Mapping[str, str]) -> list[TrialSpec]:
+    """A trial on record keeps the folder it was recorded under (a name from an older
+    release stays where its log and checkpoints are), and no other point may take a name
+    on record: that one gets its trial id appended. So no folder ever holds two points."""
+    taken = set(recorded.values())
+    counts = Counter(recorded.values())
+    out = []
+    for spec in specs:
+        name = recorded.get(spec.trial_id)
+        if name is None or counts[name] > 1:  # not on record, or shared by an older release
+            name = spec.name
+            if name in taken and not name.endswith(spec.trial_id):
+                name = with_id(name, spec.params)
+            taken.add(name)
+        out.append(replace(spec, name=name, dir=os.path.join(os.path.dirname(spec.dir), name)))
+    return out
+
+
+def fingerprint(path: str | None) -> str | None:
+    from sweeper.system.environment import digest
+
+    return digest(path) if path else None
+
+
+def keeps(old: TrialResult | None, skip_failed: bool) -> bool:
+    """Whether a resume keeps a trial's row instead of running it again."""
+    return old is not None and (
+        old.status.succeeded or (skip_failed and old.status is not Status.INTERRUPTED))
+
+
+def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: int, what: str,
+                     folder: str, source: str | None = None) -> None:
+    """One sweep per folder, and a row reused only where the same thing would run: the same
+    parameters (the trial id), the same sweep seed, the same function or command
+    (``what``) from the same file (``source``: the grid file, or the file defining
+    ``train``). A folder whose rows came from anything else is refused, never mixed.
+
+    A file that moved but did not change (the same fingerprint) is the same file. Ledgers
+    from before this record have no definition: their seed is checked through the rows'
+    own seeds, and what they ran is taken to be what runs now.
+    """
+    recorded = json.loads(ledger.get("definition") or "{}")
+    source = os.path.abspath(source) if source else ""
+    if previous:
+        old_seed = recorded.get("seed")
+        if old_seed is None:
+            mismatch = [r for r in previous.values() if r.seed != trial_seed(seed, r.trial_id)]
+            old_seed = "another" if mismatch else seed
+        old_what = recorded.get("what") or what
+        old_source = recorded.get("source") or source
+        moved_only = fingerprint(source) == ledger.get("grid_fingerprint")
+        changes = []
+        if old_what != what and what:
+            changes.append(f"were made by {old_what}, not {what}")
+        elif old_source != source and source and not moved_only:
+            changes.append(f"were made from {old_source}, not {source}")
+        if old_seed != seed:
+            changes.append(f"were made with seed {old_seed}, not {seed}")
+        if changes:
+            raise SweepError(
+                f"the {len(previous)} trials on record in {folder} {' and '.join(changes)}, so none "
+                "of them can stand for this run; give this run another --name (name=...), or start "
+                "over with --fresh (fresh=True), which keeps the old ledger beside the new one"
+            )
+    ledger.put("definition", json.dumps({"seed": seed, "what": what or recorded.get("what", ""),
+                                         "source": source or recorded.get("source", "")}))
+
+
+@dataclass
+class Plan:
+    """What this run of a sweep does, decided from its trials and the folder's ledger."""
+
+    specs: list[TrialSpec]  #: the sweep's trials (a search's grow as they are asked)
+    todo: list[TrialSpec]  #: to run, in order (a search asks for more through ``feed``)
+    kept: dict[str, TrialResult]  #: rows on record a resume keeps, by trial id
+    wanted: set[str]  #: the ids of this sweep's trials (results.csv shows only these)
+    total: int  #: trials in the sweep (a search: its budget)
+    uid: str  #: the sweep's id (trackers find their runs by it)
+    mode: str  #: min or max for the metric ranked by, or ""
+    facts: list[tuple[str, str]]  #: what the ledger records of this run
+    notes: list[str]  #: said after the sweep, with its summary
+    search: Search | None = None
+    feed: Asked | None = None
+    #: said before any trial runs: how many trials on record a resume keeps, how many run
+    resumed: str = ""
+
+    @property
+    def to_run(self) -> int:
+        """Trials this run will start, a search's still to ask for included."""
+        return len(self.todo) + (self.feed.remaining if self.feed is not None else 0)
+
+    @classmethod
+    def resume(cls, ledger: Ledger, options: Options, specs: list[TrialSpec], space: Any, folder: SweepFolder,
+               source_file: str | None, what: str) -> Plan:
+        """The plan against the ledger: the definition checked, a search rebuilt from its
+        rows, each trial's name kept, rows kept or run again; the ledger's grid set."""
+        notes: list[str] = []
+        ledger.clear_running()
+        previous = ledger.results()
+        check_definition(ledger, previous, options.seed, what, folder.path, source_file)
+        search = None
+        if space is not None:  # a search: the trials on record are its own, the rest it asks for
+            search, specs = _search(space, options, folder.path, ledger, previous)
+        # names on record: the last run's grid's (a trial it started may have left a folder), each row's
+        recorded = {**ledger.grid_names(), **{tid: r.name for tid, r in previous.items()}}
+        specs = keep_names(specs, recorded)
+        ledger.set_grid((s.trial_id, s.index, s.name) for s in specs)
+        print_ = fingerprint(source_file)
+        old_print = ledger.get("grid_fingerprint")
+        if print_ and old_print and print_ != old_print and previous:
+            notes.append(f"the grid file changed since the last run ({len(previous)} trials on record)")
+        total = search.total if search is not None else len(specs)
+        uid = ledger.get("uid") or (default_uid(folder.path) if previous else uuid.uuid4().hex)
+        facts = [("grid_fingerprint", print_ or ""), ("total", str(total)), ("uid", uid),
+                 ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))]
+        if search is not None:
+            facts.append(("search", f"{search.sampler_name}, prune {search.pruner_name}"))
+        # the parameters searched on a log scale (loguniform): the report draws them on a log axis
+        logs = sorted(k for k, d in search.dists.items() if getattr(d, "log", False)) if search is not None else []
+        facts.append(("log_scale", json.dumps(logs)))
+        mode = options.ranked_mode or (direction(options.ranked_by) if options.ranked_by else None) or ""
+
+        wanted = {s.trial_id for s in specs}
+        kept: dict[str, TrialResult] = {}
+        todo: list[TrialSpec] = []
+        feed = None
+        if search is not None:
+            feed = Asked(search, specs, wanted, ledger, recorded)
+            specs = feed.specs
+        judge = parse_constraints(options.constraints)
+        for spec in specs:
+            old = previous.get(spec.trial_id)
+            if old is not None and keeps(old, options.skip_failed):
+                # today's grid order, and today's constraints (they may have changed)
+                kept[spec.trial_id] = replace(old, index=spec.index, name=spec.name,
+                                              feasible=judge.feasible(old) if judge is not None else None)
+            elif old is not None:  # run again: its attempts go on counting (its log says which)
+                todo.append(replace(spec, attempt=old.attempts + 1, first_attempt=old.attempts + 1))
+            else:
+                todo.append(spec)
+        changed = [(tid, r.feasible) for tid, r in kept.items() if r.feasible != previous[tid].feasible]
+        if changed:  # what status, report and load() read says the same
+            ledger.set_feasible(changed)
+        made = cls(specs, todo, kept, wanted, total, uid, mode, facts, notes, search, feed)
+        if kept:
+            made.resumed = f"resumed: {len(kept)} trials already on record were kept; {made.to_run} to run"
+        others = len(set(previous) - wanted)
+        if others:
+            this = "search's space" if search is not None else "grid"
+            notes.append(f"{others} trials on record here are not in this {this}, and count for nothing in this "
+                         f"run; results.csv shows this {this}'s (load(folder, every=True) shows all)")
+        return made
+
+
+def _search(space: Any, options: Options, folder: str, ledger: Ledger,
+            previous: Mapping[str, TrialResult]) -> tuple[Search, list[TrialSpec]]:
+    """The study, rebuilt from the ledger, and the specs of the trials on record (kept, or
+    interrupted and to run again first)."""
+    from sweeper.run.search import Search
+
+    fixed: set[str] = set()  #: the space's keys with one value, which names leave out
+
+    def make_spec(params: Mapping[str, Any], index: int) -> TrialSpec:
+        return replace(plan([params], folder, options.seed, fixed)[0], index=index)
+
+    search = Search(space, search=options.search, prune=options.prune, trials=options.trials or 0,
+                    constraints=parse_constraints(options.constraints),
+                    seed=options.seed, metric=options.ranked_by or "", mode=options.ranked_mode or "min",
+                    objectives=options.objectives, make_spec=make_spec)
+    fixed.update(search.fixed, (k for k, d in search.dists.items() if d.single()))
+    history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for tid, epoch, metrics in ledger.history():
+        history.setdefault(tid, []).append((epoch, metrics))
+    kept, again = search.resume(previous, history, lambda r: keeps(r, options.skip_failed))
+    specs = [replace(make_spec(r.params, r.index), name=r.name) for r in [*kept.values(), *again]]
+    return search, specs
+
+
+class Asked:
+    """The engine's feed for a search: each point asked becomes a spec of this sweep."""
+
+    def __init__(self, search: Any, specs: list[TrialSpec], wanted: set[str], ledger: Ledger,
+                 recorded: Mapping[str, str]) -> None:
+        self.search, self.specs, self.wanted, self.ledger = search, specs, wanted, ledger
+        self.recorded = dict(recorded)  #: names on record, by trial id: none is taken again
+
+    @property
+    def remaining(self) -> int:
+        return int(self.search.remaining)
+
+    def next(self) -> TrialSpec | None:
+        spec: TrialSpec | None = self.search.next()
+        if spec is not None:
+            spec = keep_names([spec], {**self.recorded, **{s.trial_id: s.name for s in self.specs}})[0]
+            self.specs.append(spec)
+            self.wanted.add(spec.trial_id)
+            self.ledger.set_grid((s.trial_id, s.index, s.name) for s in self.specs)
+        return spec

@@ -1,0 +1,402 @@
+"""One sweep from start to end: its folder, its plan, its outputs, the engine between them.
+
+Shared by :func:`sweeper.sweep` and the command line, so both behave the same.
+
+::
+
+    run(target, grid, options)
+      └─ Sweep ── folder: SweepFolder   made, locked, set aside (--fresh)        sweeper.store.folder
+               ── plan:   Plan          specs, names, definition check, resume   sweeper.run.planning
+               ── outputs: Callbacks    TableFiles, Ranking, SearchTold,         sweeper.run.outputs
+                                        the live view, Trackers                  sweeper.run.progress
+               ── Engine(backend, ledger, outputs) runs plan.todo (and a search's feed)
+               └─ Outcome: the rows (grid order), notes, what ran, where to look
+
+A result reaches ``results.csv`` through one path: the engine records it in the ledger,
+then tells the outputs (:meth:`sweeper.run.lifecycle.Callback.recorded`);
+:class:`sweeper.run.outputs.TableFiles` makes it a row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from sweeper.errors import SweepError
+from sweeper.model import contract
+from sweeper.model.grid import check_not_empty, expand
+from sweeper.model.metrics import default_metric, direction
+from sweeper.model.options import Options, megabytes
+from sweeper.model.target import Target, record
+from sweeper.model.trial import Status, TrialResult, TrialSpec
+from sweeper.results import constraints
+from sweeper.results.objectives import Objectives
+from sweeper.run.engine import Backend, Engine, Interrupted
+from sweeper.run.lifecycle import Callback, Callbacks
+from sweeper.run.outputs import Ranking, SearchTold, TableFiles, Trackers
+from sweeper.run.packing import Breaker, HostRoom, Needs, Packer
+from sweeper.run.planning import Plan, keeps, plan
+from sweeper.run.slots import Placement, Slot, parse_gpus, place
+from sweeper.store import table
+from sweeper.store.folder import SweepFolder, refuse_busy
+from sweeper.store.ledger import Ledger
+from sweeper.store.paths import SweepPaths
+from sweeper.system import environment, procs
+from sweeper.tracking import chosen
+
+if TYPE_CHECKING:
+    from sweeper.backends.local.server import ForkServer
+
+log = logging.getLogger("sweeper")
+
+
+@dataclass
+class Outcome:
+    """What a sweep left behind: its results (grid order), where they are, and notes."""
+
+    folder: str
+    results: list[TrialResult]
+    specs: list[TrialSpec]
+    placement: Placement
+    notes: list[str] = field(default_factory=list)
+    ran: int = 0
+    elapsed_s: float = 0.0
+    interrupted: int | None = None  #: the signal that stopped the sweep, if one did
+    kept: set[str] = field(default_factory=set)  #: a dry run: ids a resume would keep
+    shown: list[str] = field(default_factory=list)  #: where else the sweep can be seen (trackers)
+    #: What the folder records as its ranking (metric, mode), as load() reads it.
+    ranking: tuple[str | None, str | None] = (None, None)
+    #: Several objectives, whose Pareto front the table marks (None: one, or none).
+    objectives: Objectives | None = None
+    #: The table files that could not be written at the end, with why: the sweep failed.
+    unwritten: list[tuple[str, str]] = field(default_factory=list)
+
+    def first_slots(self) -> list[str]:
+        """A dry run: where each trial would start (``kept``, a slot's device, or ``queued``)."""
+        out, free = [], iter(self.slots)
+        for spec in self.specs:
+            if spec.trial_id in self.kept:
+                out.append("kept")
+            else:
+                slot = next(free, None)
+                out.append(slot.device if slot else "queued")
+        return out
+
+    @property
+    def slots(self) -> list[Slot]:
+        return self.placement.slots
+
+    @property
+    def csv_path(self) -> str:
+        return SweepPaths(self.folder).results
+
+    def counts(self) -> Counter[str]:
+        return Counter(r.status.value for r in self.results)
+
+
+def run(
+    target: Target,
+    grid: Any,
+    options: Options,
+    *,
+    default_name: str,
+    source_file: str | None = None,
+    listener: Callback | None = None,
+    what: str = "",
+    tag: str | None = None,
+    early: "ForkServer | None" = None,
+) -> Outcome:
+    """Plan, resume and run a sweep. Raises SweepError for bad input, before any trial, or
+    for a named metric the first ok trial did not return (the sweep stops there, rows kept).
+
+    ``listener``: the console's view of it. ``tag``: the sweep's (:mod:`sweeper.system.procs`),
+    where the CLI's grid reader carried it already (and guards it, :func:`sweeper.system.procs.guarded`).
+    ``early``: a fork server the CLI started before it read the grid file (the caller stops it)."""
+    sweep = Sweep(target, grid, options, default_name, source_file, what)
+    sweep.early = early
+    if tag is not None or options.dry_run:
+        return sweep.run(listener, tag)
+    tag = procs.new_tag()
+    with procs.guarded(tag):
+        return sweep.run(listener, tag)
+
+
+def _summary_imported() -> threading.Thread:
+    """pandas, which the closing summary and ``sweep()``'s table need, imported in a thread
+    of its own while the first trials start, instead of after the last one ended (a quarter
+    of a second on the sweep's end otherwise). Joined before the sweep returns: no import is
+    under way when the interpreter ends."""
+
+    def imported() -> None:
+        with contextlib.suppress(Exception):
+            import pandas  # noqa: F401
+
+    warming = threading.Thread(target=imported, name="sweeper-import-pandas", daemon=True)
+    warming.start()
+    return warming
+
+
+def _end_leftovers(earlier: str | None) -> None:
+    """What an earlier run of this sweep left running, found by its tag, is ended: that
+    run was killed before it, and its guardian, could end them."""
+    if earlier is None:
+        return
+    left = procs.end_tagged(earlier)
+    if left:
+        shown = ", ".join(map(str, left[:8])) + (", ..." if len(left) > 8 else "")
+        log.warning("sweeper: ended %d process%s an earlier run of this sweep left running (it was killed "
+                    "before it could end them): pid %s", len(left), "es" if len(left) > 1 else "", shown)
+
+
+class Sweep:
+    """One sweep: its folder, its trials, where they run; :meth:`run` plans, resumes and runs it.
+
+    Made from the user's input, checked (a bad grid, a bad option: one line, before any
+    trial or file)."""
+
+    def __init__(self, target: Target, grid: Any, options: Options, default_name: str,
+                 source_file: str | None = None, what: str = "") -> None:
+        self.began = time.monotonic()
+        #: a fork server the CLI started before it read the grid file, for the local backend
+        self.early: ForkServer | None = None
+        options.check_ranking()
+        chosen.check(options)
+        self.folder = SweepFolder(options.out, options.name or default_name)
+        self.space: Any = None
+        if options.search is not None:  # grid is the space; trials are asked for as places free
+            from sweeper.run.search import check
+
+            mode = check(grid, options.search, options.prune, options.trials, options.metric, options.mode)
+            options = replace(options, mode=mode)
+            self.space, self.specs = grid, []
+        else:
+            check_not_empty(grid)
+            self.specs = plan(expand(grid), self.folder.path, options.seed)
+        self.target, self.options, self.source_file, self.what = target, options, source_file, what
+        if options.backend == "ray":  # Ray places trials on its own nodes' GPUs
+            self.placement = Placement([], [], options.memory_policy())
+        else:
+            self.placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
+        gpus = list(dict.fromkeys(s.gpu for s in self.placement.slots if s.gpu is not None))
+        #: closes a card where trials crash, under any per_gpu (none on the CPU or under Ray)
+        self.breaker = Breaker(gpus) if gpus else None
+        self.packer = self._packer()
+        self.host_room = self._host_room()
+
+    def _host_room(self) -> HostRoom | None:
+        """workers="auto" or a host_memory budget: trials start by the host memory they need."""
+        options = self.options
+        if options.workers != "auto" and options.host_memory is None:
+            return None
+        budget = megabytes(options.host_memory, "host_memory") if options.host_memory is not None else None
+        return HostRoom(Needs(options.memory_keys, host=True), budget, watch_cores=options.workers == "auto")
+
+    def _packer(self) -> Packer | None:
+        """per_gpu="auto" on GPUs: the packer (on the CPU the option changes nothing)."""
+        options, placement = self.options, self.placement
+        if placement.policy is None or not placement.policy.auto:
+            return None
+        if not placement.gpus:
+            from sweeper.system import gpus
+
+            raise SweepError(f"per_gpu='auto' packs trials by the free memory NVML reports, and NVML cannot "
+                             f"tell ({gpus.unavailable or 'it lists none of these GPUs'}); give --per-gpu N")
+        keys = options.memory_keys
+        if keys is not None and self.specs:
+            named = {k for s in self.specs for k in s.params}
+            unknown = [k for k in keys if k not in named]
+            if unknown:
+                raise SweepError(f"memory_keys names {', '.join(map(repr, unknown))}, which no point of the grid "
+                                 f"has; choose among {', '.join(sorted(named)) or 'none'}")
+        return Packer(Needs(keys, options.gpu_memory), [str(g.index) for g in placement.gpus], self.breaker)
+
+    def run(self, listener: Callback | None = None, tag: str | None = None) -> Outcome:
+        if self.options.dry_run:
+            return self.dry_run()
+        self.folder.prepare()
+        tag = tag or procs.new_tag()
+        with self.folder.locked(tag) as earlier:
+            _end_leftovers(earlier)
+            if self.options.fresh:
+                self.folder.set_aside()
+            ledger = Ledger(self.folder.path)
+            try:
+                return self._run(ledger, listener, tag)
+            finally:
+                ledger.close()
+
+    def dry_run(self) -> Outcome:
+        """What would run: the trials a resume keeps are marked, not placed. A folder another
+        sweep holds is refused, as the sweep would be."""
+        refuse_busy(self.folder.path, dry_run=True)
+        previous: dict[str, TrialResult] = {}
+        if self.folder.paths.exists():
+            ledger = Ledger(self.folder.path, readonly=True)
+            try:
+                previous = ledger.results()
+            finally:
+                ledger.close()
+        kept = {s.trial_id for s in self.specs if keeps(previous.get(s.trial_id), self.options.skip_failed)}
+        notes = [p.describe() for p in (self.packer, self.host_room) if p is not None]
+        if self.space is not None:  # its points are asked for as it runs: none to list
+            from sweeper.run.search import describe
+
+            notes.append(describe(self.space, self.options, len(previous)))
+        return Outcome(self.folder.path, [], self.specs, self.placement, notes, kept=kept)
+
+    def _run(self, ledger: Ledger, listener: Callback | None, tag: str | None) -> Outcome:
+        options, folder = self.options, self.folder.path
+        plan_ = Plan.resume(ledger, options, self.specs, self.space, self.folder, self.source_file, self.what)
+        if plan_.resumed:  # first, before any trial's line
+            log.info("sweeper: %s", plan_.resumed)
+        # what status, report and load() rank by unless told otherwise: this run's choice
+        ranking = Ranking(ledger, options.ranked_by, plan_.mode, plan_.search, options.objectives)
+        run, facts = self._environment(ledger, plan_)
+        ledger.put_many(plan_.facts + ranking.facts() + facts)
+        tables = TableFiles(ledger, plan_, self.folder.paths)
+        ranking.seen(tables.results.values())  # the rows kept may have the metric already
+        outputs = Callbacks([tables, ranking])
+        for packer in (self.packer, self.host_room):  # each learns what trials need from each row
+            if packer is not None:
+                packer.seen(tables.results.values())
+                outputs.each.append(packer)
+        if self.breaker is not None:
+            outputs.each.append(self.breaker)
+        if plan_.search is not None:
+            outputs.each.append(SearchTold(plan_.search))
+        if listener is not None:
+            outputs.each.append(listener)
+        outputs.begin(plan_.to_run, plan_.total)
+        engine = Engine(self._backend(tag), ledger, outputs=outputs,
+                        trial_env=contract.determinism_env() if options.deterministic else None, run_id=run,
+                        prune=plan_.search.prune if plan_.search else None,
+                        verdicts=plan_.search is not None and plan_.search.prunes,
+                        timeout=options.timeout, retries=options.retries, stall=options.stall,
+                        constraints=constraints.parse(options.constraints), max_failures=options.failure_limit)
+        ranking.stop = engine.halt  # a named metric the first ok result lacks stops the sweep
+        trackers = Trackers.of(options, folder, plan_, self.space)
+        outputs.each.append(trackers)
+        interrupted = None
+        state = "failed"  # unless the engine returns or is interrupted
+        warming = _summary_imported() if plan_.to_run else None
+        try:
+            engine.run(plan_.todo, plan_.feed)
+            state = "failed" if engine.streak is not None and engine.streak.stop else "finished"  # --fail-fast
+        except Interrupted as exc:
+            interrupted, state = exc.signum, "interrupted"
+        finally:
+            final = tables.rows
+            outputs.end(state)
+            if warming is not None:
+                warming.join()
+        if ranking.fault is not None:
+            raise ranking.fault
+        return Outcome(folder, final, plan_.specs, self.placement, plan_.notes, len(engine.started),
+                       time.monotonic() - self.began, interrupted, ranking=ledger.ranking(), shown=trackers.hints,
+                       objectives=ledger.objectives(), unwritten=tables.unwritten())
+
+    def _environment(self, ledger: Ledger, plan_: Plan) -> tuple[str, list[tuple[str, str]]]:
+        """What this run records of what it runs on, and how to run a trial of it again
+        (:mod:`sweeper.system.environment`, :mod:`sweeper.results.replay`), under an id each row it makes
+        carries (``env["run"]``): a later run with other code or options leaves an earlier
+        row's record as it was. A resume whose packages, commit or scripts changed says so."""
+        options = self.options
+        env = environment.of_sweep(self.source_file, options.start_method, options.deterministic, self.what)
+        before = ledger.get("environment")
+        if before and plan_.kept:
+            plan_.notes.extend(environment.changes(json.loads(before), env))
+        made = json.dumps({"environment": env, "target": json.loads(record(self.target, options))}, sort_keys=True)
+        run = hashlib.sha256(made.encode()).hexdigest()[:12]
+        return run, [("environment", json.dumps(env, sort_keys=True)), ("target", record(self.target, options)),
+                     (f"run:{run}", made), ("run", run)]
+
+    def _backend(self, tag: str | None) -> Backend:
+        options = self.options
+        if options.backend == "ray":
+            from sweeper.backends.ray import RayBackend
+
+            return RayBackend(self.target, options.memory_policy(), address=options.address,
+                              gpus=parse_gpus(options.gpus) != "none", cpus_per_trial=options.cpus_per_trial,
+                              workers=options.worker_count)
+        from sweeper.backends.local import LocalBackend
+
+        return LocalBackend(self.target, self.placement.slots, workers=options.worker_count, prefetch=options.prefetch,
+                            start_method=options.start_method, tag=tag, early=self.early,
+                            timeout=min((t for t in (options.timeout, options.stall) if t), default=None),
+                            packer=self.packer, host=self.host_room, breaker=self.breaker)
+
+
+# -- what the console shows ----------------------------------------------------------------
+
+
+def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]:
+    """The closing lines: counts, the top 5 with their parameters, failures, where the CSV is."""
+    from sweeper.results import report as analysis
+
+    counts = outcome.counts()
+    parts = ", ".join(f"{counts[s.value]} {s.value}" for s in Status if counts[s.value])
+    lines = [f"sweeper: {len(outcome.results)} of {len(outcome.specs)} trials on record: {parts or 'none'}"
+             f" ({outcome.ran} run this time, {outcome.elapsed_s:.1f}s)"]
+    lines += [f"sweeper: note: {n}" for n in outcome.notes]
+    if outcome.results:
+        frame = table.dataframe(outcome.results, outcome.objectives)
+        picked = metric is None
+        try:
+            metric, mode = analysis.choose(frame, metric, mode)
+        except SweepError as exc:  # a metric no trial has (yet): nothing to rank by
+            if analysis.metric_columns(frame):
+                lines.append(f"sweeper: {exc}")
+            metric = None
+        if picked and metric is not None:
+            lines += picked_lines(analysis.metric_columns(frame), mode)
+        if metric is not None and mode is not None:
+            lines += ["sweeper: " + line if i == 0 else line
+                      for i, line in enumerate(analysis.leaderboard_lines(frame, metric, mode))]
+            infeasible = int((frame["feasible"] == False).sum()) if "feasible" in frame else 0  # noqa: E712
+            if infeasible:
+                lines.append(f"sweeper: {infeasible} ok trial{'s' if infeasible > 1 else ''} did not meet the "
+                             "constraints (feasible=False): not ranked")
+            missing = int(frame.loc[frame.status == "ok", metric].isna().sum())
+            if missing:
+                lines.append(f"sweeper: {missing} ok trial{'s' if missing > 1 else ''} had a NaN {metric}, "
+                             "ranked last")
+        if outcome.objectives is not None:
+            lines += ["sweeper: " + line if i == 0 else line for i, line in enumerate(outcome.objectives.lines(frame))]
+        failed = [r for r in outcome.results if not r.status.succeeded]
+        if failed:
+            lines.append(f"sweeper: {len(failed)} not ok:")
+            for r in failed:
+                first = r.error.splitlines()[0] if r.error else ""
+                lines.append(f"  {r.status.value:<11} {r.name}: {first}")
+                if os.path.exists(r.log):  # never a path to nothing
+                    lines.append(f"  {'':<11} log: {r.log}")
+    if outcome.csv_path not in {path for path, _ in outcome.unwritten}:
+        lines.append(f"sweeper: results: {outcome.csv_path}")
+    lines += [f"sweeper: {hint}" for hint in outcome.shown]
+    return lines + unwritten_lines(outcome)
+
+
+def picked_lines(metrics: list[str], mode: str | None) -> list[str]:
+    """With no metric named and several to choose from: which one ranks, which way, why and
+    how to choose another (:func:`sweeper.model.metrics.default_metric`). One whose direction its
+    name does not tell is said by :func:`sweeper.results.report.choose` already."""
+    picked = default_metric(metrics)
+    if picked is None or len(metrics) < 2 or direction(picked[0]) is None:
+        return []
+    return [f"sweeper: ranking by {picked[0]} ({mode}), {picked[1]}; give --metric/--mode (metric=, mode=) "
+            "to choose another"]
+
+
+def unwritten_lines(outcome: Outcome) -> list[str]:
+    """The last words when a table file could not be written: the sweep failed, its rows did not."""
+    return [f"sweeper: FAILED: could not write {path} ({why}); every row is in the ledger: "
+            f"python -m sweeper status {outcome.folder} or sweeper.load({outcome.folder!r}) shows them, and "
+            "running the sweep again once the file can be written rewrites it" for path, why in outcome.unwritten]

@@ -1,0 +1,494 @@
+"""Adaptive search: Optuna's samplers and pruners over sweeper's fresh process per trial.
+
+The parent holds an Optuna study (in memory, through its ask-and-tell interface). When a
+place frees, :meth:`Search.next` asks the sampler for a point and makes it a trial like
+any other (its id from its parameters, its seed from the sweep's seed and the id). Each
+per-epoch report is the Optuna trial's intermediate value; when the pruner says so,
+:meth:`Search.prune` gives the engine a reason, and the engine stops the trial's process
+(SIGTERM, then SIGKILL after the grace), which frees its GPU at once. Each final result is
+told to the study. The ledger stays the source of truth: on a re-run the study is rebuilt
+from it (:meth:`Search.resume`), finished and pruned trials with their intermediate values.
+
+Optuna is imported here only, and only for a search (``pip install "sweeper[search]"``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from sweeper.errors import SweepError
+from sweeper.model.metrics import direction
+from sweeper.model.trial import TrialResult, TrialSpec
+from sweeper.results.objectives import Objectives
+from sweeper.results.objectives import given as objectives_given
+
+SAMPLERS = ("auto", "tpe", "nsga2", "random", "cmaes", "qmc", "gp")
+#: Samplers that cannot take several objectives.
+SINGLE_OBJECTIVE = ("cmaes",)
+PRUNERS = ("median", "percentile", "asha", "hyperband", "patient", "wilcoxon")
+#: Each pruner's name -> Optuna's class, and other spellings of its keywords (Ray Tune's).
+_PRUNER_CLASSES = {"median": ("MedianPruner", {}), "percentile": ("PercentilePruner", {}),
+                   "asha": ("SuccessiveHalvingPruner", {"grace_period": "min_resource"}),
+                   "hyperband": ("HyperbandPruner", {"grace_period": "min_resource", "max_t": "max_resource"}),
+                   "patient": ("PatientPruner", {}), "wilcoxon": ("WilcoxonPruner", {})}
+#: Asks in a row that may land on points already tried before the space counts as spent.
+DUPLICATE_ASKS = 50
+
+_NEED_OPTUNA = 'search needs Optuna: pip install "sweeper[search]" (or pip install optuna)'
+
+
+def _optuna() -> Any:
+    try:
+        import optuna
+    except ImportError:
+        raise SweepError(_NEED_OPTUNA) from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Optuna distributions for the searched parameters, and the fixed ones. Refuses what
+    cannot be mapped, naming the parameter, before anything runs."""
+    _optuna()  # installed, or one line saying how
+    from optuna.distributions import (
+        BaseDistribution,
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    from sweeper.model.grid import loguniform, normalise_value, randint, uniform
+
+    example = "e.g. space = {'lr': sweeper.loguniform(1e-4, 1e-1), 'units': [32, 64]}"
+    if isinstance(space, Mapping) and not space:
+        raise SweepError(f"a search's space is empty; give each parameter a distribution or a list, {example}")
+    if not isinstance(space, Mapping):
+        what = ("a grid (a search reads space = {...}, not grid or samples)"
+                if type(space).__name__ == "Points" else f"a {type(space).__name__}")
+        raise SweepError(f"a search needs space = {{name: distribution or list}}, got {what}; {example}")
+    dists: dict[str, Any] = {}
+    fixed: dict[str, Any] = {}
+    for name, value in space.items():
+        if not isinstance(name, str) or not name:
+            raise SweepError(f"space has the key {name!r}; parameter names are non-empty strings")
+        if isinstance(value, uniform):
+            dists[name] = FloatDistribution(value.low, value.high)
+        elif isinstance(value, loguniform):
+            dists[name] = FloatDistribution(value.low, value.high, log=True)
+        elif isinstance(value, randint):
+            dists[name] = IntDistribution(value.low, value.high - 1)
+        elif isinstance(value, BaseDistribution):
+            dists[name] = value
+        elif isinstance(value, (list, tuple)):
+            choices = [normalise_value(v, name) for v in value]
+            bad = [c for c in choices if not (c is None or isinstance(c, (bool, int, float, str)))]
+            if not choices:
+                raise SweepError(f"space[{name!r}] is an empty list; give at least one choice")
+            if bad:
+                raise SweepError(f"space[{name!r}] lists {bad[0]!r}; a search chooses among numbers, strings, "
+                                 "booleans and None: give those (e.g. [32, 64, 128])")
+            dists[name] = CategoricalDistribution(choices)
+        elif hasattr(value, "rvs"):
+            raise SweepError(
+                f"space[{name!r}] is {type(value).__name__}, a distribution a search cannot model; use "
+                "sweeper.uniform, sweeper.loguniform, sweeper.randint, a list of choices, or an Optuna "
+                "distribution")
+        else:
+            fixed[name] = normalise_value(value, name)
+    if not dists:
+        raise SweepError("space has nothing to search (every value is fixed); give a distribution or a list")
+    return dists, fixed
+
+
+#: Before Optuna 5 (no ``Trial.set_constraint``), the user attribute an Optuna trial carries
+#: its constraint values in (<= 0: met), for the sampler's ``constraints_func``.
+CONSTRAINTS_ATTR = "sweeper_constraints"
+
+
+def _constraint_values(trial: Any) -> Any:
+    """Optuna 4's ``constraints_func``: the values the sweep told with the trial (none: not met)."""
+    return list(trial.user_attrs.get(CONSTRAINTS_ATTR, {"c0": 1.0}).values())
+
+
+def trial_constraints(optuna: Any) -> bool:
+    """Whether this Optuna takes constraints on the trial itself (5.0 on; ``constraints_func``
+    before, deprecated since)."""
+    return hasattr(optuna.trial.Trial, "set_constraint")
+
+
+def population(trials: int) -> int:
+    """NSGA-II's generation size for a search of ``trials``: Optuna's 50 where the budget
+    allows four generations, else a quarter of it (at least 4), so that a small search
+    evolves instead of sampling at random throughout."""
+    return max(4, min(50, trials // 4))
+
+
+def sampler(search: Any, seed: int, constrained: bool = False, several: bool = False, trials: int = 0) -> Any:
+    """An Optuna sampler from its name (seeded with the sweep's seed), or the instance given;
+    ``constrained``: the samplers that take constraints (TPE, NSGA-II, GP) are given them;
+    ``several``: the study has several objectives ("auto" is then NSGA-II, else TPE)."""
+    optuna = _optuna()
+    if isinstance(search, optuna.samplers.BaseSampler):
+        return search
+    given = {"constraints_func": _constraint_values} if constrained and not trial_constraints(optuna) else {}
+    if several and search in SINGLE_OBJECTIVE:
+        raise SweepError(f"search={search!r} optimises one objective; with several metrics give nsga2 (NSGA-II), "
+                         "tpe, random, qmc or gp")
+    if search == "auto":  # Optuna's own defaults: TPE for one objective, NSGA-II for several
+        search = "nsga2" if several else "tpe"
+    if search == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=population(trials), **given)
+    if search == "tpe":  # the constant liar: points asked while others run stay apart
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=True, **given)
+    if search == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if search == "qmc":
+        return optuna.samplers.QMCSampler(seed=seed)
+    if search == "cmaes":
+        try:
+            import cmaes  # noqa: F401
+        except ImportError:
+            raise SweepError('search="cmaes" needs the cmaes package: pip install cmaes') from None
+        return optuna.samplers.CmaEsSampler(seed=seed)
+    if search == "gp":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise SweepError('search="gp" needs PyTorch (Optuna\'s GPSampler uses it): pip install torch') from None
+        return optuna.samplers.GPSampler(seed=seed, **given)
+    raise SweepError(f"search is {search!r}; give one of {', '.join(SAMPLERS)} or an Optuna sampler")
+
+
+def pruner(prune: Any) -> Any:
+    """An Optuna pruner from its name, or its call with keywords (``"asha(min_resource=2,
+    reduction_factor=3)"``, ``"patient(asha(min_resource=2), patience=2)"``), or the
+    instance given; None prunes nothing."""
+    optuna = _optuna()
+    if prune is None or prune == "none":
+        return optuna.pruners.NopPruner()
+    if isinstance(prune, optuna.pruners.BasePruner):
+        return prune
+    if not isinstance(prune, str):
+        raise SweepError(f"prune is {prune!r}; give one of {', '.join(PRUNERS)}, None, or an Optuna pruner")
+    import ast
+
+    try:
+        node = ast.parse(prune.strip(), mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):  # not Python, or nested past the parser's depth
+        node = None
+    built = _pruner_of(node, prune)
+    _try_pruner(_pruner_of(node, prune), prune)  # a twin: a pruner keeps what it saw of its study
+    return built
+
+
+#: Pruner keywords that are counts (of steps, trials, brackets).
+_WHOLE = {"min_resource", "max_resource", "reduction_factor", "min_early_stopping_rate", "bootstrap_count",
+          "patience", "n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials", "n_startup_steps"}
+
+
+def _try_pruner(twin: Any, text: str) -> None:
+    """Run a twin of the pruner on a throwaway study (four trials of 20 steps): Optuna
+    checks some values only when it prunes, which in a sweep would be mid-run."""
+    import warnings
+
+    optuna = _optuna()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            study = optuna.create_study(pruner=twin, sampler=optuna.samplers.RandomSampler(seed=0))
+            for i in range(4):
+                trial = study.ask()
+                for step in range(1, 21):
+                    trial.report(float(step * (i + 1)), step)
+                    trial.should_prune()
+                study.tell(trial, float(i))
+    except Exception as exc:  # noqa: BLE001 - whatever Optuna raises: one line, before anything runs
+        raise SweepError(f"prune {text!r}: Optuna's pruner fails with it ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}); check the keywords' values") from None
+
+
+def _pruner_of(node: Any, text: str) -> Any:
+    """The pruner a parsed ``name`` or ``name(keyword=value, ...)`` names (see :func:`pruner`)."""
+    import ast
+    import inspect
+    import warnings
+
+    optuna = _optuna()
+    example = "e.g. asha, 'asha(min_resource=2, reduction_factor=3)' or 'patient(median, patience=2)'"
+    given: dict[str, Any] = {}
+    inner: list[Any] = []
+    if isinstance(node, ast.Name):
+        name = node.id
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        name, inner = node.func.id, list(node.args)
+        for kw in node.keywords:
+            if kw.arg is None:
+                raise SweepError(f"prune {text!r}: name each value (keyword=value); {example}")
+            if kw.arg in given:  # Python refuses f(a=1, a=2) only when it compiles, not as it parses
+                raise SweepError(f"prune {text!r}: {kw.arg} is given twice; give it once")
+            try:
+                given[kw.arg] = ast.literal_eval(kw.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):  # TypeError: {[]: 1}
+                raise SweepError(f"prune {text!r}: {kw.arg}= must be a number, text, True or False; {example}") from None
+    else:
+        raise SweepError(f"prune is {text!r}: not a pruner's name or call; give one of {', '.join(PRUNERS)}; {example}")
+    if name not in _PRUNER_CLASSES:
+        raise SweepError(f"prune {text!r}: no pruner {name!r}; give one of {', '.join(PRUNERS)}; {example}")
+    cls_name, aliases = _PRUNER_CLASSES[name]
+    cls = getattr(optuna.pruners, cls_name)
+    kwargs = {aliases.get(k, k): v for k, v in given.items()}
+    for key, value in kwargs.items():  # Optuna takes these as counts; a float fails only mid-sweep
+        if key in _WHOLE and not (value == "auto" and key in ("min_resource", "max_resource")) and (
+                isinstance(value, bool) or not isinstance(value, int)):
+            raise SweepError(f"prune {text!r}: {key} must be a whole number, got {value!r}")
+    if len(kwargs) < len(given):
+        twice = [k for k in given if aliases.get(k) in given]
+        raise SweepError(f"prune {text!r}: {twice[0]} and {aliases[twice[0]]} are the same keyword; give one")
+    takes = [k for k in inspect.signature(cls).parameters if k != "wrapped_pruner"]
+    unknown = [k for k in given if aliases.get(k, k) not in takes]
+    if unknown:
+        raise SweepError(f"prune {text!r}: {name} takes no {', '.join(unknown)}; it takes {', '.join(takes)} "
+                         f"(Optuna's {cls_name})")
+    if name == "patient":
+        if len(inner) > 1:
+            raise SweepError(f"prune {text!r}: patient wraps one pruner, e.g. 'patient(asha, patience=2)'")
+        if "patience" not in kwargs:
+            raise SweepError(f"prune {text!r}: patient needs patience=N, the epochs without improvement it "
+                             "waits for, e.g. 'patient(asha, patience=2)'")
+        kwargs["wrapped_pruner"] = _pruner_of(inner[0], text) if inner else None
+    elif inner:
+        raise SweepError(f"prune {text!r}: {name} takes keywords only (name=value); {example}")
+    try:
+        with warnings.catch_warnings():  # experimental in Optuna (Patient, Wilcoxon): said once, here not
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise SweepError(f"prune {text!r}: Optuna's {cls_name} refused it: {exc}") from None
+
+
+def check(space: Any, search: Any, prune: Any, trials: Any, metric: Any, mode: Any) -> Any:
+    """Everything a search needs, checked before anything runs; its direction (one per
+    objective, as a tuple, where ``metric`` names several)."""
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise SweepError(f"a search needs trials = N (a whole number >= 1), got {trials!r}; e.g. --trials 20")
+    if metric is None:
+        raise SweepError("a search needs the metric it optimises: give metric='val_loss' (--metric val_loss)")
+    several = Objectives.of(metric, mode)
+    if several is not None:
+        if not (prune is None or prune == "none"):
+            raise SweepError(f"prune={prune if isinstance(prune, str) else type(prune).__name__!r} cannot judge "
+                             f"{len(several.metrics)} objectives at once (Optuna's pruners stop a trial by one "
+                             "intermediate value): drop prune, or give one metric")
+        how: Any = several.modes
+    else:
+        name = (objectives_given(metric, None)[0] or (metric,))[0]  # one name: ["a,b"] is the metric a,b
+        how = mode or direction(name)
+        if how is None:
+            raise SweepError(f"the search's metric {name!r} does not say whether higher is better; "
+                             "give mode='max' or mode='min' (--mode)")
+    distributions(space)
+    sampler(search, 0, several=several is not None, trials=trials)
+    pruner(prune)
+    return how
+
+
+def describe(space: Any, options: Any, on_record: int) -> str:
+    """A search in one line, for a dry run."""
+    dists, fixed = distributions(space)
+    parts = [f"{k} {_shown(v)}" for k, v in dists.items()] + [f"{k}={v!r}" for k, v in fixed.items()]
+    several = options.objectives
+    how = options.search if isinstance(options.search, str) else type(options.search).__name__
+    if how == "auto":
+        how = f"auto ({'nsga2' if several else 'tpe'})"
+    if several is not None and how.startswith(("nsga2", "auto")):
+        how += f", population {population(options.trials)}"
+    pr = options.prune if options.prune is None or isinstance(options.prune, str) else type(options.prune).__name__
+    aim = several or f"{options.ranked_by} ({options.ranked_mode})"
+    return (f"search: {how} over {', '.join(parts)}; {options.trials} trials ({on_record} on record); "
+            f"prune: {pr}; {aim}")
+
+
+def _shown(dist: Any) -> str:
+    kind = type(dist).__name__
+    if kind == "FloatDistribution":
+        return f"{'log' if dist.log else ''}uniform [{dist.low:g}, {dist.high:g}]"
+    if kind == "IntDistribution":
+        return f"integer [{dist.low}, {dist.high}]"
+    if kind == "CategoricalDistribution":
+        return f"one of {list(dist.choices)}"
+    return kind
+
+
+class Search:
+    """The study, and the engine's :class:`~sweeper.run.engine.Feed` of trials it asks for."""
+
+    def __init__(self, space: Any, *, search: Any, prune: Any, trials: int, seed: int, metric: str,
+                 mode: str, make_spec: Any, constraints: Any = None, objectives: Objectives | None = None) -> None:
+        optuna = _optuna()
+        self.constraints = constraints  #: a Constraints, told with each trial (samplers that take them)
+        self.optuna = optuna
+        self.dists, self.fixed = distributions(space)
+        self.metric, self.mode = metric, mode
+        #: what the study optimises: the metric, or each of several objectives (then no pruning)
+        self.targets: tuple[str, ...] = objectives.metrics if objectives is not None else (metric,)
+        modes = objectives.modes if objectives is not None else (mode,)
+        self.make_spec = make_spec  #: params, index -> TrialSpec
+        self.total = trials
+        self.study = optuna.create_study(directions=["maximize" if m == "max" else "minimize" for m in modes],
+                                         sampler=sampler(search, seed, constraints is not None,
+                                                         objectives is not None, trials),
+                                         pruner=pruner(prune))
+        self.pruner_name = prune if isinstance(prune, str) or prune is None else type(prune).__name__
+        #: Whether its pruner can stop a trial (then each report waits for its verdict).
+        self.prunes = not isinstance(self.study.pruner, optuna.pruners.NopPruner)
+        # the sampler "auto" chose is what the folder records
+        self.sampler_name = search if isinstance(search, str) and search != "auto" else type(self.study.sampler).__name__
+        self.asked: dict[str, list[Any]] = {}  #: trial id -> the Optuna trials waiting on it
+        self.known: dict[str, TrialResult] = {}  #: finished trials on record, by id
+        self.steps: dict[str, set[int]] = {}  #: epochs reported, by trial id
+        self.remaining = trials
+        self.index = 0
+
+    # -- resume -----------------------------------------------------------------------------
+
+    def resume(self, previous: Mapping[str, TrialResult], history: Mapping[str, list[tuple[int, dict[str, Any]]]],
+               keeps: Any) -> tuple[dict[str, TrialResult], list[TrialResult]]:
+        """Rebuild the study from the ledger: every trial on record that a re-run keeps
+        (``keeps``: ok and pruned ones; failed ones with skip_failed) is told, with its
+        intermediate values. The others (interrupted, failed) are asked again first, as
+        any sweep runs them again. Both count toward ``trials``. Returns the rows kept, and
+        those to run again."""
+        kept: dict[str, TrialResult] = {}
+        again: list[TrialResult] = []
+        index = 1 + max((r.index for r in previous.values()), default=-1)
+        # only rows of this space count: a grid's, or another space's, are not this search's
+        previous = {tid: r for tid, r in previous.items() if self.fits(r.params)}
+        for result in sorted(previous.values(), key=lambda r: r.index):
+            if not keeps(result):
+                again.append(result)
+                continue
+            self._add(result, history.get(result.trial_id, []))
+            kept[result.trial_id] = result
+            self.known[result.trial_id] = result
+        for result in again:  # the same point, asked again now: its Optuna trial waits for it
+            self.study.enqueue_trial({k: v for k, v in result.params.items() if k in self.dists},
+                                     skip_if_exists=False)
+            self.asked[result.trial_id] = [self.study.ask(self.dists)]
+        self.index = index
+        self.remaining = max(0, self.total - len(kept) - len(again))
+        return kept, again
+
+    def fits(self, params: Mapping[str, Any]) -> bool:
+        """Whether a point lies in this search's space: the same parameters, its fixed
+        values, and each searched value inside its distribution."""
+        if set(params) != set(self.dists) | set(self.fixed):
+            return False
+        if any(params[k] != v for k, v in self.fixed.items()):
+            return False
+        try:  # Optuna's own check that each value lies in its distribution
+            self.optuna.trial.create_trial(params={k: params[k] for k in self.dists}, distributions=self.dists,
+                                           value=0.0)
+        except (ValueError, TypeError):
+            return False
+        return True
+
+    def _add(self, result: TrialResult, epochs: list[tuple[int, dict[str, Any]]]) -> None:
+        state, value = self._state(result)
+        # a study of several objectives takes no intermediate values (nothing prunes it)
+        intermediate = {e: float(m[self.metric]) for e, m in epochs
+                        if len(self.targets) == 1 and _finite(m.get(self.metric))}
+        told = self._constraints_of(result)
+        where = {"constraints": told} if trial_constraints(self.optuna) else {"user_attrs": {CONSTRAINTS_ATTR: told}}
+        trial = self.optuna.trial.create_trial(
+            params={k: v for k, v in result.params.items() if k in self.dists},
+            distributions=self.dists, values=value, state=state, intermediate_values=intermediate,
+            **(where if told else {}))
+        self.study.add_trial(trial)
+
+    def _constraints_of(self, result: TrialResult) -> dict[str, float]:
+        """The trial's constraint values by name, for the sampler (one it lacks: not met)."""
+        if self.constraints is None:
+            return {}
+        return self.constraints.named(result.params, result.metrics)
+
+    def _state(self, result: TrialResult) -> tuple[Any, list[float] | None]:
+        """The trial's Optuna state, and its value of each objective where it completed."""
+        TrialState = self.optuna.trial.TrialState
+        values = [result.metrics.get(m) for m in self.targets]
+        state = result.status.optuna
+        if state == "COMPLETE" and not all(map(_finite, values)):
+            state = "FAIL"  # ok, but without a number to optimise
+        return TrialState[state], ([float(v) for v in values] if state == "COMPLETE" else None)  # type: ignore[arg-type]
+
+    # -- the feed -----------------------------------------------------------------------------
+
+    def next(self) -> TrialSpec | None:
+        """Ask for a point; a point already tried is not trained again (the study is told
+        its outcome, or waits for it), and the sampler is asked anew."""
+        for _ in range(DUPLICATE_ASKS):
+            if self.remaining <= 0:
+                return None
+            trial = self.study.ask(self.dists)
+            params = {**self.fixed, **trial.params}
+            spec = self.make_spec(params, self.index)
+            if spec.trial_id in self.known:  # on record: told at once
+                self._tell(trial, self.known[spec.trial_id])
+                continue
+            if spec.trial_id in self.asked:  # running now: told when it ends
+                self.asked[spec.trial_id].append(trial)
+                continue
+            self.asked[spec.trial_id] = [trial]
+            self.remaining -= 1
+            self.index += 1
+            return spec
+        self.remaining = 0  # every ask lands on a point tried: the space is spent
+        return None
+
+    def prune(self, spec: TrialSpec, items: list[dict[str, Any]]) -> str | None:
+        """Report a trial's epochs to its Optuna trial; a reason to stop it, if the pruner says so."""
+        trials = self.asked.get(spec.trial_id)
+        if not trials or len(self.targets) > 1:  # a study of several objectives is never pruned
+            return None
+        trial = trials[0]
+        judged = None
+        for item in items:
+            value = item["metrics"].get(self.metric)
+            if not _finite(value):
+                continue
+            epoch = int(item["epoch"])
+            steps = self.steps.setdefault(spec.trial_id, set())
+            if epoch not in steps:  # a retry reports its epochs again: the first stand
+                steps.add(epoch)
+                trial.report(float(value), epoch)
+            judged = (epoch, value)
+        # judged at the batch's last epoch, where the trial is now (and, waiting for the
+        # verdict, stops): the error, epoch_reached and the row's metrics name one epoch
+        if judged is not None and trial.should_prune():
+            return f"pruned by {self.pruner_name} at epoch {judged[0]} ({self.metric}={judged[1]:.6g})"
+        return None
+
+    def tell(self, result: TrialResult) -> None:
+        """A trial's final result: told to every Optuna trial that asked for its point."""
+        self.known[result.trial_id] = result
+        self.steps.pop(result.trial_id, None)
+        for trial in self.asked.pop(result.trial_id, []):
+            self._tell(trial, result)
+
+    def _tell(self, trial: Any, result: TrialResult) -> None:
+        state, value = self._state(result)
+        told = self._constraints_of(result)
+        if told and trial_constraints(self.optuna):
+            for key, v in told.items():
+                trial.set_constraint(key, v)
+        elif told:
+            trial.set_user_attr(CONSTRAINTS_ATTR, told)
+        if state == self.optuna.trial.TrialState.COMPLETE:
+            self.study.tell(trial, value)
+        else:
+            self.study.tell(trial, state=state)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,514 @@
+"""The durable record of a sweep: ``<out>/<name>/ledger.sqlite`` (:mod:`sweeper.store.paths`).
+
+SQLite (standard library) in WAL mode with ``synchronous=FULL``, chosen over JSON lines
+because:
+
+* each finished trial is one transaction: durable (fsync) before its slot is reused,
+  and never half-written, so no reader has to skip a torn line;
+* a re-run finds a trial by id in O(1) and replaces its row (a retried or resumed trial
+  shows once), where JSON lines would need a replay of the whole file;
+* another process (``python -m sweeper status``, an analyst's notebook) can read it while
+  the sweep writes: WAL lets readers and one writer work at once;
+* writing a row costs the same with 10 or 100,000 rows.
+
+The CSV is derived from the ledger (see :mod:`sweeper.store.table`), never the other way round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sqlite3
+import time
+import urllib.parse
+from dataclasses import MISSING, Field, fields, replace
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+from sweeper.errors import SweepError
+from sweeper.model.text import printable
+from sweeper.model.trial import Status, TrialResult, TrialSpec, current_id
+from sweeper.results.objectives import Objectives
+from sweeper.store.paths import SweepPaths
+
+#: ``PRAGMA user_version`` of the ledgers this release writes. 0: before versions (trial
+#: ids without their ``t``, no ``grid`` table); 1: ids with it; 2: ``epoch_reached``; 3:
+#: ``mem_peak_mb``; 4: ``gpu_mem_reserved_mb``; 5: ``feasible``. Older ledgers are migrated
+#: when a sweep opens them, and read as migrated by ``load()`` and ``status``.
+SCHEMA_VERSION = 6
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS trials (
+    trial_id TEXT PRIMARY KEY,
+    idx INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    params TEXT NOT NULL,
+    status TEXT NOT NULL,
+    metrics TEXT NOT NULL,
+    seed INTEGER,
+    device TEXT,
+    started_at TEXT,
+    duration_s REAL,
+    error TEXT,
+    attempts INTEGER,
+    pid INTEGER,
+    exitcode INTEGER,
+    log TEXT,
+    gpu_uuid TEXT,
+    gpu_mem_cap_mb INTEGER,
+    gpu_mem_peak_mb INTEGER,
+    recorded_at REAL NOT NULL,
+    epoch_reached INTEGER,
+    mem_peak_mb INTEGER,
+    gpu_mem_reserved_mb INTEGER,
+    feasible INTEGER,
+    env TEXT,
+    deterministic INTEGER
+);
+CREATE TABLE IF NOT EXISTS running (
+    trial_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    device TEXT,
+    pid INTEGER,
+    attempt INTEGER,
+    started_at TEXT,
+    reserved_mb INTEGER
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS grid (
+    trial_id TEXT PRIMARY KEY,
+    idx INTEGER NOT NULL,
+    name TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS history (
+    trial_id TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    metrics TEXT NOT NULL,
+    t REAL,
+    PRIMARY KEY (trial_id, epoch)
+);
+"""
+
+#: The tables every ledger has had since sweeper 0.1.0 (schema 0), with the columns each
+#: had then: a file without them is not a sweep's ledger, whatever else it holds.
+_SIGNATURE = {
+    "trials": {"trial_id", "idx", "name", "params", "status", "metrics", "recorded_at"},
+    "running": {"trial_id", "name", "device", "pid", "attempt", "started_at"},
+    "meta": {"key", "value"},
+    "history": {"trial_id", "epoch", "metrics", "t"},
+}
+
+#: The trials table's name for a :class:`TrialResult` field where it is not the field's
+#: (``index`` is a word of SQL's). The table has a column per field, and ``recorded_at``.
+_SQL_NAMES = {"index": "idx"}
+_FIELDS = fields(TrialResult)
+_COLUMNS = ", ".join(_SQL_NAMES.get(f.name, f.name) for f in _FIELDS)
+#: How a field's value is stored, where not as it is, and read back.
+_STORED: dict[str, Callable[[Any], Any]] = {
+    "params": lambda params: json.dumps(params, sort_keys=True),
+    "status": lambda status: status.value,
+    "metrics": json.dumps,
+    "env": lambda env: json.dumps(env, sort_keys=True),
+}
+_READ: dict[str, Callable[[Any], Any]] = {
+    "trial_id": current_id,
+    "params": json.loads,
+    "status": Status,
+    "metrics": json.loads,
+    "feasible": lambda value: None if value is None else bool(value),
+    "deterministic": lambda value: None if value is None else bool(value),
+    "env": lambda value: json.loads(value) if value else {},  # rows from before schema 6: none
+}
+
+
+class StorageError(SweepError):
+    """The ledger could not be written: a full disk, a folder made read-only."""
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _writes(method: _F) -> _F:
+    """A ledger write that fails says so in one line naming the file (never a traceback)."""
+
+    @functools.wraps(method)
+    def wrapper(self: "Ledger", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.Error, OSError) as exc:
+            raise storage_error(self.path, str(exc)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def storage_error(path: str, why: str) -> StorageError:
+    """A file of the sweep could not be written: one line naming it, the fix, and resume."""
+    text = why.lower()
+    fix = ("free space" if "full" in text or "space" in text else
+           "make the folder writable" if "readonly" in text or "read-only" in text or
+           "permission" in text else "fix what the error names")
+    return StorageError(f"cannot write to {path} ({why}); {fix}, then run the same command again "
+                        "to resume (every trial recorded so far is kept)")
+
+
+def _uri(path: str, mode: str) -> str:
+    """SQLite's URI of a file, opened ``ro`` (read only) or ``rw`` (never created)."""
+    return f"file:{urllib.parse.quote(os.path.abspath(path))}?mode={mode}"
+
+
+def _link(new: str, path: str) -> None:
+    """``new`` becomes ``path`` (never over a file there), made durable in its folder."""
+    try:
+        os.link(new, path)
+    except FileExistsError:
+        return  # made meanwhile: that one is opened, and checked, instead
+    except OSError:  # a file system without hard links
+        os.rename(new, path)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Ledger:
+    """One sweep folder's trials, finished and running. Used from one thread."""
+
+    def __init__(self, folder: str, readonly: bool = False) -> None:
+        self.path = SweepPaths(folder).ledger
+        try:
+            if not readonly and not os.path.lexists(self.path):
+                self._create()
+            self._open(readonly)
+        except sqlite3.Error as exc:
+            self.close()
+            said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SweepError(
+                f"{self.path} cannot be read as a sweep ledger ({said}); move it away, or start over "
+                "with --fresh (fresh=True), which keeps the damaged file aside"
+            ) from None
+        except BaseException:
+            self.close()
+            raise
+
+    @_writes
+    def _create(self) -> None:
+        """A new ledger appears whole: its schema is written to a file of its own, in one
+        transaction, then linked in place. So a ``ledger.sqlite`` without sweeper's tables
+        (an empty file, another program's database) is never one a sweep made, even one
+        killed as it began, and is refused, never taken for a new sweep."""
+        new = f"{self.path}.new{os.getpid()}"
+        for extra in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(new + extra)
+        try:
+            db = sqlite3.connect(new, isolation_level=None)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
+            finally:
+                db.close()
+            _link(new, self.path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(new)
+
+    def _open(self, readonly: bool) -> None:
+        if readonly:  # another process's sweep, perhaps still running: look, never write
+            self._db = sqlite3.connect(_uri(self.path, "ro"), uri=True, isolation_level=None, timeout=30)
+            self._check()
+            self._select = self._readable()
+            return
+        # never created here (see _create), and checked before anything is written to it
+        self._db = sqlite3.connect(_uri(self.path, "rw"), uri=True, isolation_level=None, timeout=30)
+        self._check()
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        self._migrate()
+        self._select = self._readable()
+        # Running marks, per-epoch reports and facts need no fsync of their own: losing the
+        # last of them to a power cut costs nothing a re-run does not redo. They go through
+        # a second connection without one (NORMAL in WAL mode survives a crash of sweeper).
+        self._fast = sqlite3.connect(_uri(self.path, "rw"), uri=True, isolation_level=None, timeout=30)
+        self._fast.execute("PRAGMA synchronous=NORMAL")
+
+    def _migrate(self) -> None:
+        """Bring a ledger written by an earlier release up to :data:`SCHEMA_VERSION`."""
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            if version < 1:  # trial ids gain their "t"
+                for table in ("trials", "running", "history", "grid"):
+                    self._db.execute(f"UPDATE {table} SET trial_id = 't' || trial_id WHERE trial_id NOT LIKE 't%'")
+            have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
+            # 2: the epoch a trial reached (pruned trials stop early); 3: its peak host memory;
+            # 4: the GPU memory reserved for it; 5: whether it met the sweep's constraints;
+            # 6: what it ran on (its environment), and whether it ran deterministically
+            added = (("epoch_reached", "INTEGER"), ("mem_peak_mb", "INTEGER"), ("gpu_mem_reserved_mb", "INTEGER"),
+                     ("feasible", "INTEGER"), ("env", "TEXT"), ("deterministic", "INTEGER"))
+            for column, kind in added[max(version - 1, 0):]:
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE trials ADD COLUMN {column} {kind}")
+            if "reserved_mb" not in {r[1] for r in self._db.execute("PRAGMA table_info(running)")}:
+                self._db.execute("ALTER TABLE running ADD COLUMN reserved_mb INTEGER")  # 4: what a running trial reserved
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _readable(self) -> str:
+        """The trials' columns to select: a ledger opened read-only is not migrated, and a
+        column it lacks (one a later schema added) reads as NULL."""
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
+        return ", ".join(c if c in have else "NULL" for c in _COLUMNS.split(", "))
+
+    def _check(self) -> None:
+        """A damaged file, another program's, or one a newer release wrote, is found now, in
+        one line, not as a traceback halfway through (nor, for a sweep, as a new ledger)."""
+        verdict = self._db.execute("PRAGMA quick_check").fetchone()
+        if verdict is None or verdict[0] != "ok":
+            raise sqlite3.DatabaseError(f"integrity check: {verdict[0] if verdict else 'no answer'}")
+        why = self._foreign()
+        if why is not None:
+            raise SweepError(f"{self.path} is not a sweep ledger ({why}); sweeper left it as it is: move it "
+                             "away, or start the sweep over with --fresh (fresh=True), which keeps it aside")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"it was written by a newer sweeper (schema {version}); upgrade sweeper")
+
+    def _foreign(self) -> str | None:
+        """Why this database is not a sweep's ledger: it lacks a table (or a column) every
+        ledger has had since sweeper 0.1.0; None where it is one."""
+        tables = [row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        if not tables:
+            return "an empty file" if os.path.getsize(self.path) == 0 else "a database without tables"
+        if not set(tables) & set(_SIGNATURE):
+            shown = ", ".join(printable(t[:40]) for t in sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
+            return f"another program's database: its tables are {shown}"
+        for table, columns in _SIGNATURE.items():
+            have = {row[0] for row in self._db.execute("SELECT name FROM pragma_table_info(?)", (table,))}
+            if not have:
+                return f"it has no table {table}"
+            if not columns <= have:
+                return f"its table {table} has no column {', '.join(sorted(columns - have))}"
+        return None
+
+    def close(self) -> None:
+        for name in ("_fast", "_db"):
+            if hasattr(self, name):
+                getattr(self, name).close()
+
+    # -- finished trials --------------------------------------------------------------
+
+    @_writes
+    def record(self, result: TrialResult, durable: bool = True) -> None:
+        """Store a trial's outcome, replacing any earlier row for it; fsynced unless told not
+        to (an update of a row that is already durable)."""
+        row = tuple(_STORED[f.name](getattr(result, f.name)) if f.name in _STORED else getattr(result, f.name)
+                    for f in _FIELDS)
+        db = self._db if durable else self._fast
+        with db:  # one transaction: the row and the end of its running mark
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                f"INSERT OR REPLACE INTO trials ({_COLUMNS}, recorded_at) VALUES ({','.join('?' * (len(row) + 1))})",
+                (*row, time.time()),
+            )
+            db.execute("DELETE FROM running WHERE trial_id = ?", (result.trial_id,))
+
+    @_writes
+    def set_feasible(self, rows: Iterable[tuple[str, bool | None]]) -> None:
+        """Whether kept trials meet the constraints of the run that keeps them (judged anew
+        each run, as the constraints may have changed)."""
+        with self._db:
+            self._db.executemany("UPDATE trials SET feasible = ? WHERE trial_id = ?",
+                                 [(None if f is None else int(f), tid) for tid, f in rows])
+
+    def results(self) -> dict[str, TrialResult]:
+        """Every finished trial on record, by id."""
+        out = {}
+        for row in self._db.execute(f"SELECT {self._select} FROM trials"):
+            out[row[0]] = result_of(row)
+        return out
+
+    def current(self) -> dict[str, TrialResult] | None:
+        """The finished trials of the grid last run here, in its order and with its names
+        (what ``results.csv`` holds); None for a ledger that never recorded its grid."""
+        try:
+            grid = {current_id(tid): (idx, name)
+                    for tid, idx, name in self._db.execute("SELECT trial_id, idx, name FROM grid")}
+        except sqlite3.OperationalError:  # a ledger from before the grid was recorded, opened read-only
+            return None
+        if not grid:
+            return None
+        return {tid: replace(r, index=grid[tid][0], name=grid[tid][1])
+                for tid, r in self.results().items() if tid in grid}
+
+    def grid_names(self) -> dict[str, str]:
+        """The names the grid last run here gave its trials, by id (finished or not)."""
+        return {current_id(tid): name for tid, name in self._db.execute("SELECT trial_id, name FROM grid")}
+
+    @_writes
+    def set_grid(self, items: Iterable[tuple[str, int, str]]) -> None:
+        """Record the grid this run sweeps: (trial id, position, name) per point."""
+        with self._fast:
+            self._fast.execute("BEGIN IMMEDIATE")
+            self._fast.execute("DELETE FROM grid")
+            self._fast.executemany("INSERT INTO grid VALUES (?,?,?)", list(items))
+
+    # -- running trials (for status from another terminal) ----------------------------
+
+    @_writes
+    def mark_running(self, spec: TrialSpec, pid: int, started_at: str, reserved_mb: int | None = None) -> None:
+        self._fast.execute(
+            "INSERT OR REPLACE INTO running (trial_id, name, device, pid, attempt, started_at, reserved_mb) "
+            "VALUES (?,?,?,?,?,?,?)",
+            (spec.trial_id, spec.name, spec.device, pid, spec.attempt, started_at, reserved_mb),
+        )
+
+    @_writes
+    def clear_running(self) -> None:
+        """Forget running marks left by a sweep that was killed."""
+        self._fast.execute("DELETE FROM running")
+
+    def running(self) -> list[dict[str, Any]]:
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(running)")}
+        reserved = "reserved_mb" if "reserved_mb" in have else "NULL AS reserved_mb"  # an older ledger, read-only
+        cur = self._db.execute(f"SELECT trial_id, name, device, pid, attempt, started_at, {reserved} FROM running")
+        keys = [d[0] for d in cur.description]
+        return [dict(zip(keys, (current_id(row[0]), *row[1:]))) for row in cur]
+
+    # -- per-epoch reports --------------------------------------------------------------
+
+    @_writes
+    def add_history(self, trial_id: str, items: list[dict[str, Any]]) -> None:
+        """Store a batch of a trial's per-epoch reports (a later report of an epoch wins)."""
+        with self._fast:
+            self._fast.execute("BEGIN IMMEDIATE")
+            self._fast.executemany(
+                "INSERT OR REPLACE INTO history VALUES (?,?,?,?)",
+                [(trial_id, int(i["epoch"]), json.dumps(i["metrics"]), i.get("t")) for i in items],
+            )
+
+    @_writes
+    def clear_history(self, trial_id: str) -> None:
+        """A trial starts again: its earlier epochs are not this attempt's."""
+        self._fast.execute("DELETE FROM history WHERE trial_id = ?", (trial_id,))
+
+    def history(self) -> list[tuple[str, int, dict[str, Any]]]:
+        rows = self._db.execute("SELECT trial_id, epoch, metrics FROM history ORDER BY trial_id, epoch")
+        return [(current_id(tid), epoch, json.loads(m)) for tid, epoch, m in rows]
+
+    def epochs(self, trial_id: str, after: int | None = None) -> list[tuple[int, dict[str, Any], float | None]]:
+        """One trial's reports after epoch ``after``: (epoch, metrics, time reported)."""
+        ids = (trial_id, trial_id[1:] if trial_id.startswith("t") else trial_id)  # as an old ledger has it
+        rows = self._db.execute(
+            "SELECT epoch, metrics, t FROM history WHERE trial_id IN (?, ?) AND epoch > ? ORDER BY epoch",
+            (*ids, -(2**62) if after is None else after))
+        return [(epoch, json.loads(m), t) for epoch, m, t in rows]
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside see the ledger as it was at one moment (one read transaction)."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
+    def changed(self) -> int:
+        """A number that changes when another connection writes (``PRAGMA data_version``)."""
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
+    def latest_epochs(self) -> dict[str, tuple[int, dict[str, Any]]]:
+        """Each trial's last reported epoch and its metrics."""
+        rows = self._db.execute(
+            "SELECT h.trial_id, h.epoch, h.metrics FROM history h JOIN "
+            "(SELECT trial_id, max(epoch) AS e FROM history GROUP BY trial_id) m "
+            "ON h.trial_id = m.trial_id AND h.epoch = m.e"
+        )
+        return {current_id(tid): (epoch, json.loads(m)) for tid, epoch, m in rows}
+
+    # -- facts about the sweep --------------------------------------------------------
+
+    def ranking(self, metric: str | None = None, mode: str | None = None) -> tuple[str | None, str | None]:
+        """The metric and mode to rank by: those given, else those the sweep ran with."""
+        if metric is not None:
+            return metric, mode
+        return self.get("metric") or None, mode or self.get("mode") or None
+
+    def objectives(self) -> Objectives | None:
+        """The several objectives the sweep last ran with (None: one, or none)."""
+        return Objectives.from_text(self.get("objectives"))
+
+    def get(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    @_writes
+    def put(self, key: str, value: str) -> None:
+        self._fast.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    @_writes
+    def put_many(self, items: Iterable[tuple[str, str]]) -> None:
+        with self._fast:
+            self._fast.execute("BEGIN IMMEDIATE")
+            self._fast.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(items))
+
+    # -- what changed, for readers that follow a sweep (the trackers' mirror) ---------------
+
+    def recorded_since(self, since: float | None, stamps: dict[str, float]) -> tuple[dict[str, TrialResult],
+                                                                                      float | None]:
+        """Rows recorded at ``since`` or later (every row for None), but those whose time
+        ``stamps`` already holds (read before, unchanged since), and the newest row's time.
+        ``stamps`` is brought up to date."""
+        if since is None:
+            rows = self._db.execute(f"SELECT {self._select}, recorded_at FROM trials")
+        else:
+            rows = self._db.execute(f"SELECT {self._select}, recorded_at FROM trials WHERE recorded_at >= ?",
+                                    (since,))
+        out, newest = {}, None
+        for row in rows:
+            newest = row[-1] if newest is None or row[-1] > newest else newest
+            tid = current_id(row[0])
+            if since is not None and stamps.get(tid) == row[-1]:
+                continue
+            stamps[tid] = row[-1]
+            out[tid] = result_of(row[:-1])
+        return out, newest
+
+    def rows_of(self, ids: Iterable[str]) -> dict[str, TrialResult]:
+        """The rows of these trials, where they have one."""
+        ids = list(ids)
+        out: dict[str, TrialResult] = {}
+        for i in range(0, len(ids), 400):
+            chunk = [form for tid in ids[i:i + 400] for form in (tid, tid[1:])]  # as an old ledger has it
+            rows = self._db.execute(f"SELECT {self._select} FROM trials WHERE trial_id IN "
+                                    f"({','.join('?' * len(chunk))})", chunk)
+            out.update((r.trial_id, r) for r in map(result_of, rows))
+        return out
+
+    def last_epochs(self) -> dict[str, int]:
+        """Each trial's last reported epoch (what the trackers' mirror reads)."""
+        rows = self._db.execute("SELECT trial_id, max(epoch) FROM history GROUP BY trial_id")
+        return {current_id(tid): epoch for tid, epoch in rows}
+
+
+def _reader(f: Field[Any]) -> Callable[[Any], Any] | None:
+    """How a trials column is read back into its field: as :data:`_READ` says; a NULL or
+    empty value of a field with a default (a column a later schema added) as that default."""
+    if f.name in _READ:
+        return _READ[f.name]
+    default = f.default
+    if default is None or default is MISSING:
+        return None
+    return lambda value: value or default
+
+
+_READERS = [(f.name, _reader(f)) for f in _FIELDS]
+
+
+def result_of(row: tuple[Any, ...]) -> TrialResult:
+    """A trials row (its columns as :data:`_COLUMNS` names them) as the result it stores."""
+    return TrialResult(**{name: value if read is None else read(value)
+                          for (name, read), value in zip(_READERS, row, strict=True)})
