@@ -241,19 +241,3 @@ def install_module(site, name: str, source: str | None) -> str:
     with open(os.path.join(info, "RECORD"), "w") as f:
         f.write(f"{name}.py,,\n{name}-1.0.dist-info/METADATA,,\n")
     return site
-
-
-class OnePlaceAlike:
-    """The Backend protocol's packing members for a test backend that does not pack: every
-    queued trial may start, in the queue's order; nothing runs again on other terms."""
-
-    exhausted = None  # every place takes trials
-
-    def admits(self, spec):
-        return True
-
-    def again(self, result):
-        return False
-
-    def ranked(self, queued):
-        return None

@@ -23,11 +23,10 @@ from typing import Any
 
 import pytest
 
-from conftest import OnePlaceAlike
 from sweeper.run import engine as engine_module
 from sweeper.run.engine import EXIT_GRACE, TERM_GRACE, Engine, Interrupted, Phase
 from sweeper.store.ledger import Ledger
-from sweeper.model.protocol import Began, Exited, PruneVerdict, Reports, Result
+from sweeper.model.protocol import Began, Exited, PruneVerdict, Reports, Result, Traits
 from sweeper.run.lifecycle import Callback, Callbacks
 from sweeper.run.planning import plan
 from sweeper.model.trial import Status, TrialResult
@@ -73,18 +72,16 @@ class Clock:
         return self.now
 
 
-class Timed(OnePlaceAlike):
+class Timed:
     """A backend in fake time. ``lives[i]``: the i-th started trial's script, ``(seconds
     after its start, event)``; a trial whose script ends without ``Exited`` runs on. On a
     SIGTERM (a soft cancel) a trial dies at once (``on_term="die"``) or runs on
     (``"ignore"``); on a SIGKILL it dies at once."""
 
-    capacity = 1
-    stop_word = "killed"
-
     def __init__(self, clock: Clock, lives: list[list[tuple[float, Any]]], on_term: str = "die",
                  answers: bool = False) -> None:
-        self.clock, self.lives, self.on_term, self.answers = clock, lives, on_term, answers
+        self.clock, self.lives, self.on_term = clock, lives, on_term
+        self.traits = Traits(1, stop_word="killed", answers=answers)
         self.pending: list[tuple[float, int, str, Any]] = []
         self.order = itertools.count()
         self.calls: list[tuple[float, str, str]] = []  # (fake time, what, trial id)
@@ -106,7 +103,7 @@ class Timed(OnePlaceAlike):
             self._at(self.clock.now + dt, spec.trial_id, event)
         return Began(1000 + len(self.started), "cpu")
 
-    def wait(self, timeout: float | None, wake: int) -> list[tuple[str, Any]]:
+    def wait(self, timeout: float | None, wake: int, queued: int) -> list[tuple[str, Any]]:
         if self.on_wait:
             self.on_wait.pop(0)()
         if select.select([wake], [], [], 0)[0]:  # a signal woke the loop: at once, as a real backend
@@ -141,9 +138,6 @@ class Timed(OnePlaceAlike):
 
     def drain(self, trial_id: str) -> list[Any]:
         return []
-
-    def ahead(self, queued: int) -> None:
-        pass
 
     def close(self) -> list[Any]:
         return []

@@ -13,20 +13,18 @@ import signal
 
 import pytest
 
-from conftest import OnePlaceAlike
 from sweeper.run.engine import Engine, Interrupted
 from sweeper.errors import SweepError
 from sweeper.store.ledger import Ledger
-from sweeper.model.protocol import Began, Broken, Exited, LoadFailed, Result
+from sweeper.model.protocol import Began, Broken, Exited, LoadFailed, Result, Traits
 from sweeper.run.planning import plan
 from sweeper.model.trial import Status
 
 
-class Scripted(OnePlaceAlike):
+class Scripted:
     """A backend whose first ``wait`` raises ``signal`` (if any) and returns ``events(ids)``."""
 
-    capacity = 2
-    stop_word = "killed"
+    traits = Traits(2, stop_word="killed")
 
     def __init__(self, events, send_signal=None):
         self.events, self.send_signal = events, send_signal
@@ -41,7 +39,7 @@ class Scripted(OnePlaceAlike):
         self.ids.append(spec.trial_id)
         return Began(1000 + len(self.ids), "cpu")
 
-    def wait(self, timeout, wake):
+    def wait(self, timeout, wake, queued):
         self.waits += 1
         assert self.waits < 20, "the engine kept waiting"
         if self.waits == 1:
@@ -58,9 +56,6 @@ class Scripted(OnePlaceAlike):
 
     def cancel(self, trial_id, hard):
         self.cancelled.append((trial_id, hard))
-
-    def ahead(self, queued):
-        pass
 
     def close(self):
         return []

@@ -466,9 +466,9 @@ def test_memory_a_trial_leaves_on_its_card_is_said_once_and_counted_as_used(tmp_
     must come back to within TEARDOWN_TOLERANCE_MB of what it was when the trial started;
     what does not within TEARDOWN_S is said once, with the trial's name, and counts as
     used: the next large trial goes to the other card."""
-    from sweeper.backends.local import backend
+    from sweeper.run import placement
 
-    monkeypatch.setattr(backend, "TEARDOWN_S", 0.5)
+    monkeypatch.setattr(placement, "TEARDOWN_S", 0.5)
     first = {"x": 1, "need_mb": 3000, "leak_mb": leak_mb, "board": machine.board}
     large = [{"x": x, "need_mb": 12000, "board": machine.board} for x in (2, 3)]
     df = sweeper.sweep(sweep_fns.packed, [first, *large], per_gpu="auto", workers=1, out=str(tmp_path),
@@ -495,10 +495,12 @@ def test_the_fork_servers_probe_on_a_card_is_not_taken_for_a_leftover(machine, c
     from sweeper.system import capping, procs
     from sweeper.model import contract
     from sweeper.backends.local.backend import LocalBackend
+    from sweeper.run.placement import SlotPlacement
     from sweeper.run.slots import parse_gpus, place
 
     slots = place(parse_gpus("0"), capping.resolve("auto", None, False), None).slots
-    backend = LocalBackend(None, slots, packer=Packer(Needs(), ["0"]))  # type: ignore[arg-type]
+    placement = SlotPlacement(slots, packer=Packer(Needs(), ["0"]))
+    backend = LocalBackend(None, slots, placement=placement)  # type: ignore[arg-type]
     backend.open()
     probe = subprocess.Popen(
         [sys.executable, "-c", "import os, sys, time; "
@@ -509,7 +511,7 @@ def test_the_fork_servers_probe_on_a_card_is_not_taken_for_a_leftover(machine, c
     try:
         assert probe.stdout.readline().strip() == "held"
         with caplog.at_level(logging.WARNING, logger="sweeper"):
-            cards = backend._cards()  # what admits() does for the next queued trial
+            cards = placement.cards()  # what admits() does for the next queued trial
         assert probe.poll() is None, "the probe was killed"
         assert [c.free_mb for c in cards] == [16384 - 600]  # its memory counts as used
         assert not [r for r in caplog.records if str(probe.pid) in r.getMessage()]

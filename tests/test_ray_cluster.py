@@ -167,7 +167,7 @@ def test_where_a_node_does_not_see_the_sweep_folder_its_temporary_folder_goes_ev
             backend.start(spec)
 
         def ended(tid: str) -> bool:
-            events.extend(backend.wait(0.2, wake_r))
+            events.extend(backend.wait(0.2, wake_r, 0))
             return any(t == tid and isinstance(e, Exited) for t, e in events)
 
         _until(lambda: ended("id0") and (board / "1").exists(), 60, "the first trial ending, the second running")
@@ -236,20 +236,20 @@ def test_ctrl_c_on_a_cli_sweep_over_the_cluster_leaves_no_task_running(nodes, tm
 def test_a_killed_trials_temporary_folder_is_removed_by_the_next_look_not_before(tmp_path, monkeypatch):
     """What the next task on a node does first (no Ray needed): a folder whose process
     still lives is kept; once that process is killed (SIGKILL: no code of it runs), it goes."""
-    from sweeper.child import bootstrap
+    from sweeper.child import channel
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom sweeper.child.bootstrap import _Scratch\n"
+        [sys.executable, "-c", "import sys, time\nfrom sweeper.child.channel import _Scratch\n"
          "s = _Scratch('t1')\nprint(s.path, flush=True)\ntime.sleep(600)\n"],
         cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         folder = holder.stdout.readline().strip()
         assert os.path.dirname(folder) == str(tmp_path) and os.path.isdir(folder)
-        assert bootstrap.remove_leftovers() == 0 and os.path.isdir(folder)  # its trial runs
+        assert channel.remove_leftovers() == 0 and os.path.isdir(folder)  # its trial runs
     finally:
         holder.kill()
         holder.wait()
         holder.stdout.close()
-    assert bootstrap.remove_leftovers() == 1
+    assert channel.remove_leftovers() == 1
     assert not os.path.exists(folder)

@@ -1,9 +1,19 @@
 """Where trials run, behind the engine's :class:`~sweeper.run.engine.Backend` protocol.
 
 * :mod:`sweeper.backends.local`: a fresh process per trial on this machine's slots;
-* :mod:`sweeper.backends.ray`: a Ray task per trial on a cluster.
+* :mod:`sweeper.backends.ray`: a Ray task per trial on a cluster;
+* :mod:`sweeper.backends.channel`: the driver's half of a trial that talks through a channel
+  (Ray's queue, any queue) and returns its result;
+* :mod:`sweeper.backends.registry`: the names a sweep's ``backend`` option may take, and how
+  another backend joins them: :func:`register` from a program, or an entry point in the
+  ``sweeper.backends`` group from an installed package.
 
-A third backend (a batch scheduler, say) implements ``open``, ``start``, ``wait``,
-``drain``, ``cancel``, ``ahead`` and ``close``, and sends the trial's messages of
-:mod:`sweeper.model.protocol`; the engine does the rest.
+A backend is made once per sweep by its factory, from a :class:`Launch`; it starts trials,
+sends the engine their messages of :mod:`sweeper.model.protocol` and one ``Exited`` each,
+and stops them when asked; the engine does the rest (the ledger, retries, timeouts,
+statuses, the tables). ``tests/toy_backend.py`` is a whole one in a few dozen lines.
 """
+
+from sweeper.backends.registry import GROUP, Launch, Registered, register
+
+__all__ = ["GROUP", "Launch", "Registered", "register"]

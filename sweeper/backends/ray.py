@@ -3,22 +3,22 @@
 Ray places the trials (``num_gpus = 1 / per_gpu`` sets ``CUDA_VISIBLE_DEVICES``,
 ``num_cpus`` from ``cpus_per_trial``) and runs each in a fresh worker process
 (``max_calls=1``), so its GPU memory is released as in the local backend. The trial's
-bootstrap is :func:`sweeper.child.bootstrap.ray_main`; the ledger, CSVs, resume,
+bootstrap is :func:`sweeper.child.channel.channel_main`; the ledger, CSVs, resume,
 retries, timeouts and statuses are the engine's, on the driver, as for local trials.
 
 Data flow::
 
     driver (this process)                          Ray worker (one per trial, any node)
-    start: submit ray_main(spec, train, env) ────▶ env, cap, seeds, log → train(params)
+    start: submit channel_main(spec, train, env) ▶ env, cap, seeds, log → train(params)
     wait: ray.wait(refs) ◀── result + log ──────── return {result, log, pid, device}
-          writes result.json, appends log.txt
+          writes result.json, appends log.txt (sweeper.backends.channel)
           channel.get_nowait_batch() ◀── Placed, Reports, Exiting ── channel.put(...)
     cancel: ray.cancel(force=True) (timeout, Ctrl-C)
     close: where a killed task had a temporary folder, a task on its node removes it
 
 The trial's folder is the sweep's own where the node sees it (this machine, or a shared
 filesystem at the same path); elsewhere a temporary folder on the node, removed when the
-task ends (see :func:`sweeper.child.bootstrap.ray_main`). Either way the driver writes
+task ends (see :mod:`sweeper.child.channel`). Either way the driver writes
 ``result.json`` and ``log.txt`` into the sweep's folder, as a local trial does.
 
 User code travels: when sweeper opens the connection it ships the grid file's folder as
@@ -35,13 +35,14 @@ import os
 import select
 import sys
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
+from sweeper.backends.channel import Relay, finished
 from sweeper.errors import SweepError
 from sweeper.model import contract
-from sweeper.model.protocol import Began, Event, Exited, Exiting, LoadFailed, Placed, Unwritable
+from sweeper.model.protocol import Event, Exited, Traits
 from sweeper.model.target import FileTarget, FunctionTarget, Target
-from sweeper.model.trial import TrialResult, TrialSpec
+from sweeper.model.trial import TrialSpec
 from sweeper.system.capping import MemoryPolicy
 
 #: Seconds between looks at the report queue while tasks run.
@@ -96,30 +97,24 @@ def _by_value(target: Target) -> Any:
 class _Task:
     spec: TrialSpec
     ref: Any
-    exitcode: int | None = None  #: told by the trial as it called os._exit (Ray does not say)
     cancelled: bool = False
-    node: str | None = None  #: where the trial keeps a temporary folder, if it does
 
 
 class RayBackend:
     """Trials as Ray tasks (see the module docstring)."""
-
-    stop_word = "cancelled"
-    #: A task has no way back from the driver: a pruner's verdict cancels it (see ``cancel``).
-    answers = False
 
     def __init__(self, target: Target, policy: MemoryPolicy, *, address: str | None = None,
                  gpus: bool = True, cpus_per_trial: float = 1.0, workers: int | None = None) -> None:
         self.ray, self.target = connect(address, target)
         from ray.util.queue import Queue
 
-        from sweeper.child.bootstrap import ray_main
+        from sweeper.child.channel import channel_main
 
         self.channel = Queue()
         #: Nodes where a task with a temporary folder was killed: they remove it at the end.
         self.litter: set[str] = set()
         # a fresh worker process per trial; retries are sweeper's (they follow --retries)
-        self.remote = self.ray.remote(max_calls=1, max_retries=0)(ray_main)
+        self.remote = self.ray.remote(max_calls=1, max_retries=0)(channel_main)
         resources = self.ray.cluster_resources()
         self.num_gpus = (1.0 / policy.per_gpu) if gpus and resources.get("GPU", 0) > 0 else 0.0
         self.cpus = cpus_per_trial
@@ -127,26 +122,29 @@ class RayBackend:
             capacity = int(resources["GPU"] * policy.per_gpu)
         else:
             capacity = int(resources.get("CPU", 1) // cpus_per_trial)
-        self.capacity = max(1, min(workers or capacity, capacity))
+        # Ray's only stop is a forced cancel; a task has no way back from the driver: a
+        # pruner's verdict cancels it (see ``cancel``)
+        self.traits = Traits(max(1, min(workers or capacity, capacity)), stop_word="cancelled", answers=False)
         # Ray numbers a node's GPUs as nvidia-smi does; CUDA must too (else, on a node of
         # unlike cards, fastest first), so the id Ray gives, the cap's card and NVML agree.
         self.env = ({**policy.env(None), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if self.num_gpus
                     else {"CUDA_VISIBLE_DEVICES": "-1"})
-        self.fraction = self.env.get(contract.MEMORY_FRACTION)
         self.tasks: dict[str, _Task] = {}  #: by trial id
+        self.relay = Relay(self.env.get(contract.MEMORY_FRACTION))  #: the channel's messages, made events
 
     def open(self) -> None:
         pass
 
     def start(self, spec: TrialSpec) -> None:
-        from sweeper.child.bootstrap import sweep_token
+        from sweeper.child.channel import sweep_token
 
         ref = self.remote.options(num_cpus=self.cpus, num_gpus=self.num_gpus).remote(
             spec, self.target, self.env, self.channel, sweep_token(spec.dir))
         self.tasks[spec.trial_id] = _Task(spec, ref)
+        self.relay.watch(spec.trial_id)
         return None  # Began comes when the task starts on its worker (Placed)
 
-    def wait(self, timeout: float | None, wake: int) -> list[tuple[str, Event]]:
+    def wait(self, timeout: float | None, wake: int, queued: int) -> list[tuple[str, Event]]:
         timeout = POLL if timeout is None else min(POLL, timeout)
         refs = [t.ref for t in self.tasks.values()]
         ready: list[Any] = []
@@ -175,21 +173,6 @@ class RayBackend:
             task.cancelled = True
             self.ray.cancel(task.ref, force=True)
 
-    #: Ray places trials by its own counts; it never runs out of places for sweeper.
-    exhausted: str | None = None
-
-    def ahead(self, queued: int) -> None:
-        pass
-
-    def admits(self, spec: TrialSpec) -> bool:
-        return True  # Ray queues a task until a node has the resources it asks for
-
-    def again(self, result: TrialResult) -> bool:
-        return False
-
-    def ranked(self, queued: Sequence[TrialSpec]) -> list[int] | None:
-        return None
-
     def tell(self, trial_id: str, message: Any) -> None:
         pass  # never called: ``answers`` is False
 
@@ -198,8 +181,9 @@ class RayBackend:
             self._drain_channel()  # which nodes the tasks still here keep folders on
         for task in list(self.tasks.values()):
             self.ray.cancel(task.ref, force=True)
-            if task.node is not None:
-                self.litter.add(task.node)
+            node = self.relay.forget(task.spec.trial_id).node
+            if node is not None:
+                self.litter.add(node)
         self.tasks.clear()
         self._clean(self.litter)
         return []
@@ -211,7 +195,7 @@ class RayBackend:
             return
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from sweeper.child.bootstrap import remove_leftovers
+        from sweeper.child.channel import remove_leftovers
 
         with contextlib.suppress(Exception):
             alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
@@ -227,67 +211,25 @@ class RayBackend:
     # -- events ---------------------------------------------------------------------------
 
     def _drain_channel(self) -> list[tuple[str, Event]]:
-        from sweeper.child.bootstrap import ScratchOn
-
-        events: list[tuple[str, Event]] = []
-        for tid, message in self.channel.get_nowait_batch(self.channel.qsize()):
-            task = self.tasks.get(tid)
-            if task is None:
-                continue
-            if isinstance(message, ScratchOn):
-                task.node = message.node
-            elif isinstance(message, Placed):  # it began on its worker: its time starts now
-                events.append((tid, Began(message.pid, message.device, "", message.cap_mb, self.fraction)))
-            elif isinstance(message, Exiting):
-                task.exitcode = message.code
-            else:
-                events.append((tid, message))
-        return events
+        return self.relay.events(self.channel.get_nowait_batch(self.channel.qsize()))
 
     def _finish(self, task: _Task) -> list[tuple[str, Event]]:
         """The task is done: its result and log, or how it failed."""
         from ray.exceptions import RayError, TaskCancelledError
 
         self.tasks.pop(task.spec.trial_id, None)
-        tid, spec = task.spec.trial_id, task.spec
+        heard = self.relay.forget(task.spec.trial_id)
+        tid = task.spec.trial_id
         try:
             out = self.ray.get(task.ref)
         except TaskCancelledError:
-            if task.node is not None:
-                self.litter.add(task.node)
-            return [(tid, Exited(task.exitcode, cancelled=True))]
+            if heard.node is not None:
+                self.litter.add(heard.node)
+            return [(tid, Exited(heard.exitcode, cancelled=True))]
         except RayError as exc:  # the worker or its node died: WorkerCrashedError, NodeDiedError...
-            if task.node is not None:
-                self.litter.add(task.node)
+            if heard.node is not None:
+                self.litter.add(heard.node)
             kind = type(exc).__name__
-            note = kind if task.exitcode is not None else f"{kind}: {str(exc).strip().splitlines()[0]}"
-            return [(tid, Exited(task.exitcode, note=note))]
-        unwritten = self._write(spec, out)
-        if "load_error" in out:
-            return [(tid, LoadFailed(out["load_error"]))]
-        return [(tid, out["result"]), *[(tid, u) for u in unwritten],
-                (tid, Exited(task.exitcode, pid=out.get("pid"), device=out.get("device"), cap_mb=out.get("cap_mb")))]
-
-    def _write(self, spec: TrialSpec, out: dict[str, Any]) -> list[Unwritable]:
-        """The trial's files in its folder of the sweep, as a local trial leaves them:
-        ``result.json`` (by the local trials' own writer) and its log appended to
-        ``log.txt``. What could not be written is told to the engine (it starts no new
-        trial), after the result, which stands."""
-        from sweeper.child.bootstrap import write_result
-
-        unwritten: list[Unwritable] = []
-        try:
-            os.makedirs(spec.dir, exist_ok=True)
-        except OSError as exc:
-            return [Unwritable(exc.filename or spec.dir, exc.strerror or str(exc))]
-        if "result" in out:
-            failed = write_result(spec, out["result"])
-            if failed is not None:
-                unwritten.append(failed)
-        try:
-            with open(spec.log_path, "a") as f:
-                f.write(out.get("log", ""))
-        except OSError as exc:
-            unwritten.append(Unwritable(spec.log_path, exc.strerror or str(exc)))
-        return unwritten
-
+            note = kind if heard.exitcode is not None else f"{kind}: {str(exc).strip().splitlines()[0]}"
+            return [(tid, Exited(heard.exitcode, note=note))]
+        return finished(task.spec, out, heard.exitcode)

@@ -1,6 +1,8 @@
 """The child side of a trial: everything that runs in a trial process.
 
-* :mod:`sweeper.child.bootstrap`: from spawn (or a Ray task's start) to exit;
+* :mod:`sweeper.child.bootstrap`: from spawn to exit, and the trial itself (``run_trial``);
+* :mod:`sweeper.child.channel`: the same trial where its messages go through a channel and its
+  result comes back as a return value (a Ray task; any backend's queue);
 * :mod:`sweeper.child.imports`: GPU caps and seeds, applied as frameworks are imported;
 * :mod:`sweeper.child.capping`: each framework's cap, as the parent decided it;
 * :mod:`sweeper.child.context`: ``current_trial()`` and ``report()``, from inside ``train``

@@ -207,9 +207,10 @@ class Options:
         "(default {default}) forkserver: each trial is a fresh fork of one process that imported the installed "
         "libraries the grid file uses, and runs the grid file itself; spawn: a fresh interpreter per trial",
         choices=("forkserver", "spawn")))
-    #: "local", or "ray" (a Ray cluster places the trials)
-    backend: str = field(default="local", metadata=flag("(default {default}) local, or ray: trials as Ray tasks",
-                                                        choices=("local", "ray")))
+    #: "local", "ray" (a Ray cluster places the trials), or a backend registered by name
+    #: (:mod:`sweeper.backends.registry`)
+    backend: str = field(default="local", metadata=flag(
+        "(default {default}) local, ray (trials as Ray tasks), or a backend an installed package registers"))
     #: with backend="ray": "auto", "HOST:6379"; None starts a local Ray
     address: str | None = field(default=None, metadata=flag(
         "with --backend ray: the cluster (auto, or HOST:6379); none starts a local Ray"))
@@ -305,7 +306,8 @@ class Options:
             if value is not None and not (type(value) is float and 0 < value < float("inf")):  # noqa: E721
                 seconds: Any = duration(value, name)
                 return replace(self, **{name: seconds}).checked()
-        one_of("backend", self.backend)
+        if not isinstance(self.backend, str) or not self.backend:
+            raise SweepError(f"backend must be a backend's name ('local', 'ray', ...), got {self.backend!r}")
         if self.address is not None and self.backend != "ray":
             raise SweepError("address goes with backend='ray' (--backend ray --address auto)")
         if not isinstance(self.cpus_per_trial, (int, float)) or self.cpus_per_trial <= 0:

@@ -19,7 +19,6 @@ A new way to end (search pruning a trial, say) is a new branch here and nowhere 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import traceback

@@ -14,6 +14,10 @@ Trial → parent (over a pipe locally, over a Ray queue on a cluster), in this o
 Backend → engine: the trial's messages, plus :class:`Began` (the trial reached its
 process: its clock starts) and :class:`Exited` (its process is gone; what is known of how).
 
+And the two seams the engine (:mod:`sweeper.run.engine`) runs trials through: a
+:class:`Backend` (where trials run: :mod:`sweeper.backends`) and an :class:`Admission`
+(which queued trial may start now: :mod:`sweeper.run.placement`).
+
 Small frozen records, picklable by reference, so both ends agree on every field. Light:
 trial processes import it.
 """
@@ -21,9 +25,9 @@ trial processes import it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Protocol, Sequence, Union
 
-from sweeper.model.trial import Status
+from sweeper.model.trial import Status, TrialResult, TrialSpec
 
 
 @dataclass(frozen=True)
@@ -169,3 +173,72 @@ class Broken:
 
 #: What a backend hands the engine, with the trial's id.
 Event = Union[Message, Began, Exited, Broken]
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a backend is, for the engine: fixed once it is made."""
+
+    capacity: int  #: how many trials may run at once
+    stop_word: str = "killed"  #: what a timeout does to a trial, in the error column ("killed", "cancelled")
+    #: whether :meth:`Backend.tell` reaches a running trial (then a pruner's verdict waits for it)
+    answers: bool = False
+
+
+class Backend(Protocol):
+    """Where trials run. The engine calls these from its one thread, in this order:
+    ``open``; then ``start``, ``wait``, ``drain``, ``tell`` and ``cancel`` as trials come
+    and go; ``close`` once, on every way out. Trials are named by their trial id.
+
+    Every started trial must end in exactly one :class:`Exited` event (unless ``close``
+    drops it), after any messages it sent. Which trial may start, and in what order, is not
+    the backend's to say: the engine asks an :class:`Admission`.
+    """
+
+    traits: Traits
+
+    def open(self) -> None:
+        """Before the first trial."""
+
+    def start(self, spec: TrialSpec) -> Began | None:
+        """Start a trial; its :class:`Began` now, or None to send it later as an event."""
+
+    def wait(self, timeout: float | None, wake: int, queued: int) -> list[tuple[str, Event]]:
+        """Events of running trials; return early once ``wake`` (a descriptor) is readable.
+        ``queued`` more trials will start soon (a backend may prepare processes for them).
+        May raise :class:`~sweeper.errors.SweepError` for a fault of the whole sweep."""
+
+    def drain(self, trial_id: str) -> list[tuple[str, Event]]:
+        """What a trial has sent already, without waiting (read before it is stopped)."""
+
+    def cancel(self, trial_id: str, hard: bool) -> None:
+        """Stop a trial: ``hard=False`` asks (SIGTERM), ``hard=True`` ends it (SIGKILL)."""
+
+    def tell(self, trial_id: str, message: Any) -> None:
+        """Send a running trial a message (the pruner's verdict), where ``traits.answers``."""
+
+    def close(self) -> list[tuple[str, Event]]:
+        """End everything still running; the events of trials that ended meanwhile."""
+
+
+class Admission(Protocol):
+    """Which queued trial may start now, in what order, and whether one runs again on other
+    terms: the placement policy the engine asks (:mod:`sweeper.run.placement`)."""
+
+    def admits(self, spec: TrialSpec) -> bool:
+        """Whether this trial may start now. A policy packing trials by memory says no while
+        it fits nowhere; the engine then tries the next queued one (a later call may say yes)."""
+
+    def ranked(self, queued: Sequence[TrialSpec]) -> list[int] | None:
+        """The order in which to offer the queued trials (indices), None for the queue's own
+        (packing: a shape not measured yet first, so what it needs is known early)."""
+
+    def again(self, result: TrialResult) -> bool | None:
+        """Whether this attempt runs again on other terms, retries or not (True; packing: an
+        OOM), as ``retries`` say (False), or never (None; packing: an OOM with the largest
+        card to itself, which a retry would repeat)."""
+
+    @property
+    def exhausted(self) -> str | None:
+        """Why no trial can start any more (every place stopped taking them), else None; the
+        sweep then lets running trials end, starts no more, and fails with this."""

@@ -2,16 +2,19 @@
 
 The engine owns what does not depend on where trials run: the queue, retries, deadlines,
 the stop signals (Ctrl-C, SIGTERM, SIGHUP), recording in the ledger, and telling the sweep's
-outputs (:class:`sweeper.run.lifecycle.Callback`: the CSVs, the console, a search) what happened. Where and how a trial runs is a backend's
-(:class:`Backend`: :mod:`sweeper.backends.local`, :mod:`sweeper.backends.ray`).
+outputs (:class:`sweeper.run.lifecycle.Callback`: the CSVs, the console, a search) what happened.
+Where and how a trial runs is a backend's (:class:`~sweeper.model.protocol.Backend`, found by
+name in :mod:`sweeper.backends.registry`); which queued trial may start now, and in what
+order, the placement's it asks (:class:`~sweeper.model.protocol.Admission`:
+:mod:`sweeper.run.placement`).
 
 Data flow of one sweep::
 
      sweep() / CLI               Engine (parent, one thread)             Backend
     ┌──────────────┐ TrialSpecs ┌─────────────────────────────────┐    ┌──────────────────────────┐
     │ grid → specs │──────────▶ │ queue ──▶ start(spec) ───────────┼──▶ │ local: a spawn process    │
-    │ minus rows   │ or a Feed  │  (a Feed: a search asks Optuna   │    │  per trial (standby, fork │
-    │ already ok   │ (search)   │   for each point as places free) │    │  server, pidfd, process   │
+    │ minus rows   │ or a Feed  │  admits? (the placement) ────────┼─── │  per trial (standby, fork │
+    │ already ok   │ (search)   │  (a Feed: a search asks Optuna   │    │  server, pidfd, process   │
     └──────────────┘            │ wait(deadline, signal pipe) ◀────┼─── │  group); Ray: a task      │
                                 │   Began      clock starts        │    │                          │
                                 │   Reports    history, live view, │    │        │ spec       ▲ messages
@@ -87,6 +90,8 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 from sweeper.errors import SweepError
 from sweeper.model import contract, outcome
 from sweeper.model.protocol import (
+    Admission,
+    Backend,
     Began,
     Broken,
     Event,
@@ -100,6 +105,7 @@ from sweeper.model.protocol import (
 from sweeper.model.trial import Status, TrialResult, TrialSpec
 from sweeper.results.constraints import Constraints
 from sweeper.run.lifecycle import Callback
+from sweeper.run.placement import Anywhere
 from sweeper.store.ledger import Ledger, StorageError, storage_error
 from sweeper.store.paths import log_tail
 from sweeper.system import hostmem
@@ -110,66 +116,6 @@ log = logging.getLogger("sweeper")
 TERM_GRACE = 5.0
 #: Seconds a process may take to exit after it sent its result.
 EXIT_GRACE = 10.0
-
-
-class Backend(Protocol):
-    """Where trials run. The engine calls these from its one thread, in this order:
-    ``open``; then ``start``, ``wait``, ``ahead``, ``drain`` and ``cancel`` as trials come
-    and go; ``close`` once, on every way out. Trials are named by their trial id.
-
-    Every started trial must end in exactly one :class:`~sweeper.model.protocol.Exited` event
-    (unless ``close`` drops it), after any messages it sent.
-    """
-
-    #: How many trials may run at once.
-    capacity: int
-    #: What a timeout does to a trial, in the error column ("killed", "cancelled").
-    stop_word: str
-    #: Whether :meth:`tell` reaches a running trial (then a pruner's verdict waits for it).
-    answers: bool
-
-    def open(self) -> None:
-        """Before the first trial."""
-
-    def start(self, spec: TrialSpec) -> Began | None:
-        """Start a trial; its :class:`Began` now, or None to send it later as an event."""
-
-    def wait(self, timeout: float | None, wake: int) -> list[tuple[str, Event]]:
-        """Events of running trials; return early once ``wake`` (a descriptor) is readable.
-        May raise :class:`~sweeper.errors.SweepError` for a fault of the whole sweep."""
-
-    def drain(self, trial_id: str) -> list[tuple[str, Event]]:
-        """What a trial has sent already, without waiting (read before it is stopped)."""
-
-    def cancel(self, trial_id: str, hard: bool) -> None:
-        """Stop a trial: ``hard=False`` asks (SIGTERM), ``hard=True`` ends it (SIGKILL)."""
-
-    def ahead(self, queued: int) -> None:
-        """``queued`` more trials will start soon (a backend may prepare processes)."""
-
-    def admits(self, spec: TrialSpec) -> bool:
-        """Whether this trial may start now. A backend packing trials by memory says no while
-        it fits nowhere; the engine then tries the next queued one (a later call may say yes)."""
-
-    def again(self, result: TrialResult) -> bool | None:
-        """Whether this attempt runs again on other terms, retries or not (True; packing: an
-        OOM), as ``retries`` say (False), or never (None; packing: an OOM with the largest
-        card to itself, which a retry would repeat)."""
-
-    def ranked(self, queued: Sequence[TrialSpec]) -> list[int] | None:
-        """The order in which to offer the queued trials (indices), None for the queue's own
-        (packing: a shape not measured yet first, so what it needs is known early)."""
-
-    @property
-    def exhausted(self) -> str | None:
-        """Why no trial can start any more (every place stopped taking them), else None; the
-        sweep then lets running trials end, starts no more, and fails with this."""
-
-    def tell(self, trial_id: str, message: Any) -> None:
-        """Send a running trial a message (the pruner's verdict), where ``answers``."""
-
-    def close(self) -> list[tuple[str, Event]]:
-        """End everything still running; the events of trials that ended meanwhile."""
 
 
 #: A search's pruner: a trial reported epochs; a reason to prune it now, or None.
@@ -303,8 +249,9 @@ class Engine:
                  retries: int = 0, stall: float | None = None, clock: Callable[[], float] = time.monotonic,
                  log_age: Callable[[TrialSpec], float | None] | None = None,
                  constraints: Constraints | None = None, trial_env: Mapping[str, str] | None = None,
-                 run_id: str = "", max_failures: int | None = None) -> None:
-        """``outputs``: told each trial's start, reports, record and end (the sweep's
+                 run_id: str = "", max_failures: int | None = None, admission: Admission | None = None) -> None:
+        """``admission``: which queued trial may start now (default: any, in the queue's
+        order; :mod:`sweeper.run.placement`); ``outputs``: told each trial's start, reports, record and end (the sweep's
         :class:`~sweeper.run.lifecycle.Callbacks`); ``prune``: a search's pruner, offered
         each batch of reports; ``verdicts``: it may stop trials, so each report waits for
         its verdict (where the backend answers); ``stall``: seconds a running trial may
@@ -316,6 +263,7 @@ class Engine:
         ``max_failures``: stop taking new trials once this many in a row failed the same way
         (:class:`Streak`; 1: at the first failure)."""
         self.backend, self.ledger = backend, ledger
+        self.admission: Admission = admission if admission is not None else Anywhere()
         self.trial_env = dict(trial_env or {})
         self.run_id = run_id
         self.constraints = constraints
@@ -341,7 +289,7 @@ class Engine:
     def taking_new(self) -> bool:
         """Whether queued trials may still start (no stop signal, the ledger writable, a place left)."""
         return (not self.signals and self.storage_error is None and self.halted is None
-                and self.backend.exhausted is None and (self.streak is None or self.streak.stop is None))
+                and self.admission.exhausted is None and (self.streak is None or self.streak.stop is None))
 
     def halt(self, error: SweepError) -> None:
         """An output found that the sweep cannot go on (a named metric the first ok result
@@ -366,7 +314,8 @@ class Engine:
             with _catch(self.signals, wake_w):
                 while self.trials or (self._queued() and self.taking_new):
                     self._fill()
-                    events = self.backend.wait(self._next_timeout(), wake_r)
+                    events = self.backend.wait(self._next_timeout(), wake_r,
+                                               self._queued() if self.taking_new else 0)
                     if len(self.signals) > seen:  # Ctrl-C or SIGTERM came
                         seen = len(self.signals)
                         with contextlib.suppress(OSError):
@@ -394,9 +343,9 @@ class Engine:
             raise self.storage_error
         if self.halted is not None:
             raise self.halted
-        if self.backend.exhausted is not None and self._queued():
+        if self.admission.exhausted is not None and self._queued():
             raise SweepError(f"no place left for the {self._queued()} trials still queued: "
-                             f"{self.backend.exhausted}; look at those trials' logs, then run the same "
+                             f"{self.admission.exhausted}; look at those trials' logs, then run the same "
                              "command again (finished trials are kept)")
 
     def _queued(self) -> int:
@@ -405,27 +354,27 @@ class Engine:
     def _next(self) -> TrialSpec | None:
         """The first queued trial the backend admits now (a search's next point, asked for
         when none waits; one that does not fit waits in the queue), or None."""
-        order = self.backend.ranked(self.queue) if self.queue else None
+        order = self.admission.ranked(self.queue) if self.queue else None
         for i in order if order is not None else range(len(self.queue)):
             spec = self.queue[i]
-            if self.backend.admits(spec):
+            if self.admission.admits(spec):
                 del self.queue[i]
                 return spec
         if self.queue or self.feed is None or not self.feed.remaining:
             return None
         fed = self.feed.next()
-        if fed is not None and not self.backend.admits(fed):
+        if fed is not None and not self.admission.admits(fed):
             self.queue.append(fed)
             return None
         return fed
 
     def _fill(self) -> None:
-        while self._queued() and len(self.trials) < self.backend.capacity and self.taking_new:
+        while self._queued() and len(self.trials) < self.backend.traits.capacity and self.taking_new:
             spec = self._next()
             if spec is None:
                 break
             spec = replace(spec, env={**spec.env, **self.trial_env, **contract.trial_env(spec)},
-                           verdicts=self.verdicts and getattr(self.backend, "answers", False))
+                           verdicts=self.verdicts and self.backend.traits.answers)
             trial = _Trial(spec, "", self.clock())
             self.trials[spec.trial_id] = trial
             began = self.backend.start(spec)
@@ -435,7 +384,6 @@ class Engine:
             if began is not None:
                 self._began(trial, began)
             self.outputs.started(trial.spec)
-        self.backend.ahead(self._queued() if self.taking_new else 0)
 
     def _next_timeout(self) -> float | None:
         times = [t.deadline for t in self.trials.values() if t.deadline is not None]
@@ -607,7 +555,7 @@ class Engine:
             if trial.deadline is None or now < trial.deadline or trial.phase is Phase.ENDED:
                 continue
             if trial.due is Due.TIMEOUT:
-                why = f"ran past the timeout of {self.timeout:g}s and was {self.backend.stop_word}"
+                why = f"ran past the timeout of {self.timeout:g}s and was {self.backend.traits.stop_word}"
                 if self._stop(trial, Status.TIMEOUT, why):
                     self._cancel(trial, hard=False)
             elif trial.due is Due.STALL:
@@ -619,7 +567,7 @@ class Engine:
                     self._watch(trial)
                     continue
                 why = (f"neither reported an epoch nor wrote to its log for {self.stall:g}s and was "
-                       f"{self.backend.stop_word}")
+                       f"{self.backend.traits.stop_word}")
                 if self._stop(trial, Status.STALLED, why):
                     self._cancel(trial, hard=False)
             elif trial.due is Due.EXIT:
@@ -652,7 +600,6 @@ class Engine:
                 self._cancel(trial, hard=True)
             elif not trial.phase.cancelled:
                 self._cancel(trial, hard=False)
-        self.backend.ahead(0)  # no standby is needed any more
 
     def _close(self, record_unfinished: bool) -> None:
         """On every way out: nothing of a trial outlives the sweep. Trials that ended
@@ -694,7 +641,7 @@ class Engine:
         """Record a trial's outcome (before its place is reused), queue a retry, tell the view.
         A run again on other terms (the backend's ``again``) is an attempt, but spends none of
         ``retries``: they are for a failure that may not recur on the same terms."""
-        again = self.backend.again(result)
+        again = self.admission.again(result)
         retry = result.status.retryable and spec.attempt - spec.first_attempt < self.retries
         retrying = self.taking_new and again is not None and (again or retry)
         if self.streak is not None and not retrying:  # a failure counts once its retries are spent

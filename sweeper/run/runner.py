@@ -30,19 +30,22 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from sweeper.backends.registry import Launch, lookup
 from sweeper.errors import SweepError
 from sweeper.model import contract
 from sweeper.model.grid import check_not_empty, expand
 from sweeper.model.metrics import default_metric, direction
 from sweeper.model.options import Options, megabytes
+from sweeper.model.protocol import Admission, Backend
 from sweeper.model.target import Target, record
 from sweeper.model.trial import Status, TrialResult, TrialSpec
 from sweeper.results import constraints
 from sweeper.results.objectives import Objectives
-from sweeper.run.engine import Backend, Engine, Interrupted
+from sweeper.run.engine import Engine, Interrupted
 from sweeper.run.lifecycle import Callback, Callbacks
 from sweeper.run.outputs import Ranking, SearchTold, TableFiles, Trackers
 from sweeper.run.packing import Breaker, HostRoom, Needs, Packer
+from sweeper.run.placement import Anywhere, SlotPlacement
 from sweeper.run.planning import Plan, keeps, plan
 from sweeper.run.slots import Placement, Slot, parse_gpus, place
 from sweeper.store import table
@@ -169,6 +172,7 @@ class Sweep:
         self.early: ForkServer | None = None
         options.check_ranking()
         chosen.check(options)
+        self.backend = lookup(options.backend)  #: where the trials run (an unknown name: one line, now)
         self.folder = SweepFolder(options.out, options.name or default_name)
         self.space: Any = None
         if options.search is not None:  # grid is the space; trials are asked for as places free
@@ -181,7 +185,7 @@ class Sweep:
             check_not_empty(grid)
             self.specs = plan(expand(grid), self.folder.path, options.seed)
         self.target, self.options, self.source_file, self.what = target, options, source_file, what
-        if options.backend == "ray":  # Ray places trials on its own nodes' GPUs
+        if self.backend.places_trials:  # a cluster's scheduler places them (Ray on its own nodes' GPUs)
             self.placement = Placement([], [], options.memory_policy())
         else:
             self.placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
@@ -275,7 +279,8 @@ class Sweep:
         if listener is not None:
             outputs.each.append(listener)
         outputs.begin(plan_.to_run, plan_.total)
-        engine = Engine(self._backend(tag), ledger, outputs=outputs,
+        admission = self._admission()
+        engine = Engine(self._backend(tag, admission), ledger, outputs=outputs, admission=admission,
                         trial_env=contract.determinism_env() if options.deterministic else None, run_id=run,
                         prune=plan_.search.prune if plan_.search else None,
                         verdicts=plan_.search is not None and plan_.search.prunes,
@@ -318,20 +323,17 @@ class Sweep:
         return run, [("environment", json.dumps(env, sort_keys=True)), ("target", record(self.target, options)),
                      (f"run:{run}", made), ("run", run)]
 
-    def _backend(self, tag: str | None) -> Backend:
-        options = self.options
-        if options.backend == "ray":
-            from sweeper.backends.ray import RayBackend
+    def _admission(self) -> Admission:
+        """Which queued trial may start now: this machine's slots and the memory trials need
+        there, or anywhere, for a backend whose cluster places them."""
+        if self.backend.places_trials:
+            return Anywhere()
+        return SlotPlacement(self.placement.slots, packer=self.packer, host=self.host_room, breaker=self.breaker)
 
-            return RayBackend(self.target, options.memory_policy(), address=options.address,
-                              gpus=parse_gpus(options.gpus) != "none", cpus_per_trial=options.cpus_per_trial,
-                              workers=options.worker_count)
-        from sweeper.backends.local import LocalBackend
-
-        return LocalBackend(self.target, self.placement.slots, workers=options.worker_count, prefetch=options.prefetch,
-                            start_method=options.start_method, tag=tag, early=self.early,
-                            timeout=min((t for t in (options.timeout, options.stall) if t), default=None),
-                            packer=self.packer, host=self.host_room, breaker=self.breaker)
+    def _backend(self, tag: str | None, admission: Admission) -> Backend:
+        """Where the trials run: the backend the options name, made by its registered factory."""
+        return self.backend.factory(Launch(self.target, self.options, self.placement, admission, tag,
+                                           early=self.early))
 
 
 # -- what the console shows ----------------------------------------------------------------

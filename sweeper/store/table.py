@@ -18,14 +18,12 @@ the old one, so a reader never sees half a file.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
 import logging
-import os
 import time
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from sweeper.model.metrics import HISTORY_COLUMNS
 from sweeper.model.trial import CSV_FIELDS, Place, TrialResult, csv_name, place_of

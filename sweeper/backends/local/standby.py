@@ -20,7 +20,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 from sweeper.backends.local.process import (
     REAP_WAIT_S,
@@ -32,7 +32,6 @@ from sweeper.backends.local.process import (
     tracker_started,
 )
 from sweeper.child import bootstrap
-from sweeper.model import contract
 from sweeper.model.protocol import Broken, Event, LoadFailed, Ready
 from sweeper.run.slots import Slot
 from sweeper.system import headroom, procs

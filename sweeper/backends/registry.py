@@ -1,0 +1,130 @@
+"""Which backends a sweep can run on, by name (``backend="local"``, ``--backend ray``).
+
+A backend is a name and a factory: ``factory(launch) -> Backend`` (the protocol is
+:class:`sweeper.model.protocol.Backend`; what the factory is given, :class:`Launch`). Three
+ways a name gets here:
+
+* the built-in ones: ``local`` (:mod:`sweeper.backends.local`) and ``ray``
+  (:mod:`sweeper.backends.ray`), imported only when a sweep runs on them;
+* :func:`register`, from a program, before it calls ``sweep()``;
+* an installed package's entry point in the ``sweeper.backends`` group
+  (``my-backend = my_package.backend:factory``), found when a sweep names it, so the
+  command line can run on it too; it may point at a factory or at a :class:`Registered`.
+
+Looking a name up imports nothing of a backend but its factory's module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from sweeper.errors import SweepError
+
+if TYPE_CHECKING:
+    from sweeper.backends.local.server import ForkServer
+    from sweeper.model.options import Options
+    from sweeper.model.protocol import Admission, Backend
+    from sweeper.model.target import Target
+    from sweeper.run.slots import Placement
+
+#: The entry-point group another package declares its backends in.
+GROUP = "sweeper.backends"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a backend's factory is given, once per sweep, before the first trial."""
+
+    target: Target  #: what each trial runs (pickles; ``load()`` gives ``train`` in the trial)
+    options: Options  #: the sweep's options, checked
+    placement: Placement  #: this machine's slots; empty for a backend that places trials itself
+    #: the placement policy the engine asks before it starts a trial (this machine's slots:
+    #: :class:`sweeper.run.placement.SlotPlacement`, which the local backend asks too)
+    admission: Admission
+    tag: str | None = None  #: the mark every process of this sweep carries (:mod:`sweeper.system.procs`)
+    early: ForkServer | None = None  #: the local backend's: a fork server the CLI started early
+
+
+Factory = Callable[[Launch], "Backend"]
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A backend as registered: its factory, and whether it places trials itself (a
+    cluster's scheduler does: then this machine's GPUs are not read, and ``Launch.placement``
+    is empty)."""
+
+    factory: Factory
+    places_trials: bool = False
+
+
+def _local(launch: Launch) -> Backend:
+    from sweeper.backends.local import LocalBackend
+    from sweeper.run.placement import SlotPlacement
+
+    options = launch.options
+    placement = launch.admission if isinstance(launch.admission, SlotPlacement) else None
+    return LocalBackend(launch.target, launch.placement.slots, workers=options.worker_count,
+                        prefetch=options.prefetch, start_method=options.start_method, tag=launch.tag,
+                        early=launch.early, placement=placement,
+                        timeout=min((t for t in (options.timeout, options.stall) if t), default=None))
+
+
+def _ray(launch: Launch) -> Backend:
+    from sweeper.backends.ray import RayBackend
+    from sweeper.run.slots import parse_gpus
+
+    options = launch.options
+    return RayBackend(launch.target, options.memory_policy(), address=options.address,
+                      gpus=parse_gpus(options.gpus) != "none", cpus_per_trial=options.cpus_per_trial,
+                      workers=options.worker_count)
+
+
+_BACKENDS: dict[str, Registered] = {
+    "local": Registered(_local),
+    "ray": Registered(_ray, places_trials=True),
+}
+
+
+def register(name: str, factory: Factory, *, places_trials: bool = False) -> None:
+    """Make ``backend=name`` run trials on what ``factory(launch)`` returns. A name taken
+    already is refused, unless it is the same factory again."""
+    if not name.isidentifier():
+        raise SweepError(f"backend name {name!r} is not a plain name; use letters, digits and _")
+    known = _BACKENDS.get(name)
+    if known is not None and known.factory is not factory:
+        raise SweepError(f"a backend named {name!r} is registered already; register yours under another name")
+    _BACKENDS[name] = Registered(factory, places_trials)
+
+
+def lookup(name: str) -> Registered:
+    """The backend registered as ``name``; else the installed entry point of that name."""
+    if name not in _BACKENDS:
+        found = _entry_point(name)
+        if found is None:
+            raise SweepError(f"backend={name!r} is unknown; use one of {', '.join(names())}, register yours "
+                             f"(sweeper.backends.register) or install a package that declares it in the "
+                             f"{GROUP!r} entry-point group")
+        _BACKENDS[name] = found
+    return _BACKENDS[name]
+
+
+def names() -> list[str]:
+    """Every backend name a sweep may use now: registered ones, then installed entry points."""
+    from importlib.metadata import entry_points
+
+    return list(dict.fromkeys([*_BACKENDS, *sorted(e.name for e in entry_points(group=GROUP))]))
+
+
+def _entry_point(name: str) -> Registered | None:
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=GROUP, name=name):
+        try:
+            loaded = point.load()
+        except Exception as exc:
+            raise SweepError(f"backend {name!r} ({point.value}, an entry point of {GROUP!r}) did not import: "
+                             f"{type(exc).__name__}: {exc}; fix or uninstall the package that declares it") from None
+        return loaded if isinstance(loaded, Registered) else Registered(loaded)
+    return None

@@ -1,0 +1,92 @@
+"""A backend from outside sweeper (issue 40, item 2): ``tests/toy_backend.py`` registered
+through the public registry, from code and as an installed package's entry point, runs
+real sweeps, its rows as the local backend's would be; the names a sweep may use."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import sweep_fns
+import sweeper
+import toy_backend
+from conftest import HERE, ROOT, install_module
+from sweeper.backends import GROUP, register, registry
+
+
+@pytest.fixture
+def toy():
+    register("toy", toy_backend.factory, places_trials=True)
+    yield "toy"
+    registry._BACKENDS.pop("toy", None)
+
+
+def test_a_sweep_runs_on_a_backend_registered_from_outside(tmp_path, toy):
+    grid = [{"how": how} for how in ("ok", "raise", "exit3", "segv")]
+    df = sweeper.sweep(sweep_fns.crash, grid, backend=toy, out=str(tmp_path), name="s", progress=False)
+    assert df.status.tolist() == ["ok", "error", "crashed", "crashed"], df.error.tolist()
+    assert df.value.tolist()[0] == 1.0 and df.error[1] == "ValueError: boom from the trial"
+    assert df.error.tolist()[2:] == ["died with exit code 3 before returning a result",
+                                     "died with SIGSEGV before returning a result"]
+    on_disk = pd.read_csv(tmp_path / "s" / "results.csv")
+    assert on_disk.status.tolist() == df.status.tolist()
+    folder = tmp_path / "s" / "trials" / df.trial[0]
+    with open(folder / "result.json") as f:
+        assert json.load(f)["metrics"] == {"value": 1.0}  # the files a local trial leaves
+    with open(folder / "log.txt") as f:
+        assert f.readline().startswith("=== sweeper: trial how=ok ")  # its log, with the header
+
+
+def test_its_trials_run_in_their_own_processes_with_their_seeds(tmp_path, toy):
+    df = sweeper.sweep(sweep_fns.echo, {"x": [1, 2, 3]}, backend=toy, workers=2, out=str(tmp_path),
+                       progress=False)
+    assert (df.status == "ok").all(), df.error.tolist()
+    assert df.value.tolist() == [2.0, 4.0, 6.0]
+    assert len(set(df.pid)) == 3 and os.getpid() not in set(df.pid)  # what echo saw: its own pid
+    assert df.seed_seen.tolist() == df.seed.tolist()
+
+
+def test_an_unknown_backend_is_one_line_naming_the_known_ones(tmp_path):
+    with pytest.raises(sweeper.SweepError) as caught:
+        sweeper.sweep(sweep_fns.echo, {"x": [1]}, backend="slurmm", out=str(tmp_path), progress=False)
+    said = str(caught.value)
+    assert "\n" not in said and "'slurmm' is unknown" in said and "local, ray" in said and GROUP in said
+    assert not os.listdir(tmp_path)  # refused before anything was made
+
+
+@pytest.mark.unit
+def test_a_name_is_registered_once():
+    register("toy_once", toy_backend.factory)
+    try:
+        register("toy_once", toy_backend.factory)  # the same again: fine
+        with pytest.raises(sweeper.SweepError, match="registered already"):
+            register("toy_once", lambda launch: None)  # type: ignore[arg-type,return-value]
+        with pytest.raises(sweeper.SweepError, match="not a plain name"):
+            register("my backend", toy_backend.factory)
+        assert "toy_once" in registry.names()
+    finally:
+        registry._BACKENDS.pop("toy_once", None)
+
+
+def test_an_installed_packages_entry_point_adds_a_backend_to_the_command_line(tmp_path):
+    """A package that declares ``toy = toy_backend:factory`` in the ``sweeper.backends``
+    group: ``--backend toy`` runs on it; no line of sweeper's names it."""
+    site = install_module(tmp_path / "site", "toy_backend_dist", None)
+    with open(os.path.join(site, "toy_backend_dist-1.0.dist-info", "entry_points.txt"), "w") as f:
+        f.write(f"[{GROUP}]\ntoy = toy_backend:factory\n")
+    (tmp_path / "grid.py").write_text("from sweep_fns import echo as train\ngrid = {'x': [1, 2]}\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([site, HERE, ROOT])}
+    done = subprocess.run([sys.executable, "-m", "sweeper", str(tmp_path / "grid.py"), "--backend", "toy",
+                           "--out", str(tmp_path / "out"), "--quiet"], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
+    assert rows.status.tolist() == ["ok", "ok"] and rows.value.tolist() == [2.0, 4.0]
+    wrong = subprocess.run([sys.executable, "-m", "sweeper", str(tmp_path / "grid.py"), "--backend", "toyy",
+                            "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=240)
+    assert wrong.returncode == 2 and "'toyy' is unknown; use one of local, ray, toy" in wrong.stderr + wrong.stdout
