@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from conftest import run_cli, write_grid
-from sweeper.results.report import leaderboard_lines
+from sweeper.results.query import leaderboard_lines
 from sweeper.results.constraints import parse
 from sweeper.model.metrics import direction
 from sweeper.store.table import dataframe

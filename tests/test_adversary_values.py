@@ -23,6 +23,7 @@ import pytest
 
 import sweeper
 import sweep_fns
+from sweeper.results import query
 from sweeper.results import report as analysis
 from conftest import run_cli, write_grid
 
@@ -174,7 +175,7 @@ def test_values_optuna_cannot_tell_apart_are_a_choice_among_their_reprs():
 
 @pytest.mark.unit
 def test_a_column_of_plain_words_is_shown_bare_and_one_word_that_misreads_quotes_them_all():
-    assert analysis.param_texts(["adam", "sgd", None]) == ["adam", "sgd", "None"]
-    assert analysis.param_texts(["adam", "None"]) == ["'adam'", "'None'"]
-    assert analysis.param_texts(["adam", "1e3"]) == ["'adam'", "'1e3'"]
-    assert analysis.param_texts([0.1 + 0.2, 1e-05]) == ["0.30000000000000004", "1e-05"]  # floats exact
+    assert query.param_texts(["adam", "sgd", None]) == ["adam", "sgd", "None"]
+    assert query.param_texts(["adam", "None"]) == ["'adam'", "'None'"]
+    assert query.param_texts(["adam", "1e3"]) == ["'adam'", "'1e3'"]
+    assert query.param_texts([0.1 + 0.2, 1e-05]) == ["0.30000000000000004", "1e-05"]  # floats exact

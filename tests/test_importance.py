@@ -15,7 +15,7 @@ import sweeper
 import sweep_fns
 from conftest import run_cli
 from sweeper.errors import SweepError
-from sweeper.results.report import finished_ok
+from sweeper.results.query import finished_ok
 from sweeper.results.importance import MIN_TRIALS, importance as _importance
 
 

@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from sweeper.results import report as analysis
+from sweeper.results import query
 from sweeper.model import metrics
 from sweeper.store import table
 from sweeper.front.cli import parser
@@ -103,7 +103,7 @@ def _result(index: int, device: str = "cpu", epoch: int | None = None, mem: int 
 @pytest.mark.unit
 def test_the_csv_fixed_columns_are_the_ones_derived_from_trialresult():
     assert RESULT_COLUMNS == CSV_CONTRACT
-    assert analysis.FIXED_COLUMNS == RESULT_COLUMNS
+    assert query.FIXED_COLUMNS == RESULT_COLUMNS
     assert (*FRONT_COLUMNS, *BACK_COLUMNS, *EPOCH_COLUMNS, *MEMORY_COLUMNS, *GPU_COLUMNS,
             *CONSTRAINT_COLUMNS, *DETERMINISM_COLUMNS, *PARETO_COLUMNS) == RESULT_COLUMNS
     assert metrics.RESERVED == set(RESULT_COLUMNS)  # no metric may take one of these names

@@ -14,6 +14,7 @@ import pytest
 
 from sweeper.errors import SweepError
 
+from sweeper.results import query
 from sweeper.results import report as report
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -91,28 +92,28 @@ def _read(path: str) -> str:
 
 
 def test_metric_columns(df):
-    assert report.metric_columns(df) == ["val_accuracy", "val_loss"]
+    assert query.metric_columns(df) == ["val_accuracy", "val_loss"]
 
 
 def test_leaderboard_max(df):
-    board = report.leaderboard(df, "val_accuracy", "max", top=3)
+    board = query.leaderboard(df, "val_accuracy", "max", top=3)
     assert list(board.columns) == ["trial", "val_accuracy", "act", "lr", "units"]
     assert list(board["trial"]) == ["t2", "t4", "t1"]
 
 
 def test_leaderboard_min_and_ok_only(df):
-    board = report.leaderboard(df, "val_loss", "min", top=10)
+    board = query.leaderboard(df, "val_loss", "min", top=10)
     assert list(board["trial"]) == ["t2", "t4", "t1", "t0", "t3"]  # t5 crashed: left out
 
 
 def test_leaderboard_nan_last(df):
     df.loc[df["trial"] == "t2", "val_accuracy"] = float("nan")
-    board = report.leaderboard(df, "val_accuracy", "max")
+    board = query.leaderboard(df, "val_accuracy", "max")
     assert list(board["trial"]) == ["t4", "t1", "t0", "t3", "t2"]
 
 
 def test_leaderboard_lines(df):
-    lines = report.leaderboard_lines(df, "val_accuracy", "max")
+    lines = query.leaderboard_lines(df, "val_accuracy", "max")
     assert lines[0] == "top 5 by val_accuracy (max):"
     assert lines[1].split() == ["trial", "val_accuracy", "act", "lr", "units"]
     assert lines[2].split()[:2] == ["t2", "0.91"]
@@ -121,26 +122,26 @@ def test_leaderboard_lines(df):
 
 
 def test_choose_defaults(df):
-    assert report.choose(df) == ("val_accuracy", "max")
-    assert report.choose(df, "val_loss") == ("val_loss", "min")
-    assert report.choose(df, "val_loss", "max") == ("val_loss", "max")
+    assert query.choose(df) == ("val_accuracy", "max")
+    assert query.choose(df, "val_loss") == ("val_loss", "min")
+    assert query.choose(df, "val_loss", "max") == ("val_loss", "max")
     loss_first = df[["trial_id", "trial", "status", "param_lr", "val_loss", "val_accuracy", "seed"]]
-    assert report.choose(loss_first) == ("val_loss", "min")
-    assert report.choose(df.rename(columns={"val_accuracy": "Val_ACC"})) == ("Val_ACC", "max")
+    assert query.choose(loss_first) == ("val_loss", "min")
+    assert query.choose(df.rename(columns={"val_accuracy": "Val_ACC"})) == ("Val_ACC", "max")
 
 
 def test_choose_unknown_metric(df):
     with pytest.raises(SweepError) as info:
-        report.choose(df, "f1")
+        query.choose(df, "f1")
     message = str(info.value)
     assert "f1" in message and "val_accuracy" in message and "val_loss" in message
     assert "\n" not in message
     with pytest.raises(SweepError):
-        report.choose(df, "val_loss", "biggest")
+        query.choose(df, "val_loss", "biggest")
 
 
 def test_failures(df, sweep_dir):
-    bad = report.failures(df, sweep_dir)
+    bad = query.failures(df, sweep_dir)
     assert list(bad.columns) == ["trial", "status", "error", "log"]
     assert bad.to_dict("records") == [{
         "trial": "t5", "status": "crashed", "error": "worker died with signal 9 (SIGKILL)",

@@ -22,6 +22,7 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import ROOT, run_cli, write_grid
+from sweeper.results import query
 from sweeper.results import report as analysis
 
 pytest.importorskip("matplotlib")
@@ -71,7 +72,7 @@ def test_pruned_is_drawn_and_counted_apart_from_the_failures(search):
     listed = re.findall(r'<tr class="failure"><td>([^<]*)</td>', page)
     assert sorted(listed) == sorted(df.trial[df.status == "error"]), listed
     # what the CLI counts as failed (not Status.succeeded) is what the report counts
-    assert analysis.failed(df).sum() == n_error and analysis.stopped(df).sum() == n_pruned
+    assert query.failed(df).sum() == n_error and query.stopped(df).sum() == n_pruned
 
 
 def test_the_learning_curves_legend_tells_the_trials_apart(search):

@@ -468,22 +468,22 @@ def _print_best(results: list[Any], objectives: Any, asked: tuple[Any, Any], unn
                 with_importance: bool) -> None:
     """The best trial so far (or why none), the front of several objectives, and which
     parameters mattered where asked. ``unnamed``: no --metric was given."""
-    from sweeper.results import report as analysis
+    from sweeper.results import query
     from sweeper.store import table
 
     frame = table.dataframe(results, objectives)
     try:
-        metric, mode = analysis.choose(frame, *asked)
+        metric, mode = query.choose(frame, *asked)
     except SweepError as exc:  # no trial has the sweep's metric yet (all failed, say)
         print(f"sweeper: {exc}")
         metric = None
     if metric is not None:
-        board = analysis.leaderboard(frame, metric, mode, top=1)
+        board = query.leaderboard(frame, metric, mode, top=1)
         if len(board):
             best = board.iloc[0]
             print(f"sweeper: best so far: {metric} = {best[metric]:.4g} ({mode}): {best['trial']}")
-        elif analysis.finished_ok(frame).any():  # every ok trial missed the constraints
-            print(f"sweeper: best so far: none; {analysis.nothing_ranked(frame)}")
+        elif query.finished_ok(frame).any():  # every ok trial missed the constraints
+            print(f"sweeper: best so far: none; {query.nothing_ranked(frame)}")
     if objectives is not None:
         for i, line in enumerate(objectives.lines(frame)):
             print("sweeper: " + line if i == 0 else line)
@@ -495,7 +495,7 @@ def _print_best(results: list[Any], objectives: Any, asked: tuple[Any, Any], unn
 
 def _print_importance(frame: Any, metric: str, mode: str) -> None:
     from sweeper.results.importance import importance
-    from sweeper.results.report import finished_ok
+    from sweeper.results.query import finished_ok
 
     try:
         lines = importance(frame[finished_ok(frame)], metric, mode).lines()
@@ -528,32 +528,32 @@ def card_lines(running: list[dict[str, Any]]) -> list[str]:
 def report_main(argv: list[str]) -> int:
     """Print the leaderboard and write report.html beside the CSV."""
     from sweeper.api import load
-    from sweeper.results import report as analysis
+    from sweeper.results import query, report
 
     args = _folder_parser("report", "Print a sweep's leaderboard and write its report.html.").parse_args(argv)
     folder = sweep_folder(args.folder)
-    analysis.need_matplotlib()  # one line before anything is printed, not after the leaderboard
+    report.need_matplotlib()  # one line before anything is printed, not after the leaderboard
     frame = load(folder)
     try:
-        metric, mode = analysis.choose(frame, *_ranking(frame, args.metric, args.mode))
+        metric, mode = query.choose(frame, *_ranking(frame, args.metric, args.mode))
     except SweepError as exc:
         if args.metric is not None:  # the user named it: a mistake to say
             raise
         print(f"sweeper: {exc}")  # no trial has the sweep's metric yet: no ranking, a report all the same
         metric, mode = None, None  # ranked by nothing: not the first metric as "min"
     if metric is not None and mode is not None:
-        for line in analysis.leaderboard_lines(frame, metric, mode):
+        for line in query.leaderboard_lines(frame, metric, mode):
             print(line)
         if frame.attrs.get("objectives") is not None:
             for line in frame.attrs["objectives"].lines(frame):
                 print(line)
         _print_importance(frame, metric, mode)
-    fails = analysis.failures(frame, folder)
+    fails = query.failures(frame, folder)
     if len(fails):
         print(f"{len(fails)} failed:")
         for row in fails.itertuples():
             print(f"  {row.status:<11} {row.trial}: {row.error}  (log: {row.log})")
-    path = analysis.write_html(folder, metric, mode)
+    path = report.write_html(folder, metric, mode)
     print(f"report: {path}")
     return EXIT_OK
 

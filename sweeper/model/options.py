@@ -368,7 +368,7 @@ class Options:
         self._check_spelling()
         if self.objectives is None and self.ranked_by is not None and self.mode is None \
                 and direction(self.ranked_by) is None:  # several: each one's direction known, or said
-            from sweeper.results.report import unknown_direction
+            from sweeper.results.query import unknown_direction
 
             raise unknown_direction(self.ranked_by)
 

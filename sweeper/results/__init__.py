@@ -1,6 +1,9 @@
 """The results: what a finished (or running) sweep's rows say.
 
-* :mod:`~sweeper.results.report`: the folder read back, summarised, ranked, drawn (``report``, ``status``);
+* :mod:`~sweeper.results.query`: the results table queried: the metric, what is ranked, the
+  leaderboard, the failures (the closing summary, ``status`` and ``report`` ask it alike);
+* :mod:`~sweeper.results.report`: the folder read back, and ``report.html``;
+  :mod:`~sweeper.results.plots`: its figures;
 * :mod:`~sweeper.results.objectives`, :mod:`~sweeper.results.constraints`: several objectives and the
   Pareto front; what a trial must meet to be ranked;
 * :mod:`~sweeper.results.importance`: which parameters mattered (fANOVA);

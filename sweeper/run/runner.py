@@ -341,7 +341,7 @@ class Sweep:
 
 def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]:
     """The closing lines: counts, the top 5 with their parameters, failures, where the CSV is."""
-    from sweeper.results import report as analysis
+    from sweeper.results import query
 
     counts = outcome.counts()
     parts = ", ".join(f"{counts[s.value]} {s.value}" for s in Status if counts[s.value])
@@ -352,16 +352,16 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
         frame = table.dataframe(outcome.results, outcome.objectives)
         picked = metric is None
         try:
-            metric, mode = analysis.choose(frame, metric, mode)
+            metric, mode = query.choose(frame, metric, mode)
         except SweepError as exc:  # a metric no trial has (yet): nothing to rank by
-            if analysis.metric_columns(frame):
+            if query.metric_columns(frame):
                 lines.append(f"sweeper: {exc}")
             metric = None
         if picked and metric is not None:
-            lines += picked_lines(analysis.metric_columns(frame), mode)
+            lines += picked_lines(query.metric_columns(frame), mode)
         if metric is not None and mode is not None:
             lines += ["sweeper: " + line if i == 0 else line
-                      for i, line in enumerate(analysis.leaderboard_lines(frame, metric, mode))]
+                      for i, line in enumerate(query.leaderboard_lines(frame, metric, mode))]
             infeasible = int((frame["feasible"] == False).sum()) if "feasible" in frame else 0  # noqa: E712
             if infeasible:
                 lines.append(f"sweeper: {infeasible} ok trial{'s' if infeasible > 1 else ''} did not meet the "
