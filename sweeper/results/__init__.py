@@ -2,7 +2,7 @@
 
 * :mod:`~sweeper.results.query`: the results table queried: the metric, what is ranked, the
   leaderboard, the failures (the closing summary, ``status`` and ``report`` ask it alike);
-* :mod:`~sweeper.results.report`: the folder read back, and ``report.html``;
+* :mod:`~sweeper.results.report`: ``report.html``, from the folder read back (:mod:`~sweeper.results.reading`);
   :mod:`~sweeper.results.plots`: its figures;
 * :mod:`~sweeper.results.objectives`, :mod:`~sweeper.results.constraints`: several objectives and the
   Pareto front; what a trial must meet to be ranked;

@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING, Any, Sequence
 
 from sweeper.results.query import (
+    LOG_SCALE,
     TOP,
     exact_text,
     finished_ok,
@@ -33,10 +34,6 @@ if TYPE_CHECKING:
     import pandas
     from matplotlib.figure import Figure
 
-
-#: ``df.attrs`` key of a search's parameters on a log scale (loguniform): drawn on a log axis, as
-#: are those whose values span two decades (:func:`sweeper.results.studies.spans_decades`)
-LOG_SCALE = "log_scale"
 
 #: The colours and marks of the figures: ok trials blue, the best a red star, pruned trials
 #: (no failure) a neutral grey with an x where the pruner stopped them; ok trials that miss

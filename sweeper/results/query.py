@@ -36,6 +36,10 @@ STATUSES = tuple(s.value for s in sorted(Status, key=lambda s: not s.succeeded))
 
 TOP = 5
 
+#: ``df.attrs`` key of a search's parameters on a log scale (loguniform): drawn on a log axis, as
+#: are those whose values span two decades (:func:`sweeper.results.studies.spans_decades`)
+LOG_SCALE = "log_scale"
+
 
 def metric_columns(df: "pandas.DataFrame") -> list[str]:
     """The metric columns of a results DataFrame, in the table's order.
