@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from sweeper.child.context import current_trial, report
     from sweeper.errors import SweepError
     from sweeper.front.command import Command, flags
-    from sweeper.model.grid import Points, expand, loguniform, randint, sample, uniform
+    from sweeper.model.grid import Points, expand, sample
+    from sweeper.model.distributions import loguniform, randint, uniform
     from sweeper.model.options import Options
     from sweeper.model.trial import Status, TrialResult, TrialSpec
 
@@ -34,8 +35,8 @@ _WHERE = {
     "current_trial": "child.context", "report": "child.context",
     "SweepError": "errors",
     "Command": "front.command", "flags": "front.command",
-    "Points": "model.grid", "expand": "model.grid", "loguniform": "model.grid", "randint": "model.grid",
-    "sample": "model.grid", "uniform": "model.grid",
+    "Points": "model.grid", "expand": "model.grid", "sample": "model.grid",
+    "loguniform": "model.distributions", "randint": "model.distributions", "uniform": "model.distributions",
     "Options": "model.options",
     "Status": "model.trial", "TrialResult": "model.trial", "TrialSpec": "model.trial",
 }

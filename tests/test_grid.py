@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from sweeper.errors import SweepError
-from sweeper.model.grid import expand, loguniform, point_key, randint, sample, uniform
+from sweeper.model.grid import expand, point_key, sample
+from sweeper.model.distributions import loguniform, randint, uniform
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,8 @@
 * :mod:`~sweeper.model.outcome`: the judge, the one place a trial's status is decided;
 * :mod:`~sweeper.model.protocol`: what a trial process tells its sweep, and a backend the engine;
 * :mod:`~sweeper.model.contract`: every ``SWEEPER_*`` variable between parent and child;
-* :mod:`~sweeper.model.grid`: the parameter space: grids, distributions, sampling;
+* :mod:`~sweeper.model.grid`: the parameter space: grids, sampling; :mod:`~sweeper.model.distributions`:
+  what a space draws from (``uniform``, ``loguniform``, ``randint``);
 * :mod:`~sweeper.model.options`: a sweep's knobs, checked once;
 * :mod:`~sweeper.model.metrics`: what ``train`` returned, as a row's metrics;
 * :mod:`~sweeper.model.target`, :mod:`~sweeper.model.callables`: ``train`` named so a fresh process finds it;
