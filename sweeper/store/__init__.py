@@ -3,5 +3,6 @@
 * :mod:`~sweeper.store.paths`: every file sweeper writes or reads, by name, and how a file is written whole;
 * :mod:`~sweeper.store.folder`: the folder itself, held by one sweep at a time;
 * :mod:`~sweeper.store.ledger`: the durable record (SQLite), the one source of every other output;
+  :mod:`~sweeper.store.schema`: its tables, their migrations, a result as a row;
 * :mod:`~sweeper.store.table`: the results table, as ``results.csv`` and a DataFrame.
 """

@@ -12,6 +12,7 @@ because:
 * writing a row costs the same with 10 or 100,000 rows.
 
 The CSV is derived from the ledger (see :mod:`sweeper.store.table`), never the other way round.
+Its tables, migrations and rows: :mod:`sweeper.store.schema`.
 """
 
 from __future__ import annotations
@@ -23,103 +24,24 @@ import os
 import sqlite3
 import time
 import urllib.parse
-from dataclasses import MISSING, Field, fields, replace
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from sweeper.errors import SweepError
-from sweeper.model.text import printable
-from sweeper.model.trial import Status, TrialResult, TrialSpec, current_id
+from sweeper.model.trial import TrialResult, TrialSpec, current_id
 from sweeper.results.objectives import Objectives
 from sweeper.store.paths import SweepPaths
-
-#: ``PRAGMA user_version`` of the ledgers this release writes. 0: before versions (trial
-#: ids without their ``t``, no ``grid`` table); 1: ids with it; 2: ``epoch_reached``; 3:
-#: ``mem_peak_mb``; 4: ``gpu_mem_reserved_mb``; 5: ``feasible``. Older ledgers are migrated
-#: when a sweep opens them, and read as migrated by ``load()`` and ``status``.
-SCHEMA_VERSION = 6
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS trials (
-    trial_id TEXT PRIMARY KEY,
-    idx INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    params TEXT NOT NULL,
-    status TEXT NOT NULL,
-    metrics TEXT NOT NULL,
-    seed INTEGER,
-    device TEXT,
-    started_at TEXT,
-    duration_s REAL,
-    error TEXT,
-    attempts INTEGER,
-    pid INTEGER,
-    exitcode INTEGER,
-    log TEXT,
-    gpu_uuid TEXT,
-    gpu_mem_cap_mb INTEGER,
-    gpu_mem_peak_mb INTEGER,
-    recorded_at REAL NOT NULL,
-    epoch_reached INTEGER,
-    mem_peak_mb INTEGER,
-    gpu_mem_reserved_mb INTEGER,
-    feasible INTEGER,
-    env TEXT,
-    deterministic INTEGER
-);
-CREATE TABLE IF NOT EXISTS running (
-    trial_id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    device TEXT,
-    pid INTEGER,
-    attempt INTEGER,
-    started_at TEXT,
-    reserved_mb INTEGER
-);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS grid (
-    trial_id TEXT PRIMARY KEY,
-    idx INTEGER NOT NULL,
-    name TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS history (
-    trial_id TEXT NOT NULL,
-    epoch INTEGER NOT NULL,
-    metrics TEXT NOT NULL,
-    t REAL,
-    PRIMARY KEY (trial_id, epoch)
-);
-"""
-
-#: The tables every ledger has had since sweeper 0.1.0 (schema 0), with the columns each
-#: had then: a file without them is not a sweep's ledger, whatever else it holds.
-_SIGNATURE = {
-    "trials": {"trial_id", "idx", "name", "params", "status", "metrics", "recorded_at"},
-    "running": {"trial_id", "name", "device", "pid", "attempt", "started_at"},
-    "meta": {"key", "value"},
-    "history": {"trial_id", "epoch", "metrics", "t"},
-}
-
-#: The trials table's name for a :class:`TrialResult` field where it is not the field's
-#: (``index`` is a word of SQL's). The table has a column per field, and ``recorded_at``.
-_SQL_NAMES = {"index": "idx"}
-_FIELDS = fields(TrialResult)
-_COLUMNS = ", ".join(_SQL_NAMES.get(f.name, f.name) for f in _FIELDS)
-#: How a field's value is stored, where not as it is, and read back.
-_STORED: dict[str, Callable[[Any], Any]] = {
-    "params": lambda params: json.dumps(params, sort_keys=True),
-    "status": lambda status: status.value,
-    "metrics": json.dumps,
-    "env": lambda env: json.dumps(env, sort_keys=True),
-}
-_READ: dict[str, Callable[[Any], Any]] = {
-    "trial_id": current_id,
-    "params": json.loads,
-    "status": Status,
-    "metrics": json.loads,
-    "feasible": lambda value: None if value is None else bool(value),
-    "deterministic": lambda value: None if value is None else bool(value),
-    "env": lambda value: json.loads(value) if value else {},  # rows from before schema 6: none
-}
+from sweeper.store.schema import (
+    COLUMNS,
+    FIELDS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    STORED,
+    foreign,
+    migrate,
+    readable,
+    result_of,
+)
 
 
 class StorageError(SweepError):
@@ -206,7 +128,7 @@ class Ledger:
             db = sqlite3.connect(new, isolation_level=None)
             try:
                 db.execute("PRAGMA journal_mode=WAL")
-                db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
+                db.executescript(f"BEGIN IMMEDIATE;{SCHEMA}PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
             finally:
                 db.close()
             _link(new, self.path)
@@ -218,50 +140,21 @@ class Ledger:
         if readonly:  # another process's sweep, perhaps still running: look, never write
             self._db = sqlite3.connect(_uri(self.path, "ro"), uri=True, isolation_level=None, timeout=30)
             self._check()
-            self._select = self._readable()
+            self._select = readable(self._db)
             return
         # never created here (see _create), and checked before anything is written to it
         self._db = sqlite3.connect(_uri(self.path, "rw"), uri=True, isolation_level=None, timeout=30)
         self._check()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        self._migrate()
-        self._select = self._readable()
+        self._db.executescript(SCHEMA)
+        migrate(self._db)
+        self._select = readable(self._db)
         # Running marks, per-epoch reports and facts need no fsync of their own: losing the
         # last of them to a power cut costs nothing a re-run does not redo. They go through
         # a second connection without one (NORMAL in WAL mode survives a crash of sweeper).
         self._fast = sqlite3.connect(_uri(self.path, "rw"), uri=True, isolation_level=None, timeout=30)
         self._fast.execute("PRAGMA synchronous=NORMAL")
-
-    def _migrate(self) -> None:
-        """Bring a ledger written by an earlier release up to :data:`SCHEMA_VERSION`."""
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version == SCHEMA_VERSION:
-            return
-        with self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            if version < 1:  # trial ids gain their "t"
-                for table in ("trials", "running", "history", "grid"):
-                    self._db.execute(f"UPDATE {table} SET trial_id = 't' || trial_id WHERE trial_id NOT LIKE 't%'")
-            have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
-            # 2: the epoch a trial reached (pruned trials stop early); 3: its peak host memory;
-            # 4: the GPU memory reserved for it; 5: whether it met the sweep's constraints;
-            # 6: what it ran on (its environment), and whether it ran deterministically
-            added = (("epoch_reached", "INTEGER"), ("mem_peak_mb", "INTEGER"), ("gpu_mem_reserved_mb", "INTEGER"),
-                     ("feasible", "INTEGER"), ("env", "TEXT"), ("deterministic", "INTEGER"))
-            for column, kind in added[max(version - 1, 0):]:
-                if column not in have:
-                    self._db.execute(f"ALTER TABLE trials ADD COLUMN {column} {kind}")
-            if "reserved_mb" not in {r[1] for r in self._db.execute("PRAGMA table_info(running)")}:
-                self._db.execute("ALTER TABLE running ADD COLUMN reserved_mb INTEGER")  # 4: what a running trial reserved
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    def _readable(self) -> str:
-        """The trials' columns to select: a ledger opened read-only is not migrated, and a
-        column it lacks (one a later schema added) reads as NULL."""
-        have = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
-        return ", ".join(c if c in have else "NULL" for c in _COLUMNS.split(", "))
 
     def _check(self) -> None:
         """A damaged file, another program's, or one a newer release wrote, is found now, in
@@ -269,30 +162,13 @@ class Ledger:
         verdict = self._db.execute("PRAGMA quick_check").fetchone()
         if verdict is None or verdict[0] != "ok":
             raise sqlite3.DatabaseError(f"integrity check: {verdict[0] if verdict else 'no answer'}")
-        why = self._foreign()
+        why = foreign(self._db, self.path)
         if why is not None:
             raise SweepError(f"{self.path} is not a sweep ledger ({why}); sweeper left it as it is: move it "
                              "away, or start the sweep over with --fresh (fresh=True), which keeps it aside")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise sqlite3.DatabaseError(f"it was written by a newer sweeper (schema {version}); upgrade sweeper")
-
-    def _foreign(self) -> str | None:
-        """Why this database is not a sweep's ledger: it lacks a table (or a column) every
-        ledger has had since sweeper 0.1.0; None where it is one."""
-        tables = [row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        if not tables:
-            return "an empty file" if os.path.getsize(self.path) == 0 else "a database without tables"
-        if not set(tables) & set(_SIGNATURE):
-            shown = ", ".join(printable(t[:40]) for t in sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
-            return f"another program's database: its tables are {shown}"
-        for table, columns in _SIGNATURE.items():
-            have = {row[0] for row in self._db.execute("SELECT name FROM pragma_table_info(?)", (table,))}
-            if not have:
-                return f"it has no table {table}"
-            if not columns <= have:
-                return f"its table {table} has no column {', '.join(sorted(columns - have))}"
-        return None
 
     def close(self) -> None:
         for name in ("_fast", "_db"):
@@ -305,13 +181,13 @@ class Ledger:
     def record(self, result: TrialResult, durable: bool = True) -> None:
         """Store a trial's outcome, replacing any earlier row for it; fsynced unless told not
         to (an update of a row that is already durable)."""
-        row = tuple(_STORED[f.name](getattr(result, f.name)) if f.name in _STORED else getattr(result, f.name)
-                    for f in _FIELDS)
+        row = tuple(STORED[f.name](getattr(result, f.name)) if f.name in STORED else getattr(result, f.name)
+                    for f in FIELDS)
         db = self._db if durable else self._fast
         with db:  # one transaction: the row and the end of its running mark
             db.execute("BEGIN IMMEDIATE")
             db.execute(
-                f"INSERT OR REPLACE INTO trials ({_COLUMNS}, recorded_at) VALUES ({','.join('?' * (len(row) + 1))})",
+                f"INSERT OR REPLACE INTO trials ({COLUMNS}, recorded_at) VALUES ({','.join('?' * (len(row) + 1))})",
                 (*row, time.time()),
             )
             db.execute("DELETE FROM running WHERE trial_id = ?", (result.trial_id,))
@@ -492,23 +368,3 @@ class Ledger:
         """Each trial's last reported epoch (what the trackers' mirror reads)."""
         rows = self._db.execute("SELECT trial_id, max(epoch) FROM history GROUP BY trial_id")
         return {current_id(tid): epoch for tid, epoch in rows}
-
-
-def _reader(f: Field[Any]) -> Callable[[Any], Any] | None:
-    """How a trials column is read back into its field: as :data:`_READ` says; a NULL or
-    empty value of a field with a default (a column a later schema added) as that default."""
-    if f.name in _READ:
-        return _READ[f.name]
-    default = f.default
-    if default is None or default is MISSING:
-        return None
-    return lambda value: value or default
-
-
-_READERS = [(f.name, _reader(f)) for f in _FIELDS]
-
-
-def result_of(row: tuple[Any, ...]) -> TrialResult:
-    """A trials row (its columns as :data:`_COLUMNS` names them) as the result it stores."""
-    return TrialResult(**{name: value if read is None else read(value)
-                          for (name, read), value in zip(_READERS, row, strict=True)})
