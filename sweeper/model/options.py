@@ -114,7 +114,7 @@ class Options:
     #: where sweep folders go
     out: str = field(default="results", metadata=flag("folder for sweep folders (default {default})"))
     #: trials at once (default: GPU slots, else the CPU count); "auto": as many as measured
-    #: idle cores and host memory allow (:class:`sweeper.run.packing.HostRoom`)
+    #: idle cores and host memory allow (:class:`sweeper.run.hostroom.HostRoom`)
     workers: int | str | None = field(default=None, metadata=flag(
         "trials at once (default: GPU slots, else CPU count); auto: as many as measured idle cores and the "
         "memory each is predicted to need allow", type=_count_or_auto, metavar="N|auto"))

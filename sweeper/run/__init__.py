@@ -4,7 +4,8 @@
 * :mod:`~sweeper.run.planning`: its trials, their names, what a resume keeps;
 * :mod:`~sweeper.run.engine`: every trial from the queue to one recorded result (the phase table);
 * :mod:`~sweeper.run.search`: adaptive search (Optuna) over fresh processes;
-* :mod:`~sweeper.run.slots`, :mod:`~sweeper.run.packing`: this machine's slots; trials packed by memory;
+* :mod:`~sweeper.run.slots`, :mod:`~sweeper.run.packing`, :mod:`~sweeper.run.hostroom`: this machine's
+  slots; trials packed on GPUs by memory; host memory as a resource;
 * :mod:`~sweeper.run.placement`: the placement the engine asks which trial may start now, and where;
 * :mod:`~sweeper.run.lifecycle`: what a sweep's outputs hear from it;
 * :mod:`~sweeper.run.outputs`, :mod:`~sweeper.run.progress`: the outputs, and the console's live view.

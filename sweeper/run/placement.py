@@ -35,7 +35,8 @@ from typing import Callable, Sequence
 
 from sweeper.model import contract
 from sweeper.model.trial import TrialResult, TrialSpec
-from sweeper.run.packing import Breaker, Card, HostRoom, Packer, Spot
+from sweeper.run.hostroom import HostRoom
+from sweeper.run.packing import Breaker, Card, Packer, Spot
 from sweeper.run.slots import Slot
 from sweeper.system import capping, headroom
 from sweeper.system.gpus import MemorySampler

@@ -42,9 +42,10 @@ from sweeper.model.trial import Status, TrialResult, TrialSpec
 from sweeper.results import constraints
 from sweeper.results.objectives import Objectives
 from sweeper.run.engine import Engine, Interrupted
+from sweeper.run.hostroom import HostRoom
 from sweeper.run.lifecycle import Callback, Callbacks
 from sweeper.run.outputs import Ranking, SearchTold, TableFiles, Trackers
-from sweeper.run.packing import Breaker, HostRoom, Needs, Packer
+from sweeper.run.packing import Breaker, Needs, Packer
 from sweeper.run.placement import Anywhere, SlotPlacement
 from sweeper.run.planning import Plan, keeps, plan
 from sweeper.run.slots import Placement, Slot, parse_gpus, place

@@ -59,8 +59,8 @@ def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         IntDistribution,
     )
 
-    from sweeper.model.grid import normalise_value
     from sweeper.model.distributions import loguniform, randint, uniform
+    from sweeper.model.grid import normalise_value
 
     example = "e.g. space = {'lr': sweeper.loguniform(1e-4, 1e-1), 'units': [32, 64]}"
     if isinstance(space, Mapping) and not space:
