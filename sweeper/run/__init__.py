@@ -3,7 +3,8 @@
 * :mod:`~sweeper.run.runner`: a sweep from start to end, tying the parts together;
 * :mod:`~sweeper.run.planning`: its trials, their names, what a resume keeps;
 * :mod:`~sweeper.run.engine`: every trial from the queue to one recorded result (the phase table);
-* :mod:`~sweeper.run.search`: adaptive search (Optuna) over fresh processes;
+* :mod:`~sweeper.run.search`: adaptive search (Optuna) over fresh processes; :mod:`~sweeper.run.pruners`:
+  its pruners, by name;
 * :mod:`~sweeper.run.slots`, :mod:`~sweeper.run.packing`, :mod:`~sweeper.run.hostroom`: this machine's
   slots; trials packed on GPUs by memory; host memory as a resource;
 * :mod:`~sweeper.run.placement`: the placement the engine asks which trial may start now, and where;
