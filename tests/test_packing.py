@@ -402,7 +402,7 @@ def test_a_trial_the_oom_killer_ended_is_oom_and_another_sigkill_is_crashed(tmp_
 
 @pytest.mark.unit
 def test_status_shows_each_cards_reservations_beside_what_nvml_says(fake_nvml, tmp_path):
-    from sweeper.front.cli import card_lines
+    from sweeper.front.subcommands import card_lines
     from sweeper.store.ledger import Ledger
     from sweeper.model.trial import TrialSpec
 

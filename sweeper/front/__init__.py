@@ -1,6 +1,7 @@
 """The front ends a user meets, besides ``sweep()`` (:mod:`sweeper.api`).
 
-* :mod:`~sweeper.front.cli`: ``python -m sweeper`` and its subcommands;
+* :mod:`~sweeper.front.cli`: ``python -m sweeper grid.py``, and the command line's first word;
+  :mod:`~sweeper.front.subcommands`: ``status``, ``report``, ``replay``, ``export``;
 * :mod:`~sweeper.front.gridfile`: a grid file read without importing it in the parent;
 * :mod:`~sweeper.front.command`: command trials, a script with flags swept as ``train``;
   :mod:`~sweeper.front.shell`: a shell template read as the shell reads it;
