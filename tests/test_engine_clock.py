@@ -8,7 +8,7 @@ What the backend was asked to do (start, SIGTERM, SIGKILL, a verdict) is noted w
 fake time it was asked at, so an ordering is asserted exactly; the same orderings with real
 processes take tens of seconds each and are tested end to end in test_failures.py.
 
-Every move of a trial between phases (sweeper.run.engine.Phase) is noted too (:func:`moves`),
+Every move of a trial between phases (sweeper.run.phases.Phase) is noted too (:func:`moves`),
 and every trial of every test here must have ENDED; the races of a trial's end (a Ctrl-C
 while it stops, a result after its kill, a prune and a result) show their paths."""
 
@@ -23,8 +23,11 @@ from typing import Any
 
 import pytest
 
-from sweeper.run import engine as engine_module
-from sweeper.run.engine import EXIT_GRACE, TERM_GRACE, Engine, Interrupted, Phase
+from sweeper.run import phases as phases_module
+from sweeper.run.engine import Engine
+from sweeper.run.phases import EXIT_GRACE, TERM_GRACE
+from sweeper.run.stops import Interrupted
+from sweeper.run.phases import Phase
 from sweeper.store.ledger import Ledger
 from sweeper.model.protocol import Began, Exited, PruneVerdict, Reports, Result, Traits
 from sweeper.run.lifecycle import Callback, Callbacks
@@ -41,14 +44,14 @@ def moves(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Every trial's moves between phases, as (the trial, from, to); once the test is over,
     every trial that moved has ENDED (its process gone, judged, recorded)."""
     seen: list[tuple[Any, Phase, Phase]] = []
-    move = engine_module._Trial.to
+    move = phases_module.TrialState.to
 
     def noted(trial: Any, phase: Phase) -> None:
         before = trial.phase
         move(trial, phase)
         seen.append((trial, before, phase))
 
-    monkeypatch.setattr(engine_module._Trial, "to", noted)
+    monkeypatch.setattr(phases_module.TrialState, "to", noted)
     yield seen
     trials = {id(t): t for t, _, _ in seen}.values()
     assert [t.phase for t in trials] == [Phase.ENDED] * len(trials)

@@ -1,4 +1,4 @@
-"""A trial's phases in the engine (sweeper.run.engine.Phase) and the one table of moves between
+"""A trial's phases in the engine (sweeper.run.phases.Phase) and the one table of moves between
 them (MOVES): every move in the table is made, every other is refused as a bug of the
 engine (PhaseError, an AssertionError: never a user's error). The moves the engine makes
 as events come, in fake time, are in test_engine_clock.py."""
@@ -9,7 +9,8 @@ import itertools
 
 import pytest
 
-from sweeper.run.engine import MOVES, Phase, PhaseError, _Trial
+
+from sweeper.run.phases import MOVES, Phase, PhaseError, TrialState
 from sweeper.errors import SweepError
 from sweeper.model.trial import TrialSpec
 
@@ -34,13 +35,13 @@ ALLOWED = [(Phase[a], Phase[b]) for a, _, b, *_ in (line.split() for line in INT
 REFUSED = [(a, b) for a, b in itertools.product(Phase, Phase) if (a, b) not in ALLOWED]
 
 
-def trial(phase: Phase) -> _Trial:
+def trial(phase: Phase) -> TrialState:
     spec = TrialSpec(trial_id="t1", name="lr=0.1", index=0, params={"lr": 0.1}, seed=1, dir="/nowhere")
-    return _Trial(spec, "", 0.0, phase=phase)
+    return TrialState(spec, "", 0.0, phase=phase)
 
 
 def test_a_trial_starts_in_starting():
-    assert _Trial(trial(Phase.STARTING).spec, "", 0.0).phase is Phase.STARTING
+    assert TrialState(trial(Phase.STARTING).spec, "", 0.0).phase is Phase.STARTING
 
 
 def test_the_table_names_every_phase():

@@ -149,6 +149,16 @@ def test_no_function_is_longer_than_a_screen():
     assert long == [], long
 
 
+#: Lines a module of sweeper's may have at most (issue 40, item 7: a room one can live in).
+MODULE_LINES = 450
+
+
+@pytest.mark.unit
+def test_no_module_is_longer_than_a_room():
+    long = {m: n for m, path in MODULES.items() if (n := len(open(path).read().splitlines())) > MODULE_LINES}
+    assert long == {}, long
+
+
 #: Modules directly in ``sweeper/`` at most (issue 40, item 1): the rest live in a package
 #: named for its role (model, run, store, backends, child, front, results, tracking, system).
 TOP_MODULES = 15

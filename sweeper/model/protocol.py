@@ -14,9 +14,10 @@ Trial → parent (over a pipe locally, over a Ray queue on a cluster), in this o
 Backend → engine: the trial's messages, plus :class:`Began` (the trial reached its
 process: its clock starts) and :class:`Exited` (its process is gone; what is known of how).
 
-And the two seams the engine (:mod:`sweeper.run.engine`) runs trials through: a
-:class:`Backend` (where trials run: :mod:`sweeper.backends`) and an :class:`Admission`
-(which queued trial may start now: :mod:`sweeper.run.placement`).
+And the seams the engine (:mod:`sweeper.run.engine`) runs trials through: a
+:class:`Backend` (where trials run: :mod:`sweeper.backends`), an :class:`Admission`
+(which queued trial may start now: :mod:`sweeper.run.placement`), and a search's
+:class:`Feed` (trials made as places free) and :data:`Prune` (:mod:`sweeper.run.search`).
 
 Small frozen records, picklable by reference, so both ends agree on every field. Light:
 trial processes import it.
@@ -25,7 +26,7 @@ trial processes import it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, Union
+from typing import Any, Callable, Protocol, Sequence, Union
 
 from sweeper.model.trial import Status, TrialResult, TrialSpec
 
@@ -242,3 +243,18 @@ class Admission(Protocol):
     def exhausted(self) -> str | None:
         """Why no trial can start any more (every place stopped taking them), else None; the
         sweep then lets running trials end, starts no more, and fails with this."""
+
+
+#: A search's pruner: a trial reported epochs; a reason to prune it now, or None.
+Prune = Callable[[TrialSpec, list[dict[str, Any]]], "str | None"]
+
+
+class Feed(Protocol):
+    """Trials made on demand, as places free (a search asks its sampler for each)."""
+
+    @property
+    def remaining(self) -> int:
+        """How many more it will give (for standbys); 0 once it has given its last."""
+
+    def next(self) -> TrialSpec | None:
+        """The next trial to start; None when there is none any more."""

@@ -2,7 +2,8 @@
 
 * :mod:`~sweeper.run.runner`: a sweep from start to end, tying the parts together;
 * :mod:`~sweeper.run.planning`: its trials, their names, what a resume keeps;
-* :mod:`~sweeper.run.engine`: every trial from the queue to one recorded result (the phase table);
+* :mod:`~sweeper.run.engine`: every trial from the queue to one recorded result; :mod:`~sweeper.run.phases`:
+  a trial in it (its phase table, its deadlines); :mod:`~sweeper.run.stops`: what stops a whole sweep;
 * :mod:`~sweeper.run.search`: adaptive search (Optuna) over fresh processes; :mod:`~sweeper.run.pruners`:
   its pruners, by name;
 * :mod:`~sweeper.run.slots`, :mod:`~sweeper.run.packing`, :mod:`~sweeper.run.hostroom`: this machine's

@@ -35,60 +35,27 @@ engine gathered: its :class:`~sweeper.model.protocol.Result` (if any), the stop 
 asked for (timeout, interrupted, pruned), and how its process ended (:class:`~sweeper.model.protocol.Exited`).
 
 A search (:mod:`sweeper.run.search`) hooks in at two places: trials come from its
-:class:`Feed` as places free, and each batch of per-epoch reports is offered to its
+:class:`~sweeper.model.protocol.Feed` as places free, and each batch of per-epoch reports is offered to its
 pruner (``prune``); a trial it names is stopped as ``pruned`` and cancelled like a
 timed-out one (SIGTERM, then SIGKILL after the grace), so its GPU memory is freed at once.
 
-Deadlines, one per running trial, of four kinds (:class:`Due`):
-
-* ``TIMEOUT``: ``timeout`` seconds after the trial reached its process (:class:`Began`,
-  the same moment on both backends); then the trial is stopped (``timeout``) and cancelled;
-* ``STALL``: ``stall`` seconds after its last sign of life (its start, an epoch report);
-  then its log is looked at: written since, the deadline moves on from that write; else
-  the trial is stopped (``stalled``) and cancelled. Whichever of these two comes first is
-  the running trial's deadline;
-* ``EXIT``: ``EXIT_GRACE`` after it sent its result, by when its process should be gone;
-  then it is cancelled (its result stands);
-* ``KILL``: ``TERM_GRACE`` after a cancel (SIGTERM locally), by when it should have
-  stopped; then it is cancelled hard (SIGKILL to everything it started).
-
-A trial is in one :class:`Phase` from its start to its end, moved only along :data:`MOVES`
-(any other move is a bug in the engine, refused with :class:`PhaseError`)::
-
-           ┌──────────── moved ◀─────────┐   Began again before train (the fork watchdog):
-           ▼                             │   at once on to RUNNING, with a new clock
-      STARTING ──────── Began ────────▶ RUNNING
-           │                             │
-           ├──────────▶ STOPPING ◀───────┤   cancel (SIGTERM): timeout, exit grace, pruned, Ctrl-C
-           │               │             │
-           │               ▼             │
-           └──────────▶ KILLED ◀─────────┘   cancel hard (SIGKILL): the grace ran out, a second
-                                             Ctrl-C (two at once: from STARTING or RUNNING)
-
-      STARTING, RUNNING, STOPPING, KILLED ──── Exited ───▶ ENDED   its process is gone (or the
-                                                                  backend closed): no move on
-
-The phase says where a trial is, not how it ended: its result (which may come in any phase
-before ``ENDED``) and the stop the engine asked for are what the judge reads. A trial
-stopped before it began (its files could not be written) stays ``STARTING``: no clock.
+A trial's deadlines (:class:`~sweeper.run.phases.Due`) and its phases
+(:class:`~sweeper.run.phases.Phase`, moved only along the table ``MOVES``): :mod:`sweeper.run.phases`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import os
 import signal
-import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Mapping, Sequence
 
 from sweeper.errors import SweepError
-from sweeper.model import contract, outcome
+from sweeper.model import contract
 from sweeper.model.protocol import (
     Admission,
     Backend,
@@ -96,7 +63,9 @@ from sweeper.model.protocol import (
     Broken,
     Event,
     Exited,
+    Feed,
     LoadFailed,
+    Prune,
     PruneVerdict,
     Reports,
     Result,
@@ -105,140 +74,13 @@ from sweeper.model.protocol import (
 from sweeper.model.trial import Status, TrialResult, TrialSpec
 from sweeper.results.constraints import Constraints
 from sweeper.run.lifecycle import Callback
+from sweeper.run.phases import EXIT_GRACE, TERM_GRACE, Due, Phase, TrialState, log_file_age, now_iso
 from sweeper.run.placement import Anywhere
+from sweeper.run.stops import Interrupted, Streak, catch_signals, load_error
 from sweeper.store.ledger import Ledger, StorageError, storage_error
-from sweeper.store.paths import log_tail
-from sweeper.system import hostmem
 
 log = logging.getLogger("sweeper")
 
-#: Seconds between a cancel (SIGTERM) and a hard cancel (SIGKILL) of a trial.
-TERM_GRACE = 5.0
-#: Seconds a process may take to exit after it sent its result.
-EXIT_GRACE = 10.0
-
-
-#: A search's pruner: a trial reported epochs; a reason to prune it now, or None.
-Prune = Callable[[TrialSpec, list[dict[str, Any]]], "str | None"]
-
-
-class Feed(Protocol):
-    """Trials made on demand, as places free (a search asks its sampler for each)."""
-
-    @property
-    def remaining(self) -> int:
-        """How many more it will give (for standbys); 0 once it has given its last."""
-
-    def next(self) -> TrialSpec | None:
-        """The next trial to start; None when there is none any more."""
-
-
-class Streak:
-    """``fail_fast`` and ``max_failures``: the trials that failed the same way (status and
-    error line; after their retries), one after another as they ended; ``stop`` says why
-    once ``limit`` did. A trial that succeeded ends the streak; an interrupted one is no failure."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.way: tuple[Status, str] | None = None
-        self.count = 0
-        self.stop: str | None = None  #: why the sweep stops, once it does
-        self.told = False  #: the stop was said and acted on
-
-    def saw(self, result: TrialResult) -> None:
-        if result.status.succeeded:
-            self.way, self.count = None, 0
-        if result.status.succeeded or result.status is Status.INTERRUPTED or self.stop is not None:
-            return
-        lines = (result.error or "").strip().splitlines()
-        way = (result.status, lines[0] if lines else "")
-        self.count = self.count + 1 if way == self.way else 1
-        self.way = way
-        if self.count >= self.limit:
-            said = f"ended {way[0].value}" + (f" with {way[1]!r}" if way[1] else "")
-            self.stop = (f"trial {result.name} {said}, the first failure" if self.limit == 1
-                         else f"{self.count} trials in a row {said}")
-
-
-class Interrupted(Exception):
-    """The sweep was stopped by a signal; running trials were recorded ``interrupted``."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class Due(enum.Enum):
-    """What happens when a trial's deadline passes."""
-
-    TIMEOUT = "timeout"  #: it ran too long: stop it as ``timeout``, cancel it
-    STALL = "stall"  #: no sign of life for ``stall`` seconds (if its log says none either): ``stalled``
-    EXIT = "exit"  #: it sent its result but has not exited: cancel it
-    KILL = "kill"  #: it was cancelled but has not stopped: cancel it hard
-
-
-class Phase(enum.Enum):
-    """Where a trial is, from its start to its end (the judge, not the phase, says how it
-    ended); moved only along :data:`MOVES`."""
-
-    STARTING = "starting"  #: started; its process has not begun (no clock yet)
-    RUNNING = "running"  #: it reached its process (Began): its clock and timeout run
-    STOPPING = "stopping"  #: cancelled (SIGTERM): cancelled hard if not gone after TERM_GRACE
-    KILLED = "killed"  #: cancelled hard (SIGKILL): its end is due
-    ENDED = "ended"  #: its process is gone: judged and recorded (unless the sweep failed)
-
-    @property
-    def cancelled(self) -> bool:
-        """Whether the engine has cancelled it (asked it to stop, or ended it hard)."""
-        return self in (Phase.STOPPING, Phase.KILLED)
-
-
-#: The moves a trial may make, from each phase (see the module's diagram).
-MOVES: dict[Phase, frozenset[Phase]] = {
-    Phase.STARTING: frozenset({Phase.RUNNING, Phase.STOPPING, Phase.KILLED, Phase.ENDED}),
-    Phase.RUNNING: frozenset({Phase.STARTING, Phase.STOPPING, Phase.KILLED, Phase.ENDED}),
-    Phase.STOPPING: frozenset({Phase.KILLED, Phase.ENDED}),
-    Phase.KILLED: frozenset({Phase.ENDED}),
-    Phase.ENDED: frozenset(),
-}
-
-
-class PhaseError(AssertionError):
-    """A trial was moved where :data:`MOVES` does not allow: a bug in the engine, not in
-    the sweep."""
-
-
-@dataclass
-class _Trial:
-    """The engine's view of one running trial."""
-
-    spec: TrialSpec
-    started_at: str  #: ISO 8601, when it was started
-    t0: float  #: monotonic; when it reached its process (from Began), else when started
-    sign: float = 0.0  #: monotonic; its last sign of life (Began, an epoch report, a write to its log)
-    phase: Phase = Phase.STARTING  #: where it is; moved by :meth:`to` only
-    began: Began | None = None  #: where it was placed (once it began, or was stopped before)
-    due: Due | None = None
-    deadline: float | None = None
-    stop: Status | None = None  #: the status the engine decided when it stopped it
-    why: str = ""
-    t1: float | None = None  #: monotonic; when its result came or it was stopped (its duration's end)
-    result: Result | None = None
-    early: TrialResult | None = None  #: recorded when its result arrived
-    reported: bool = False  #: sent per-epoch reports (then a returned History is not used)
-    epoch: int | None = None  #: the last epoch it reported
-    epoch_metrics: dict[str, Any] = field(default_factory=dict)  #: what it reported then
-
-    def to(self, phase: Phase) -> None:
-        """Move it to ``phase``; a move :data:`MOVES` does not allow is refused."""
-        if phase not in MOVES[self.phase]:
-            raise PhaseError(f"trial {self.spec.trial_id} ({self.spec.name}) cannot move from "
-                             f"{self.phase.name} to {phase.name}: a bug in sweeper's engine, "
-                             "please report it")
-        self.phase = phase
-
-    def set_deadline(self, due: Due | None, at: float | None) -> None:
-        self.due, self.deadline = due, at
 
 
 class Engine:
@@ -250,9 +92,9 @@ class Engine:
                  log_age: Callable[[TrialSpec], float | None] | None = None,
                  constraints: Constraints | None = None, trial_env: Mapping[str, str] | None = None,
                  run_id: str = "", max_failures: int | None = None, admission: Admission | None = None) -> None:
-        """``admission``: which queued trial may start now (default: any, in the queue's
-        order; :mod:`sweeper.run.placement`); ``outputs``: told each trial's start, reports, record and end (the sweep's
-        :class:`~sweeper.run.lifecycle.Callbacks`); ``prune``: a search's pruner, offered
+        """``admission``: which queued trial may start now (default: any, in the queue's order;
+        :mod:`sweeper.run.placement`); ``outputs``: told each trial's start, reports, record and
+        end (the sweep's :class:`~sweeper.run.lifecycle.Callbacks`); ``prune``: a search's pruner, offered
         each batch of reports; ``verdicts``: it may stop trials, so each report waits for
         its verdict (where the backend answers); ``stall``: seconds a running trial may
         go without a sign of life; ``log_age``: seconds since a trial's log was last
@@ -277,7 +119,7 @@ class Engine:
         self.log_age = log_age if log_age is not None else log_file_age
         self.queue: deque[TrialSpec] = deque()
         self.feed: Feed | None = None
-        self.trials: dict[str, _Trial] = {}
+        self.trials: dict[str, TrialState] = {}
         self.started: set[str] = set()  #: ids of the trials started (retries count once)
         self.signals: list[int] = []
         #: The first failed ledger write: no new trial starts; running ones may finish.
@@ -311,7 +153,7 @@ class Engine:
         wake_r, wake_w = os.pipe()  # the signal handler's way to wake the loop
         os.set_blocking(wake_w, False)
         try:
-            with _catch(self.signals, wake_w):
+            with catch_signals(self.signals, wake_w):
                 while self.trials or (self._queued() and self.taking_new):
                     self._fill()
                     events = self.backend.wait(self._next_timeout(), wake_r,
@@ -375,7 +217,7 @@ class Engine:
                 break
             spec = replace(spec, env={**spec.env, **self.trial_env, **contract.trial_env(spec)},
                            verdicts=self.verdicts and self.backend.traits.answers)
-            trial = _Trial(spec, "", self.clock())
+            trial = TrialState(spec, "", self.clock())
             self.trials[spec.trial_id] = trial
             began = self.backend.start(spec)
             trial.started_at = now_iso()
@@ -398,7 +240,7 @@ class Engine:
     def _handle(self, events: list[tuple[str, Event]]) -> None:
         """Events in order; a fault of the whole sweep is raised after the rest are in."""
         fault: SweepError | None = None
-        prune: list[tuple[_Trial, str]] = []
+        prune: list[tuple[TrialState, str]] = []
         blameless: set[str] = set()  #: trials whose module failed to import: the sweep's fault, no row
         for trial_id, event in events:
             if isinstance(event, LoadFailed):  # every trial would fail alike
@@ -437,29 +279,13 @@ class Engine:
         if fault is not None:
             raise fault
 
-    def _began(self, trial: _Trial, began: Began) -> None:
-        """The trial reached its process: its clock starts; status shows it running. Told
-        again with ``moved``: it was moved to a new process before ``train`` began there
-        (the fork watchdog), so its clock starts again and the move is said."""
-        if began.moved and trial.phase is Phase.RUNNING and trial.stop is None:
-            log.warning("sweeper: trial %s: %s", trial.spec.name, began.moved)
-            trial.to(Phase.STARTING)
-            trial.began = None
-            trial.set_deadline(None, None)
-        if trial.phase is not Phase.STARTING or trial.stop is not None:
-            if trial.began is None:  # stopped before it began: where it was placed, no clock
-                trial.began = began
-                trial.spec = replace(trial.spec, device=began.device)
-            return
-        trial.to(Phase.RUNNING)
-        trial.began, trial.t0 = began, self.clock()
-        trial.sign = trial.t0
-        trial.spec = replace(trial.spec, device=began.device)
-        if trial.due is None:
-            self._watch(trial)
-        self.store(self.ledger.mark_running, trial.spec, began.pid, trial.started_at, began.reserved_mb)
+    def _began(self, trial: TrialState, began: Began) -> None:
+        """The trial reached its process (:meth:`~sweeper.run.phases.TrialState.reached`);
+        status shows it running."""
+        if trial.reached(began, self.clock(), self.timeout, self.stall):
+            self.store(self.ledger.mark_running, trial.spec, began.pid, trial.started_at, began.reserved_mb)
 
-    def _unwritable(self, trial: _Trial, event: Unwritable) -> None:
+    def _unwritable(self, trial: TrialState, event: Unwritable) -> None:
         """A trial could not write its files: no new trial starts (as for the ledger). One
         that had not begun training is stopped as ``interrupted``: it runs on resume."""
         self._storage_failed(storage_error(event.path, event.error))
@@ -467,7 +293,7 @@ class Engine:
             trial.stop, trial.why = Status.INTERRUPTED, f"could not write {event.path} ({event.error})"
             trial.t1 = self.clock()
 
-    def _result(self, trial: _Trial, result: Result) -> None:
+    def _result(self, trial: TrialState, result: Result) -> None:
         """The trial's own account: recorded at once (durable now, not when it has exited)."""
         if trial.result is not None:
             return
@@ -476,49 +302,22 @@ class Engine:
         trial.result = result
         if trial.stop is None:
             trial.t1 = self.clock()
-        trial.early = self._record_of(trial, Exited())
+        trial.early = trial.row(Exited(), self.clock(), self.run_id, self.constraints)
         self.store(self.ledger.record, trial.early)
         if not trial.phase.cancelled:
             trial.set_deadline(Due.EXIT, self.clock() + EXIT_GRACE)  # it should exit now
 
-    def _exited(self, trial: _Trial, how: Exited) -> None:
+    def _exited(self, trial: TrialState, how: Exited) -> None:
         """The process is gone: judge the trial, record it, let its place be reused."""
         trial.to(Phase.ENDED)
         del self.trials[trial.spec.trial_id]
-        result = self._record_of(trial, how)
+        result = trial.row(how, self.clock(), self.run_id, self.constraints)
         early = trial.early
         self.conclude(trial.spec, result, durable=early is None or early.status is not result.status)
 
-    def _record_of(self, trial: _Trial, how: Exited) -> TrialResult:
-        """The trial's row: the judge's verdict, and where and how long it ran."""
-        spec = trial.spec
-        began = trial.began or Began(0, "")
-        pid = how.pid if how.pid is not None else began.pid
-        tail: tuple[str, ...] = ()
-        if trial.result is None and trial.stop is None:  # a crash: its last words
-            tail = tuple(log_tail(spec.log_path, pid=pid)) if pid else ()  # this attempt's part
-        verdict = outcome.judge(outcome.Ending(began, how, trial.result, trial.stop, trial.why, tail,
-                                               trial.epoch_metrics))
-        duration = (trial.t1 if trial.t1 is not None else self.clock()) - trial.t0
-        if trial.stop is None and trial.result is not None and trial.result.duration_s is not None:
-            duration = trial.result.duration_s
-        row = TrialResult(
-            trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
-            status=verdict.status, metrics=verdict.metrics, seed=spec.seed,
-            device=(how.device if how.device is not None else began.device) or "",  # "": it never had one
-            started_at=trial.started_at, duration_s=duration, error=verdict.error, attempts=spec.attempt,
-            pid=pid, exitcode=how.exitcode, log=spec.log_path, gpu_uuid=began.gpu_uuid,
-            gpu_mem_cap_mb=how.cap_mb if how.cap_mb is not None else began.cap_mb,
-            gpu_mem_reserved_mb=began.reserved_mb, gpu_mem_peak_mb=how.peak_mb, epoch_reached=trial.epoch,
-            mem_peak_mb=hostmem.peak(how.mem_peak_mb, trial.result.mem_peak_mb if trial.result else None),
-            env={**(trial.result.env if trial.result is not None else {}), **({"run": self.run_id} if self.run_id else {})},
-            deterministic=True if spec.env.get(contract.DETERMINISTIC) == "1" else None,
-        )
-        return row if self.constraints is None else replace(row, feasible=self.constraints.feasible(row))
-
     # -- stopping -------------------------------------------------------------------------
 
-    def _stop(self, trial: _Trial, status: Status, why: str) -> bool:
+    def _stop(self, trial: TrialState, status: Status, why: str) -> bool:
         """The engine stops a trial: whatever it returns afterwards, this is its status.
         A result it sent before the stop is read first, and stands. False once it ended."""
         self._handle(self.backend.drain(trial.spec.trial_id))
@@ -528,7 +327,7 @@ class Engine:
             trial.stop, trial.why, trial.t1 = status, why, self.clock()
         return True
 
-    def _cancel(self, trial: _Trial, hard: bool) -> None:
+    def _cancel(self, trial: TrialState, hard: bool) -> None:
         """Ask a trial to stop (``STOPPING``; ended hard after TERM_GRACE), or end it hard
         (``KILLED``). One asked already is asked again, its grace unchanged."""
         if hard:
@@ -538,16 +337,6 @@ class Engine:
             trial.to(Phase.STOPPING)
             trial.set_deadline(Due.KILL, self.clock() + TERM_GRACE)
         self.backend.cancel(trial.spec.trial_id, hard)
-
-    def _watch(self, trial: _Trial) -> None:
-        """A running trial's deadline: its timeout or its stall, whichever comes first."""
-        due: list[tuple[float, Due]] = []
-        if self.timeout:
-            due.append((trial.t0 + self.timeout, Due.TIMEOUT))
-        if self.stall:
-            due.append((trial.sign + self.stall, Due.STALL))
-        at, what = min(due, key=lambda d: d[0]) if due else (None, None)
-        trial.set_deadline(what, at)
 
     def _deadlines(self) -> None:
         now = self.clock()
@@ -560,20 +349,15 @@ class Engine:
                     self._cancel(trial, hard=False)
             elif trial.due is Due.STALL:
                 assert self.stall
-                age = self.log_age(trial.spec)
-                if age is not None:  # a write to its log is a sign of life too
-                    trial.sign = max(trial.sign, now - max(age, 0.0))
-                if now - trial.sign < self.stall:  # alive since the deadline was set
-                    self._watch(trial)
+                if trial.stirred(now, self.log_age(trial.spec), self.stall):  # alive since the deadline was set
+                    trial.watch(self.timeout, self.stall)
                     continue
                 why = (f"neither reported an epoch nor wrote to its log for {self.stall:g}s and was "
                        f"{self.backend.traits.stop_word}")
                 if self._stop(trial, Status.STALLED, why):
                     self._cancel(trial, hard=False)
-            elif trial.due is Due.EXIT:
-                self._cancel(trial, hard=False)
-            elif trial.due is Due.KILL:
-                self._cancel(trial, hard=True)
+            elif trial.due in (Due.EXIT, Due.KILL):  # it should have exited, or stopped, by now
+                self._cancel(trial, hard=trial.due is Due.KILL)
 
     def _on_signal(self) -> None:
         """Ctrl-C or SIGTERM: no new trials; running ones are stopped as ``interrupted``
@@ -592,7 +376,7 @@ class Engine:
 
     def _stop_running(self, why: str, hard: bool = False) -> None:
         """Every running trial stopped as ``interrupted`` (SIGTERM, SIGKILL after the grace;
-        ``hard``: at once); no standby is needed any more."""
+        ``hard``: at once)."""
         for trial in list(self.trials.values()):
             if not self._stop(trial, Status.INTERRUPTED, why):
                 continue
@@ -653,65 +437,13 @@ class Engine:
             self.outputs.recorded(result)
         self.outputs.finished(result, retrying, stored)
 
-    def history(self, trial: _Trial, items: list[dict[str, Any]]) -> None:
+    def history(self, trial: TrialState, items: list[dict[str, Any]]) -> None:
         """A trial's per-epoch reports: into the ledger and the view; its last epoch noted."""
         spec = trial.spec
-        for item in items:
-            if trial.epoch is None or item["epoch"] >= trial.epoch:
-                trial.epoch, trial.epoch_metrics = item["epoch"], dict(item["metrics"])
+        trial.note_epochs(items)
         self.store(self.ledger.add_history, spec.trial_id, items)
         self.outputs.history()
         if items:
             self.outputs.reported(spec, items[-1]["epoch"], items[-1]["metrics"])
 
 
-def log_file_age(spec: TrialSpec) -> float | None:
-    """Seconds since the trial's log was last written (None: it has none here, as a Ray
-    trial's, written when it ends)."""
-    try:
-        return time.time() - os.stat(spec.log_path).st_mtime
-    except OSError:
-        return None
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def load_error(message: str) -> SweepError:
-    """``train`` cannot be imported in a trial process: the sweep's fault, said once."""
-    if "Can't get attribute" in message and "__mp_main__" in message:
-        return SweepError(
-            f"a trial process cannot find train in the calling script ({message}): it is defined "
-            "inside if __name__ == '__main__': (or another block a trial process does not run); "
-            "move def train to the module's top level"
-        )
-    return SweepError(
-        f"a trial process could not import train: {message}; fix it and run again "
-        "(finished trials are kept)"
-    )
-
-
-#: What stops a sweep as Ctrl-C does: SIGTERM, and SIGHUP (its terminal or ssh session closed).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def _catch(signals: list[int], wake_fd: int) -> Iterator[None]:
-    """While a sweep runs, Ctrl-C, SIGTERM and SIGHUP are noted and wake its loop (a self-pipe);
-    the loop, not the handler, stops the trials. Only the main thread can set handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        signals.append(signum)
-        with contextlib.suppress(OSError):
-            os.write(wake_fd, b"!")
-
-    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)

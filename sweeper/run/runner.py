@@ -41,7 +41,7 @@ from sweeper.model.target import Target, record
 from sweeper.model.trial import Status, TrialResult, TrialSpec
 from sweeper.results import constraints
 from sweeper.results.objectives import Objectives
-from sweeper.run.engine import Engine, Interrupted
+from sweeper.run.engine import Engine
 from sweeper.run.hostroom import HostRoom
 from sweeper.run.lifecycle import Callback, Callbacks
 from sweeper.run.outputs import Ranking, SearchTold, TableFiles, Trackers
@@ -49,6 +49,7 @@ from sweeper.run.packing import Breaker, Needs, Packer
 from sweeper.run.placement import Anywhere, SlotPlacement
 from sweeper.run.planning import Plan, keeps, plan
 from sweeper.run.slots import Placement, Slot, parse_gpus, place
+from sweeper.run.stops import Interrupted
 from sweeper.store import table
 from sweeper.store.folder import SweepFolder, refuse_busy
 from sweeper.store.ledger import Ledger
