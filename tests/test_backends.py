@@ -15,6 +15,7 @@ import pytest
 import sweep_fns
 import sweeper
 import toy_backend
+import toy_batch_backend
 from conftest import HERE, ROOT, install_module
 from sweeper.backends import GROUP, register, registry
 
@@ -40,6 +41,27 @@ def test_a_sweep_runs_on_a_backend_registered_from_outside(tmp_path, toy):
         assert json.load(f)["metrics"] == {"value": 1.0}  # the files a local trial leaves
     with open(folder / "log.txt") as f:
         assert f.readline().startswith("=== sweeper: trial how=ok ")  # its log, with the header
+
+
+def test_a_sweep_runs_as_batch_jobs_that_share_only_files_with_it(tmp_path):
+    """The file channel a batch scheduler's job needs (issue 40, item 3): each trial a
+    process started with ``python -m sweeper.child.batch <trial dir>``, its messages and
+    result through files; a timeout cancels the job; the rows are as the local backend's."""
+    register("toy_batch", toy_batch_backend.factory, places_trials=True)
+    try:
+        grid = [{"how": how} for how in ("ok", "raise", "exit3", "segv", "sleep")]
+        df = sweeper.sweep(sweep_fns.crash, grid, backend="toy_batch", workers=5, timeout=6, out=str(tmp_path),
+                           name="s", progress=False)
+    finally:
+        registry._BACKENDS.pop("toy_batch", None)
+    assert df.status.tolist() == ["ok", "error", "crashed", "crashed", "timeout"], df.error.tolist()
+    assert df.value[0] == 1.0 and df.error[1] == "ValueError: boom from the trial"
+    assert df.error[2] == "died with exit code 3 before returning a result"
+    assert df.error[4] == "ran past the timeout of 6s and was cancelled"
+    folder = tmp_path / "s" / "trials" / df.trial[0]
+    assert sorted(os.listdir(folder / ".job")) == ["job.pkl", "messages", "returned.pkl"]
+    with open(folder / "result.json") as f:
+        assert json.load(f)["metrics"] == {"value": 1.0}
 
 
 def test_its_trials_run_in_their_own_processes_with_their_seeds(tmp_path, toy):

@@ -3,6 +3,8 @@
 * :mod:`sweeper.child.bootstrap`: from spawn to exit, and the trial itself (``run_trial``);
 * :mod:`sweeper.child.channel`: the same trial where its messages go through a channel and its
   result comes back as a return value (a Ray task; any backend's queue);
+* :mod:`sweeper.child.batch`: that trial as a batch scheduler's job, its channel a file
+  (``python -m sweeper.child.batch <trial dir>``), with the driver's reading of its files;
 * :mod:`sweeper.child.imports`: GPU caps and seeds, applied as frameworks are imported;
 * :mod:`sweeper.child.capping`: each framework's cap, as the parent decided it;
 * :mod:`sweeper.child.context`: ``current_trial()`` and ``report()``, from inside ``train``

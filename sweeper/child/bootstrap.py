@@ -116,13 +116,9 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
         conn.send(Unwritable(exc.filename or spec.log_path, exc.strerror or str(exc)))
         return
     os.environ.update(spec.env)
-    hook.set_seed(spec.seed)  # before the user's module runs: what its top draws is the trial's
-    fn = load_train(boot.target.load, conn.send)
-    if fn is None:
+    result = trial(spec, boot.target.load, hook, started, conn.send, _receiver(conn) if spec.verdicts else None)
+    if result is None:
         return
-    context.start_reporting(conn.send, _receiver(conn) if spec.verdicts else None)
-    result = run_trial(spec, fn, hook, started)
-    context.stop_reporting()  # its last batch goes before the result
     unwritten = write_result(spec, result)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -194,6 +190,23 @@ def load_train(load: Callable[[], Callable[..., Any]], send: Callable[[Any], Any
         traceback.print_exc()
         send(LoadFailed(outcome.last_line(exc)))
         return None
+
+
+def trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]], hook: imports.OnImport, started: float,
+          send: Callable[[Any], Any], receive: Callable[[float], Any] | None = None) -> Result | None:
+    """A trial's steps, the same however its process was started and whatever carries its
+    messages (a pipe here; a channel in :mod:`sweeper.child.channel`): seeded before the
+    user's module runs (what its top draws is the trial's), ``train`` loaded (None after
+    telling why it could not be), reports sent as they come (``receive``: a pruner's
+    verdicts, where they can reach it), ``train`` run and judged; its :class:`Result`."""
+    hook.set_seed(spec.seed)
+    fn = load_train(load, send)
+    if fn is None:
+        return None
+    context.start_reporting(send, receive)
+    result = run_trial(spec, fn, hook, started)
+    context.stop_reporting()  # its last batch goes before the result
+    return result
 
 
 def run_trial(spec: TrialSpec, fn: Callable[..., Any], hook: imports.OnImport, started: float) -> Result:

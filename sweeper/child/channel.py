@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
-from sweeper.child import bootstrap, context, imports
+from sweeper.child import bootstrap, imports
 from sweeper.model import contract
-from sweeper.model.protocol import Exiting, Placed
+from sweeper.model.protocol import Exiting, LoadFailed, Placed
 from sweeper.model.trial import TrialSpec
 from sweeper.store import paths
 
@@ -79,12 +79,14 @@ def _trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
           flush=True)
     started = time.monotonic()
     hook = imports.install()
-    hook.set_seed(spec.seed)
-    failed: list[Any] = []
-    fn = bootstrap.load_train(target.load if hasattr(target, "load") else (lambda: target), failed.append)
-    if fn is None:
-        return {"load_error": failed[0].error, "log": _read_back(log)}
-    context.start_reporting(lambda message: channel.put((spec.trial_id, message)))
+    failed: list[LoadFailed] = []
+
+    def send(message: Any) -> None:  # why train could not load goes back in the return value
+        if isinstance(message, LoadFailed):
+            failed.append(message)
+        else:
+            channel.put((spec.trial_id, message))
+
     real_exit = os._exit
 
     def exit_and_tell(code: int) -> NoReturn:  # Ray says only "the worker died": say how
@@ -96,10 +98,12 @@ def _trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
 
     os._exit = exit_and_tell  # type: ignore[assignment]
     try:
-        result = bootstrap.run_trial(spec, fn, hook, started)
+        result = bootstrap.trial(spec, target.load if hasattr(target, "load") else (lambda: target), hook,
+                                 started, send)
     finally:
         os._exit = real_exit
-    context.stop_reporting()
+    if result is None:
+        return {"load_error": failed[0].error, "log": _read_back(log)}
     sys.stdout.flush()
     sys.stderr.flush()
     return {"result": result, "log": _read_back(log), "pid": os.getpid(), "device": spec.device,

@@ -29,7 +29,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 LEDGER = "ledger.sqlite"
 RESULTS = "results.csv"
@@ -137,17 +137,32 @@ def metrics_file(trial_dir: str) -> str:
     return os.path.join(trial_dir, METRICS)
 
 
+#: A batch job's folder in its trial's (:mod:`sweeper.child.batch`): what the job runs, the
+#: messages it sends, what it returned.
+JOB, JOB_SPEC, JOB_MESSAGES, JOB_RETURNED = ".job", "job.pkl", "messages", "returned.pkl"
+
+
+class JobPaths:
+    """The files of a trial run as a batch job, in ``<trial dir>/.job/``."""
+
+    def __init__(self, trial_dir: str) -> None:
+        self.folder = os.path.join(trial_dir, JOB)
+        self.spec = os.path.join(self.folder, JOB_SPEC)
+        self.messages = os.path.join(self.folder, JOB_MESSAGES)
+        self.returned = os.path.join(self.folder, JOB_RETURNED)
+
+
 # -- writing a file whole ------------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def atomic(path: str, fsync: bool = True, encoding: str | None = None) -> Iterator[IO[str]]:
-    """A text file that readers see whole or not at all: written to a temporary file
-    beside it (fsynced unless told not to), renamed over ``path``. On any failure (a full
-    disk) the temporary file is removed and ``path`` keeps what it held."""
+def atomic(path: str, fsync: bool = True, encoding: str | None = None, binary: bool = False) -> Iterator[IO[Any]]:
+    """A file (text, or ``binary``) that readers see whole or not at all: written to a
+    temporary file beside it (fsynced unless told not to), renamed over ``path``. On any
+    failure (a full disk) the temporary file is removed and ``path`` keeps what it held."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "w", newline="", encoding=encoding) as f:
+        with (open(tmp, "wb") if binary else open(tmp, "w", newline="", encoding=encoding)) as f:
             yield f
             f.flush()
             if fsync:

@@ -1,0 +1,108 @@
+"""A trial as a batch scheduler's job runs it: ``python -m sweeper.child.batch TRIAL_DIR``.
+
+A batch backend (one whose trials are jobs of a cluster's queue, Slurm's say) cannot
+hand a trial a pipe or a queue; it shares a filesystem with it. It writes the job's
+spec into the trial's folder (:func:`write_job`: the spec, ``train`` as a target, the
+environment, the sweep's token) and submits this command; the job runs the channel trial
+(:func:`sweeper.child.channel.channel_main`, the same trial as every other) with a
+channel that appends each message to a file, and writes its return value whole::
+
+    driver (the sweep)                              the job, on a node that sees the folder
+    write_job(<trial>/.job/job.pkl) ── submit ───▶  python -m sweeper.child.batch <trial>
+    JobReader.messages() ◀── <trial>/.job/messages ── each message: a length, a pickle, one write
+    JobReader.returned() ◀── <trial>/.job/returned.pkl ── the return value, renamed into place
+
+The driver's half (:mod:`sweeper.backends.channel`) makes the engine's events of both;
+how the job ended (its exit code, a kill) is the scheduler's to say.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import sys
+from typing import Any
+
+from sweeper.store import paths
+
+#: Each message's length, before its pickle.
+_LENGTH = struct.Struct("<I")
+
+
+def write_job(spec: Any, target: Any, env: dict[str, str], sweep: str | None) -> str:
+    """The job's spec in its trial's folder (made, with an empty message file); the folder
+    to give ``python -m sweeper.child.batch``. ``target`` must pickle by reference or by value."""
+    job = paths.JobPaths(spec.dir)
+    os.makedirs(job.folder, exist_ok=True)
+    for stale in (job.messages, job.returned):  # an earlier attempt's
+        if os.path.exists(stale):
+            os.remove(stale)
+    open(job.messages, "wb").close()
+    with paths.atomic(job.spec, binary=True) as f:
+        pickle.dump((spec, target, env, sweep), f)
+    return spec.dir
+
+
+class FileChannel:
+    """The job's channel: ``put((trial id, message))`` appends one frame in one write, so
+    the driver reads whole frames or none of one."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def put(self, item: Any, timeout: float | None = None) -> None:
+        data = pickle.dumps(item)
+        os.write(self.fd, _LENGTH.pack(len(data)) + data)
+
+
+class JobReader:
+    """The driver's reading of a job's files: new messages since the last look; what it returned."""
+
+    def __init__(self, trial_dir: str) -> None:
+        self.job = paths.JobPaths(trial_dir)
+        self.offset = 0
+
+    def messages(self) -> list[Any]:
+        try:
+            with open(self.job.messages, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        out, at = [], 0
+        while at + _LENGTH.size <= len(data):
+            (size,) = _LENGTH.unpack_from(data, at)
+            if at + _LENGTH.size + size > len(data):
+                break  # written while we read: the rest at the next look
+            out.append(pickle.loads(data[at + _LENGTH.size:at + _LENGTH.size + size]))
+            at += _LENGTH.size + size
+        self.offset += at
+        return out
+
+    def returned(self) -> dict[str, Any] | None:
+        """What the job returned, once it wrote it; None before (or if it never will)."""
+        try:
+            with open(self.job.returned, "rb") as f:
+                out: dict[str, Any] = pickle.load(f)
+                return out
+        except FileNotFoundError:
+            return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job whose spec is in ``<trial dir>/.job/``."""
+    from sweeper.child.channel import channel_main
+
+    trial_dir = (sys.argv[1:] if argv is None else argv)[0]
+    job = paths.JobPaths(trial_dir)
+    with open(job.spec, "rb") as f:
+        spec, target, env, sweep = pickle.load(f)
+    out = channel_main(spec, target, env, FileChannel(job.messages), sweep)
+    with paths.atomic(job.returned, binary=True) as f:
+        pickle.dump(out, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
