@@ -153,7 +153,7 @@ def test_a_search_of_two_objectives_runs_nsga2_resumes_and_refuses_a_pruner(tmp_
     assert set(df.loc[df.pareto, "trial"]) == _front_by_hand(df)
     ledger = Ledger(str(tmp_path / "s"), readonly=True)
     try:
-        assert ledger.get("search") == "NSGAIISampler, prune None"  # what auto chose, on record
+        assert ledger.facts().search == "NSGAIISampler, prune None"  # what auto chose, on record
     finally:
         ledger.close()
     more = sweeper.sweep(sweep_fns.tradeoff, space, search="auto", trials=12, **BOTH, out=str(tmp_path), name="s",

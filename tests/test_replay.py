@@ -48,7 +48,7 @@ def test_the_keras_example_replays_with_zero_drift_when_deterministic(tmp_path):
     ledger = Ledger(os.path.join(out, "grid"), readonly=True)
     try:
         (row,) = ledger.results().values()
-        recorded = json.loads(ledger.get("environment"))
+        recorded = ledger.facts().environment
     finally:
         ledger.close()
     assert row.env["deterministic"] == ["tensorflow"] and "tensorflow" in row.env["frameworks"]
@@ -141,7 +141,7 @@ def test_a_function_of_a_script_replays_as_it_ran_under_spawn(tmp_path):
     ledger = Ledger(str(tmp_path / "out" / "exp-replay" / os.listdir(tmp_path / "out" / "exp-replay")[0]),
                     readonly=True)
     try:
-        assert json.loads(ledger.get("environment"))["start_method"] == "spawn"  # as it ran
+        assert ledger.facts().environment["start_method"] == "spawn"  # as it ran
     finally:
         ledger.close()
 
@@ -252,7 +252,7 @@ def test_a_row_replays_as_its_own_run_made_it_not_as_the_last_run(tmp_path):
     (folder,) = os.listdir(os.path.join(out, "grid-replay"))
     ledger = Ledger(os.path.join(out, "grid-replay", folder), readonly=True)
     try:
-        env = json.loads(ledger.get("environment"))
+        env = ledger.facts().environment
     finally:
         ledger.close()
     assert env["start_method"] == "forkserver" and env["deterministic"] is False  # as the row's run, not the last

@@ -7,7 +7,6 @@ exit code; :data:`COMMANDS` names them for the command line's first word
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Callable, NoReturn
@@ -92,17 +91,17 @@ def _status_read(folder: str, live: bool, metric: str | None, mode: str | None) 
     try:
         current = ledger.current()
         results = list((ledger.results() if current is None else current).values())
+        facts = ledger.facts()
         return {
             "results": results,
             "running": ledger.running() if live else [],
             "epochs": ledger.latest_epochs(),
-            "total": ledger.get("total"),
+            "total": facts.total,
             "asked": ledger.ranking(metric, mode),
             "objectives": ledger.objectives(),
-            "environment": json.loads(ledger.get("environment") or "{}"),
-            "last_run": ledger.get("run") or "",
-            "runs": {rid: json.loads(ledger.get(f"run:{rid}") or "{}")
-                     for rid in {r.env.get("run", "") for r in results} if rid},
+            "environment": facts.environment,
+            "last_run": facts.run,
+            "runs": {rid: ledger.run_record(rid) or {} for rid in {r.env.get("run", "") for r in results} if rid},
         }
     finally:
         ledger.close()
@@ -292,8 +291,9 @@ def export_main(argv: list[str]) -> int:
     chosen.check(opts)
     ledger = Ledger(folder, readonly=True)
     try:
-        uid = ledger.get("uid") or default_uid(folder)
-        metric, mode, search = ledger.get("metric") or "", ledger.get("mode") or "", ledger.get("search") or ""
+        facts = ledger.facts()
+        uid = facts.uid or default_uid(folder)
+        metric, mode, search = facts.metric, facts.mode, facts.search
         results = ledger.results()
     finally:
         ledger.close()

@@ -5,7 +5,6 @@ where a folder has only those.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING
 
@@ -62,13 +61,12 @@ def _from_ledger(folder: str) -> tuple["pandas.DataFrame", "pandas.DataFrame | N
             current = ledger.current()
             results = table.ordered((ledger.results() if current is None else current).values())
             epochs = ledger.history()
-            search = ledger.get("search")
+            facts = ledger.facts()
             objectives = ledger.objectives()
-            logs = ledger.get("log_scale")
     finally:
         ledger.close()
     df = table.dataframe(results, objectives)
-    df.attrs[LOG_SCALE] = frozenset(json.loads(logs or "[]"))
+    df.attrs[LOG_SCALE] = frozenset(facts.log_scale)
     where = {r.trial_id: (r.index, r.name) for r in results}
     rows = [{**metrics, "trial_id": tid, "trial": where[tid][1], "epoch": epoch}
             for tid, epoch, metrics in epochs if tid in where]
@@ -77,7 +75,7 @@ def _from_ledger(folder: str) -> tuple["pandas.DataFrame", "pandas.DataFrame | N
     if rows:
         frame = pandas.DataFrame(rows)
         history = _usable_history(frame[[*HISTORY_KEYS, *(c for c in frame.columns if c not in HISTORY_KEYS)]])
-    return df, history, bool(search) or bool(stopped(df).any())
+    return df, history, bool(facts.search) or bool(stopped(df).any())
 
 
 def _read_history(path: str) -> "pandas.DataFrame | None":

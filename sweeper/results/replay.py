@@ -19,7 +19,6 @@ largest drift, and what differs in the environment (:mod:`sweeper.system.environ
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 import os
 import time
@@ -181,11 +180,10 @@ def _recorded(folder: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, An
     try:
         current = ledger.current()
         results = ledger.results() if current is None else current
-        definition = json.loads(ledger.get("definition") or "{}")
-        last = {"target": json.loads(ledger.get("target") or "null"),
-                "environment": json.loads(ledger.get("environment") or "{}")}
-        runs = {rid: json.loads(ledger.get(f"run:{rid}") or "null") for rid in {r.env.get("run") for r in
-                                                                                results.values()} if rid}
+        facts = ledger.facts()
+        definition = facts.definition
+        last = {"target": facts.target, "environment": facts.environment}
+        runs = {rid: ledger.run_record(rid) for rid in {r.env.get("run") for r in results.values()} if rid}
     finally:
         ledger.close()
     return results, definition, last, runs
@@ -263,7 +261,7 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
                 listener.close()
         ledger = Ledger(outcome.folder, readonly=True)
         try:
-            env = json.loads(ledger.get("environment") or "{}")
+            env = ledger.facts().environment
         finally:
             ledger.close()
         runs.append((os.path.abspath(outcome.folder), {r.trial_id: r for r in outcome.results}, env))

@@ -157,7 +157,8 @@ def _recorded(folder: str) -> tuple[list[Any], dict[str, list[tuple[int, dict[st
         history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         for tid, epoch, metrics in ledger.history():
             history.setdefault(tid, []).append((epoch, metrics))
-        return results, history, ledger.get("metric") or "", ledger.get("mode") or "", ledger.objectives()
+        facts = ledger.facts()
+        return results, history, facts.metric, facts.mode, ledger.objectives()
     finally:
         ledger.close()
 

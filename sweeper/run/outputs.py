@@ -105,9 +105,9 @@ class Ranking(Callback):
         #: stops the sweep with an error (the engine's ``halt``), once it runs
         self.stop: Callable[[SweepError], None] | None = None
 
-    def facts(self) -> list[tuple[str, str]]:
+    def facts(self) -> dict[str, str]:
         """What is recorded at the start: no metric named, this run's choice (none)."""
-        return [("metric", ""), ("mode", self.mode), ("objectives", "")] if self.metric is None else []
+        return {"metric": "", "mode": self.mode, "objectives": ""} if self.metric is None else {}
 
     def recorded(self, result: TrialResult) -> None:
         self.seen([result], live=True)
@@ -125,7 +125,7 @@ class Ranking(Callback):
                 self.settled = True
                 several = self.objectives.text() if self.objectives is not None else ""
                 with contextlib.suppress(StorageError):  # the engine says a failed write itself
-                    self.ledger.put_many([("metric", self.metric or ""), ("mode", self.mode), ("objectives", several)])
+                    self.ledger.put_facts(metric=self.metric or "", mode=self.mode, objectives=several)
                 return
             if live and self.stop is not None:
                 self.settled = True

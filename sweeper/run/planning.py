@@ -18,7 +18,6 @@ each asked point becomes a spec of the plan and a row of the ledger's grid.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
@@ -94,7 +93,8 @@ def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: 
     from before this record have no definition: their seed is checked through the rows'
     own seeds, and what they ran is taken to be what runs now.
     """
-    recorded = json.loads(ledger.get("definition") or "{}")
+    facts = ledger.facts()
+    recorded = facts.definition
     source = os.path.abspath(source) if source else ""
     if previous:
         old_seed = recorded.get("seed")
@@ -103,7 +103,7 @@ def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: 
             old_seed = "another" if mismatch else seed
         old_what = recorded.get("what") or what
         old_source = recorded.get("source") or source
-        moved_only = fingerprint(source) == ledger.get("grid_fingerprint")
+        moved_only = fingerprint(source) == facts.grid_fingerprint
         changes = []
         if old_what != what and what:
             changes.append(f"were made by {old_what}, not {what}")
@@ -117,8 +117,8 @@ def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: 
                 "of them can stand for this run; give this run another --name (name=...), or start "
                 "over with --fresh (fresh=True), which keeps the old ledger beside the new one"
             )
-    ledger.put("definition", json.dumps({"seed": seed, "what": what or recorded.get("what", ""),
-                                         "source": source or recorded.get("source", "")}))
+    ledger.put_facts(definition={"seed": seed, "what": what or recorded.get("what", ""),
+                                 "source": source or recorded.get("source", "")})
 
 
 @dataclass
@@ -132,7 +132,7 @@ class Plan:
     total: int  #: trials in the sweep (a search: its budget)
     uid: str  #: the sweep's id (trackers find their runs by it)
     mode: str  #: min or max for the metric ranked by, or ""
-    facts: list[tuple[str, str]]  #: what the ledger records of this run
+    facts: dict[str, Any]  #: what the ledger records of this run (:class:`~sweeper.store.facts.SweepFacts`' fields)
     notes: list[str]  #: said after the sweep, with its summary
     search: Search | None = None
     feed: Asked | None = None
@@ -160,19 +160,18 @@ class Plan:
         recorded = {**ledger.grid_names(), **{tid: r.name for tid, r in previous.items()}}
         specs = keep_names(specs, recorded)
         ledger.set_grid((s.trial_id, s.index, s.name) for s in specs)
-        print_ = fingerprint(source_file)
-        old_print = ledger.get("grid_fingerprint")
-        if print_ and old_print and print_ != old_print and previous:
+        print_, on_record = fingerprint(source_file), ledger.facts()
+        if print_ and on_record.grid_fingerprint and print_ != on_record.grid_fingerprint and previous:
             notes.append(f"the grid file changed since the last run ({len(previous)} trials on record)")
         total = search.total if search is not None else len(specs)
-        uid = ledger.get("uid") or (default_uid(folder.path) if previous else uuid.uuid4().hex)
-        facts = [("grid_fingerprint", print_ or ""), ("total", str(total)), ("uid", uid),
-                 ("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))]
+        uid = on_record.uid or (default_uid(folder.path) if previous else uuid.uuid4().hex)
+        facts: dict[str, Any] = {"grid_fingerprint": print_ or "", "total": total, "uid": uid,
+                                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         if search is not None:
-            facts.append(("search", f"{search.sampler_name}, prune {search.pruner_name}"))
+            facts["search"] = f"{search.sampler_name}, prune {search.pruner_name}"
         # the parameters searched on a log scale (loguniform): the report draws them on a log axis
         logs = sorted(k for k, d in search.dists.items() if getattr(d, "log", False)) if search is not None else []
-        facts.append(("log_scale", json.dumps(logs)))
+        facts["log_scale"] = logs
         mode = options.ranked_mode or (direction(options.ranked_by) if options.ranked_by else None) or ""
 
         wanted = {s.trial_id for s in specs}

@@ -265,8 +265,8 @@ class Sweep:
             log.info("sweeper: %s", plan_.resumed)
         # what status, report and load() rank by unless told otherwise: this run's choice
         ranking = Ranking(ledger, options.ranked_by, plan_.mode, plan_.search, options.objectives)
-        run, facts = self._environment(ledger, plan_)
-        ledger.put_many(plan_.facts + ranking.facts() + facts)
+        run, made, facts = self._environment(ledger, plan_)
+        ledger.put_facts(one_run=(run, made), **{**plan_.facts, **ranking.facts(), **facts})
         tables = TableFiles(ledger, plan_, self.folder.paths)
         ranking.seen(tables.results.values())  # the rows kept may have the metric already
         outputs = Callbacks([tables, ranking])
@@ -310,20 +310,19 @@ class Sweep:
                        time.monotonic() - self.began, interrupted, ranking=ledger.ranking(), shown=trackers.hints,
                        objectives=ledger.objectives(), unwritten=tables.unwritten())
 
-    def _environment(self, ledger: Ledger, plan_: Plan) -> tuple[str, list[tuple[str, str]]]:
+    def _environment(self, ledger: Ledger, plan_: Plan) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """What this run records of what it runs on, and how to run a trial of it again
         (:mod:`sweeper.system.environment`, :mod:`sweeper.results.replay`), under an id each row it makes
         carries (``env["run"]``): a later run with other code or options leaves an earlier
         row's record as it was. A resume whose packages, commit or scripts changed says so."""
         options = self.options
         env = environment.of_sweep(self.source_file, options.start_method, options.deterministic, self.what)
-        before = ledger.get("environment")
+        before = ledger.facts().environment
         if before and plan_.kept:
-            plan_.notes.extend(environment.changes(json.loads(before), env))
-        made = json.dumps({"environment": env, "target": json.loads(record(self.target, options))}, sort_keys=True)
-        run = hashlib.sha256(made.encode()).hexdigest()[:12]
-        return run, [("environment", json.dumps(env, sort_keys=True)), ("target", record(self.target, options)),
-                     (f"run:{run}", made), ("run", run)]
+            plan_.notes.extend(environment.changes(before, env))
+        made = {"environment": env, "target": json.loads(record(self.target, options))}
+        run = hashlib.sha256(json.dumps(made, sort_keys=True).encode()).hexdigest()[:12]
+        return run, made, {"environment": env, "target": made["target"], "run": run}
 
     def _admission(self) -> Admission:
         """Which queued trial may start now: this machine's slots and the memory trials need

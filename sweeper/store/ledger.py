@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 from sweeper.errors import SweepError
 from sweeper.model.trial import TrialResult, TrialSpec, current_id
 from sweeper.results.objectives import Objectives
+from sweeper.store.facts import SweepFacts, encoded, run_key
 from sweeper.store.paths import SweepPaths
 from sweeper.store.schema import (
     COLUMNS,
@@ -311,25 +312,34 @@ class Ledger:
         """The metric and mode to rank by: those given, else those the sweep ran with."""
         if metric is not None:
             return metric, mode
-        return self.get("metric") or None, mode or self.get("mode") or None
+        facts = self.facts()
+        return facts.metric or None, mode or facts.mode or None
 
     def objectives(self) -> Objectives | None:
         """The several objectives the sweep last ran with (None: one, or none)."""
-        return Objectives.from_text(self.get("objectives"))
+        return Objectives.from_text(self.facts().objectives or None)
 
-    def get(self, key: str) -> str | None:
-        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else row[0]
+    def facts(self) -> SweepFacts:
+        """The sweep's own record (:mod:`sweeper.store.facts`)."""
+        return SweepFacts.read(self._get)
+
+    def run_record(self, run_id: str) -> Any:
+        """What one run of the sweep ran on and how it named ``train`` (None: not on record)."""
+        text = self._get(run_key(run_id))
+        return json.loads(text) if text else None
 
     @_writes
-    def put(self, key: str, value: str) -> None:
-        self._fast.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
-
-    @_writes
-    def put_many(self, items: Iterable[tuple[str, str]]) -> None:
+    def put_facts(self, one_run: tuple[str, Any] | None = None, **given: Any) -> None:
+        """Some of the sweep's facts (:class:`~sweeper.store.facts.SweepFacts`' fields), in one
+        transaction; ``one_run``: (a run's id, its own record) besides."""
+        items = encoded(**given) + ([(run_key(one_run[0]), json.dumps(one_run[1], sort_keys=True))] if one_run else [])
         with self._fast:
             self._fast.execute("BEGIN IMMEDIATE")
-            self._fast.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(items))
+            self._fast.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", items)
+
+    def _get(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
 
     # -- what changed, for readers that follow a sweep (the trackers' mirror) ---------------
 
