@@ -29,9 +29,10 @@ from sweeper.run.phases import EXIT_GRACE, TERM_GRACE
 from sweeper.run.stops import Interrupted
 from sweeper.run.phases import Phase
 from sweeper.store.ledger import Ledger
-from sweeper.model.protocol import Began, Exited, PruneVerdict, Reports, Result, Traits
+from sweeper.model.protocol import Answer, Began, Decision, Exited, Reports, Result, Traits
 from sweeper.run.lifecycle import Callback, Callbacks
 from sweeper.run.planning import plan
+from sweeper.run.schedulers import Listed
 from sweeper.model.trial import Status, TrialResult
 
 pytestmark = pytest.mark.unit
@@ -136,8 +137,9 @@ class Timed:
             self._at(self.clock.now, trial_id, Exited(-9 if hard else -15))
 
     def tell(self, trial_id: str, message: Any) -> None:
-        assert isinstance(message, PruneVerdict)
-        self.calls.append((self.clock.now - T0, f"verdict {message.why!r}", trial_id))
+        assert isinstance(message, Answer)
+        said = "verdict" if message.decision is not Decision.PAUSE else "pause"
+        self.calls.append((self.clock.now - T0, f"{said} {message.why!r}", trial_id))
 
     def drain(self, trial_id: str) -> list[Any]:
         return []
@@ -146,12 +148,27 @@ class Timed:
         return []
 
 
-def run(tmp_path: Any, backend: Timed, n: int = 1, **engine: Any) -> tuple[dict[str, TrialResult], list[Any]]:
-    """Run ``n`` trials; their rows by spec order, and what the backend was asked, by trial index."""
+class Pruned(Listed):
+    """The trials given, each batch of reports answered by ``prune`` (a reason: STOP)."""
+
+    def __init__(self, specs: Any, prune: Any, waits: bool) -> None:
+        super().__init__(specs)
+        self.prune, self.waits = prune, waits
+
+    def reported(self, spec: Any, items: list[dict[str, Any]]) -> Answer:
+        why = self.prune(spec, items)
+        return Answer(Decision.STOP, why) if why else Answer()
+
+
+def run(tmp_path: Any, backend: Timed, n: int = 1, prune: Any = None, verdicts: bool = False,
+        **engine: Any) -> tuple[dict[str, TrialResult], list[Any]]:
+    """Run ``n`` trials; their rows by spec order, and what the backend was asked, by trial
+    index. ``prune``: answers each batch of reports (a reason: STOP), waited for (``verdicts``)."""
     ledger = Ledger(str(tmp_path))
     try:
         specs = plan([{"x": i} for i in range(n)], str(tmp_path), seed=0)
-        Engine(backend, ledger, clock=backend.clock, **engine).run(specs)
+        Engine(backend, ledger, clock=backend.clock, **engine).run(
+            Pruned(specs, prune, verdicts) if prune is not None else specs)
         rows = ledger.results()
         return [rows[s.trial_id] for s in specs], _named(backend, specs)
     finally:
@@ -373,6 +390,114 @@ def test_a_result_in_the_same_batch_as_the_prune_stands(tmp_path):
     assert judged == [3]  # the pruner said stop; the result that came with the report stands
     assert calls == [(0, "start", 0)]
     assert row.status is Status.OK and row.metrics["acc"] == 0.7
+
+
+# -- a scheduler that pauses -----------------------------------------------------------------
+
+class Pausing(Listed):
+    """Answers PAUSE at epoch ``at`` (once); a paused trial is given again at the next place
+    free (``resume``), or never."""
+
+    def __init__(self, specs: Any, at: int, waits: bool = False, resume: bool = True) -> None:
+        super().__init__(specs)
+        self.at, self.waits, self.resume = at, waits, resume
+        self.waiting: list[Any] = []
+        self.paused_at: list[int | None] = []
+        self.told: list[Status] = []
+
+    @property
+    def remaining(self) -> int:  # type: ignore[override]
+        return len(self.waiting)
+
+    def next(self) -> Any:
+        return self.waiting.pop(0) if self.waiting else None
+
+    def reported(self, spec: Any, items: list[dict[str, Any]]) -> Answer:
+        if items[-1]["epoch"] == self.at and not self.paused_at:
+            return Answer(Decision.PAUSE, f"paused at epoch {self.at}")
+        return Answer()
+
+    def paused(self, spec: Any, epoch: int | None) -> None:
+        self.paused_at.append(epoch)
+        if self.resume:
+            self.waiting.append(spec)
+
+    def finished(self, result: TrialResult, retrying: bool) -> None:
+        self.told.append(result.status)
+
+
+def run_paused(tmp_path: Any, backend: Timed, scheduler: Pausing) -> tuple[TrialResult, list[Any], list[int]]:
+    """One trial under ``scheduler``: its row, what the backend was asked, the epochs on record."""
+    ledger = Ledger(str(tmp_path))
+    try:
+        scheduler.specs = plan([{"x": 0}], str(tmp_path), seed=0)
+        Engine(backend, ledger, clock=backend.clock).run(scheduler)
+        (row,) = ledger.results().values()
+        assert ledger.running() == []
+        return row, _named(backend, scheduler.specs), [e for e, _, _ in ledger.epochs(row.trial_id)]
+    finally:
+        ledger.close()
+
+
+AFTER_THE_PAUSE = [(1, _reports(3, 0.6)), (2, _reports(4, 0.5)), (2.5, ok(0.95)), (2.6, Exited(0))]
+
+
+def test_a_paused_trial_leaves_its_process_unrecorded_and_resumes_in_a_fresh_one(tmp_path, moves):
+    # paused at epoch 2 (SIGTERM: it does not wait for answers), given again at once: epochs 3
+    # and 4 in a second process, then its result; one row, every epoch kept, both runs' time
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (50, ok(0.1))]
+    backend = Timed(Clock(), [life, AFTER_THE_PAUSE], on_term="die")
+    scheduler = Pausing([], at=2)
+    row, calls, epochs = run_paused(tmp_path, backend, scheduler)
+    assert calls == [(0, "start", 0), (2, "SIGTERM", 0), (2, "start", 0)]
+    assert row.status is Status.OK and row.metrics["acc"] == 0.95 and row.epoch_reached == 4
+    assert row.duration_s == pytest.approx(4.5) and row.attempts == 1
+    assert epochs == [1, 2, 3, 4]
+    assert scheduler.paused_at == [2] and scheduler.told == [Status.OK]
+    assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "PAUSED", "STARTING", "RUNNING", "ENDED"]]
+
+
+def test_a_trial_that_waits_for_answers_hears_the_pause_and_leaves_by_itself(tmp_path, moves):
+    # its own account of leaving (interrupted, "paused: ...") is no result: never recorded
+    left = Result(Status.INTERRUPTED, {}, "paused: paused at epoch 2", None)
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (2.1, left), (2.2, Exited(0))]
+    backend = Timed(Clock(), [life, AFTER_THE_PAUSE], on_term="ignore", answers=True)
+    row, calls, epochs = run_paused(tmp_path, backend, Pausing([], at=2, waits=True))
+    assert [what for _, what, _ in calls] == ["start", "verdict ''", "pause 'paused at epoch 2'", "start",
+                                              "verdict ''", "verdict ''"]
+    assert calls[3][0] == pytest.approx(2.2)
+    assert row.status is Status.OK and row.metrics["acc"] == 0.95 and epochs == [1, 2, 3, 4]
+    assert paths(moves) == [["STARTING", "RUNNING", "PAUSED", "STARTING", "RUNNING", "ENDED"]]
+
+
+def test_a_paused_trial_never_given_again_is_recorded_interrupted_when_the_sweep_ends(tmp_path, moves):
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (50, ok(0.1))]
+    backend = Timed(Clock(), [life], on_term="die")
+    scheduler = Pausing([], at=2, resume=False)
+    row, calls, epochs = run_paused(tmp_path, backend, scheduler)
+    assert calls == [(0, "start", 0), (2, "SIGTERM", 0)]
+    assert row.status is Status.INTERRUPTED and row.epoch_reached == 2 and epochs == [1, 2]
+    assert row.error == "paused at epoch 2; the sweep ended before it resumed"
+    assert row.duration_s == pytest.approx(2) and scheduler.told == [Status.INTERRUPTED]
+    assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "PAUSED", "ENDED"]]
+
+
+def test_a_result_in_the_same_batch_as_the_pause_stands_and_nothing_is_paused(tmp_path, moves):
+    backend = Timed(Clock(), [[(2, _reports(2, 0.5)), (2, ok(0.7)), (2.2, Exited(0))]])
+    scheduler = Pausing([], at=2)
+    row, calls, _ = run_paused(tmp_path, backend, scheduler)
+    assert calls == [(0, "start", 0)] and row.status is Status.OK and row.metrics["acc"] == 0.7
+    assert scheduler.paused_at == [] and paths(moves) == [["STARTING", "RUNNING", "ENDED"]]
+
+
+def test_a_trial_that_fails_while_pausing_is_paused_not_failed(tmp_path, moves):
+    # told to pause, it dies on the SIGTERM with a crash of its own: it left, as asked; the
+    # next process runs it on
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (2.1, Exited(-11))]
+    backend = Timed(Clock(), [life, AFTER_THE_PAUSE], on_term="ignore")
+    row, calls, _ = run_paused(tmp_path, backend, Pausing([], at=2))
+    assert [what for _, what, _ in calls] == ["start", "SIGTERM", "start"]
+    assert row.status is Status.OK and paths(moves)[0][3] == "PAUSED"
 
 
 # -- Ctrl-C ----------------------------------------------------------------------------------

@@ -30,6 +30,11 @@ RUNNING  -> ENDED       its process is gone
 STOPPING -> KILLED      not gone after the grace
 STOPPING -> ENDED       gone within it
 KILLED   -> ENDED       gone
+RUNNING  -> PAUSED      the scheduler paused it and it left its process by itself
+STOPPING -> PAUSED      paused, it left on SIGTERM
+KILLED   -> PAUSED      paused, it was ended hard
+PAUSED   -> STARTING    the scheduler gave it again: a fresh process
+PAUSED   -> ENDED       the sweep ended before it was given again (recorded interrupted)
 """
 ALLOWED = [(Phase[a], Phase[b]) for a, _, b, *_ in (line.split() for line in INTENDED.strip().splitlines())]
 REFUSED = [(a, b) for a, b in itertools.product(Phase, Phase) if (a, b) not in ALLOWED]
@@ -76,6 +81,9 @@ def test_the_moves_the_engine_must_never_make_are_not_in_the_table():
     assert (Phase.STOPPING, Phase.RUNNING) in refused  # a cancel is not taken back
     assert (Phase.STOPPING, Phase.STARTING) in refused  # a cancelled trial is not moved to a new process
     assert (Phase.STARTING, Phase.STARTING) in refused
+    assert (Phase.STARTING, Phase.PAUSED) in refused  # a pause answers reports: it began
+    assert (Phase.PAUSED, Phase.RUNNING) in refused  # a paused trial begins again from its start
+    assert (Phase.ENDED, Phase.PAUSED) in refused  # a recorded trial is not paused
 
 
 def test_ended_is_the_end_and_every_phase_reaches_it():
@@ -95,10 +103,10 @@ def test_every_phase_is_reached_from_starting():
 
 
 def test_a_cancel_is_never_taken_back():
-    # once asked to stop or killed, a trial only goes on to be killed or to end
+    # once asked to stop or killed, a trial only goes on to be killed or to leave its process
     for phase in Phase:
         if phase.cancelled:
-            assert MOVES[phase] <= {Phase.KILLED, Phase.ENDED}
+            assert MOVES[phase] <= {Phase.KILLED, Phase.PAUSED, Phase.ENDED}
     assert [p for p in Phase if p.cancelled] == [Phase.STOPPING, Phase.KILLED]
 
 

@@ -35,7 +35,8 @@ def report(epoch: int | None = None, **metrics: Any) -> None:
     the parent, a few ms; at most ``VERDICT_WAIT_S``, after which training goes on and a
     late verdict applies at the next report); a trial the pruner stops raises
     :class:`sweeper.model.outcome.TrialFailed` (status ``pruned``) from this call, so it ends at
-    the epoch it was judged at.
+    the epoch it was judged at; one the scheduler pauses leaves the same way (it resumes
+    later, in a fresh process).
     """
     if _reporter is not None:
         _reporter.add(epoch, metrics)
@@ -48,7 +49,7 @@ VERDICT_WAIT_S = 2.0
 class _Reporter:
     """Batches reports and sends them from a thread, so ``report`` never waits on the
     parent; or, given ``receive`` (a search with a pruner), sends each at once and waits
-    for the pruner's verdict on it (:class:`~sweeper.model.protocol.PruneVerdict`, one per batch)."""
+    for the scheduler's answer to it (:class:`~sweeper.model.protocol.Answer`, one per batch)."""
 
     INTERVAL = 0.25
 
@@ -90,12 +91,14 @@ class _Reporter:
             if message is None:  # not yet: training goes on, the verdict applies later
                 return
             self._answered += 1
-            why = getattr(message, "why", "")
-            if why:
+            decision = getattr(getattr(message, "decision", None), "value", "continue")
+            if decision != "continue":
                 from sweeper.model.outcome import TrialFailed
                 from sweeper.model.trial import Status
 
-                raise TrialFailed(Status.PRUNED, why)
+                why = getattr(message, "why", "")
+                raise TrialFailed(Status.PRUNED, why) if decision == "stop" else TrialFailed(
+                    Status.INTERRUPTED, f"paused: {why}")
 
     def _take(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -16,8 +16,8 @@ process: its clock starts) and :class:`Exited` (its process is gone; what is kno
 
 And the seams the engine (:mod:`sweeper.run.engine`) runs trials through: a
 :class:`Backend` (where trials run: :mod:`sweeper.backends`), an :class:`Admission`
-(which queued trial may start now: :mod:`sweeper.run.placement`), and a search's
-:class:`Feed` (trials made as places free) and :data:`Prune` (:mod:`sweeper.run.search`).
+(which queued trial may start now: :mod:`sweeper.run.placement`), and a :class:`Scheduler`
+(which trial runs next, and what each report is answered: :mod:`sweeper.run.schedulers`).
 
 Small frozen records, picklable by reference, so both ends agree on every field. Light:
 trial processes import it.
@@ -25,8 +25,9 @@ trial processes import it.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence, Union
+from typing import Any, Protocol, Sequence, Union
 
 from sweeper.model.trial import Status, TrialResult, TrialSpec
 
@@ -52,11 +53,20 @@ class Unwritable:
     error: str  #: the system's words (``strerror``)
 
 
-@dataclass(frozen=True)
-class PruneVerdict:
-    """(Parent to trial) the pruner's verdict on the trial's last batch of reports: go on
-    (``why`` empty), or stop now, pruned for ``why``."""
+class Decision(enum.Enum):
+    """A scheduler's answer to a trial's reports."""
 
+    CONTINUE = "continue"  #: train on
+    STOP = "stop"  #: end it now, ``pruned``
+    PAUSE = "pause"  #: end its process now; it may resume later, in a fresh process
+
+
+@dataclass(frozen=True)
+class Answer:
+    """(Parent to trial) the scheduler's answer to the trial's last batch of reports: go on,
+    stop (pruned) or pause, for ``why``."""
+
+    decision: Decision = Decision.CONTINUE
     why: str = ""
 
 
@@ -182,7 +192,7 @@ class Traits:
 
     capacity: int  #: how many trials may run at once
     stop_word: str = "killed"  #: what a timeout does to a trial, in the error column ("killed", "cancelled")
-    #: whether :meth:`Backend.tell` reaches a running trial (then a pruner's verdict waits for it)
+    #: whether :meth:`Backend.tell` reaches a running trial (then a report may wait for its answer)
     answers: bool = False
 
 
@@ -216,7 +226,7 @@ class Backend(Protocol):
         """Stop a trial: ``hard=False`` asks (SIGTERM), ``hard=True`` ends it (SIGKILL)."""
 
     def tell(self, trial_id: str, message: Any) -> None:
-        """Send a running trial a message (the pruner's verdict), where ``traits.answers``."""
+        """Send a running trial a message (the answer to its reports), where ``traits.answers``."""
 
     def close(self) -> list[tuple[str, Event]]:
         """End everything still running; the events of trials that ended meanwhile."""
@@ -245,16 +255,33 @@ class Admission(Protocol):
         sweep then lets running trials end, starts no more, and fails with this."""
 
 
-#: A search's pruner: a trial reported epochs; a reason to prune it now, or None.
-Prune = Callable[[TrialSpec, list[dict[str, Any]]], "str | None"]
+class Scheduler(Protocol):
+    """Which trial runs next, and what each report is answered: the one interface the engine
+    asks, behind which a grid, a search's sampler and its pruner sit
+    (:mod:`sweeper.run.schedulers`). A trial it paused (:attr:`Decision.PAUSE`) is its to
+    give again from :meth:`next`; one it never gives again is recorded ``interrupted`` when
+    the sweep ends (it runs on resume)."""
 
+    #: Whether it may answer a report other than CONTINUE: then each report waits for its
+    #: answer, where the backend answers (:attr:`Traits.answers`).
+    waits: bool
 
-class Feed(Protocol):
-    """Trials made on demand, as places free (a search asks its sampler for each)."""
+    def ahead(self) -> list[TrialSpec]:
+        """The trials known before any runs (a grid's points, a search's trials to run
+        again), queued at once so the placement may order them; asked once."""
 
     @property
     def remaining(self) -> int:
-        """How many more it will give (for standbys); 0 once it has given its last."""
+        """How many more :meth:`next` may give (paused trials included); 0 once it is done."""
 
     def next(self) -> TrialSpec | None:
-        """The next trial to start; None when there is none any more."""
+        """A place is free: the next trial to start (a paused one: resumed), or None for now."""
+
+    def reported(self, spec: TrialSpec, items: list[dict[str, Any]]) -> Answer:
+        """A running trial's per-epoch reports (``{"epoch", "metrics", "t"}``, in order)."""
+
+    def paused(self, spec: TrialSpec, epoch: int | None) -> None:
+        """The trial it paused has left its process (at ``epoch``, its last reported)."""
+
+    def finished(self, result: TrialResult, retrying: bool) -> None:
+        """A trial's recorded result (``retrying``: an attempt, which runs again)."""

@@ -20,9 +20,10 @@ from __future__ import annotations
 import enum
 import json
 import math
+import os
 import re
 from collections import Counter
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, Collection, Mapping, Sequence
 
 #: Longest readable part of a trial name before it is cut and hashed.
@@ -304,3 +305,21 @@ PARETO_COLUMNS = ("pareto",)
 #: Every fixed column ``results.csv`` may have (neither a hyperparameter nor a metric), in its order.
 RESULT_COLUMNS = tuple(csv_name(f) for f in CSV_FIELDS
                        if place_of(f) not in (Place.PARAMS, Place.METRICS)) + PARETO_COLUMNS
+
+
+def keep_names(specs: Sequence[TrialSpec], recorded: Mapping[str, str]) -> list[TrialSpec]:
+    """A trial on record keeps the folder it was recorded under (a name from an older
+    release stays where its log and checkpoints are), and no other point may take a name
+    on record: that one gets its trial id appended. So no folder ever holds two points."""
+    taken = set(recorded.values())
+    counts = Counter(recorded.values())
+    out = []
+    for spec in specs:
+        name = recorded.get(spec.trial_id)
+        if name is None or counts[name] > 1:  # not on record, or shared by an older release
+            name = spec.name
+            if name in taken and not name.endswith(spec.trial_id):
+                name = with_id(name, spec.params)
+            taken.add(name)
+        out.append(replace(spec, name=name, dir=os.path.join(os.path.dirname(spec.dir), name)))
+    return out

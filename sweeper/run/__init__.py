@@ -3,7 +3,10 @@
 * :mod:`~sweeper.run.runner`: a sweep from start to end, tying the parts together;
 * :mod:`~sweeper.run.planning`: its trials, their names, what a resume keeps;
 * :mod:`~sweeper.run.engine`: every trial from the queue to one recorded result; :mod:`~sweeper.run.phases`:
-  a trial in it (its phase table, its deadlines); :mod:`~sweeper.run.stops`: what stops a whole sweep;
+  a trial in it (its phase table, its deadlines); :mod:`~sweeper.run.stops`: how it stops trials, and
+  what stops a whole sweep;
+* :mod:`~sweeper.run.schedulers`: which trial runs next and what each report is answered (go on, stop,
+  pause): a grid's, a search's;
 * :mod:`~sweeper.run.search`: adaptive search (Optuna) over fresh processes; :mod:`~sweeper.run.pruners`:
   its pruners, by name;
 * :mod:`~sweeper.run.slots`, :mod:`~sweeper.run.packing`, :mod:`~sweeper.run.hostroom`: this machine's

@@ -13,12 +13,12 @@ Data flow of one sweep::
      sweep() / CLI               Engine (parent, one thread)             Backend
     ┌──────────────┐ TrialSpecs ┌─────────────────────────────────┐    ┌──────────────────────────┐
     │ grid → specs │──────────▶ │ queue ──▶ start(spec) ───────────┼──▶ │ local: a spawn process    │
-    │ minus rows   │ or a Feed  │  admits? (the placement) ────────┼─── │  per trial (standby, fork │
-    │ already ok   │ (search)   │  (a Feed: a search asks Optuna   │    │  server, pidfd, process   │
-    └──────────────┘            │ wait(deadline, signal pipe) ◀────┼─── │  group); Ray: a task      │
+    │ minus rows   │ a Scheduler│  admits? (the placement) ────────┼─── │  per trial (standby, fork │
+    │ already ok   │ (grid,     │  a place free: scheduler.next()  │    │  server, pidfd, process   │
+    └──────────────┘  search)   │ wait(deadline, signal pipe) ◀────┼─── │  group); Ray: a task      │
                                 │   Began      clock starts        │    │                          │
                                 │   Reports    history, live view, │    │        │ spec       ▲ messages
-                                │              pruner: stop, cancel│    │        │            │
+                                │     scheduler: go on, stop, pause│    │        │            │
                                 │   Result     recorded at once    │    │        ▼            │
                                 │   Exited     judged, recorded ───┼─┐  │  trial process        │
                                 │ deadlines: timeout ▶ cancel ▶    │ │  │  (sweeper.child):     │
@@ -34,10 +34,12 @@ A trial's status is decided in one place, :func:`sweeper.model.outcome.judge`, f
 engine gathered: its :class:`~sweeper.model.protocol.Result` (if any), the stop the engine
 asked for (timeout, interrupted, pruned), and how its process ended (:class:`~sweeper.model.protocol.Exited`).
 
-A search (:mod:`sweeper.run.search`) hooks in at two places: trials come from its
-:class:`~sweeper.model.protocol.Feed` as places free, and each batch of per-epoch reports is offered to its
-pruner (``prune``); a trial it names is stopped as ``pruned`` and cancelled like a
-timed-out one (SIGTERM, then SIGKILL after the grace), so its GPU memory is freed at once.
+Which trial runs next, and what each batch of per-epoch reports is answered, is the
+:class:`~sweeper.model.protocol.Scheduler`'s (:mod:`sweeper.run.schedulers`: a grid, a search and its
+pruner): a free place asks it for the next trial; a trial answered STOP is stopped as
+``pruned`` and cancelled like a timed-out one (SIGTERM, then SIGKILL after the grace), so its
+GPU memory is freed at once; one answered PAUSE leaves its process the same way, unrecorded
+(``PAUSED``: its place is free), until the scheduler gives it again, to a fresh process.
 
 A trial's deadlines (:class:`~sweeper.run.phases.Due`) and its phases
 (:class:`~sweeper.run.phases.Phase`, moved only along the table ``MOVES``): :mod:`sweeper.run.phases`.
@@ -48,7 +50,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import time
 from collections import deque
 from dataclasses import replace
@@ -58,17 +59,17 @@ from sweeper.errors import SweepError
 from sweeper.model import contract
 from sweeper.model.protocol import (
     Admission,
+    Answer,
     Backend,
     Began,
     Broken,
+    Decision,
     Event,
     Exited,
-    Feed,
     LoadFailed,
-    Prune,
-    PruneVerdict,
     Reports,
     Result,
+    Scheduler,
     Unwritable,
 )
 from sweeper.model.trial import Status, TrialResult, TrialSpec
@@ -76,27 +77,26 @@ from sweeper.results.constraints import Constraints
 from sweeper.run.lifecycle import Callback
 from sweeper.run.phases import EXIT_GRACE, TERM_GRACE, Due, Phase, TrialState, log_file_age, now_iso
 from sweeper.run.placement import Anywhere
-from sweeper.run.stops import Interrupted, Streak, catch_signals, load_error
+from sweeper.run.schedulers import Listed
+from sweeper.run.stops import Interrupted, Stopping, Streak, catch_signals, load_error
 from sweeper.store.ledger import Ledger, StorageError, storage_error
 
 log = logging.getLogger("sweeper")
 
 
 
-class Engine:
+class Engine(Stopping):
     """Runs specs on a backend; every trial ends as one :class:`TrialResult` in the ledger."""
 
     def __init__(self, backend: Backend, ledger: Ledger, *, outputs: Callback | None = None,
-                 prune: Prune | None = None, verdicts: bool = False, timeout: float | None = None,
+                 timeout: float | None = None,
                  retries: int = 0, stall: float | None = None, clock: Callable[[], float] = time.monotonic,
                  log_age: Callable[[TrialSpec], float | None] | None = None,
                  constraints: Constraints | None = None, trial_env: Mapping[str, str] | None = None,
                  run_id: str = "", max_failures: int | None = None, admission: Admission | None = None) -> None:
         """``admission``: which queued trial may start now (default: any, in the queue's order;
         :mod:`sweeper.run.placement`); ``outputs``: told each trial's start, reports, record and
-        end (the sweep's :class:`~sweeper.run.lifecycle.Callbacks`); ``prune``: a search's pruner, offered
-        each batch of reports; ``verdicts``: it may stop trials, so each report waits for
-        its verdict (where the backend answers); ``stall``: seconds a running trial may
+        end (the sweep's :class:`~sweeper.run.lifecycle.Callbacks`); ``stall``: seconds a running trial may
         go without a sign of life; ``log_age``: seconds since a trial's log was last
         written, None where it has none (default: from the file's modification time);
         ``constraints``: what an ok trial must meet (its row's ``feasible``); ``trial_env``:
@@ -110,7 +110,6 @@ class Engine:
         self.run_id = run_id
         self.constraints = constraints
         self.outputs = outputs if outputs is not None else Callback()
-        self.prune, self.verdicts = prune, verdicts
         #: Seconds, for deadlines and durations: monotonic time; a test's fake clock
         #: (tests/test_engine_clock.py plays deadlines, graces, retries and Ctrl-C in it).
         self.clock = clock
@@ -118,8 +117,9 @@ class Engine:
         self.streak = Streak(max_failures) if max_failures else None
         self.log_age = log_age if log_age is not None else log_file_age
         self.queue: deque[TrialSpec] = deque()
-        self.feed: Feed | None = None
+        self.scheduler: Scheduler = Listed([])
         self.trials: dict[str, TrialState] = {}
+        self.paused: dict[str, TrialState] = {}  #: trials the scheduler paused, by id (their process is gone)
         self.started: set[str] = set()  #: ids of the trials started (retries count once)
         self.signals: list[int] = []
         #: The first failed ledger write: no new trial starts; running ones may finish.
@@ -142,12 +142,12 @@ class Engine:
 
     # -- the loop ---------------------------------------------------------------------
 
-    def run(self, specs: Sequence[TrialSpec], feed: Feed | None = None) -> None:
-        """Run every spec (and its retries), then what ``feed`` gives as places free, each
-        to a recorded result; raise Interrupted on a signal, StorageError when the ledger
+    def run(self, scheduler: Scheduler | Sequence[TrialSpec]) -> None:
+        """Run what the scheduler gives (specs: those, in order), with retries, each to a
+        recorded result; raise Interrupted on a signal, StorageError when the ledger
         could not be written, the SweepError an output stopped it with (:meth:`halt`)."""
-        self.queue.extend(specs)
-        self.feed = feed
+        self.scheduler = Listed(list(scheduler)) if isinstance(scheduler, Sequence) else scheduler
+        self.queue.extend(self.scheduler.ahead())
         failed, seen, halting = True, 0, False
         self.backend.open()
         wake_r, wake_w = os.pipe()  # the signal handler's way to wake the loop
@@ -156,6 +156,8 @@ class Engine:
             with catch_signals(self.signals, wake_w):
                 while self.trials or (self._queued() and self.taking_new):
                     self._fill()
+                    if not self.trials and not self.queue:
+                        break  # nothing runs and the scheduler gives nothing: it never will
                     events = self.backend.wait(self._next_timeout(), wake_r,
                                                self._queued() if self.taking_new else 0)
                     if len(self.signals) > seen:  # Ctrl-C or SIGTERM came
@@ -174,6 +176,7 @@ class Engine:
                     if self.streak is not None and self.streak.stop is not None and not self.streak.told:
                         self._give_up(self.streak)
                     self._deadlines()
+            self._unresumed()
             failed = False
         finally:
             self._close(record_unfinished=not failed)
@@ -191,10 +194,10 @@ class Engine:
                              "command again (finished trials are kept)")
 
     def _queued(self) -> int:
-        return len(self.queue) + (self.feed.remaining if self.feed is not None else 0)
+        return len(self.queue) + self.scheduler.remaining
 
     def _next(self) -> TrialSpec | None:
-        """The first queued trial the backend admits now (a search's next point, asked for
+        """The first queued trial the backend admits now (the scheduler's next, asked for
         when none waits; one that does not fit waits in the queue), or None."""
         order = self.admission.ranked(self.queue) if self.queue else None
         for i in order if order is not None else range(len(self.queue)):
@@ -202,9 +205,9 @@ class Engine:
             if self.admission.admits(spec):
                 del self.queue[i]
                 return spec
-        if self.queue or self.feed is None or not self.feed.remaining:
+        if self.queue or not self.scheduler.remaining:
             return None
-        fed = self.feed.next()
+        fed = self.scheduler.next()
         if fed is not None and not self.admission.admits(fed):
             self.queue.append(fed)
             return None
@@ -216,13 +219,16 @@ class Engine:
             if spec is None:
                 break
             spec = replace(spec, env={**spec.env, **self.trial_env, **contract.trial_env(spec)},
-                           verdicts=self.verdicts and self.backend.traits.answers)
-            trial = TrialState(spec, "", self.clock())
+                           verdicts=self.scheduler.waits and self.backend.traits.answers)
+            trial = self.paused.pop(spec.trial_id, None)
+            if trial is not None:  # the same trial in a fresh process: its epochs so far stand
+                trial.resume(spec, self.clock())
+            else:
+                trial = TrialState(spec, now_iso(), self.clock())
+                self.store(self.ledger.clear_history, spec.trial_id)  # a new attempt's replace the old
             self.trials[spec.trial_id] = trial
             began = self.backend.start(spec)
-            trial.started_at = now_iso()
             self.started.add(spec.trial_id)
-            self.store(self.ledger.clear_history, spec.trial_id)  # a new attempt's epochs replace the old ones
             if began is not None:
                 self._began(trial, began)
             self.outputs.started(trial.spec)
@@ -240,7 +246,7 @@ class Engine:
     def _handle(self, events: list[tuple[str, Event]]) -> None:
         """Events in order; a fault of the whole sweep is raised after the rest are in."""
         fault: SweepError | None = None
-        prune: list[tuple[TrialState, str]] = []
+        answered: list[tuple[TrialState, Answer]] = []
         blameless: set[str] = set()  #: trials whose module failed to import: the sweep's fault, no row
         for trial_id, event in events:
             if isinstance(event, LoadFailed):  # every trial would fail alike
@@ -258,24 +264,28 @@ class Engine:
             elif isinstance(event, Reports):
                 trial.reported, trial.sign = True, self.clock()  # a sign of life (the stall looks at it when due)
                 self.history(trial, event.items)
-                why = self.prune(trial.spec, event.items) if self.prune and event.items else None
-                if trial.spec.verdicts:  # it waits for the verdict: answered at once
-                    self.backend.tell(trial_id, PruneVerdict(why or ""))
-                if why:
-                    prune.append((trial, why))
+                answer = self.scheduler.reported(trial.spec, event.items) if event.items else Answer()
+                if trial.spec.verdicts:  # it waits for the answer: given at once
+                    self.backend.tell(trial_id, answer)
+                if answer.decision is not Decision.CONTINUE:
+                    answered.append((trial, answer))
             elif isinstance(event, Unwritable):
                 self._unwritable(trial, event)
             elif isinstance(event, Result):
                 self._result(trial, event)
             elif isinstance(event, Exited):
                 self._exited(trial, event)
-        for trial, why in prune:  # after the batch: a result that came with it stands
-            if trial.phase is not Phase.ENDED and trial.stop is None and trial.result is None:
-                if self._stop(trial, Status.PRUNED, why):
-                    if trial.spec.verdicts:  # it stops by itself, at that epoch; if not, it is ended
-                        trial.set_deadline(Due.EXIT, self.clock() + TERM_GRACE)
-                    else:
-                        self._cancel(trial, hard=False)
+        for trial, answer in answered:  # after the batch: a result that came with it stands
+            if trial.phase in (Phase.ENDED, Phase.PAUSED) or trial.stop or trial.result or trial.pausing:
+                continue
+            if answer.decision is Decision.PAUSE:
+                trial.pausing = answer.why or "paused by the scheduler"
+            elif not self._stop(trial, Status.PRUNED, answer.why):
+                continue
+            if trial.spec.verdicts:  # it stops by itself, at that epoch; if not, it is ended
+                trial.set_deadline(Due.EXIT, self.clock() + TERM_GRACE)
+            else:
+                self._cancel(trial, hard=False)
         if fault is not None:
             raise fault
 
@@ -302,88 +312,27 @@ class Engine:
         trial.result = result
         if trial.stop is None:
             trial.t1 = self.clock()
-        trial.early = trial.row(Exited(), self.clock(), self.run_id, self.constraints)
-        self.store(self.ledger.record, trial.early)
+        if trial.pausing is None or result.status is Status.OK:  # (a paused one's is no result)
+            trial.early = trial.row(Exited(), self.clock(), self.run_id, self.constraints)
+            self.store(self.ledger.record, trial.early)
         if not trial.phase.cancelled:
             trial.set_deadline(Due.EXIT, self.clock() + EXIT_GRACE)  # it should exit now
 
     def _exited(self, trial: TrialState, how: Exited) -> None:
-        """The process is gone: judge the trial, record it, let its place be reused."""
-        trial.to(Phase.ENDED)
+        """The process is gone: judge the trial, record it, let its place be reused. One
+        paused is not recorded: it waits, ``PAUSED``, for the scheduler to give it again."""
         del self.trials[trial.spec.trial_id]
         result = trial.row(how, self.clock(), self.run_id, self.constraints)
+        if trial.pausing is not None and trial.stop is None and result.status is not Status.OK:
+            trial.paused(self.clock())
+            self.paused[trial.spec.trial_id] = trial
+            self.store(self.ledger.not_running, trial.spec.trial_id)
+            self.outputs.paused(trial.spec, trial.pausing)
+            self.scheduler.paused(trial.spec, trial.epoch)
+            return
+        trial.to(Phase.ENDED)
         early = trial.early
         self.conclude(trial.spec, result, durable=early is None or early.status is not result.status)
-
-    # -- stopping -------------------------------------------------------------------------
-
-    def _stop(self, trial: TrialState, status: Status, why: str) -> bool:
-        """The engine stops a trial: whatever it returns afterwards, this is its status.
-        A result it sent before the stop is read first, and stands. False once it ended."""
-        self._handle(self.backend.drain(trial.spec.trial_id))
-        if trial.phase is Phase.ENDED:
-            return False
-        if trial.result is None and trial.stop is None:
-            trial.stop, trial.why, trial.t1 = status, why, self.clock()
-        return True
-
-    def _cancel(self, trial: TrialState, hard: bool) -> None:
-        """Ask a trial to stop (``STOPPING``; ended hard after TERM_GRACE), or end it hard
-        (``KILLED``). One asked already is asked again, its grace unchanged."""
-        if hard:
-            trial.to(Phase.KILLED)
-            trial.set_deadline(None, None)
-        elif not trial.phase.cancelled:
-            trial.to(Phase.STOPPING)
-            trial.set_deadline(Due.KILL, self.clock() + TERM_GRACE)
-        self.backend.cancel(trial.spec.trial_id, hard)
-
-    def _deadlines(self) -> None:
-        now = self.clock()
-        for trial in list(self.trials.values()):
-            if trial.deadline is None or now < trial.deadline or trial.phase is Phase.ENDED:
-                continue
-            if trial.due is Due.TIMEOUT:
-                why = f"ran past the timeout of {self.timeout:g}s and was {self.backend.traits.stop_word}"
-                if self._stop(trial, Status.TIMEOUT, why):
-                    self._cancel(trial, hard=False)
-            elif trial.due is Due.STALL:
-                assert self.stall
-                if trial.stirred(now, self.log_age(trial.spec), self.stall):  # alive since the deadline was set
-                    trial.watch(self.timeout, self.stall)
-                    continue
-                why = (f"neither reported an epoch nor wrote to its log for {self.stall:g}s and was "
-                       f"{self.backend.traits.stop_word}")
-                if self._stop(trial, Status.STALLED, why):
-                    self._cancel(trial, hard=False)
-            elif trial.due in (Due.EXIT, Due.KILL):  # it should have exited, or stopped, by now
-                self._cancel(trial, hard=trial.due is Due.KILL)
-
-    def _on_signal(self) -> None:
-        """Ctrl-C or SIGTERM: no new trials; running ones are stopped as ``interrupted``
-        (SIGTERM, then SIGKILL after the grace); a second signal kills them at once."""
-        self._stop_running(f"stopped by {signal.Signals(self.signals[0]).name}", hard=len(self.signals) > 1)
-
-    def _give_up(self, streak: Streak) -> None:
-        """``fail_fast``, ``max_failures``: said in one line; no new trial starts (``taking_new``),
-        running ones are stopped as ``interrupted`` (they run on resume)."""
-        streak.told = True
-        queued, running = self._queued(), len(self.trials)
-        log.warning("sweeper: stopping: %s; %d queued trial%s not started, %d running stopped (interrupted); "
-                    "fix it, then run the same command again (finished trials are kept)", streak.stop, queued,
-                    " (or retry)" if queued == 1 else "s (or retries)", running)
-        self._stop_running(f"the sweep stopped: {streak.stop}")
-
-    def _stop_running(self, why: str, hard: bool = False) -> None:
-        """Every running trial stopped as ``interrupted`` (SIGTERM, SIGKILL after the grace;
-        ``hard``: at once)."""
-        for trial in list(self.trials.values()):
-            if not self._stop(trial, Status.INTERRUPTED, why):
-                continue
-            if hard and trial.phase is not Phase.KILLED:
-                self._cancel(trial, hard=True)
-            elif not trial.phase.cancelled:
-                self._cancel(trial, hard=False)
 
     def _close(self, record_unfinished: bool) -> None:
         """On every way out: nothing of a trial outlives the sweep. Trials that ended
@@ -421,13 +370,14 @@ class Engine:
             self.storage_error = exc
             log.warning("sweeper: %s; no new trials start", str(exc).split("; ")[0])
 
-    def conclude(self, spec: TrialSpec, result: TrialResult, durable: bool = True) -> None:
-        """Record a trial's outcome (before its place is reused), queue a retry, tell the view.
-        A run again on other terms (the backend's ``again``) is an attempt, but spends none of
-        ``retries``: they are for a failure that may not recur on the same terms."""
+    def conclude(self, spec: TrialSpec, result: TrialResult, durable: bool = True, last: bool = False) -> None:
+        """Record a trial's outcome (before its place is reused), queue a retry (not once the
+        sweep is over: ``last``), tell the view. A run again on other terms (the backend's
+        ``again``) is an attempt, but spends none of ``retries``: they are for a failure that
+        may not recur on the same terms."""
         again = self.admission.again(result)
         retry = result.status.retryable and spec.attempt - spec.first_attempt < self.retries
-        retrying = self.taking_new and again is not None and (again or retry)
+        retrying = not last and self.taking_new and again is not None and (again or retry)
         if self.streak is not None and not retrying:  # a failure counts once its retries are spent
             self.streak.saw(result)
         stored = self.store(self.ledger.record, result, durable=durable)
@@ -435,7 +385,16 @@ class Engine:
             self.queue.append(replace(spec, attempt=spec.attempt + 1, first_attempt=spec.first_attempt + bool(again)))
         if stored:  # the tables show what the ledger holds
             self.outputs.recorded(result)
+        self.scheduler.finished(result, retrying)
         self.outputs.finished(result, retrying, stored)
+
+    def _unresumed(self) -> None:
+        """Trials paused and never given again: ``interrupted`` (they run on resume)."""
+        for trial in list(self.paused.values()):
+            trial.stop, trial.why = Status.INTERRUPTED, f"{trial.pausing}; the sweep ended before it resumed"
+            trial.to(Phase.ENDED)
+            del self.paused[trial.spec.trial_id]
+            self.conclude(trial.spec, trial.row(Exited(), self.clock(), self.run_id, self.constraints), last=True)
 
     def history(self, trial: TrialState, items: list[dict[str, Any]]) -> None:
         """A trial's per-epoch reports: into the ledger and the view; its last epoch noted."""

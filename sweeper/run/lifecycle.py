@@ -46,6 +46,10 @@ class Callback:
         """A trial's attempt ended with ``result``; ``retrying``: it runs again; ``kept``: the
         ledger holds it (False on a full disk or a read-only folder: the next run runs it again)."""
 
+    def paused(self, spec: TrialSpec, why: str) -> None:
+        """The scheduler paused a trial: its process is gone, its place free; it may start
+        again later (``started``), or end ``interrupted`` with the sweep."""
+
     def tick(self) -> float | None:
         """Periodic work, done now if due; seconds until it is next due (None: nothing waits)."""
         return None
@@ -84,6 +88,10 @@ class Callbacks(Callback):
     def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
         for c in self.each:
             c.finished(result, retrying, kept)
+
+    def paused(self, spec: TrialSpec, why: str) -> None:
+        for c in self.each:
+            c.paused(spec, why)
 
     def tick(self) -> float | None:
         waits = [w for w in (c.tick() for c in self.each) if w is not None]

@@ -1,12 +1,11 @@
-"""A sweep's outputs, each a :class:`sweeper.run.lifecycle.Callback`: the tables, the ranking, a
-search's sampler, the trackers (the console's live view is in :mod:`sweeper.run.progress`).
+"""A sweep's outputs, each a :class:`sweeper.run.lifecycle.Callback`: the tables, the ranking,
+the trackers (the console's live view is in :mod:`sweeper.run.progress`).
 
 ::
 
     engine ──recorded(result)──> TableFiles ──table.row()──> results.csv  (one row per trial)
            ──history()─────────>            ──────────────> history.csv  (per-epoch reports)
            ──recorded(result)──> Ranking    ──────────────> the ledger's metric and mode
-           ──finished(result)──> SearchTold ──────────────> the search's sampler (a final result)
     sweep  ──end(state)────────> Trackers   ──────────────> their process: a last look, closed
 
 :class:`TableFiles` is where a result becomes a row of ``results.csv``: it holds the
@@ -34,7 +33,6 @@ from sweeper.store.ledger import Ledger, StorageError
 from sweeper.store.paths import SweepPaths
 
 if TYPE_CHECKING:
-    from sweeper.run.search import Search
     from sweeper.tracking.process import TrackerProcess
 
 log = logging.getLogger("sweeper")
@@ -95,7 +93,7 @@ class Ranking(Callback):
     it is only said (the next result decides); a search, which cannot optimise it, then takes
     no trial and ends with that error (:attr:`fault`)."""
 
-    def __init__(self, ledger: Ledger, metric: str | None, mode: str, search: Any,
+    def __init__(self, ledger: Ledger, metric: str | None, mode: str, search: bool,
                  objectives: Objectives | None = None) -> None:
         self.ledger, self.metric, self.mode, self.search = ledger, metric, mode, search
         self.objectives = objectives  #: several metrics named: each must be in the result
@@ -136,9 +134,8 @@ class Ranking(Callback):
             self.warned = True
             said = (f"no metric {missing[0]!r} in what trial {r.name} returned ({', '.join(sorted(r.metrics))}), "
                     "so nothing is ranked by it")
-            if self.search is not None:
+            if self.search:  # the runner then asks the search for no trial
                 self.settled = True
-                self.search.remaining = 0
                 self.fault = SweepError(f"{said}; a search cannot optimise it, so it took no more trials: give "
                                         "--metric (metric=) one of those, or report it from train")
                 return
@@ -158,17 +155,6 @@ def not_returned(result: TrialResult, named: Sequence[str], missing: Sequence[st
                 "the sweep stopped, its finished trials are kept")
     return (f"{head}; the sweep stopped, its finished trials are kept: run again with --metric (metric=) one "
             "of those, or return it from train")
-
-
-class SearchTold(Callback):
-    """A search's sampler learns each trial's final result (not one that is retried)."""
-
-    def __init__(self, search: Search) -> None:
-        self.search = search
-
-    def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
-        if not retrying:
-            self.search.tell(result)
 
 
 class Trackers(Callback):

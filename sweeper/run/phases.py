@@ -28,6 +28,8 @@ A trial is in one :class:`Phase` from its start to its end, moved only along :da
 
       STARTING, RUNNING, STOPPING, KILLED ──── Exited ───▶ ENDED   its process is gone (or the
                                                                   backend closed): no move on
+      RUNNING, STOPPING, KILLED ── Exited, the scheduler answered PAUSE ──▶ PAUSED   unrecorded
+      PAUSED ── given again ──▶ STARTING (a fresh process)     PAUSED ── the sweep ends ──▶ ENDED
 
 The phase says where a trial is, not how it ended: its result (which may come in any phase
 before ``ENDED``) and the stop the engine asked for are what the judge reads. A trial
@@ -76,6 +78,7 @@ class Phase(enum.Enum):
     RUNNING = "running"  #: it reached its process (Began): its clock and timeout run
     STOPPING = "stopping"  #: cancelled (SIGTERM): cancelled hard if not gone after TERM_GRACE
     KILLED = "killed"  #: cancelled hard (SIGKILL): its end is due
+    PAUSED = "paused"  #: the scheduler paused it and its process is gone: unrecorded, its place free
     ENDED = "ended"  #: its process is gone: judged and recorded (unless the sweep failed)
 
     @property
@@ -87,9 +90,10 @@ class Phase(enum.Enum):
 #: The moves a trial may make, from each phase (see the module's diagram).
 MOVES: dict[Phase, frozenset[Phase]] = {
     Phase.STARTING: frozenset({Phase.RUNNING, Phase.STOPPING, Phase.KILLED, Phase.ENDED}),
-    Phase.RUNNING: frozenset({Phase.STARTING, Phase.STOPPING, Phase.KILLED, Phase.ENDED}),
-    Phase.STOPPING: frozenset({Phase.KILLED, Phase.ENDED}),
-    Phase.KILLED: frozenset({Phase.ENDED}),
+    Phase.RUNNING: frozenset({Phase.STARTING, Phase.STOPPING, Phase.KILLED, Phase.PAUSED, Phase.ENDED}),
+    Phase.STOPPING: frozenset({Phase.KILLED, Phase.PAUSED, Phase.ENDED}),
+    Phase.KILLED: frozenset({Phase.PAUSED, Phase.ENDED}),
+    Phase.PAUSED: frozenset({Phase.STARTING, Phase.ENDED}),  # resumed in a fresh process, or the sweep ended
     Phase.ENDED: frozenset(),
 }
 
@@ -116,6 +120,8 @@ class TrialState:
     t1: float | None = None  #: monotonic; when its result came or it was stopped (its duration's end)
     result: Result | None = None
     early: TrialResult | None = None  #: recorded when its result arrived
+    pausing: str | None = None  #: why the scheduler paused it (its process is to leave, unrecorded)
+    ran: float = 0.0  #: seconds it ran in its earlier processes (paused, then given again)
     reported: bool = False  #: sent per-epoch reports (then a returned History is not used)
     epoch: int | None = None  #: the last epoch it reported
     epoch_metrics: dict[str, Any] = field(default_factory=dict)  #: what it reported then
@@ -152,6 +158,20 @@ class TrialState:
         if self.due is None:
             self.watch(timeout, stall)
         return True
+
+    def paused(self, now: float) -> None:
+        """Its process left, paused: unrecorded, its place free, its time so far kept."""
+        self.to(Phase.PAUSED)
+        self.ran += now - self.t0
+        self.t0 = self.t1 = now  # (it runs no more until it is given again)
+        self.set_deadline(None, None)
+
+    def resume(self, spec: TrialSpec, now: float) -> None:
+        """Given again after a pause, to a fresh process: its clock from now; its epochs, its
+        first start and the time it ran before stand."""
+        self.to(Phase.STARTING)
+        self.spec, self.t0, self.sign, self.began = spec, now, 0.0, None
+        self.stop, self.why, self.t1, self.result, self.early, self.pausing = None, "", None, None, None, None
 
     def note_epochs(self, items: list[dict[str, Any]]) -> None:
         """Its per-epoch reports: the last epoch, and what it reported then."""
@@ -190,6 +210,7 @@ class TrialState:
         duration = (trial.t1 if trial.t1 is not None else now) - trial.t0
         if trial.stop is None and trial.result is not None and trial.result.duration_s is not None:
             duration = trial.result.duration_s
+        duration += trial.ran
         row = TrialResult(
             trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
             status=verdict.status, metrics=verdict.metrics, seed=spec.seed,

@@ -12,8 +12,9 @@
                                               v
                                   Plan: specs, todo, kept rows, notes, the ledger's facts
 
-A search's trials are asked for as places free (:class:`Asked`, the engine's feed):
-each asked point becomes a spec of the plan and a row of the ledger's grid.
+The plan's :meth:`Plan.scheduler` is what the engine asks for trials
+(:mod:`sweeper.run.schedulers`): the trials to run, or a search's, asked for as places free,
+each asked point a spec of the plan and a row of the ledger's grid.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 
 from sweeper.errors import SweepError
 from sweeper.model.metrics import direction
 from sweeper.model.options import Options
-from sweeper.model.trial import Status, TrialResult, TrialSpec, trial_id, trial_names, trial_seed, with_id
+from sweeper.model.protocol import Scheduler
+from sweeper.model.trial import Status, TrialResult, TrialSpec, keep_names, trial_id, trial_names, trial_seed
 from sweeper.results.constraints import parse as parse_constraints
+from sweeper.run.schedulers import Listed, Searching
 from sweeper.store.folder import SweepFolder, default_uid
 from sweeper.store.ledger import Ledger
 from sweeper.store.paths import SweepPaths
@@ -50,24 +52,6 @@ def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int,
     return [TrialSpec(trial_id=tid, name=name, index=i, params=dict(p), seed=trial_seed(seed, tid),
                       dir=SweepPaths(folder).trial(name))
             for i, ((tid, p), name) in enumerate(zip(distinct.items(), names))]
-
-
-def keep_names(specs: Sequence[TrialSpec], recorded: Mapping[str, str]) -> list[TrialSpec]:
-    """A trial on record keeps the folder it was recorded under (a name from an older
-    release stays where its log and checkpoints are), and no other point may take a name
-    on record: that one gets its trial id appended. So no folder ever holds two points."""
-    taken = set(recorded.values())
-    counts = Counter(recorded.values())
-    out = []
-    for spec in specs:
-        name = recorded.get(spec.trial_id)
-        if name is None or counts[name] > 1:  # not on record, or shared by an older release
-            name = spec.name
-            if name in taken and not name.endswith(spec.trial_id):
-                name = with_id(name, spec.params)
-            taken.add(name)
-        out.append(replace(spec, name=name, dir=os.path.join(os.path.dirname(spec.dir), name)))
-    return out
 
 
 def fingerprint(path: str | None) -> str | None:
@@ -135,9 +119,13 @@ class Plan:
     facts: dict[str, Any]  #: what the ledger records of this run (:class:`~sweeper.store.facts.SweepFacts`' fields)
     notes: list[str]  #: said after the sweep, with its summary
     search: Search | None = None
-    feed: Asked | None = None
+    feed: Searching | None = None  #: a search's scheduler
     #: said before any trial runs: how many trials on record a resume keeps, how many run
     resumed: str = ""
+
+    def scheduler(self, asking: bool = True) -> Scheduler:
+        """What the engine asks for trials: a search's (``asking``), else the trials to run."""
+        return self.feed if self.feed is not None and asking else Listed(self.todo)
 
     @property
     def to_run(self) -> int:
@@ -177,10 +165,6 @@ class Plan:
         wanted = {s.trial_id for s in specs}
         kept: dict[str, TrialResult] = {}
         todo: list[TrialSpec] = []
-        feed = None
-        if search is not None:
-            feed = Asked(search, specs, wanted, ledger, recorded)
-            specs = feed.specs
         judge = parse_constraints(options.constraints)
         for spec in specs:
             old = previous.get(spec.trial_id)
@@ -195,6 +179,7 @@ class Plan:
         changed = [(tid, r.feasible) for tid, r in kept.items() if r.feasible != previous[tid].feasible]
         if changed:  # what status, report and load() read says the same
             ledger.set_feasible(changed)
+        feed = Searching(search, todo, specs, wanted, ledger, recorded) if search is not None else None
         made = cls(specs, todo, kept, wanted, total, uid, mode, facts, notes, search, feed)
         if kept:
             made.resumed = f"resumed: {len(kept)} trials already on record were kept; {made.to_run} to run"
@@ -228,25 +213,3 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
     kept, again = search.resume(previous, history, lambda r: keeps(r, options.skip_failed))
     specs = [replace(make_spec(r.params, r.index), name=r.name) for r in [*kept.values(), *again]]
     return search, specs
-
-
-class Asked:
-    """The engine's feed for a search: each point asked becomes a spec of this sweep."""
-
-    def __init__(self, search: Any, specs: list[TrialSpec], wanted: set[str], ledger: Ledger,
-                 recorded: Mapping[str, str]) -> None:
-        self.search, self.specs, self.wanted, self.ledger = search, specs, wanted, ledger
-        self.recorded = dict(recorded)  #: names on record, by trial id: none is taken again
-
-    @property
-    def remaining(self) -> int:
-        return int(self.search.remaining)
-
-    def next(self) -> TrialSpec | None:
-        spec: TrialSpec | None = self.search.next()
-        if spec is not None:
-            spec = keep_names([spec], {**self.recorded, **{s.trial_id: s.name for s in self.specs}})[0]
-            self.specs.append(spec)
-            self.wanted.add(spec.trial_id)
-            self.ledger.set_grid((s.trial_id, s.index, s.name) for s in self.specs)
-        return spec

@@ -107,6 +107,10 @@ class PlainLines(Callback):
     def started(self, spec: TrialSpec) -> None:
         self.tally.started(spec)
 
+    def paused(self, spec: TrialSpec, why: str) -> None:
+        self.tally.running.pop(spec.trial_id, None)
+        print(f"[paused] {spec.name}: {why}", file=self.stream, flush=True)
+
     def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None:
         pass
 
@@ -161,6 +165,11 @@ class LiveView(PlainLines):
     def started(self, spec: TrialSpec) -> None:
         super().started(spec)
         self.running[spec.trial_id] = {"spec": spec, "t0": time.monotonic(), "epoch": None, "metrics": {}}
+
+    def paused(self, spec: TrialSpec, why: str) -> None:
+        self.running.pop(spec.trial_id, None)
+        self.tally.running.pop(spec.trial_id, None)
+        self.console.print(f"[paused] {spec.name}: {why}", style="cyan", markup=False, highlight=False)
 
     def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None:
         row = self.running.get(spec.trial_id)

@@ -9,7 +9,7 @@ Shared by :func:`sweeper.sweep` and the command line, so both behave the same.
                ── plan:   Plan          specs, names, definition check, resume   sweeper.run.planning
                ── outputs: Callbacks    TableFiles, Ranking, SearchTold,         sweeper.run.outputs
                                         the live view, Trackers                  sweeper.run.progress
-               ── Engine(backend, ledger, outputs) runs plan.todo (and a search's feed)
+               ── Engine(backend, ledger, outputs) runs what plan.scheduler() gives
                └─ Outcome: the rows (grid order), notes, what ran, where to look
 
 A result reaches ``results.csv`` through one path: the engine records it in the ledger,
@@ -44,7 +44,7 @@ from sweeper.results.objectives import Objectives
 from sweeper.run.engine import Engine
 from sweeper.run.hostroom import HostRoom
 from sweeper.run.lifecycle import Callback, Callbacks
-from sweeper.run.outputs import Ranking, SearchTold, TableFiles, Trackers
+from sweeper.run.outputs import Ranking, TableFiles, Trackers
 from sweeper.run.packing import Breaker, Needs, Packer
 from sweeper.run.placement import Anywhere, SlotPlacement
 from sweeper.run.planning import Plan, keeps, plan
@@ -264,7 +264,7 @@ class Sweep:
         if plan_.resumed:  # first, before any trial's line
             log.info("sweeper: %s", plan_.resumed)
         # what status, report and load() rank by unless told otherwise: this run's choice
-        ranking = Ranking(ledger, options.ranked_by, plan_.mode, plan_.search, options.objectives)
+        ranking = Ranking(ledger, options.ranked_by, plan_.mode, plan_.search is not None, options.objectives)
         run, made, facts = self._environment(ledger, plan_)
         ledger.put_facts(one_run=(run, made), **{**plan_.facts, **ranking.facts(), **facts})
         tables = TableFiles(ledger, plan_, self.folder.paths)
@@ -276,16 +276,12 @@ class Sweep:
                 outputs.each.append(packer)
         if self.breaker is not None:
             outputs.each.append(self.breaker)
-        if plan_.search is not None:
-            outputs.each.append(SearchTold(plan_.search))
         if listener is not None:
             outputs.each.append(listener)
         outputs.begin(plan_.to_run, plan_.total)
         admission = self._admission()
         engine = Engine(self._backend(tag, admission), ledger, outputs=outputs, admission=admission,
                         trial_env=contract.determinism_env() if options.deterministic else None, run_id=run,
-                        prune=plan_.search.prune if plan_.search else None,
-                        verdicts=plan_.search is not None and plan_.search.prunes,
                         timeout=options.timeout, retries=options.retries, stall=options.stall,
                         constraints=constraints.parse(options.constraints), max_failures=options.failure_limit)
         ranking.stop = engine.halt  # a named metric the first ok result lacks stops the sweep
@@ -295,7 +291,8 @@ class Sweep:
         state = "failed"  # unless the engine returns or is interrupted
         warming = _summary_imported() if plan_.to_run else None
         try:
-            engine.run(plan_.todo, plan_.feed)
+            # a metric the rows kept lack: a search cannot optimise it, so it asks for no trial
+            engine.run(plan_.scheduler(asking=ranking.fault is None))
             state = "failed" if engine.streak is not None and engine.streak.stop else "finished"  # --fail-fast
         except Interrupted as exc:
             interrupted, state = exc.signum, "interrupted"

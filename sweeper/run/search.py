@@ -200,7 +200,8 @@ def _shown(dist: Any) -> str:
 
 
 class Search:
-    """The study, and the engine's :class:`~sweeper.run.engine.Feed` of trials it asks for."""
+    """The study: the points it asks for, its pruner, what it is told (the engine asks it through
+    :class:`sweeper.run.schedulers.Searching`)."""
 
     def __init__(self, space: Any, *, search: Any, prune: Any, trials: int, seed: int, metric: str,
                  mode: str, make_spec: Any, constraints: Any = None, objectives: Objectives | None = None) -> None:

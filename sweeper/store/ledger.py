@@ -244,6 +244,11 @@ class Ledger:
         )
 
     @_writes
+    def not_running(self, trial_id: str) -> None:
+        """A trial left its process unrecorded (paused): status no longer shows it running."""
+        self._fast.execute("DELETE FROM running WHERE trial_id = ?", (trial_id,))
+
+    @_writes
     def clear_running(self) -> None:
         """Forget running marks left by a sweep that was killed."""
         self._fast.execute("DELETE FROM running")

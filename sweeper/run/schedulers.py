@@ -1,0 +1,94 @@
+"""The schedulers: which trial runs next, and what each batch of reports is answered
+(:class:`~sweeper.model.protocol.Scheduler`, the one interface the engine asks)::
+
+    engine ── a place is free ──▶ next() ──▶ Listed: none (its trials were queued ahead)
+                                             Searching: the sampler's next point, a spec of the plan
+           ── Reports ──────────▶ reported() ──▶ CONTINUE, or STOP (the pruner's reason), or PAUSE
+           ── a recorded result ▶ finished() ──▶ Searching: the study is told (not an attempt retried)
+           ── paused trial gone ▶ paused()   ──▶ the scheduler gives it again from next(), or never
+
+* :class:`Listed`: a grid's trials (or any list), all known ahead; every report is answered
+  CONTINUE;
+* :class:`Searching`: a search (:class:`~sweeper.run.search.Search`): the trials a resume runs
+  again ahead, then a point asked for as each place frees; its pruner answers reports.
+
+A scheduler that pauses (population-based training, a pruner that may change its mind) gives
+a paused trial again from :meth:`~sweeper.model.protocol.Scheduler.next`; the engine starts it in a fresh
+process, its epochs so far kept.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from sweeper.model.protocol import Answer, Decision
+from sweeper.model.trial import TrialResult, TrialSpec, keep_names
+
+if TYPE_CHECKING:
+    from sweeper.run.search import Search
+    from sweeper.store.ledger import Ledger
+
+
+class Listed:
+    """The trials given, all queued ahead, in order; every report is answered CONTINUE."""
+
+    waits = False
+    remaining = 0
+
+    def __init__(self, specs: Sequence[TrialSpec]) -> None:
+        self.specs = list(specs)
+
+    def ahead(self) -> list[TrialSpec]:
+        return list(self.specs)
+
+    def next(self) -> TrialSpec | None:
+        return None
+
+    def reported(self, spec: TrialSpec, items: list[dict[str, Any]]) -> Answer:
+        return Answer()
+
+    def paused(self, spec: TrialSpec, epoch: int | None) -> None:
+        raise AssertionError(f"trial {spec.name} was paused, but nothing here pauses")
+
+    def finished(self, result: TrialResult, retrying: bool) -> None:
+        pass
+
+
+class Searching:
+    """A search: ``todo`` (its trials a resume runs again) ahead, then a point asked of its
+    sampler as each place frees, which becomes a spec of the plan (``specs``, ``wanted``) and
+    a row of the ledger's grid; its pruner answers each batch of reports."""
+
+    def __init__(self, search: Search, todo: Sequence[TrialSpec], specs: list[TrialSpec], wanted: set[str],
+                 ledger: Ledger, recorded: Mapping[str, str]) -> None:
+        self.search, self.todo, self.specs, self.wanted, self.ledger = search, list(todo), specs, wanted, ledger
+        self.recorded = dict(recorded)  #: names on record, by trial id: none is taken again
+        #: Its pruner may stop a trial: each report waits for its answer.
+        self.waits = bool(search.prunes)
+
+    def ahead(self) -> list[TrialSpec]:
+        return list(self.todo)
+
+    @property
+    def remaining(self) -> int:
+        return int(self.search.remaining)
+
+    def next(self) -> TrialSpec | None:
+        spec: TrialSpec | None = self.search.next()
+        if spec is not None:
+            spec = keep_names([spec], {**self.recorded, **{s.trial_id: s.name for s in self.specs}})[0]
+            self.specs.append(spec)
+            self.wanted.add(spec.trial_id)
+            self.ledger.set_grid((s.trial_id, s.index, s.name) for s in self.specs)
+        return spec
+
+    def reported(self, spec: TrialSpec, items: list[dict[str, Any]]) -> Answer:
+        why = self.search.prune(spec, items)
+        return Answer(Decision.STOP, why) if why else Answer()
+
+    def paused(self, spec: TrialSpec, epoch: int | None) -> None:
+        raise AssertionError(f"trial {spec.name} was paused, but a search never pauses")
+
+    def finished(self, result: TrialResult, retrying: bool) -> None:
+        if not retrying:  # a final result: the study learns it
+            self.search.tell(result)

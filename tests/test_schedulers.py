@@ -1,0 +1,110 @@
+"""The one interface the engine asks which trial runs next and what each report is answered
+(sweeper.model.protocol.Scheduler; sweeper.run.schedulers): a pause, end to end in real
+processes (the same orderings in fake time are in test_engine_clock.py), and the search's
+scheduler answering with its pruner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sweeper.backends.local import LocalBackend
+from sweeper.model.protocol import Answer, Decision
+from sweeper.model.target import FunctionTarget
+from sweeper.model.trial import Status, TrialResult
+from sweeper.run.engine import Engine
+from sweeper.run.planning import plan
+from sweeper.run.schedulers import Listed, Searching
+from sweeper.run.slots import place
+from sweeper.store.ledger import Ledger
+from sweeper.system.capping import MemoryPolicy
+from tests import sweep_fns
+
+
+class PauseOnce(Listed):
+    """Pauses each trial at epoch ``at`` the first time it gets there, and gives it again at
+    the next free place."""
+
+    waits = True  # each report waits for its answer: the trial hears the pause
+
+    def __init__(self, specs: Any, at: int) -> None:
+        super().__init__(specs)
+        self.at = at
+        self.waiting: list[Any] = []
+        self.paused_at: list[tuple[str, int | None]] = []
+        self.told: list[TrialResult] = []
+
+    @property
+    def remaining(self) -> int:  # type: ignore[override]
+        return len(self.waiting)
+
+    def next(self) -> Any:
+        return self.waiting.pop(0) if self.waiting else None
+
+    def reported(self, spec: Any, items: list[dict[str, Any]]) -> Answer:
+        if items[-1]["epoch"] == self.at and spec.trial_id not in {tid for tid, _ in self.paused_at}:
+            return Answer(Decision.PAUSE, f"paused at epoch {self.at}")
+        return Answer()
+
+    def paused(self, spec: Any, epoch: int | None) -> None:
+        self.paused_at.append((spec.trial_id, epoch))
+        self.waiting.append(spec)
+
+    def finished(self, result: TrialResult, retrying: bool) -> None:
+        self.told.append(result)
+
+
+def test_a_paused_trial_leaves_its_process_and_finishes_in_a_fresh_one(tmp_path):
+    specs = plan([{"x": 1.0}, {"x": 2.0}], str(tmp_path), seed=0)
+    scheduler = PauseOnce(specs, at=2)
+    backend = LocalBackend(FunctionTarget.of(sweep_fns.reporter), place("none", MemoryPolicy(1, None), 2).slots,
+                           workers=2, start_method="spawn")
+    ledger = Ledger(str(tmp_path))
+    try:
+        Engine(backend, ledger).run(scheduler)
+        rows = ledger.results()
+        running = ledger.running()
+        epochs = {s.trial_id: [e for e, _, _ in ledger.epochs(s.trial_id)] for s in specs}
+    finally:
+        ledger.close()
+    # each heard the pause at epoch 2 and left; given again, it ran to its end in a new process
+    assert sorted(scheduler.paused_at) == sorted((s.trial_id, 2) for s in specs)
+    assert [r.status for r in scheduler.told] == [Status.OK, Status.OK]
+    assert [rows[s.trial_id].status for s in specs] == [Status.OK, Status.OK], [r.error for r in rows.values()]
+    assert [rows[s.trial_id].metrics["acc"] for s in specs] == [3.0, 6.0]
+    assert all(rows[s.trial_id].attempts == 1 for s in specs) and running == []
+    assert epochs == {s.trial_id: [1, 2, 3] for s in specs}
+    with open(specs[0].log_path) as f:
+        log = f.read()
+    assert log.count("=== sweeper: trial") == 2  # both of its processes wrote to its one log
+
+
+@pytest.mark.unit
+def test_a_search_answers_with_its_pruner_and_learns_only_final_results(tmp_path):
+    told: list[str] = []
+
+    class Study:  # the part of run.search.Search the scheduler asks
+        prunes, remaining = True, 0
+
+        def prune(self, spec: Any, items: list[dict[str, Any]]) -> str | None:
+            return "pruned by median at epoch 2" if items[-1]["epoch"] == 2 else None
+
+        def tell(self, result: Any) -> None:
+            told.append(result.status.value)
+
+    (spec,) = plan([{"x": 1}], str(tmp_path), seed=0)
+    ledger = Ledger(str(tmp_path))
+    try:
+        searching = Searching(Study(), [spec], [spec], {spec.trial_id}, ledger, {})  # type: ignore[arg-type]
+    finally:
+        ledger.close()
+    assert searching.waits and searching.ahead() == [spec] and searching.remaining == 0
+    assert searching.reported(spec, [{"epoch": 1, "metrics": {}}]) == Answer()
+    assert searching.reported(spec, [{"epoch": 2, "metrics": {}}]) == Answer(Decision.STOP,
+                                                                              "pruned by median at epoch 2")
+    failed = TrialResult(trial_id=spec.trial_id, name=spec.name, index=0, params=spec.params, status=Status.ERROR)
+    searching.finished(failed, retrying=True)  # an attempt that runs again: not the study's yet
+    searching.finished(failed, retrying=False)
+    assert told == ["error"]
+
