@@ -108,3 +108,18 @@ def test_a_search_answers_with_its_pruner_and_learns_only_final_results(tmp_path
     searching.finished(failed, retrying=False)
     assert told == ["error"]
 
+
+
+def test_a_search_whose_kept_rows_lack_the_metric_asks_for_no_trial_and_says_so(tmp_path):
+    # the ranking judges the rows a resume kept; the runner, not an output, then asks the
+    # search for nothing, and the sweep fails with the one line that says what to do
+    import sweeper
+
+    space = {"x": sweeper.uniform(0.0, 1.0), "epochs": 2, "pace": 0.0}
+    first = sweeper.sweep(sweep_fns.descent, space, search="random", trials=2, metric="loss", seed=0,
+                          out=str(tmp_path), name="s", progress=False, workers=1)
+    assert (first.status == "ok").all() and len(first) == 2
+    with pytest.raises(sweeper.SweepError, match="a search cannot optimise it, so it took no more trials"):
+        sweeper.sweep(sweep_fns.descent, space, search="random", trials=4, metric="accuracy", seed=0,
+                      out=str(tmp_path), name="s", progress=False, workers=1)
+    assert len(sweeper.load(str(tmp_path / "s"))) == 2  # nothing ran

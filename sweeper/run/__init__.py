@@ -12,6 +12,7 @@
 * :mod:`~sweeper.run.slots`, :mod:`~sweeper.run.packing`, :mod:`~sweeper.run.hostroom`: this machine's
   slots; trials packed on GPUs by memory; host memory as a resource;
 * :mod:`~sweeper.run.placement`: the placement the engine asks which trial may start now, and where;
+* :mod:`~sweeper.run.ranking`: what the folder ranks by, settled by the first result that has it;
 * :mod:`~sweeper.run.lifecycle`: what a sweep's outputs hear from it;
 * :mod:`~sweeper.run.outputs`, :mod:`~sweeper.run.progress`: the outputs, and the console's live view.
 

@@ -77,6 +77,7 @@ from sweeper.results.constraints import Constraints
 from sweeper.run.lifecycle import Callback
 from sweeper.run.phases import EXIT_GRACE, TERM_GRACE, Due, Phase, TrialState, log_file_age, now_iso
 from sweeper.run.placement import Anywhere
+from sweeper.run.ranking import Ranking
 from sweeper.run.schedulers import Listed
 from sweeper.run.stops import Interrupted, Stopping, Streak, catch_signals, load_error
 from sweeper.store.ledger import Ledger, StorageError, storage_error
@@ -93,7 +94,8 @@ class Engine(Stopping):
                  retries: int = 0, stall: float | None = None, clock: Callable[[], float] = time.monotonic,
                  log_age: Callable[[TrialSpec], float | None] | None = None,
                  constraints: Constraints | None = None, trial_env: Mapping[str, str] | None = None,
-                 run_id: str = "", max_failures: int | None = None, admission: Admission | None = None) -> None:
+                 run_id: str = "", max_failures: int | None = None, admission: Admission | None = None,
+                 ranking: Ranking | None = None) -> None:
         """``admission``: which queued trial may start now (default: any, in the queue's order;
         :mod:`sweeper.run.placement`); ``outputs``: told each trial's start, reports, record and
         end (the sweep's :class:`~sweeper.run.lifecycle.Callbacks`); ``stall``: seconds a running trial may
@@ -103,13 +105,15 @@ class Engine(Stopping):
         what every trial finds in its environment besides its own (determinism's switches);
         ``run_id``: the id of this run's record in the ledger, which each row names;
         ``max_failures``: stop taking new trials once this many in a row failed the same way
-        (:class:`Streak`; 1: at the first failure)."""
+        (:class:`Streak`; 1: at the first failure); ``ranking``: settles what the folder ranks by
+        from the results recorded (:mod:`sweeper.run.ranking`), which the engine records."""
         self.backend, self.ledger = backend, ledger
         self.admission: Admission = admission if admission is not None else Anywhere()
         self.trial_env = dict(trial_env or {})
         self.run_id = run_id
         self.constraints = constraints
         self.outputs = outputs if outputs is not None else Callback()
+        self.ranking = ranking
         #: Seconds, for deadlines and durations: monotonic time; a test's fake clock
         #: (tests/test_engine_clock.py plays deadlines, graces, retries and Ctrl-C in it).
         self.clock = clock
@@ -384,9 +388,19 @@ class Engine(Stopping):
         if retrying:
             self.queue.append(replace(spec, attempt=spec.attempt + 1, first_attempt=spec.first_attempt + bool(again)))
         if stored:  # the tables show what the ledger holds
+            self._rank(result)
             self.outputs.recorded(result)
         self.scheduler.finished(result, retrying)
         self.outputs.finished(result, retrying, stored)
+
+    def _rank(self, result: TrialResult) -> None:
+        """What the folder ranks by, once a result settles it (recorded); a named metric the
+        first successful result lacks stops the sweep (:meth:`halt`)."""
+        said = self.ranking.seen([result], live=True) if self.ranking is not None else None
+        if isinstance(said, SweepError):
+            self.halt(said)
+        elif said:
+            self.store(self.ledger.put_facts, **said)
 
     def _unresumed(self) -> None:
         """Trials paused and never given again: ``interrupted`` (they run on resume)."""

@@ -4,12 +4,16 @@
 
     Engine ──begin(to_run, total)──────────────> Callbacks ──> each output, in order:
            ──started(spec)─────────────────────>               TableFiles   (results.csv, history.csv)
-           ──reported(spec, epoch, metrics)────>               Ranking      (the folder's metric)
-           ──history()  (epochs in the ledger)─>               SearchTold   (a search's sampler)
-           ──recorded(result) (row in ledger)──>               Live         (the console)
-           ──finished(result, retrying)────────>               Trackers     (their own process)
+           ──reported(spec, epoch, metrics)────>               packing      (what trials need)
+           ──history()  (epochs in the ledger)─>               Live         (the console)
+           ──recorded(result) (row in ledger)──>               Trackers     (their own process)
+           ──finished(result, retrying)────────>
+           ──paused(spec, why)─────────────────>
            ──tick() -> seconds until due───────>
     Sweep  ──end(state)────────────────────────>
+
+The outputs are told; none writes the ledger or steers the sweep (what runs next is the
+scheduler's, :mod:`sweeper.run.schedulers`; what the folder ranks by, :mod:`sweeper.run.ranking`).
 
 Every method has a default that does nothing, so an output says only what it hears.
 ``recorded`` comes when a trial's row is in the ledger (a retry's too), ``finished``

@@ -5,7 +5,6 @@ the trackers (the console's live view is in :mod:`sweeper.run.progress`).
 
     engine ──recorded(result)──> TableFiles ──table.row()──> results.csv  (one row per trial)
            ──history()─────────>            ──────────────> history.csv  (per-epoch reports)
-           ──recorded(result)──> Ranking    ──────────────> the ledger's metric and mode
     sweep  ──end(state)────────> Trackers   ──────────────> their process: a last look, closed
 
 :class:`TableFiles` is where a result becomes a row of ``results.csv``: it holds the
@@ -15,21 +14,17 @@ sweep's rows (those a resume kept and those recorded since) and writes them thro
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from sweeper import tracking
-from sweeper.errors import SweepError
-from sweeper.model.metrics import nearest
 from sweeper.model.options import Options
-from sweeper.model.trial import Status, TrialResult, TrialSpec
-from sweeper.results.objectives import Objectives
+from sweeper.model.trial import TrialResult, TrialSpec
 from sweeper.run.lifecycle import Callback
 from sweeper.run.planning import Plan
 from sweeper.store import table
-from sweeper.store.ledger import Ledger, StorageError
+from sweeper.store.ledger import Ledger
 from sweeper.store.paths import SweepPaths
 
 if TYPE_CHECKING:
@@ -82,79 +77,6 @@ class TableFiles(Callback):
     def unwritten(self) -> list[tuple[str, str]]:
         """The files whose last write failed (a folder in the way, a full disk), with why."""
         return [(f.path, f.failure) for f in self.files if f.failure is not None]
-
-
-class Ranking(Callback):
-    """What the folder records as the sweep's ranking. A metric the user named is recorded
-    only once a successful result has it, so a mistyped one never becomes what ``status``,
-    ``report`` and ``load()`` rank by (the folder keeps what it had). The first successful
-    result of this run without it stops the sweep (:attr:`stop`, the engine's ``halt``): one
-    line naming what that result returned and the nearest name. A row a resume kept without
-    it is only said (the next result decides); a search, which cannot optimise it, then takes
-    no trial and ends with that error (:attr:`fault`)."""
-
-    def __init__(self, ledger: Ledger, metric: str | None, mode: str, search: bool,
-                 objectives: Objectives | None = None) -> None:
-        self.ledger, self.metric, self.mode, self.search = ledger, metric, mode, search
-        self.objectives = objectives  #: several metrics named: each must be in the result
-        self.settled = metric is None
-        self.warned = False
-        self.fault: SweepError | None = None
-        #: stops the sweep with an error (the engine's ``halt``), once it runs
-        self.stop: Callable[[SweepError], None] | None = None
-
-    def facts(self) -> dict[str, str]:
-        """What is recorded at the start: no metric named, this run's choice (none)."""
-        return {"metric": "", "mode": self.mode, "objectives": ""} if self.metric is None else {}
-
-    def recorded(self, result: TrialResult) -> None:
-        self.seen([result], live=True)
-
-    def seen(self, results: Iterable[TrialResult], live: bool = False) -> None:
-        """Results with their metrics: kept by a resume, or (``live``) recorded in this run."""
-        if self.settled:
-            return
-        for r in results:
-            if r.status is not Status.OK:
-                continue
-            named = self.objectives.metrics if self.objectives is not None else (self.metric or "",)
-            missing = [m for m in named if m not in r.metrics]
-            if not missing:  # recorded with the first result that has them all
-                self.settled = True
-                several = self.objectives.text() if self.objectives is not None else ""
-                with contextlib.suppress(StorageError):  # the engine says a failed write itself
-                    self.ledger.put_facts(metric=self.metric or "", mode=self.mode, objectives=several)
-                return
-            if live and self.stop is not None:
-                self.settled = True
-                self.stop(SweepError(not_returned(r, named, missing)))
-                return
-            if self.warned:
-                continue
-            self.warned = True
-            said = (f"no metric {missing[0]!r} in what trial {r.name} returned ({', '.join(sorted(r.metrics))}), "
-                    "so nothing is ranked by it")
-            if self.search:  # the runner then asks the search for no trial
-                self.settled = True
-                self.fault = SweepError(f"{said}; a search cannot optimise it, so it took no more trials: give "
-                                        "--metric (metric=) one of those, or report it from train")
-                return
-            log.warning("sweeper: %s until a trial returns it; give --metric (metric=) one of those", said)
-
-
-def not_returned(result: TrialResult, named: Sequence[str], missing: Sequence[str]) -> str:
-    """The line that stops a sweep whose named metric a finished trial did not return: what it
-    returned, the nearest name, and the command that ranks by it."""
-    got = ", ".join(sorted(result.metrics)) or "no metric"
-    head = f"no metric {' nor '.join(map(repr, missing))} in what trial {result.name} returned ({got})"
-    near = {m: nearest(m, result.metrics) for m in missing}
-    if all(near.values()):
-        fixed = ",".join(near.get(m) or m for m in named)
-        meant = " nor ".join(str(near[m]) for m in missing)
-        return (f"{head}; did you mean {meant}? run again with --metric {fixed} (metric={fixed!r}); "
-                "the sweep stopped, its finished trials are kept")
-    return (f"{head}; the sweep stopped, its finished trials are kept: run again with --metric (metric=) one "
-            "of those, or return it from train")
 
 
 class Trackers(Callback):

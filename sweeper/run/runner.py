@@ -7,9 +7,10 @@ Shared by :func:`sweeper.sweep` and the command line, so both behave the same.
     run(target, grid, options)
       └─ Sweep ── folder: SweepFolder   made, locked, set aside (--fresh)        sweeper.store.folder
                ── plan:   Plan          specs, names, definition check, resume   sweeper.run.planning
-               ── outputs: Callbacks    TableFiles, Ranking, SearchTold,         sweeper.run.outputs
-                                        the live view, Trackers                  sweeper.run.progress
-               ── Engine(backend, ledger, outputs) runs what plan.scheduler() gives
+               ── outputs: Callbacks    TableFiles, packing's learning, the      sweeper.run.outputs
+                                        live view, Trackers                      sweeper.run.progress
+               ── Engine(backend, ledger, outputs) runs what plan.scheduler() gives, records each
+                  result, and what it settles of the ranking (Ranking)           sweeper.run.ranking
                └─ Outcome: the rows (grid order), notes, what ran, where to look
 
 A result reaches ``results.csv`` through one path: the engine records it in the ledger,
@@ -44,10 +45,11 @@ from sweeper.results.objectives import Objectives
 from sweeper.run.engine import Engine
 from sweeper.run.hostroom import HostRoom
 from sweeper.run.lifecycle import Callback, Callbacks
-from sweeper.run.outputs import Ranking, TableFiles, Trackers
+from sweeper.run.outputs import TableFiles, Trackers
 from sweeper.run.packing import Breaker, Needs, Packer
 from sweeper.run.placement import Anywhere, SlotPlacement
 from sweeper.run.planning import Plan, keeps, plan
+from sweeper.run.ranking import Ranking
 from sweeper.run.slots import Placement, Slot, parse_gpus, place
 from sweeper.run.stops import Interrupted
 from sweeper.store import table
@@ -264,12 +266,14 @@ class Sweep:
         if plan_.resumed:  # first, before any trial's line
             log.info("sweeper: %s", plan_.resumed)
         # what status, report and load() rank by unless told otherwise: this run's choice
-        ranking = Ranking(ledger, options.ranked_by, plan_.mode, plan_.search is not None, options.objectives)
+        ranking = Ranking(options.ranked_by, plan_.mode, plan_.search is not None, options.objectives)
         run, made, facts = self._environment(ledger, plan_)
         ledger.put_facts(one_run=(run, made), **{**plan_.facts, **ranking.facts(), **facts})
         tables = TableFiles(ledger, plan_, self.folder.paths)
-        ranking.seen(tables.results.values())  # the rows kept may have the metric already
-        outputs = Callbacks([tables, ranking])
+        settled = ranking.seen(tables.results.values())  # the rows kept may have the metric already
+        if isinstance(settled, dict):
+            ledger.put_facts(**settled)
+        outputs = Callbacks([tables])
         for packer in (self.packer, self.host_room):  # each learns what trials need from each row
             if packer is not None:
                 packer.seen(tables.results.values())
@@ -283,8 +287,8 @@ class Sweep:
         engine = Engine(self._backend(tag, admission), ledger, outputs=outputs, admission=admission,
                         trial_env=contract.determinism_env() if options.deterministic else None, run_id=run,
                         timeout=options.timeout, retries=options.retries, stall=options.stall,
-                        constraints=constraints.parse(options.constraints), max_failures=options.failure_limit)
-        ranking.stop = engine.halt  # a named metric the first ok result lacks stops the sweep
+                        constraints=constraints.parse(options.constraints), max_failures=options.failure_limit,
+                        ranking=ranking)
         trackers = Trackers.of(options, folder, plan_, self.space)
         outputs.each.append(trackers)
         interrupted = None
