@@ -6,6 +6,7 @@ import inspect
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
+from sweeper.backends import registry
 from sweeper.front.command import Command
 from sweeper.front.messages import show_messages
 from sweeper.model.grid import expand
@@ -66,7 +67,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
         SweepInterrupted: Ctrl-C, SIGTERM or SIGHUP; what finished is saved.
     """
     check_not_in_a_trial_bootstrap()
-    opts = Options.build(options)
+    opts = registry.options(options)
     show_messages(opts.progress)  # sweeper's lines (no GPU found, ...), quiet with progress=False
     fn, source, default_name = _what_runs(fn, grid, opts)
     target = FunctionTarget.of(fn)

@@ -112,3 +112,36 @@ def test_an_installed_packages_entry_point_adds_a_backend_to_the_command_line(tm
     wrong = subprocess.run([sys.executable, "-m", "sweeper", str(tmp_path / "grid.py"), "--backend", "toyy",
                             "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=240)
     assert wrong.returncode == 2 and "'toyy' is unknown; use one of local, ray, toy" in wrong.stderr + wrong.stdout
+
+
+def test_a_backend_owns_its_options_and_no_other_takes_them(tmp_path):
+    """Each backend owns and checks its own options group (issue 40, item 2): given as
+    keywords, they reach its factory as ``launch.options.backend_options``; a bad value is its
+    one-line error; another backend refuses them, naming the one they go with."""
+    register("toy_lanes", toy_backend.with_lanes, places_trials=True, options=toy_backend.ToyOptions)
+    try:
+        df = sweeper.sweep(sweep_fns.echo, {"x": [1, 2, 3]}, backend="toy_lanes", lanes=1, out=str(tmp_path),
+                           name="s", progress=False)
+        assert (df.status == "ok").all() and df.value.tolist() == [2.0, 4.0, 6.0], df.error.tolist()
+        assert toy_backend.MADE_WITH == [toy_backend.ToyOptions(lanes=1)]
+        with pytest.raises(sweeper.SweepError, match=r"^lanes must be a whole number >= 1, got 0$"):
+            sweeper.sweep(sweep_fns.echo, {"x": [1]}, backend="toy_lanes", lanes=0, out=str(tmp_path))
+        with pytest.raises(sweeper.SweepError, match=r"^lanes goes with backend='toy_lanes' \(--backend "
+                                                     r"toy_lanes --lanes \.\.\.\)$"):
+            sweeper.sweep(sweep_fns.echo, {"x": [1]}, lanes=1, out=str(tmp_path))
+        with pytest.raises(sweeper.SweepError, match=r"unknown option 'lane' in sweep\(\); did you mean 'lanes'"):
+            sweeper.sweep(sweep_fns.echo, {"x": [1]}, backend="toy_lanes", lane=1, out=str(tmp_path))
+    finally:
+        registry._BACKENDS.pop("toy_lanes", None)
+
+
+@pytest.mark.unit
+def test_rays_settings_are_its_own_group():
+    opts = registry.options({"backend": "ray", "address": "auto", "cpus_per_trial": 0.5})
+    assert (opts.backend_options.address, opts.backend_options.cpus_per_trial) == ("auto", 0.5)
+    assert registry.options({"backend": "ray"}).backend_options == registry.RayOptions()
+    assert registry.options({}).backend_options is None  # the local backend has none
+    with pytest.raises(sweeper.SweepError, match=r"^address goes with backend='ray' \(--backend ray --address"):
+        registry.options({"address": "auto"})
+    with pytest.raises(sweeper.SweepError, match="cpus_per_trial must be a positive number, got -1"):
+        registry.options({"backend": "ray", "cpus_per_trial": -1})

@@ -9,6 +9,7 @@ import sqlite3
 
 import pytest
 
+from sweeper.backends import registry
 from sweeper.results import query
 from sweeper.model import metrics
 from sweeper.store import table
@@ -36,8 +37,8 @@ def _actions() -> dict[str, argparse.Action]:
 @pytest.mark.unit
 def test_every_options_flag_is_in_the_parser_as_its_field_says():
     actions = _actions()
-    flagged = Options.flags()
-    assert len(flagged) >= 20
+    flagged = registry.flags()  # Options' fields, then each backend's options group's (Ray's)
+    assert len(flagged) >= 20 and flagged[:len(Options.flags())] == Options.flags()
     for f, flag in flagged:
         assert isinstance(flag, Flag)
         action = actions[f.name]
@@ -56,16 +57,17 @@ def test_every_options_flag_is_in_the_parser_as_its_field_says():
 
 @pytest.mark.unit
 def test_the_flags_are_named_after_their_fields_and_every_field_is_one_but_progress():
-    flags = {f.name: flag.flag(f.name) for f, flag in Options.flags()}
+    flags = {f.name: flag.flag(f.name) for f, flag in registry.flags()}
     assert flags["per_gpu"] == "--per-gpu" and flags["cpus_per_trial"] == "--cpus-per-trial"
-    assert flags["prefetch"] == "--no-prefetch"
-    assert set(Options.names()) - set(flags) == {"progress"}  # --quiet says more than --no-progress would
+    assert flags["prefetch"] == "--no-prefetch" and flags["address"] == "--address"
+    # --quiet says more than --no-progress would; a backend's group is made of its own flags
+    assert set(Options.names()) - set(flags) == {"progress", "backend_options"}
 
 
 @pytest.mark.unit
 def test_the_flags_keep_their_order_and_the_cli_only_flags_stand_around_them():
     order = [a.dest for a in parser()._actions]
-    names = [f.name for f, _ in Options.flags()]
+    names = [f.name for f, _ in registry.flags()]
     start = order.index(names[0])
     assert order[start:start + len(names)] == names
     assert order[:start] == ["help", "version", "grid_file", "command", "grid_data", "shell"]
@@ -76,10 +78,10 @@ def test_the_flags_keep_their_order_and_the_cli_only_flags_stand_around_them():
 def test_parsed_flags_build_options_and_the_choices_are_the_ones_checked():
     args = parser().parse_args(["--workers", "2", "--cpus-per-trial", "0.5", "--no-prefetch", "--mode", "min",
                                 "--backend", "ray", "--mlflow", "--fresh"])
-    given = {f.name: getattr(args, f.name) for f, _ in Options.flags() if getattr(args, f.name) is not None}
-    opts = Options.build(given)
-    assert (opts.workers, opts.cpus_per_trial, opts.prefetch, opts.mode, opts.backend, opts.mlflow, opts.fresh) == \
-        (2, 0.5, False, "min", "ray", True, True)
+    given = {f.name: getattr(args, f.name) for f, _ in registry.flags() if getattr(args, f.name) is not None}
+    opts = registry.options(given)
+    assert (opts.workers, opts.backend_options.cpus_per_trial, opts.prefetch, opts.mode, opts.backend, opts.mlflow,
+            opts.fresh) == (2, 0.5, False, "min", "ray", True, True)
     assert Options.choices("start_method")
     with pytest.raises(SweepError, match="start_method must be " + " or ".join(map(repr, Options.choices("start_method")))):
         Options(start_method="nope").checked()

@@ -108,10 +108,10 @@ def test_help_states_each_default_as_options_has_it():
     """--help's defaults come from Options itself, so they cannot drift from the code."""
     import dataclasses
 
+    from sweeper.backends import registry
     from sweeper.front.cli import parser
-    from sweeper.model.options import Options
 
-    defaults = {f.name: f.default for f in dataclasses.fields(Options)}
+    defaults = {f.name: f.default for f, _ in registry.flags()}  # Options', and each backend group's
     checked = 0
     for action in parser()._actions:
         value = defaults.get(action.dest, None)

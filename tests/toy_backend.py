@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+from dataclasses import dataclass, field
 from typing import Any
 
 from sweeper.backends import Launch
 from sweeper.backends.channel import Relay, finished
 from sweeper.child.channel import channel_main, sweep_token
+from sweeper.errors import SweepError
+from sweeper.model.options import flag
 from sweeper.model.protocol import Exited, Traits
 
 
@@ -110,3 +113,27 @@ class ToyBackend:
 
 def factory(launch: Launch) -> ToyBackend:
     return ToyBackend(launch)
+
+
+@dataclass(frozen=True)
+class ToyOptions:
+    """The toy backend's own settings (its options group): how many trials it runs at once."""
+
+    lanes: int = field(default=2, metadata=flag("with --backend toy: trials at once (default {default})", type=int))
+
+    def checked(self) -> ToyOptions:
+        if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or self.lanes < 1:
+            raise SweepError(f"lanes must be a whole number >= 1, got {self.lanes!r}")
+        return self
+
+
+#: The options groups ``with_lanes`` was made with, in order (it runs in the sweep's process).
+MADE_WITH: list[Any] = []
+
+
+def with_lanes(launch: Launch) -> ToyBackend:
+    """The toy backend, as many trials at once as its own option ``lanes`` says."""
+    MADE_WITH.append(launch.options.backend_options)
+    backend = ToyBackend(launch)
+    backend.traits = Traits(launch.options.backend_options.lanes)
+    return backend

@@ -12,18 +12,27 @@ ways a name gets here:
   command line can run on it too; it may point at a factory or at a :class:`Registered`.
 
 Looking a name up imports nothing of a backend but its factory's module.
+
+A backend may own an options group: a frozen dataclass whose fields are its settings (each
+with :func:`sweeper.model.options.flag` metadata to be a command-line flag, and a ``checked()``
+that refuses bad values in one line), registered with it (``options=``). :func:`options`
+builds a sweep's :class:`~sweeper.model.options.Options` and the chosen backend's group from
+the same keywords (``sweep(..., address="auto")``, a grid file's options, ``--address``); a
+keyword of another backend's group is refused, naming that backend. Ray's is
+:class:`sweeper.backends.ray_options.RayOptions`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from dataclasses import Field, dataclass, fields
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from sweeper.backends.ray_options import RayOptions
 from sweeper.errors import SweepError
 
 if TYPE_CHECKING:
     from sweeper.backends.local.server import ForkServer
-    from sweeper.model.options import Options
+    from sweeper.model.options import Flag, Options
     from sweeper.model.protocol import Admission, Backend
     from sweeper.model.target import Target
     from sweeper.run.slots import Placement
@@ -57,6 +66,7 @@ class Registered:
 
     factory: Factory
     places_trials: bool = False
+    options: type | None = None  #: its options group (a frozen dataclass), if it has settings of its own
 
 
 def _local(launch: Launch) -> Backend:
@@ -76,26 +86,83 @@ def _ray(launch: Launch) -> Backend:
     from sweeper.run.slots import parse_gpus
 
     options = launch.options
-    return RayBackend(launch.target, options.memory_policy(), address=options.address,
-                      gpus=parse_gpus(options.gpus) != "none", cpus_per_trial=options.cpus_per_trial,
+    own: RayOptions = options.backend_options or RayOptions()
+    return RayBackend(launch.target, options.memory_policy(), address=own.address,
+                      gpus=parse_gpus(options.gpus) != "none", cpus_per_trial=own.cpus_per_trial,
                       workers=options.worker_count)
 
 
 _BACKENDS: dict[str, Registered] = {
     "local": Registered(_local),
-    "ray": Registered(_ray, places_trials=True),
+    "ray": Registered(_ray, places_trials=True, options=RayOptions),
 }
 
 
-def register(name: str, factory: Factory, *, places_trials: bool = False) -> None:
-    """Make ``backend=name`` run trials on what ``factory(launch)`` returns. A name taken
-    already is refused, unless it is the same factory again."""
+def register(name: str, factory: Factory, *, places_trials: bool = False, options: type | None = None) -> None:
+    """Make ``backend=name`` run trials on what ``factory(launch)`` returns; ``options``: its
+    options group (see the module's docstring), which its factory finds as
+    ``launch.options.backend_options``. A name taken already is refused, unless it is the
+    same factory again."""
     if not name.isidentifier():
         raise SweepError(f"backend name {name!r} is not a plain name; use letters, digits and _")
     known = _BACKENDS.get(name)
     if known is not None and known.factory is not factory:
         raise SweepError(f"a backend named {name!r} is registered already; register yours under another name")
-    _BACKENDS[name] = Registered(factory, places_trials)
+    _BACKENDS[name] = Registered(factory, places_trials, options)
+
+
+def options(values: Mapping[str, Any], where: str = "sweep()") -> Options:
+    """A sweep's options from keywords: those of :class:`~sweeper.model.options.Options`, and
+    the fields of the chosen backend's options group (its ``backend_options``, checked). An
+    unknown name is refused with the nearest known one; a field of another backend's group,
+    naming that backend."""
+    import difflib
+
+    from sweeper.model.options import Options
+
+    backend = values.get("backend", "local")
+    group: type | None = lookup(backend).options if isinstance(backend, str) and backend else None
+    mine = {f.name for f in fields(group)} if group is not None else set()
+    owners = {f.name: name for name, known in _BACKENDS.items() if known.options is not None
+              for f in fields(known.options)}
+    core = {k: v for k, v in values.items() if k not in mine}
+    for key in core:
+        if key in owners:
+            said = flag_of(owners[key], key)
+            raise SweepError(f"{key} goes with backend={owners[key]!r} (--backend {owners[key]} {said} ...)")
+        if key not in Options.names():
+            known = [*Options.names(), *owners]
+            near = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; valid: {', '.join(known)}"
+            raise SweepError(f"unknown option {key!r} in {where}{hint}")
+    own = {k: v for k, v in values.items() if k in mine}
+    if group is not None:
+        given = core.get("backend_options")  # (a replay's: the group it ran with, and what changes)
+        made = group(**{**(vars(given) if isinstance(given, group) else {}), **own})
+        core["backend_options"] = made.checked() if hasattr(made, "checked") else made
+    else:
+        core["backend_options"] = None
+    return Options.build(core, where)
+
+
+def flags() -> list[tuple[Field[Any], Flag]]:
+    """Every command-line flag of a sweep: :class:`~sweeper.model.options.Options`' own, then
+    each registered backend's group's, in order."""
+    from sweeper.model.options import Options
+
+    out = Options.flags()
+    for known in _BACKENDS.values():
+        if known.options is not None:
+            out += [(f, f.metadata["flag"]) for f in fields(known.options) if "flag" in f.metadata]
+    return out
+
+
+def flag_of(backend: str, name: str) -> str:
+    """The command-line flag of a field of a backend's group."""
+    group = _BACKENDS[backend].options
+    assert group is not None
+    found = [f.metadata["flag"].flag(f.name) for f in fields(group) if f.name == name and "flag" in f.metadata]
+    return found[0] if found else "--" + name.replace("_", "-")
 
 
 def lookup(name: str) -> Registered:

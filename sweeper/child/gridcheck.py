@@ -84,7 +84,9 @@ def _options_of(module: Any, name: str) -> dict[str, Any]:
     for key in ("search", "trials", "prune"):  # a search's settings, also as top-level names
         if hasattr(module, key):
             options = {**options, key: getattr(module, key)}
-    Options.build(options, where=name)
+    # a backend's own settings, and names no option has, are the sweep's to refuse (with the
+    # nearest name: sweeper.backends.registry.options); this process knows no backend
+    Options.build({k: v for k, v in options.items() if k in Options.names()}, where=name)
     return options
 
 

@@ -11,11 +11,20 @@ import sys
 from typing import TYPE_CHECKING, Any, Sequence
 
 from sweeper import __version__
+from sweeper.backends import registry
 from sweeper.errors import SweepError
 from sweeper.front import gridfile
 from sweeper.front.command import Command
 from sweeper.front.messages import show_messages
-from sweeper.front.subcommands import COMMANDS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, Parser, cell, program_name
+from sweeper.front.subcommands import (
+    COMMANDS,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    Parser,
+    cell,
+    program_name,
+)
 from sweeper.model.grid import Points
 from sweeper.model.options import Options
 from sweeper.model.target import FileTarget, FunctionTarget, describe
@@ -55,11 +64,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def add_option_flags(p: argparse.ArgumentParser) -> None:
-    """A flag for each :class:`Options` field that has one, in the fields' order, as its
+    """A flag for each :class:`Options` field that has one, in the fields' order, then for each
+    registered backend's options group's (:func:`sweeper.backends.registry.flags`), as its
     :class:`~sweeper.model.options.Flag` says. Each defaults to None (a flag not given leaves
     the grid file's value, else Options'), and its help states the default as Options
     has it: --help says what the code does."""
-    for f, flag in Options.flags():
+    for f, flag in registry.flags():
         how: dict[str, Any] = {"action": flag.action, "dest": f.name, "default": None,
                                "help": flag.help.format(default=f.default)}
         if flag.type is not None:
@@ -144,9 +154,9 @@ def _main(argv: list[str]) -> int:
     _check_unknown(p, unknown)
     if isinstance(args.mlflow, str) and args.mlflow.endswith(".py") and not args.grid_file:
         args.grid_file, args.mlflow = args.mlflow, True  # --mlflow grid.py: the file, not a URI
-    flags = {f.name: getattr(args, f.name) for f, _ in Options.flags()}
+    flags = {f.name: getattr(args, f.name) for f, _ in registry.flags()}
     flags = {k: v for k, v in flags.items() if v is not None}
-    Options.build(flags, where="the command line")
+    registry.options(flags, where="the command line")
     show_messages(not args.quiet)
     tags: list[str] = []  #: the sweep's, once its grid reader has one
     # from the grid reader on: an orphan of any process of the sweep comes back to this
@@ -200,7 +210,8 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanu
         what = grid.what
     from sweeper.run import runner
 
-    opts = Options.build(grid.options, where=os.path.basename(grid.path)).merged(**flags)
+    registry.options(grid.options, where=os.path.basename(grid.path))
+    opts = registry.options({**grid.options, **flags}, where="the command line")
     stem = _default_name(args)
     listener = None if opts.dry_run else choose_view(args.quiet, opts.ranked_by, opts.ranked_mode)
     searched: Any = Points(grid.points)
@@ -250,7 +261,7 @@ def _early_server(flags: dict[str, Any], path: str, tag: str, cleanup: contextli
     try:
         plain = gridfile.plain_options(path) if os.path.isfile(path) else None
         shown = {k: v for k, v in (plain or {}).items() if v is not gridfile.UNKNOWN}
-        opts = Options.build({**shown, **flags}, where="the command line")
+        opts = registry.options({**shown, **flags}, where="the command line")
         gpus = parse_gpus(opts.gpus)
         if opts.dry_run or opts.backend != "local" or opts.start_method != "forkserver" or gpus == "free":
             return None

@@ -105,8 +105,10 @@ def flag(help: str, **how: Any) -> dict[str, Flag]:
 
 @dataclass(frozen=True)
 class Options:
-    """Every ``sweep()`` keyword. The CLI's flags and a grid file's ``options`` map onto these;
-    a field's ``metadata["flag"]`` (a :class:`Flag`) is its flag, help, type and choices."""
+    """Every ``sweep()`` keyword but a backend's own (those are its options group's fields,
+    kept in :attr:`backend_options`: :func:`sweeper.backends.registry.options` builds both). The
+    CLI's flags and a grid file's ``options`` map onto these; a field's ``metadata["flag"]`` (a
+    :class:`Flag`) is its flag, help, type and choices."""
 
     #: sweep folder name under ``out`` (default: the module's stem)
     name: str | None = field(default=None, metadata=flag(
@@ -211,12 +213,10 @@ class Options:
     #: (:mod:`sweeper.backends.registry`)
     backend: str = field(default="local", metadata=flag(
         "(default {default}) local, ray (trials as Ray tasks), or a backend an installed package registers"))
-    #: with backend="ray": "auto", "HOST:6379"; None starts a local Ray
-    address: str | None = field(default=None, metadata=flag(
-        "with --backend ray: the cluster (auto, or HOST:6379); none starts a local Ray"))
-    #: with backend="ray": CPUs each trial asks Ray for
-    cpus_per_trial: float = field(default=1.0, metadata=flag(
-        "with --backend ray: CPUs each trial asks for (default {default:g})", type=float))
+    #: the backend's own settings (its options group, such as Ray's ``address`` and
+    #: ``cpus_per_trial``: :class:`sweeper.backends.ray_options.RayOptions`), built from the
+    #: keywords that name its fields (:func:`sweeper.backends.registry.options`); None: it has none
+    backend_options: Any = None
     #: "auto" (TPE; NSGA-II for several metrics), "tpe", "nsga2", "random", "cmaes", "qmc",
     #: "gp" or an Optuna sampler: grid is then a space
     search: str | BaseSampler | None = field(default=None, metadata=flag(
@@ -273,9 +273,6 @@ class Options:
                 raise SweepError(f"unknown option {key!r} in {where}{hint}")
         return cls(**values).checked()
 
-    def merged(self, **overrides: Any) -> "Options":
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None}).checked()
-
     def checked(self) -> "Options":
         def whole(name: str, value: Any, low: int) -> None:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
@@ -308,10 +305,6 @@ class Options:
                 return replace(self, **{name: seconds}).checked()
         if not isinstance(self.backend, str) or not self.backend:
             raise SweepError(f"backend must be a backend's name ('local', 'ray', ...), got {self.backend!r}")
-        if self.address is not None and self.backend != "ray":
-            raise SweepError("address goes with backend='ray' (--backend ray --address auto)")
-        if not isinstance(self.cpus_per_trial, (int, float)) or self.cpus_per_trial <= 0:
-            raise SweepError(f"cpus_per_trial must be a positive number, got {self.cpus_per_trial!r}")
         one_of("start_method", self.start_method)
         metrics, modes = objectives_given(self.metric, self.mode)
         plain = (metrics if metrics is None or len(metrics) > 1 or "," in metrics[0] else metrics[0],
