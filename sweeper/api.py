@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from sweeper.backends import registry
 from sweeper.front.command import Command
 from sweeper.front.messages import show_messages
-from sweeper.model.grid import expand
+from sweeper.model.definition import Definition, shape
 from sweeper.model.options import Options
 from sweeper.model.target import FunctionTarget, check_signature, describe
 from sweeper.run import runner
@@ -69,13 +69,14 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     check_not_in_a_trial_bootstrap()
     opts = registry.options(options)
     show_messages(opts.progress)  # sweeper's lines (no GPU found, ...), quiet with progress=False
-    fn, source, default_name = _what_runs(fn, grid, opts)
-    target = FunctionTarget.of(fn)
-    what = describe(fn)
+    fn, source, default_name = _what_runs(fn, opts)
+    points, space = shape(grid=grid, search=opts.search, seed=opts.seed)  # the grid's points, or the space
+    if isinstance(fn, Command):  # the names its template uses must be parameters
+        fn.check([dict.fromkeys(space, 0)] if isinstance(space, dict) else points or [])
+    definition = Definition(FunctionTarget.of(fn), opts, points, space, source, describe(fn), default_name)
     listener = None if opts.dry_run else choose_view(not opts.progress, opts.ranked_by, opts.ranked_mode)
     try:
-        outcome = runner.run(target, grid, opts, default_name=default_name, source_file=source,
-                             listener=listener, what=what)
+        outcome = runner.run(definition, listener=listener)
     finally:
         if listener is not None:
             listener.close()
@@ -91,13 +92,11 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     return frame
 
 
-def _what_runs(fn: Any, grid: Any, opts: Options) -> tuple[Any, str | None, str]:
+def _what_runs(fn: Any, opts: Options) -> tuple[Any, str | None, str]:
     """The function (or command) a sweep runs, checked; the file it comes from; the sweep's
     name where none is given (the file's stem; ``command`` for a command)."""
     if isinstance(fn, (str, Command)):  # a command per trial, e.g. "python train.py --lr={lr}"
-        fn = Command.of(fn)
-        fn.check([dict.fromkeys(grid, 0)] if opts.search is not None and isinstance(grid, dict) else expand(grid))
-        return fn, None, "command"
+        return Command.of(fn), None, "command"
     label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
     check_signature(fn, label)
     source = _source_file(fn)

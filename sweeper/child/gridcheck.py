@@ -91,26 +91,14 @@ def _options_of(module: Any, name: str) -> dict[str, Any]:
 
 
 def _points_of(module: Any, name: str, options: dict[str, Any], seed: int) -> tuple[Any, Any]:
-    """The grid's points, or a space's samples, or (no points, the space) for a search."""
-    from sweeper.model.grid import Points, check_not_empty, expand, sample
+    """The grid's points, or a space's samples, or (no points, the space) for a search: as
+    :func:`sweeper.model.definition.shape` says (a space without a search or samples is given
+    back as it is: the command line may add ``--search``)."""
+    from sweeper.model.definition import ABSENT, shape
+    from sweeper.model.grid import Points
 
-    if hasattr(module, "grid") and hasattr(module, "space"):
-        raise SweepError(f"{name} defines both grid and space; keep one (grid for every combination, "
-                         "space with samples = N for random search)")
-    space = None
-    if hasattr(module, "grid"):
-        check_not_empty(module.grid)
-        points = expand(module.grid)
-    elif hasattr(module, "space") and (options.get("search") is not None or not hasattr(module, "samples")):
-        # searched (its checks are the search's, in the parent); without search = ..., the parent says what is missing
-        points, space = Points(), (dict(module.space) if isinstance(module.space, dict) else module.space)
-    elif hasattr(module, "space"):
-        samples = getattr(module, "samples", None)
-        if not isinstance(samples, int) or isinstance(samples, bool):
-            raise SweepError(f"{name} defines space but no samples = N; add e.g. samples = 20")
-        points = sample(module.space, samples, seed=seed)
-    else:
-        raise SweepError(f"{name} defines no grid; add e.g. grid = {{'lr': [0.01, 0.001]}} "
-                         "(or space = {...} with samples = N)")
-    return points, space
+    points, space = shape(grid=getattr(module, "grid", ABSENT), space=getattr(module, "space", ABSENT),
+                          samples=getattr(module, "samples", None), search=options.get("search"), seed=seed,
+                          where=name, later=True)
+    return (Points() if points is None else points), space
 

@@ -25,6 +25,7 @@ from sweeper.front.subcommands import (
     cell,
     program_name,
 )
+from sweeper.model.definition import ABSENT, Definition, shape
 from sweeper.model.grid import Points
 from sweeper.model.options import Options
 from sweeper.model.target import FileTarget, FunctionTarget, describe
@@ -214,17 +215,13 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanu
     opts = registry.options({**grid.options, **flags}, where="the command line")
     stem = _default_name(args)
     listener = None if opts.dry_run else choose_view(args.quiet, opts.ranked_by, opts.ranked_mode)
-    searched: Any = Points(grid.points)
-    if grid.space is not None:
-        if opts.search is None:
-            raise SweepError(f"{os.path.basename(grid.path)} defines space but neither samples = N nor a "
-                             "search; add samples = 20 for a random sample, or search = 'tpe' with "
-                             "trials = 20 (--search tpe --trials 20)")
-        searched = grid.space
+    # the file's points, or its space: searched now (--search), else what the file lacks is said
+    points, space = shape(grid=Points(grid.points) if grid.space is None else ABSENT,
+                          space=ABSENT if grid.space is None else grid.space, search=opts.search,
+                          where=os.path.basename(grid.path))
+    definition = Definition(target, opts, points, space, grid.path, what, stem)
     try:
-        outcome = runner.run(target, searched, opts, default_name=stem,
-                             source_file=grid.path, listener=listener, what=what, tag=tag,
-                             early=early)
+        outcome = runner.run(definition, listener=listener, tag=tag, early=early)
     finally:
         if listener is not None:
             listener.close()

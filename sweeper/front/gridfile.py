@@ -41,7 +41,7 @@ class GridFile:
 
 def read_data(path: str, seed: int | None) -> GridFile:
     """A grid given as data (``--grid grid.json`` or ``.yaml``) for ``--command``."""
-    from sweeper.model.grid import expand, sample
+    from sweeper.model.definition import ABSENT, shape
 
     path = os.path.abspath(path)
     if not os.path.exists(path):
@@ -64,11 +64,11 @@ def read_data(path: str, seed: int | None) -> GridFile:
             raise SweepError(f"{path} is not valid JSON ({exc}); fix it") from None
     else:
         raise SweepError(f"--grid {path}: give a .json or .yaml file holding the grid")
-    if isinstance(data, dict) and "space" in data:
-        points = sample(data["space"], data.get("samples", 0), seed=seed or 0)
-    else:
-        points = expand(data)
-    return GridFile(path, [dict(p) for p in points], {}, "command")
+    spaced = isinstance(data, dict) and "space" in data
+    points, _ = shape(grid=ABSENT if spaced else data, space=data["space"] if spaced else ABSENT,
+                      samples=data.get("samples", 0) if spaced else None, seed=seed or 0,
+                      where=os.path.basename(path))
+    return GridFile(path, [dict(p) for p in points or ()], {}, "command")
 
 
 def read(path: str, seed: int | None, tag: str, server: Any = None) -> GridFile:

@@ -6,6 +6,8 @@
 * :mod:`~sweeper.model.contract`: every ``SWEEPER_*`` variable between parent and child;
 * :mod:`~sweeper.model.grid`: the parameter space: grids, sampling; :mod:`~sweeper.model.distributions`:
   what a space draws from (``uniform``, ``loguniform``, ``randint``);
+* :mod:`~sweeper.model.definition`: a sweep as every front end gives it (target, points or space,
+  options), and the one place the rules about grid, space, samples and search live;
 * :mod:`~sweeper.model.options`: a sweep's knobs, checked once;
 * :mod:`~sweeper.model.metrics`: what ``train`` returned, as a row's metrics;
 * :mod:`~sweeper.model.target`, :mod:`~sweeper.model.callables`: ``train`` named so a fresh process finds it;

@@ -225,6 +225,7 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
     import contextlib
     import tempfile
 
+    from sweeper.model.definition import Definition
     from sweeper.model.grid import Points
     from sweeper.model.options import Options
     from sweeper.run import runner
@@ -254,8 +255,9 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
         listener = None if quiet else choose_view(False, None, None)
         try:
             with contextlib.chdir(cwd) if cwd and os.path.isdir(cwd) else contextlib.nullcontext():
-                outcome = runner.run(target, Points([dict(r.params) for r in rows]), opts, default_name=name,
-                                     source_file=source or None, listener=listener, what=what)
+                again = Definition(target, opts, Points([dict(r.params) for r in rows]), None, source or None, what,
+                                   name)
+                outcome = runner.run(again, listener=listener)
         finally:
             if listener is not None:
                 listener.close()

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 from sweeper.backends.registry import Launch, lookup
 from sweeper.errors import SweepError
 from sweeper.model import contract
-from sweeper.model.grid import check_not_empty, expand
+from sweeper.model.definition import Definition
 from sweeper.model.metrics import default_metric, direction
-from sweeper.model.options import Options, megabytes
+from sweeper.model.options import megabytes
 from sweeper.model.protocol import Admission, Backend
-from sweeper.model.target import Target, record
+from sweeper.model.target import record
 from sweeper.model.trial import Status, TrialResult, TrialSpec
 from sweeper.results import constraints
 from sweeper.results.objectives import Objectives
@@ -110,26 +110,21 @@ class Outcome:
 
 
 def run(
-    target: Target,
-    grid: Any,
-    options: Options,
+    definition: Definition,
     *,
-    default_name: str,
-    source_file: str | None = None,
     listener: Callback | None = None,
-    what: str = "",
     tag: str | None = None,
     early: "ForkServer | None" = None,
 ) -> Outcome:
-    """Plan, resume and run a sweep. Raises SweepError for bad input, before any trial, or
+    """Plan, resume and run a sweep (its :class:`~sweeper.model.definition.Definition`, from any front end). Raises SweepError for bad input, before any trial, or
     for a named metric the first ok trial did not return (the sweep stops there, rows kept).
 
     ``listener``: the console's view of it. ``tag``: the sweep's (:mod:`sweeper.system.procs`),
     where the CLI's grid reader carried it already (and guards it, :func:`sweeper.system.procs.guarded`).
     ``early``: a fork server the CLI started before it read the grid file (the caller stops it)."""
-    sweep = Sweep(target, grid, options, default_name, source_file, what)
+    sweep = Sweep(definition)
     sweep.early = early
-    if tag is not None or options.dry_run:
+    if tag is not None or definition.options.dry_run:
         return sweep.run(listener, tag)
     tag = procs.new_tag()
     with procs.guarded(tag):
@@ -169,25 +164,25 @@ class Sweep:
     Made from the user's input, checked (a bad grid, a bad option: one line, before any
     trial or file)."""
 
-    def __init__(self, target: Target, grid: Any, options: Options, default_name: str,
-                 source_file: str | None = None, what: str = "") -> None:
+    def __init__(self, definition: Definition) -> None:
         self.began = time.monotonic()
+        target, options, source_file, what = (definition.target, definition.options, definition.source_file,
+                                              definition.what)
         #: a fork server the CLI started before it read the grid file, for the local backend
         self.early: ForkServer | None = None
         options.check_ranking()
         chosen.check(options)
         self.backend = lookup(options.backend)  #: where the trials run (an unknown name: one line, now)
-        self.folder = SweepFolder(options.out, options.name or default_name)
-        self.space: Any = None
-        if options.search is not None:  # grid is the space; trials are asked for as places free
+        self.folder = SweepFolder(options.out, options.name or definition.default_name)
+        self.space: Any = definition.space
+        if definition.points is None:  # a search: trials are asked for as places free
             from sweeper.run.search import check
 
-            mode = check(grid, options.search, options.prune, options.trials, options.metric, options.mode)
+            mode = check(self.space, options.search, options.prune, options.trials, options.metric, options.mode)
             options = replace(options, mode=mode)
-            self.space, self.specs = grid, []
+            self.specs = []
         else:
-            check_not_empty(grid)
-            self.specs = plan(expand(grid), self.folder.path, options.seed)
+            self.specs = plan(definition.points, self.folder.path, options.seed)
         self.target, self.options, self.source_file, self.what = target, options, source_file, what
         if self.backend.places_trials:  # a cluster's scheduler places them (Ray on its own nodes' GPUs)
             self.placement = Placement([], [], options.memory_policy())
