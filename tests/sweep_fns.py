@@ -545,3 +545,11 @@ def tradeoff_partial(params):
 def ranked(params):
     """A score that is the point's ``rank``: the order of a leaderboard, chosen by the test."""
     return {"score": float(params["rank"])}
+
+
+def auto_reporter(params):
+    """Reports three epochs numbered by sweeper (1, 2, 3; after a pause, on from where it
+    was paused), then returns the epoch it was resumed after (0: it was not)."""
+    for step in range(3):
+        sweeper.report(loss=1.0 / (step + 1))
+    return {"resumed_after": float(os.environ.get("SWEEPER_RESUMED_EPOCH", 0))}

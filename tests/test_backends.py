@@ -16,7 +16,7 @@ import sweep_fns
 import sweeper
 import toy_backend
 import toy_batch_backend
-from conftest import HERE, ROOT, install_module
+from conftest import HERE, ROOT, install_module, run_cli, write_grid
 from sweeper.backends import GROUP, register, registry
 
 
@@ -145,3 +145,18 @@ def test_rays_settings_are_its_own_group():
         registry.options({"address": "auto"})
     with pytest.raises(sweeper.SweepError, match="cpus_per_trial must be a positive number, got -1"):
         registry.options({"backend": "ray", "cpus_per_trial": -1})
+    assert registry.options({"address": None}).backend_options is None  # None: not given
+    # the command line's flags alone: the grid file may name the backend they go with
+    registry.options({"cpus_per_trial": 0.5}, where="the command line", partial=True)
+    with pytest.raises(sweeper.SweepError, match="backend_options is sweeper's own; give the backend's settings"):
+        registry.options({"backend": "ray", "backend_options": {"address": "auto"}})
+
+
+def test_a_backends_flag_goes_with_the_backend_the_grid_file_names(tmp_path):
+    # --cpus-per-trial alone on the command line, backend="ray" in the file: taken (planned only)
+    path = write_grid(tmp_path, 'from sweep_fns import echo as train\ngrid = {"x": [1]}\noptions = {"backend": "ray"}\n')
+    r = run_cli(path, "--cpus-per-trial", "0.5", "--dry-run", "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    r = run_cli(path, "--cpus-per-trial", "0.5", "--backend", "local", "--dry-run", "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and "cpus_per_trial goes with backend='ray'" in r.stderr, r.stderr
+

@@ -482,6 +482,48 @@ def test_a_paused_trial_never_given_again_is_recorded_interrupted_when_the_sweep
     assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "PAUSED", "ENDED"]]
 
 
+def test_ctrl_c_as_a_pausing_trial_leaves_records_it_interrupted_once(tmp_path, moves):
+    # paused at 2 (SIGTERM); Ctrl-C comes before its exit is read, and the stop's drain reads
+    # that exit: the trial is PAUSED by then, so it is not cancelled again; it is recorded
+    # interrupted when the sweep ends, not resumed, once
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (2.05, Exited(-15))]
+    backend = Piped(Clock(), [life], window=0.1, on_term="ignore")
+    backend.on_wait = [lambda: None, lambda: None, lambda: os.kill(os.getpid(), signal.SIGINT)]
+    scheduler = Pausing([], at=2)
+    ledger = Ledger(str(tmp_path))
+    try:
+        scheduler.specs = plan([{"x": 0}], str(tmp_path), seed=0)
+        with pytest.raises(Interrupted):
+            Engine(backend, ledger, clock=backend.clock).run(scheduler)
+        rows = list(ledger.results().values())
+    finally:
+        ledger.close()
+    assert [what for _, what, _ in backend.calls] == ["start", "SIGTERM"]
+    assert [(r.status, r.error) for r in rows] == [(Status.INTERRUPTED,
+                                                    "paused at epoch 2; the sweep ended before it resumed")]
+    assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "PAUSED", "ENDED"]]
+
+
+def test_a_resumed_trial_is_told_the_epoch_it_was_paused_at_and_a_retry_is_not(tmp_path):
+    told: list[str | None] = []
+
+    class Noting(Timed):
+        def start(self, spec: Any) -> Began:
+            told.append(spec.env.get("SWEEPER_RESUMED_EPOCH"))
+            return super().start(spec)
+
+    crash = [(1, _reports(3, 0.6)), (2, Exited(-11))]  # the resumed process crashes: retried anew
+    life = [(1, _reports(1, 0.9)), (2, _reports(2, 0.8)), (50, ok(0.1))]
+    backend = Noting(Clock(), [life, crash, AFTER_THE_PAUSE], on_term="die")
+    ledger = Ledger(str(tmp_path))
+    try:
+        scheduler = Pausing(plan([{"x": 0}], str(tmp_path), seed=0), at=2)
+        Engine(backend, ledger, clock=backend.clock, retries=1).run(scheduler)
+    finally:
+        ledger.close()
+    assert told == [None, "2", None]
+
+
 def test_a_result_in_the_same_batch_as_the_pause_stands_and_nothing_is_paused(tmp_path, moves):
     backend = Timed(Clock(), [[(2, _reports(2, 0.5)), (2, ok(0.7)), (2.2, Exited(0))]])
     scheduler = Pausing([], at=2)

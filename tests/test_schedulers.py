@@ -80,6 +80,25 @@ def test_a_paused_trial_leaves_its_process_and_finishes_in_a_fresh_one(tmp_path)
     assert log.count("=== sweeper: trial") == 2  # both of its processes wrote to its one log
 
 
+def test_a_resumed_trial_numbers_its_epochs_on_from_where_it_was_paused(tmp_path):
+    # its fresh process is told the epoch it was paused at (SWEEPER_RESUMED_EPOCH), and
+    # report()'s own numbering goes on after it, so no epoch on record is written over
+    specs = plan([{"x": 1.0}], str(tmp_path), seed=0)
+    scheduler = PauseOnce(specs, at=2)
+    backend = LocalBackend(FunctionTarget.of(sweep_fns.auto_reporter), place("none", MemoryPolicy(1, None), 1).slots,
+                           workers=1, start_method="spawn")
+    ledger = Ledger(str(tmp_path))
+    try:
+        Engine(backend, ledger).run(scheduler)
+        (row,) = ledger.results().values()
+        epochs = [e for e, _, _ in ledger.epochs(row.trial_id)]
+    finally:
+        ledger.close()
+    assert scheduler.paused_at == [(specs[0].trial_id, 2)]
+    assert row.status is Status.OK and row.metrics["resumed_after"] == 2.0 and row.epoch_reached == 5
+    assert epochs == [1, 2, 3, 4, 5]
+
+
 @pytest.mark.unit
 def test_a_search_answers_with_its_pruner_and_learns_only_final_results(tmp_path):
     told: list[str] = []

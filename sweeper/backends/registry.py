@@ -111,11 +111,12 @@ def register(name: str, factory: Factory, *, places_trials: bool = False, option
     _BACKENDS[name] = Registered(factory, places_trials, options)
 
 
-def options(values: Mapping[str, Any], where: str = "sweep()") -> Options:
+def options(values: Mapping[str, Any], where: str = "sweep()", partial: bool = False) -> Options:
     """A sweep's options from keywords: those of :class:`~sweeper.model.options.Options`, and
     the fields of the chosen backend's options group (its ``backend_options``, checked). An
-    unknown name is refused with the nearest known one; a field of another backend's group,
-    naming that backend."""
+    unknown name is refused with the nearest known one; a field of another backend's group
+    (given, not None), naming that backend. ``partial``: the command line's flags alone, before
+    the grid file's options, which may name the backend: other backends' fields pass."""
     import difflib
 
     from sweeper.model.options import Options
@@ -125,23 +126,23 @@ def options(values: Mapping[str, Any], where: str = "sweep()") -> Options:
     mine = {f.name for f in fields(group)} if group is not None else set()
     owners = {f.name: name for name, known in _BACKENDS.items() if known.options is not None
               for f in fields(known.options)}
-    core = {k: v for k, v in values.items() if k not in mine}
-    for key in core:
-        if key in owners:
+    core = {k: v for k, v in values.items() if k not in mine and k not in owners}
+    for key, value in values.items():
+        if key in owners and key not in mine and value is not None and not partial:
             said = flag_of(owners[key], key)
             raise SweepError(f"{key} goes with backend={owners[key]!r} (--backend {owners[key]} {said} ...)")
-        if key not in Options.names():
+        if key not in owners and key not in Options.names():
             known = [*Options.names(), *owners]
             near = difflib.get_close_matches(str(key), known, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else f"; valid: {', '.join(known)}"
             raise SweepError(f"unknown option {key!r} in {where}{hint}")
-    own = {k: v for k, v in values.items() if k in mine}
+    given = core.get("backend_options")  # a replay's: the group it ran with
+    if given is not None and (group is None or not isinstance(given, group)):
+        raise SweepError(f"backend_options is sweeper's own; give the backend's settings as keywords of their own "
+                         f"(address='auto'), got {given!r}")
     if group is not None:
-        given = core.get("backend_options")  # (a replay's: the group it ran with, and what changes)
-        made = group(**{**(vars(given) if isinstance(given, group) else {}), **own})
+        made = group(**{**(vars(given) if given is not None else {}), **{k: values[k] for k in mine if k in values}})
         core["backend_options"] = made.checked() if hasattr(made, "checked") else made
-    else:
-        core["backend_options"] = None
     return Options.build(core, where)
 
 

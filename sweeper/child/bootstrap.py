@@ -203,7 +203,7 @@ def trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]], hook: imports
     fn = load_train(load, send)
     if fn is None:
         return None
-    context.start_reporting(send, receive)
+    context.start_reporting(send, receive, after=int(spec.env.get(contract.RESUMED_EPOCH) or 0))
     result = run_trial(spec, fn, hook, started)
     context.stop_reporting()  # its last batch goes before the result
     return result

@@ -53,7 +53,7 @@ class _Reporter:
 
     INTERVAL = 0.25
 
-    def __init__(self, send: Any, receive: Any = None) -> None:
+    def __init__(self, send: Any, receive: Any = None, after: int = 0) -> None:
         from sweeper.model.metrics import check_metric_name, number_of
 
         self._number = number_of
@@ -64,7 +64,7 @@ class _Reporter:
         self._lock = threading.Lock()  # guards the list; held only for an append or a swap
         self._pipe = threading.Lock()  # one sender on the pipe at a time
         self._items: list[dict[str, Any]] = []
-        self._count = 0
+        self._count = after  #: the last epoch numbered (a resumed trial's go on after its last)
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="sweeper-report", daemon=True)
@@ -141,9 +141,9 @@ def set_current(spec: TrialSpec | None) -> None:
     _current = spec
 
 
-def start_reporting(send: Any, receive: Any = None) -> None:
+def start_reporting(send: Any, receive: Any = None, after: int = 0) -> None:
     global _reporter
-    _reporter = _Reporter(send, receive)
+    _reporter = _Reporter(send, receive, after)
 
 
 def announce_start() -> None:

@@ -157,7 +157,7 @@ def _main(argv: list[str]) -> int:
         args.grid_file, args.mlflow = args.mlflow, True  # --mlflow grid.py: the file, not a URI
     flags = {f.name: getattr(args, f.name) for f, _ in registry.flags()}
     flags = {k: v for k, v in flags.items() if v is not None}
-    registry.options(flags, where="the command line")
+    registry.options(flags, where="the command line", partial=True)  # the grid file may name the backend
     show_messages(not args.quiet)
     tags: list[str] = []  #: the sweep's, once its grid reader has one
     # from the grid reader on: an orphan of any process of the sweep comes back to this
@@ -211,7 +211,7 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanu
         what = grid.what
     from sweeper.run import runner
 
-    registry.options(grid.options, where=os.path.basename(grid.path))
+    registry.options(grid.options, where=os.path.basename(grid.path), partial=True)  # flags may name the backend
     opts = registry.options({**grid.options, **flags}, where="the command line")
     stem = _default_name(args)
     listener = None if opts.dry_run else choose_view(args.quiet, opts.ranked_by, opts.ranked_mode)
@@ -258,7 +258,7 @@ def _early_server(flags: dict[str, Any], path: str, tag: str, cleanup: contextli
     try:
         plain = gridfile.plain_options(path) if os.path.isfile(path) else None
         shown = {k: v for k, v in (plain or {}).items() if v is not gridfile.UNKNOWN}
-        opts = registry.options({**shown, **flags}, where="the command line")
+        opts = registry.options({**shown, **flags}, where="the command line", partial=True)
         gpus = parse_gpus(opts.gpus)
         if opts.dry_run or opts.backend != "local" or opts.start_method != "forkserver" or gpus == "free":
             return None

@@ -19,6 +19,9 @@ of its processes, declared once, with what writes it and what reads it.
                                                                          trial (its env has them)
     SWEEPER_DETERMINISTIC          determinism_env, for each trial of a  child.imports: each framework's
                                    sweep run with deterministic=True     deterministic mode, as imported
+    SWEEPER_RESUMED_EPOCH          the engine, for a trial a scheduler   child.context: report()'s epochs
+                                   paused and gives again: its last      go on after it; current_trial()
+                                   epoch reported                        .resumed_epoch
     SWEEPER_PRELOAD_READY, _LIST,  backends.local.server, as the       child.preload, in the
     _PATH, _PROBE_GPU              server starts (_PROBE_GPU: the        server, once (its probe fork
                                    environment of a GPU slot)            pins that card)
@@ -44,6 +47,7 @@ TRIAL_NAME = "SWEEPER_TRIAL_NAME"
 TRIAL_DIR = "SWEEPER_TRIAL_DIR"
 SEED = "SWEEPER_SEED"
 DETERMINISTIC = "SWEEPER_DETERMINISTIC"
+RESUMED_EPOCH = "SWEEPER_RESUMED_EPOCH"
 PARAMS = "SWEEPER_PARAMS"
 MEMORY_LIMIT_MB = "SWEEPER_MEMORY_LIMIT_MB"
 MEMORY_FRACTION = "SWEEPER_MEMORY_FRACTION"

@@ -225,7 +225,8 @@ class Engine(Stopping):
             spec = replace(spec, env={**spec.env, **self.trial_env, **contract.trial_env(spec)},
                            verdicts=self.scheduler.waits and self.backend.traits.answers)
             trial = self.paused.pop(spec.trial_id, None)
-            if trial is not None:  # the same trial in a fresh process: its epochs so far stand
+            if trial is not None:  # the same trial in a fresh process: its epochs so far stand, and go on
+                spec = replace(spec, env={**spec.env, contract.RESUMED_EPOCH: str(trial.epoch or 0)})
                 trial.resume(spec, self.clock())
             else:
                 trial = TrialState(spec, now_iso(), self.clock())
@@ -386,7 +387,9 @@ class Engine(Stopping):
             self.streak.saw(result)
         stored = self.store(self.ledger.record, result, durable=durable)
         if retrying:
-            self.queue.append(replace(spec, attempt=spec.attempt + 1, first_attempt=spec.first_attempt + bool(again)))
+            fresh = {k: v for k, v in spec.env.items() if k != contract.RESUMED_EPOCH}  # a retry starts anew
+            self.queue.append(replace(spec, attempt=spec.attempt + 1, first_attempt=spec.first_attempt + bool(again),
+                                      env=fresh))
         if stored:  # the tables show what the ledger holds
             self._rank(result)
             self.outputs.recorded(result)

@@ -124,8 +124,12 @@ class Plan:
     resumed: str = ""
 
     def scheduler(self, asking: bool = True) -> Scheduler:
-        """What the engine asks for trials: a search's (``asking``), else the trials to run."""
-        return self.feed if self.feed is not None and asking else Listed(self.todo)
+        """What the engine asks for trials: a search's (which asks its sampler for more unless
+        told not to: ``asking``), else the trials to run."""
+        if self.feed is None:
+            return Listed(self.todo)
+        self.feed.asking = asking
+        return self.feed
 
     @property
     def to_run(self) -> int:

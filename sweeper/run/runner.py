@@ -277,6 +277,8 @@ class Sweep:
             outputs.each.append(self.breaker)
         if listener is not None:
             outputs.each.append(listener)
+        # a metric the rows kept lack: a search cannot optimise it, so it asks for no trial
+        scheduler = plan_.scheduler(asking=ranking.fault is None)
         outputs.begin(plan_.to_run, plan_.total)
         admission = self._admission()
         engine = Engine(self._backend(tag, admission), ledger, outputs=outputs, admission=admission,
@@ -290,8 +292,7 @@ class Sweep:
         state = "failed"  # unless the engine returns or is interrupted
         warming = _summary_imported() if plan_.to_run else None
         try:
-            # a metric the rows kept lack: a search cannot optimise it, so it asks for no trial
-            engine.run(plan_.scheduler(asking=ranking.fault is None))
+            engine.run(scheduler)
             state = "failed" if engine.streak is not None and engine.streak.stop else "finished"  # --fail-fast
         except Interrupted as exc:
             interrupted, state = exc.signum, "interrupted"

@@ -65,16 +65,19 @@ class Searching:
         self.recorded = dict(recorded)  #: names on record, by trial id: none is taken again
         #: Its pruner may stop a trial: each report waits for its answer.
         self.waits = bool(search.prunes)
+        #: Whether it asks its sampler for more (the runner says no where the search cannot rank
+        #: what the rows kept returned: then only ``todo`` runs, its pruner still answering)
+        self.asking = True
 
     def ahead(self) -> list[TrialSpec]:
         return list(self.todo)
 
     @property
     def remaining(self) -> int:
-        return int(self.search.remaining)
+        return int(self.search.remaining) if self.asking else 0
 
     def next(self) -> TrialSpec | None:
-        spec: TrialSpec | None = self.search.next()
+        spec: TrialSpec | None = self.search.next() if self.asking else None
         if spec is not None:
             spec = keep_names([spec], {**self.recorded, **{s.trial_id: s.name for s in self.specs}})[0]
             self.specs.append(spec)

@@ -114,7 +114,7 @@ class Stopping:
         """The engine stops a trial: whatever it returns afterwards, this is its status.
         A result it sent before the stop is read first, and stands. False once it ended."""
         self._handle(self.backend.drain(trial.spec.trial_id))
-        if trial.phase is Phase.ENDED:
+        if trial.phase in (Phase.ENDED, Phase.PAUSED):  # it left meanwhile (a drain may hear its exit)
             return False
         if trial.result is None and trial.stop is None:
             trial.stop, trial.why, trial.t1 = status, why, self.clock()
