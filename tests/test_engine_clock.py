@@ -31,6 +31,7 @@ from sweeper.run.phases import Phase
 from sweeper.store.ledger import Ledger
 from sweeper.model.protocol import Answer, Began, Decision, Exited, Reports, Result, Traits
 from sweeper.run.lifecycle import Callback, Callbacks
+from pausing import Pausing
 from sweeper.run.planning import plan
 from sweeper.run.schedulers import Listed
 from sweeper.model.trial import Status, TrialResult
@@ -394,38 +395,6 @@ def test_a_result_in_the_same_batch_as_the_prune_stands(tmp_path):
 
 # -- a scheduler that pauses -----------------------------------------------------------------
 
-class Pausing(Listed):
-    """Answers PAUSE at epoch ``at`` (once); a paused trial is given again at the next place
-    free (``resume``), or never."""
-
-    def __init__(self, specs: Any, at: int, waits: bool = False, resume: bool = True) -> None:
-        super().__init__(specs)
-        self.at, self.waits, self.resume = at, waits, resume
-        self.waiting: list[Any] = []
-        self.paused_at: list[int | None] = []
-        self.told: list[Status] = []
-
-    @property
-    def remaining(self) -> int:  # type: ignore[override]
-        return len(self.waiting)
-
-    def next(self) -> Any:
-        return self.waiting.pop(0) if self.waiting else None
-
-    def reported(self, spec: Any, items: list[dict[str, Any]]) -> Answer:
-        if items[-1]["epoch"] == self.at and not self.paused_at:
-            return Answer(Decision.PAUSE, f"paused at epoch {self.at}")
-        return Answer()
-
-    def paused(self, spec: Any, epoch: int | None) -> None:
-        self.paused_at.append(epoch)
-        if self.resume:
-            self.waiting.append(spec)
-
-    def finished(self, result: TrialResult, retrying: bool) -> None:
-        self.told.append(result.status)
-
-
 def run_paused(tmp_path: Any, backend: Timed, scheduler: Pausing) -> tuple[TrialResult, list[Any], list[int]]:
     """One trial under ``scheduler``: its row, what the backend was asked, the epochs on record."""
     ledger = Ledger(str(tmp_path))
@@ -453,7 +422,7 @@ def test_a_paused_trial_leaves_its_process_unrecorded_and_resumes_in_a_fresh_one
     assert row.status is Status.OK and row.metrics["acc"] == 0.95 and row.epoch_reached == 4
     assert row.duration_s == pytest.approx(4.5) and row.attempts == 1
     assert epochs == [1, 2, 3, 4]
-    assert scheduler.paused_at == [2] and scheduler.told == [Status.OK]
+    assert [e for _, e in scheduler.paused_at] == [2] and [r.status for r in scheduler.told] == [Status.OK]
     assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "PAUSED", "STARTING", "RUNNING", "ENDED"]]
 
 
@@ -478,7 +447,7 @@ def test_a_paused_trial_never_given_again_is_recorded_interrupted_when_the_sweep
     assert calls == [(0, "start", 0), (2, "SIGTERM", 0)]
     assert row.status is Status.INTERRUPTED and row.epoch_reached == 2 and epochs == [1, 2]
     assert row.error == "paused at epoch 2; the sweep ended before it resumed"
-    assert row.duration_s == pytest.approx(2) and scheduler.told == [Status.INTERRUPTED]
+    assert row.duration_s == pytest.approx(2) and [r.status for r in scheduler.told] == [Status.INTERRUPTED]
     assert paths(moves) == [["STARTING", "RUNNING", "STOPPING", "PAUSED", "ENDED"]]
 
 

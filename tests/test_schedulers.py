@@ -15,65 +15,40 @@ from sweeper.model.target import FunctionTarget
 from sweeper.model.trial import Status, TrialResult
 from sweeper.run.engine import Engine
 from sweeper.run.planning import plan
-from sweeper.run.schedulers import Listed, Searching
+from sweeper.run.schedulers import Searching
 from sweeper.run.slots import place
 from sweeper.store.ledger import Ledger
 from sweeper.system.capping import MemoryPolicy
+from pausing import Pausing
 from tests import sweep_fns
 
 
-class PauseOnce(Listed):
-    """Pauses each trial at epoch ``at`` the first time it gets there, and gives it again at
-    the next free place."""
-
-    waits = True  # each report waits for its answer: the trial hears the pause
-
-    def __init__(self, specs: Any, at: int) -> None:
-        super().__init__(specs)
-        self.at = at
-        self.waiting: list[Any] = []
-        self.paused_at: list[tuple[str, int | None]] = []
-        self.told: list[TrialResult] = []
-
-    @property
-    def remaining(self) -> int:  # type: ignore[override]
-        return len(self.waiting)
-
-    def next(self) -> Any:
-        return self.waiting.pop(0) if self.waiting else None
-
-    def reported(self, spec: Any, items: list[dict[str, Any]]) -> Answer:
-        if items[-1]["epoch"] == self.at and spec.trial_id not in {tid for tid, _ in self.paused_at}:
-            return Answer(Decision.PAUSE, f"paused at epoch {self.at}")
-        return Answer()
-
-    def paused(self, spec: Any, epoch: int | None) -> None:
-        self.paused_at.append((spec.trial_id, epoch))
-        self.waiting.append(spec)
-
-    def finished(self, result: TrialResult, retrying: bool) -> None:
-        self.told.append(result)
-
-
-def test_a_paused_trial_leaves_its_process_and_finishes_in_a_fresh_one(tmp_path):
-    specs = plan([{"x": 1.0}, {"x": 2.0}], str(tmp_path), seed=0)
-    scheduler = PauseOnce(specs, at=2)
-    backend = LocalBackend(FunctionTarget.of(sweep_fns.reporter), place("none", MemoryPolicy(1, None), 2).slots,
-                           workers=2, start_method="spawn")
+def run_paused(tmp_path: Any, fn: Any, points: list[dict[str, Any]]) -> tuple[Pausing, dict[str, TrialResult],
+                                                                           dict[str, list[int]], list[Any]]:
+    """``points`` run in real spawned processes, one slot each, each paused once at epoch 2 and
+    given again: the scheduler, the rows and the epochs on record by trial id, and the specs."""
+    specs = plan(points, str(tmp_path), seed=0)
+    scheduler = Pausing(specs, at=2, waits=True)  # each report waits for its answer: it hears the pause
+    slots = place("none", MemoryPolicy(1, None), len(specs)).slots
+    backend = LocalBackend(FunctionTarget.of(fn), slots, workers=len(specs), start_method="spawn")
     ledger = Ledger(str(tmp_path))
     try:
         Engine(backend, ledger).run(scheduler)
-        rows = ledger.results()
-        running = ledger.running()
+        assert ledger.running() == []
         epochs = {s.trial_id: [e for e, _, _ in ledger.epochs(s.trial_id)] for s in specs}
+        return scheduler, ledger.results(), epochs, specs
     finally:
         ledger.close()
+
+
+def test_a_paused_trial_leaves_its_process_and_finishes_in_a_fresh_one(tmp_path):
+    scheduler, rows, epochs, specs = run_paused(tmp_path, sweep_fns.reporter, [{"x": 1.0}, {"x": 2.0}])
     # each heard the pause at epoch 2 and left; given again, it ran to its end in a new process
     assert sorted(scheduler.paused_at) == sorted((s.trial_id, 2) for s in specs)
     assert [r.status for r in scheduler.told] == [Status.OK, Status.OK]
     assert [rows[s.trial_id].status for s in specs] == [Status.OK, Status.OK], [r.error for r in rows.values()]
     assert [rows[s.trial_id].metrics["acc"] for s in specs] == [3.0, 6.0]
-    assert all(rows[s.trial_id].attempts == 1 for s in specs) and running == []
+    assert all(rows[s.trial_id].attempts == 1 for s in specs)
     assert epochs == {s.trial_id: [1, 2, 3] for s in specs}
     with open(specs[0].log_path) as f:
         log = f.read()
@@ -83,20 +58,11 @@ def test_a_paused_trial_leaves_its_process_and_finishes_in_a_fresh_one(tmp_path)
 def test_a_resumed_trial_numbers_its_epochs_on_from_where_it_was_paused(tmp_path):
     # its fresh process is told the epoch it was paused at (SWEEPER_RESUMED_EPOCH), and
     # report()'s own numbering goes on after it, so no epoch on record is written over
-    specs = plan([{"x": 1.0}], str(tmp_path), seed=0)
-    scheduler = PauseOnce(specs, at=2)
-    backend = LocalBackend(FunctionTarget.of(sweep_fns.auto_reporter), place("none", MemoryPolicy(1, None), 1).slots,
-                           workers=1, start_method="spawn")
-    ledger = Ledger(str(tmp_path))
-    try:
-        Engine(backend, ledger).run(scheduler)
-        (row,) = ledger.results().values()
-        epochs = [e for e, _, _ in ledger.epochs(row.trial_id)]
-    finally:
-        ledger.close()
-    assert scheduler.paused_at == [(specs[0].trial_id, 2)]
+    scheduler, rows, epochs, (spec,) = run_paused(tmp_path, sweep_fns.auto_reporter, [{"x": 1.0}])
+    row = rows[spec.trial_id]
+    assert scheduler.paused_at == [(spec.trial_id, 2)]
     assert row.status is Status.OK and row.metrics["resumed_after"] == 2.0 and row.epoch_reached == 5
-    assert epochs == [1, 2, 3, 4, 5]
+    assert epochs[spec.trial_id] == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.unit
