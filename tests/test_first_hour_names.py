@@ -24,7 +24,7 @@ from sweeper.model.options import Options
 from sweeper.run.planning import Plan, plan
 from sweeper.run.progress import PlainLines, Tally
 from sweeper.store.table import READ_CSV
-from sweeper.model.trial import Status, TrialResult, TrialSpec, trial_id
+from sweeper.model.trial import Status, TrialResult, TrialSpec, params_key
 
 SAFE = re.compile(r"^[A-Za-z0-9_.+\-=,~]+$")
 
@@ -61,15 +61,15 @@ def test_a_grid_names_its_keys_of_more_than_one_value():
 @pytest.mark.unit
 def test_only_points_that_would_share_a_name_get_the_id():
     a, b, c = {"lr": 0.001, "u": 1}, {"lr": 0.0010000001, "u": 1}, {"lr": 0.5, "u": 1}
-    assert _names([a, b, c]) == [f"lr=0_001~{trial_id(a)}", f"lr=0_001~{trial_id(b)}", "lr=0_5"]
+    assert _names([a, b, c]) == [f"lr=0_001~{params_key(a)}", f"lr=0_001~{params_key(b)}", "lr=0_5"]
     # a lossy float alone is shown as it rounds: no other point of the sweep reads the same
     assert _names([{"lr": 0.0216008123, "u": 1}, {"lr": 0.1, "u": 1}]) == ["lr=0_0216008", "lr=0_1"]
     # file-name-safe: an unsafe character becomes "_", and where that makes two alike, each has its id
     names = _names([{"p": "a/b"}, {"p": "a_b"}, {"p": "c d"}])
-    assert names[:2] == [f"p=a_b~{trial_id({'p': 'a/b'})}", f"p=a_b~{trial_id({'p': 'a_b'})}"]
+    assert names[:2] == [f"p=a_b~{params_key({'p': 'a/b'})}", f"p=a_b~{params_key({'p': 'a_b'})}"]
     assert names[2] == "p=c_d" and all(SAFE.match(n) for n in names)
     # a string that reads as a number beside that number
-    assert _names([{"x": 1}, {"x": "1"}, {"x": 2}]) == [f"x=1~{trial_id({'x': 1})}", f"x=1~{trial_id({'x': '1'})}",
+    assert _names([{"x": 1}, {"x": "1"}, {"x": 2}]) == [f"x=1~{params_key({'x': 1})}", f"x=1~{params_key({'x': '1'})}",
                                                         "x=2"]
 
 
@@ -101,12 +101,12 @@ def test_a_name_on_record_is_never_another_points(tmp_path):
     folder.prepare()
     ledger = Ledger(folder.path)
     try:
-        ledger.set_grid([(trial_id({"x": 1, "y": 1}), 0, "x=1"), (trial_id({"x": 2, "y": 1}), 1, "x=2")])
+        ledger.set_grid([(params_key({"x": 1, "y": 1}), 0, "x=1"), (params_key({"x": 2, "y": 1}), 1, "x=2")])
         specs = plan(expand({"x": [1, 2], "y": 2}), folder.path, 0)  # y changed: named x=1 and x=2 too
         made = Plan.resume(ledger, Options.build({}), specs, None, folder, None, "fn")
     finally:
         ledger.close()
-    assert [s.name for s in made.specs] == [f"x=1~{trial_id({'x': 1, 'y': 2})}", f"x=2~{trial_id({'x': 2, 'y': 2})}"]
+    assert [s.name for s in made.specs] == [f"x=1~{params_key({'x': 1, 'y': 2})}", f"x=2~{params_key({'x': 2, 'y': 2})}"]
 
 
 # -- the console: short names, the resume line first, the retry line ------------------------
@@ -128,7 +128,7 @@ def test_the_console_shows_short_names_and_a_resume_says_so_first_and_keeps_name
     assert not [line for line in lines if "epochs" in line or "~" in line], first.stdout
     # as an older release named it: the row and its folder keep that name
     folder = out / "grid"
-    old = "epochs=30,lr=0_0216008,x=1~" + trial_id({"x": 1, "epochs": 30, "lr": 0.0216008123})
+    old = "epochs=30,lr=0_0216008,x=1~" + params_key({"x": 1, "epochs": 30, "lr": 0.0216008123})
     with sqlite3.connect(folder / "ledger.sqlite") as db:
         db.execute("UPDATE trials SET name = ? WHERE name = 'x=1'", (old,))
     (folder / "trials" / "x=1").rename(folder / "trials" / old)
@@ -166,11 +166,11 @@ def test_a_retry_says_retry_not_a_repeated_counter(tmp_path):
 # -- the counter and the ETA, in fake time -----------------------------------------------------
 
 def _spec(x):
-    return TrialSpec(trial_id=trial_id({"x": x}), name=f"x={x}", index=x, params={"x": x}, seed=0, dir="/f")
+    return TrialSpec(trial_id=params_key({"x": x}), name=f"x={x}", index=x, params={"x": x}, seed=0, dir="/f")
 
 
 def _result(x, status=Status.OK, duration=10.0, attempts=1):
-    return TrialResult(trial_id=trial_id({"x": x}), name=f"x={x}", index=x, params={"x": x}, status=status,
+    return TrialResult(trial_id=params_key({"x": x}), name=f"x={x}", index=x, params={"x": x}, status=status,
                        metrics={"loss": 1.0} if status is Status.OK else {}, duration_s=duration,
                        attempts=attempts, error="" if status is Status.OK else "exit code 7", device="cpu")
 

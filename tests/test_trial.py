@@ -9,16 +9,16 @@ import sys
 import pytest
 
 from sweeper.run.planning import plan
-from sweeper.model.trial import Status, trial_id, trial_name, trial_names, trial_seed
+from sweeper.model.trial import Status, params_key, trial_name, trial_names, trial_seed
 from conftest import ROOT, write_grid
 
 
 @pytest.mark.unit
 def test_ids_are_fixed_forever():
     # Written down once: a changed id would orphan every ledger row users have.
-    assert trial_id({"lr": 0.001, "batch_size": 32}) == trial_id({"batch_size": 32, "lr": 0.001})
+    assert params_key({"lr": 0.001, "batch_size": 32}) == params_key({"batch_size": 32, "lr": 0.001})
     # "t" + sha256 of {"batch_size":32,"lr":0.001}: the "t" keeps it from ever reading as a number
-    assert trial_id({"lr": 0.001, "batch_size": 32}) == "td710199e0a73"
+    assert params_key({"lr": 0.001, "batch_size": 32}) == "td710199e0a73"
     # seeds come from the hex part, as before the "t": the same trial draws the same numbers
     assert trial_seed(0, "td710199e0a73") == trial_seed(0, "d710199e0a73")
 
@@ -26,10 +26,10 @@ def test_ids_are_fixed_forever():
 @pytest.mark.unit
 def test_ids_tell_apart_what_names_round():
     a, b = {"lr": 0.001}, {"lr": 0.0010000001}
-    assert trial_id(a) != trial_id(b)
+    assert params_key(a) != params_key(b)
     assert trial_name(a) == trial_name(b) == "lr=0_001"  # alone, each reads as it is shown
-    assert trial_names([a, b]) == ["lr=0_001~" + trial_id(a), "lr=0_001~" + trial_id(b)]  # together: told apart
-    assert trial_id({"x": 1}) != trial_id({"x": 1.0}) != trial_id({"x": True})
+    assert trial_names([a, b]) == ["lr=0_001~" + params_key(a), "lr=0_001~" + params_key(b)]  # together: told apart
+    assert params_key({"x": 1}) != params_key({"x": 1.0}) != params_key({"x": True})
     assert trial_name({"x": 1}) != trial_name({"x": 1.0})
 
 
@@ -54,14 +54,14 @@ def test_readable_names(params, name):
 def test_unsafe_or_long_names_are_file_names(params):
     name = trial_name(params)
     assert "/" not in name and " " not in name and len(name) <= 100 and name.isascii()
-    assert name.endswith("~" + trial_id(params)) == (len(str(params)) > 80)  # only a cut name has the id
+    assert name.endswith("~" + params_key(params)) == (len(str(params)) > 80)  # only a cut name has the id
 
 
 @pytest.mark.unit
 def test_seed_depends_on_sweep_seed_and_id_only():
     # Written down once: a changed seed would make a resumed or repeated sweep draw other
     # numbers for the same trial. sha256 of "<sweep seed>:<id without its t>", first 31 bits.
-    tid = trial_id({"x": 1})
+    tid = params_key({"x": 1})
     assert tid == "t5041bf1f713d"
     assert [trial_seed(s, tid) for s in (0, 1, 3, 12345)] == [550562660, 202902576, 959672180, 1432106169]
     assert trial_seed(0, "td710199e0a73") == 970629211

@@ -1,18 +1,24 @@
 """What a trial is: its identity, its spec (what to run) and its result (what came back).
 
-A trial is identified by its parameters alone, so the same grid gives the same ids
-tomorrow, on another machine, in any order:
+A point (one set of parameters) has a key; a trial has an id, given once by the plan and
+then only carried, never derived again from its parameters:
 
-* ``trial_id``: ``t`` and the first 12 hex digits of the SHA-256 of the point's
+* ``params_key``: ``t`` and the first 12 hex digits of the SHA-256 of the point's
   canonical JSON (sorted keys, shortest round-trip floats). Lossless: 0.001 and
-  0.0010000001 differ; never read as a number by pandas or a spreadsheet.
+  0.0010000001 differ; never read as a number by pandas or a spreadsheet. The same grid
+  gives the same keys tomorrow, on another machine, in any order: a resume matches the
+  rows on record to its points by key (:attr:`TrialResult.key`).
+* ``trial_id``: given by :func:`new_id`: a point's first trial takes its key (so ids on
+  record from earlier releases, which were keys, stay what they are); another trial of the
+  same point (a copy that population-based training makes) gets ``<key>-2``, ``-3``, ...
+  Nothing but the plan makes ids, so two trials may share parameters and stay apart.
 * ``name``: a readable folder name built like the seed document's
   ``build_string_from_dict`` (sorted keys, ``key=value`` joined by ``,``, floats in
   ``%g`` form with ``.`` replaced by ``_``), of the parameters that vary in the sweep
   (:func:`fixed_keys`). Where two points of the sweep would share it (a rounded float, a
-  string that reads as a number), or it is too long, ``~`` and the trial id are appended.
+  string that reads as a number), or it is too long, ``~`` and the point's key are appended.
 * ``seed``: derived from the sweep's seed and the trial id only, never from the order
-  or the worker that ran it.
+  or the worker that ran it (a point's first trial: from its key).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import os
 import re
 from collections import Counter
 from dataclasses import Field, dataclass, field, fields, replace
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Container, Mapping, Sequence
 
 #: Longest readable part of a trial name before it is cut and hashed.
 MAX_NAME_LEN = 80
@@ -91,11 +97,24 @@ def canonical_json(params: Mapping[str, Any]) -> str:
 ID_PREFIX = "t"
 
 
-def trial_id(params: Mapping[str, Any]) -> str:
-    """Stable id of a point: depends on its parameters and nothing else."""
+def params_key(params: Mapping[str, Any]) -> str:
+    """The key of a point: depends on its parameters and nothing else (not a trial's id:
+    see :func:`new_id`)."""
     import hashlib  # here, not at the top: trial processes import this module but never hash
 
     return ID_PREFIX + hashlib.sha256(canonical_json(params).encode()).hexdigest()[:12]
+
+
+def new_id(key: str, taken: Container[str] = ()) -> str:
+    """A trial id for a point of ``key`` that no trial in ``taken`` has: the key itself for
+    the point's first trial, else ``<key>-2``, ``<key>-3``, ... (a second trial of the same
+    parameters). The one place ids are made."""
+    if key not in taken:
+        return key
+    n = 2
+    while f"{key}-{n}" in taken:
+        n += 1
+    return f"{key}-{n}"
 
 
 def current_id(tid: str) -> str:
@@ -116,15 +135,15 @@ def _fmt(value: Any) -> str:
 
 
 def with_id(name: str, params: Mapping[str, Any]) -> str:
-    """A name made unique by the point's trial id, after a ``~`` (no readable name has one)."""
-    return f"{name}~{trial_id(params)}"
+    """A name made unique by the point's key, after a ``~`` (no readable name has one)."""
+    return f"{name}~{params_key(params)}"
 
 
 def trial_name(params: Mapping[str, Any], fixed: Collection[str] = ()) -> str:
     """Readable, file-name-safe name of a point, e.g. ``batch_size=32,lr=0_001``: its
     parameters but those the sweep holds ``fixed`` (all of them where none is left).
 
-    Unique within a sweep only through :func:`trial_names`, which appends the trial id
+    Unique within a sweep only through :func:`trial_names`, which appends the point's key
     where two points would share a name; a name longer than :data:`MAX_NAME_LEN` is cut
     and always has it.
     """
@@ -149,7 +168,7 @@ def fixed_keys(points: Sequence[Mapping[str, Any]]) -> set[str]:
 
 def trial_names(points: Sequence[Mapping[str, Any]], fixed: Collection[str] | None = None) -> list[str]:
     """Each distinct point's name in a sweep: what varies (``fixed``: the keys left out,
-    by default :func:`fixed_keys`), the trial id appended only where names would collide."""
+    by default :func:`fixed_keys`), the point's key appended only where names would collide."""
     fixed = fixed_keys(points) if fixed is None else fixed
     names = [trial_name(p, fixed) for p in points]
     counts = Counter(names)
@@ -181,6 +200,11 @@ class TrialSpec:
     #: Each report waits for the pruner's verdict (a search with a pruner, on a backend
     #: that can answer), so a pruned trial stops at the very epoch it was judged at.
     verdicts: bool = False
+
+    @property
+    def key(self) -> str:
+        """Its point's key (:func:`params_key`): what a resume matches rows on record by."""
+        return params_key(self.params)
 
     @property
     def log_path(self) -> str:
@@ -262,6 +286,11 @@ class TrialResult:
         """Whether a ranking counts it: it finished ok, and meets the sweep's constraints."""
         return self.ok and self.feasible is not False
 
+    @property
+    def key(self) -> str:
+        """Its point's key (:func:`params_key`), from the parameters it ran with."""
+        return params_key(self.params)
+
 
 def place_of(f: Field[Any]) -> Place:
     """Where a :class:`TrialResult` field stands in ``results.csv``."""
@@ -318,8 +347,8 @@ def keep_names(specs: Sequence[TrialSpec], recorded: Mapping[str, str]) -> list[
         name = recorded.get(spec.trial_id)
         if name is None or counts[name] > 1:  # not on record, or shared by an older release
             name = spec.name
-            if name in taken and not name.endswith(spec.trial_id):
-                name = with_id(name, spec.params)
+            if name in taken and not name.endswith(spec.trial_id):  # (a copy of a point: its own id)
+                name = f"{name.rsplit('~', 1)[0]}~{spec.trial_id}"
             taken.add(name)
         out.append(replace(spec, name=name, dir=os.path.join(os.path.dirname(spec.dir), name)))
     return out

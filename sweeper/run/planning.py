@@ -7,6 +7,7 @@
     ledger (rows on record, the definition) ──┤ Plan.resume():
                                               │   check_definition: same function, file, seed, or refused
                                               │   a search rebuilt from its rows (its space's only)
+                                              │   on_record: each point's trial on record, by key
                                               │   keep_names: a trial keeps the folder it has
                                               │   keeps(): a row kept, or its trial run again
                                               v
@@ -15,6 +16,9 @@
 The plan's :meth:`Plan.scheduler` is what the engine asks for trials
 (:mod:`sweeper.run.schedulers`): the trials to run, or a search's, asked for as places free,
 each asked point a spec of the plan and a row of the ledger's grid.
+
+Ids are made here only (:func:`sweeper.model.trial.new_id`); rows on record are found by
+their point's key, so a trial's id is never re-derived from its parameters.
 """
 
 from __future__ import annotations
@@ -29,7 +33,16 @@ from sweeper.errors import SweepError
 from sweeper.model.metrics import direction
 from sweeper.model.options import Options
 from sweeper.model.protocol import Scheduler
-from sweeper.model.trial import Status, TrialResult, TrialSpec, keep_names, trial_id, trial_names, trial_seed
+from sweeper.model.trial import (
+    Status,
+    TrialResult,
+    TrialSpec,
+    keep_names,
+    new_id,
+    params_key,
+    trial_names,
+    trial_seed,
+)
 from sweeper.results.constraints import parse as parse_constraints
 from sweeper.run.schedulers import Listed, Searching
 from sweeper.store.folder import SweepFolder, default_uid
@@ -44,14 +57,34 @@ def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int,
          fixed: Collection[str] | None = None) -> list[TrialSpec]:
     """A spec per distinct point, in grid order (a point listed twice runs once), named by
     what varies among them (``fixed``: the keys names leave out; by default those all the
-    points share, :func:`sweeper.model.trial.fixed_keys`)."""
+    points share, :func:`sweeper.model.trial.fixed_keys`), each given its id."""
     distinct: dict[str, Mapping[str, Any]] = {}
     for p in points:
-        distinct.setdefault(trial_id(p), p)
+        distinct.setdefault(params_key(p), p)
     names = trial_names(list(distinct.values()), fixed)
+    ids = [new_id(key) for key in distinct]  # distinct points: each its first trial
     return [TrialSpec(trial_id=tid, name=name, index=i, params=dict(p), seed=trial_seed(seed, tid),
                       dir=SweepPaths(folder).trial(name))
-            for i, ((tid, p), name) in enumerate(zip(distinct.items(), names))]
+            for i, (tid, p, name) in enumerate(zip(ids, distinct.values(), names))]
+
+
+def on_record(specs: Sequence[TrialSpec], previous: Mapping[str, TrialResult], seed: int) -> list[TrialSpec]:
+    """Each point's trial on record is the spec's trial: found by the point's key (never by
+    an id made from parameters), the spec takes that trial's id and seed, one row for one
+    spec; a point not on record gets an id no row has."""
+    by_key: dict[str, list[str]] = {}
+    for tid, row in previous.items():
+        by_key.setdefault(row.key, []).append(tid)
+    taken = set(previous)
+    out = []
+    for spec in specs:
+        ids = by_key.get(spec.key, [])
+        tid = spec.trial_id if spec.trial_id in ids else (ids[0] if ids else new_id(spec.key, taken))
+        if tid in ids:
+            ids.remove(tid)
+        taken.add(tid)
+        out.append(spec if tid == spec.trial_id else replace(spec, trial_id=tid, seed=trial_seed(seed, tid)))
+    return out
 
 
 def fingerprint(path: str | None) -> str | None:
@@ -148,15 +181,16 @@ class Plan:
         search = None
         if space is not None:  # a search: the trials on record are its own, the rest it asks for
             search, specs = _search(space, options, folder.path, ledger, previous)
+        specs = on_record(specs, previous, options.seed)
         # names on record: the last run's grid's (a trial it started may have left a folder), each row's
         recorded = {**ledger.grid_names(), **{tid: r.name for tid, r in previous.items()}}
         specs = keep_names(specs, recorded)
         ledger.set_grid((s.trial_id, s.index, s.name) for s in specs)
-        print_, on_record = fingerprint(source_file), ledger.facts()
-        if print_ and on_record.grid_fingerprint and print_ != on_record.grid_fingerprint and previous:
+        print_, recorded_facts = fingerprint(source_file), ledger.facts()
+        if print_ and recorded_facts.grid_fingerprint and print_ != recorded_facts.grid_fingerprint and previous:
             notes.append(f"the grid file changed since the last run ({len(previous)} trials on record)")
         total = search.total if search is not None else len(specs)
-        uid = on_record.uid or (default_uid(folder.path) if previous else uuid.uuid4().hex)
+        uid = recorded_facts.uid or (default_uid(folder.path) if previous else uuid.uuid4().hex)
         facts: dict[str, Any] = {"grid_fingerprint": print_ or "", "total": total, "uid": uid,
                                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         if search is not None:
@@ -215,5 +249,6 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
     for tid, epoch, metrics in ledger.history():
         history.setdefault(tid, []).append((epoch, metrics))
     kept, again = search.resume(previous, history, lambda r: keeps(r, options.skip_failed))
-    specs = [replace(make_spec(r.params, r.index), name=r.name) for r in [*kept.values(), *again]]
+    specs = [replace(make_spec(r.params, r.index), name=r.name, trial_id=r.trial_id,
+                     seed=trial_seed(options.seed, r.trial_id)) for r in [*kept.values(), *again]]
     return search, specs

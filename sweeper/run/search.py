@@ -224,8 +224,9 @@ class Search:
         self.prunes = not isinstance(self.study.pruner, optuna.pruners.NopPruner)
         # the sampler "auto" chose is what the folder records
         self.sampler_name = search if isinstance(search, str) and search != "auto" else type(self.study.sampler).__name__
-        self.asked: dict[str, list[Any]] = {}  #: trial id -> the Optuna trials waiting on it
-        self.known: dict[str, TrialResult] = {}  #: finished trials on record, by id
+        #: a point's key -> the Optuna trials waiting on its trial (a point asked twice is trained once)
+        self.asked: dict[str, list[Any]] = {}
+        self.known: dict[str, TrialResult] = {}  #: finished trials on record, by their point's key
         self.steps: dict[str, set[int]] = {}  #: epochs reported, by trial id
         self.remaining = trials
         self.index = 0
@@ -250,11 +251,11 @@ class Search:
                 continue
             self._add(result, history.get(result.trial_id, []))
             kept[result.trial_id] = result
-            self.known[result.trial_id] = result
+            self.known[result.key] = result
         for result in again:  # the same point, asked again now: its Optuna trial waits for it
             self.study.enqueue_trial({k: v for k, v in result.params.items() if k in self.dists},
                                      skip_if_exists=False)
-            self.asked[result.trial_id] = [self.study.ask(self.dists)]
+            self.asked[result.key] = [self.study.ask(self.dists)]
         self.index = index
         self.remaining = max(0, self.total - len(kept) - len(again))
         return kept, again
@@ -312,13 +313,13 @@ class Search:
             trial = self.study.ask(self.dists)
             params = {**self.fixed, **trial.params}
             spec = self.make_spec(params, self.index)
-            if spec.trial_id in self.known:  # on record: told at once
-                self._tell(trial, self.known[spec.trial_id])
+            if spec.key in self.known:  # on record: told at once
+                self._tell(trial, self.known[spec.key])
                 continue
-            if spec.trial_id in self.asked:  # running now: told when it ends
-                self.asked[spec.trial_id].append(trial)
+            if spec.key in self.asked:  # running now: told when it ends
+                self.asked[spec.key].append(trial)
                 continue
-            self.asked[spec.trial_id] = [trial]
+            self.asked[spec.key] = [trial]
             self.remaining -= 1
             self.index += 1
             return spec
@@ -327,7 +328,7 @@ class Search:
 
     def prune(self, spec: TrialSpec, items: list[dict[str, Any]]) -> str | None:
         """Report a trial's epochs to its Optuna trial; a reason to stop it, if the pruner says so."""
-        trials = self.asked.get(spec.trial_id)
+        trials = self.asked.get(spec.key)
         if not trials or len(self.targets) > 1:  # a study of several objectives is never pruned
             return None
         trial = trials[0]
@@ -350,9 +351,9 @@ class Search:
 
     def tell(self, result: TrialResult) -> None:
         """A trial's final result: told to every Optuna trial that asked for its point."""
-        self.known[result.trial_id] = result
+        self.known[result.key] = result
         self.steps.pop(result.trial_id, None)
-        for trial in self.asked.pop(result.trial_id, []):
+        for trial in self.asked.pop(result.key, []):
             self._tell(trial, result)
 
     def _tell(self, trial: Any, result: TrialResult) -> None:
