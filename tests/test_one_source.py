@@ -16,6 +16,7 @@ from sweeper.store import table
 from sweeper.front.cli import parser
 from sweeper.errors import SweepError
 from sweeper.store.ledger import Ledger
+from sweeper.model.option_texts import brief, filled
 from sweeper.model.options import Flag, Options
 from sweeper.store.paths import SweepPaths
 from sweeper.model.trial import (BACK_COLUMNS, CONSTRAINT_COLUMNS, DETERMINISM_COLUMNS, EPOCH_COLUMNS, FRONT_COLUMNS,
@@ -44,7 +45,7 @@ def test_every_options_flag_is_in_the_parser_as_its_field_says():
         action = actions[f.name]
         assert action.option_strings == [flag.flag(f.name)], f.name
         assert action.default is None, f.name  # a flag not given leaves the grid file's value
-        assert action.help == flag.help.format(default=f.default), f.name
+        assert action.help == brief(filled(flag.help, f.default)), f.name
         if "{default" in flag.help:
             shown = f"{f.default:g}" if isinstance(f.default, float) else str(f.default)
             assert f"default {shown}" in action.help, (f.name, action.help)

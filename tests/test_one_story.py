@@ -143,7 +143,7 @@ def test_readme_and_docstrings_say_what_the_code_does():
     assert taken == named, (sorted(taken - named), sorted(named - taken))
     # the default start method, as the code has it, is the one the reference and sweep() call the default
     default = Options().start_method
-    assert f"`{default}` (default)" in options
+    assert f"| (default `{default}`) `{default}`: " in options
     assert "fork" in (sweeper.sweep.__doc__ or "").split("Args:")[0] and default == "forkserver"
     # the sample output shows only lines the program prints: each of its sweeper lines is one
     # of the CLI's own beginnings

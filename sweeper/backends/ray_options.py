@@ -17,10 +17,10 @@ class RayOptions:
 
     #: "auto", "HOST:6379"; None starts a local Ray
     address: str | None = field(default=None, metadata=flag(
-        "with --backend ray: the cluster (auto, or HOST:6379); none starts a local Ray"))
+        "with `--backend ray`: the cluster (`auto`, or `HOST:6379`); none starts a local Ray (see [Ray](ray.md))"))
     #: CPUs each trial asks Ray for
     cpus_per_trial: float = field(default=1.0, metadata=flag(
-        "with --backend ray: CPUs each trial asks for (default {default:g})", type=float))
+        "with `--backend ray`: CPUs each trial asks Ray for (default `{default:g}`)", type=float, metavar="N"))
 
     def checked(self) -> RayOptions:
         if self.address is not None and (not isinstance(self.address, str) or not self.address):

@@ -5,5 +5,6 @@
 * :mod:`~sweeper.front.gridfile`: a grid file read without importing it in the parent;
 * :mod:`~sweeper.front.command`: command trials, a script with flags swept as ``train``;
   :mod:`~sweeper.front.shell`: a shell template read as the shell reads it;
-* :mod:`~sweeper.front.messages`: sweeper's own lines, for the CLI and ``sweep()`` alike.
+* :mod:`~sweeper.front.messages`: sweeper's own lines, for the CLI and ``sweep()`` alike;
+* :mod:`~sweeper.front.optionsdoc`: the table of flags in docs/options.md, made from their texts.
 """

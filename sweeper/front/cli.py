@@ -27,6 +27,7 @@ from sweeper.front.subcommands import (
 )
 from sweeper.model.definition import ABSENT, Definition, shape
 from sweeper.model.grid import Points
+from sweeper.model.option_texts import brief, filled
 from sweeper.model.options import Options
 from sweeper.model.target import FileTarget, FunctionTarget, describe
 from sweeper.run.progress import choose_view
@@ -54,25 +55,42 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("grid_file", nargs="?",
                    help="a .py file defining train(params) (or command) and grid (or space and samples)")
-    p.add_argument("--command", help="run this command per trial instead of a train function, e.g. "
-                   "'python train.py --lr={lr}'; the grid comes from --grid")
-    p.add_argument("--grid", dest="grid_data", help="with --command: a .json or .yaml file holding the grid")
-    p.add_argument("--shell", action="store_true", help="with --command: run it through /bin/sh "
-                   "(values reach it as environment variables, never as shell text)")
+    p.add_argument("--command", help=_help(OWN_FLAGS["command"]))
+    p.add_argument("--grid", dest="grid_data", metavar="FILE", help=_help(OWN_FLAGS["grid_data"]))
+    p.add_argument("--shell", action="store_true", help=_help(OWN_FLAGS["shell"]))
     add_option_flags(p)
-    p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    p.add_argument("--quiet", action="store_true", help=_help(OWN_FLAGS["quiet"]))
     return p
+
+
+#: What the command line's own flags (no option of a sweep's) mean, by dest: Markdown, as a
+#: :class:`~sweeper.model.options.Flag`'s help is (``--help`` says the first sentence, the table
+#: in docs/options.md all of it: :mod:`sweeper.front.optionsdoc`).
+OWN_FLAGS = {
+    "command": "run this command per trial instead of a `train` function, such as `'python train.py --lr={lr}'`; "
+               "the grid comes from `--grid` (see [command trials](commands.md))",
+    "grid_data": "with `--command`: a `.json` or `.yaml` file holding the grid (see [command trials](commands.md))",
+    "shell": "with `--command`: run it through `/bin/sh` (values reach it as environment variables, never as "
+             "shell text; see [command trials](commands.md))",
+    "quiet": "print only the final summary (and warnings)",
+}
+
+
+def _help(text: str) -> str:
+    """What ``--help`` says of a flag whose Markdown is ``text`` (:func:`~sweeper.model.option_texts.brief`),
+    its ``%`` kept from argparse's formatting."""
+    return brief(text).replace("%", "%%")
 
 
 def add_option_flags(p: argparse.ArgumentParser) -> None:
     """A flag for each :class:`Options` field that has one, in the fields' order, then for each
     registered backend's options group's (:func:`sweeper.backends.registry.flags`), as its
     :class:`~sweeper.model.options.Flag` says. Each defaults to None (a flag not given leaves
-    the grid file's value, else Options'), and its help states the default as Options
-    has it: --help says what the code does."""
+    the grid file's value, else Options'), and its help (its text's first sentence) states the
+    default as Options has it: --help says what the code does."""
     for f, flag in registry.flags():
         how: dict[str, Any] = {"action": flag.action, "dest": f.name, "default": None,
-                               "help": flag.help.format(default=f.default)}
+                               "help": _help(filled(flag.help, f.default))}
         if flag.type is not None:
             how["type"] = flag.type
         if flag.choices:

@@ -8,7 +8,8 @@
   what a space draws from (``uniform``, ``loguniform``, ``randint``);
 * :mod:`~sweeper.model.definition`: a sweep as every front end gives it (target, points or space,
   options), and the one place the rules about grid, space, samples and search live;
-* :mod:`~sweeper.model.options`: a sweep's knobs, checked once;
+* :mod:`~sweeper.model.options`: a sweep's knobs, checked once; :mod:`~sweeper.model.option_texts`:
+  what each means, written once for ``--help`` and docs/options.md;
 * :mod:`~sweeper.model.metrics`: what ``train`` returned, as a row's metrics;
 * :mod:`~sweeper.model.target`, :mod:`~sweeper.model.callables`: ``train`` named so a fresh process finds it;
 * :mod:`~sweeper.model.text`: text made safe for a console line or a CSV field.

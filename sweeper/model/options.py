@@ -24,7 +24,7 @@ class Flag:
     its parser from these, so a new option is written once, here. A field without one is
     no flag (``progress``: the CLI's ``--quiet`` says more than it)."""
 
-    help: str  #: what ``--help`` says; ``{default}`` stands for the field's default as Options has it
+    help: str  #: what the option means, in Markdown; --help says its first sentence (see :mod:`.option_texts`)
     name: str = ""  #: the flag, when not ``--`` and the field's name with ``-`` for ``_``
     type: Callable[[str], Any] | None = None  #: what the text is read as (``int``, ``float``); None: text
     choices: tuple[str, ...] = ()  #: the values allowed (``checked()`` refuses others from code too)
@@ -103,116 +103,134 @@ def flag(help: str, **how: Any) -> dict[str, Flag]:
     return {"flag": Flag(help, **how)}
 
 
+#: The docs' section on packing by measured memory, which several flags' texts link to.
+_PACKING = "gpus.md#packing-by-measured-memory---per-gpu-auto"
+
+
 @dataclass(frozen=True)
 class Options:
     """Every ``sweep()`` keyword but a backend's own (those are its options group's fields,
     kept in :attr:`backend_options`: :func:`sweeper.backends.registry.options` builds both). The
     CLI's flags and a grid file's ``options`` map onto these; a field's ``metadata["flag"]`` (a
-    :class:`Flag`) is its flag, help, type and choices."""
+    :class:`Flag`) is its flag, help, type and choices, and its help is what it means (a ``#:``
+    comment adds only what code may give beyond the flag: a list, a function, an Optuna object)."""
 
     #: sweep folder name under ``out`` (default: the module's stem)
     name: str | None = field(default=None, metadata=flag(
-        "sweep folder name (default: the grid file's stem; with --command, the script's: train for train.py)"))
-    #: where sweep folders go
-    out: str = field(default="results", metadata=flag("folder for sweep folders (default {default})"))
+        "the sweep's folder, `<out>/<NAME>/` (default: the grid file's stem; with `--command`, the script's: "
+        "`train` for `python train.py ...`)"))
+    out: str = field(default="results", metadata=flag("where sweep folders go (default `{default}`)",
+                                                      metavar="DIR"))
     #: trials at once (default: GPU slots, else the CPU count); "auto": as many as measured
     #: idle cores and host memory allow (:class:`sweeper.run.hostroom.HostRoom`)
     workers: int | str | None = field(default=None, metadata=flag(
-        "trials at once (default: GPU slots, else CPU count); auto: as many as measured idle cores and the "
-        "memory each is predicted to need allow", type=_count_or_auto, metavar="N|auto"))
-    #: the most host memory the sweep's trials may reserve at once ("3GB"), by their measured peaks
+        "trials at once (default: the GPU slots, or the CPU count without GPUs); `auto`: as many as measured idle "
+        "cores and the host memory each is predicted to need allow (see [packing](" + _PACKING + "))",
+        type=_count_or_auto, metavar="N|auto"))
     host_memory: str | int | None = field(default=None, metadata=flag(
-        "the most host memory the trials may take at once, such as 3GB: each is predicted from measured peaks "
-        "(mem_peak_mb) and starts while it fits", metavar="SIZE"))
-    #: the sweep's seed; each trial's seed derives from it and the trial id
-    seed: int = field(default=0, metadata=flag("sweep seed (default {default}); trial seeds derive from it",
-                                               type=int))
+        "the most host memory the trials may take at once, such as `3GB`: each is predicted from measured peaks "
+        "(`mem_peak_mb`) and starts while it fits (see [packing](" + _PACKING + "))", metavar="SIZE"))
+    seed: int = field(default=0, metadata=flag(
+        "the sweep's seed (default `{default}`); each trial's seed derives from it and the trial's id", type=int,
+        metavar="N"))
     #: each framework's deterministic mode in every trial (TensorFlow's op determinism,
     #: PyTorch's deterministic algorithms, cuDNN's, cuBLAS's and XLA's settings), so that
     #: ``python -m sweeper replay`` can give the same numbers again
     deterministic: bool = field(default=False, metadata=flag(
         "turn on each framework's deterministic mode in every trial (TensorFlow, PyTorch, cuDNN, cuBLAS, XLA), so "
-        "that replay gives the same numbers; slower on a GPU", action="store_true"))
-    #: seconds a trial may run before it is killed (or a duration: "90s", "10m", "2h")
+        "that `replay` gives the same numbers; slower on a GPU. Rows gain `deterministic` (see [replay](replay.md))",
+        action="store_true"))
     timeout: float | None = field(default=None, metadata=flag(
-        "how long a trial may run before it is killed: seconds, or 90s, 10m, 2h", type=_duration_flag,
-        metavar="DURATION"))
-    #: seconds a trial may go without reporting an epoch or writing to its log (or "10m")
+        "kill a trial (and everything it started) after this long: seconds, or `90s`, `10m`, `2h`, `1d`",
+        type=_duration_flag, metavar="DURATION"))
     stall: float | None = field(default=None, metadata=flag(
-        "stop a trial that neither reports an epoch nor writes to its log for this long (status stalled): "
-        "seconds, or 90s, 10m, 2h", type=_duration_flag, metavar="DURATION"))
-    #: extra attempts for trials that crash, run out of memory, time out or stall
-    retries: int = field(default=0, metadata=flag("extra attempts for crashed, oom, timed-out or stalled trials "
-                                                  "(default {default})", type=int))
+        "stop a trial (and everything it started) that neither reports an epoch nor writes to its log for this "
+        "long, as status `stalled`: seconds, or `90s`, `10m`, `2h`. It catches a hung data loader or a deadlocked "
+        "collective, apart from `--timeout`", type=_duration_flag, metavar="DURATION"))
+    retries: int = field(default=0, metadata=flag(
+        "run a trial that crashed, ran out of memory, timed out or stalled up to N more times (default "
+        "`{default}`)", type=int, metavar="N"))
     #: "all" (default), "none", or ids such as [0, 2] or "0,2"
     gpus: str | int | Sequence[int | str] | None = field(default=None, metadata=flag(
-        "all (default), none, free (those no process uses now), or GPUs by index or UUID, such as 0,2 or "
-        "GPU-5f3c..."))
+        "which GPUs: `all` (default), `none`, `free` (those no process uses now), or GPUs by index or UUID, such "
+        "as `0,2` or `GPU-5f3c...` (see [GPUs](gpus.md)). Ids where no GPU can be found are refused (`all` falls "
+        "back to the CPU and says so)"))
     #: trials sharing one GPU (default: 1, or int(1 / memory_fraction)); "auto": as many as
     #: the memory they measurably need allows (:mod:`sweeper.run.packing`)
     per_gpu: int | str | None = field(default=None, metadata=flag(
-        "trials sharing one GPU (default 1); auto: as many as fit by the memory each is predicted to need, "
-        "measured as the sweep runs", type=_count_or_auto, metavar="N|auto"))
+        "trials sharing one GPU (default 1); `auto`: as many as fit by the memory each is predicted to need, "
+        "measured as the sweep runs (see [GPUs](gpus.md) and [packing](" + _PACKING + "))", type=_count_or_auto,
+        metavar="N|auto"))
     #: with per_gpu="auto": parameters that decide a trial's GPU memory (points that agree on
     #: them are predicted to need what the first of them measured)
     memory_keys: Sequence[str] | None = field(default=None, metadata=flag(
-        "with --per-gpu auto: the parameters that decide a trial's GPU memory, such as units,batch_size",
-        type=_words, metavar="KEYS"))
+        "with `--per-gpu auto` (also with `--workers auto` or `--host-memory`): the parameters that decide a "
+        "trial's memory, such as `units,batch_size` (see [packing](" + _PACKING + "))", type=_words,
+        metavar="KEYS"))
     #: with per_gpu="auto": what each trial needs on its card ("6GB"), or a function of the
     #: point giving it; taken as the prediction until a measurement says more
     gpu_memory: str | int | Callable[[dict[str, Any]], Any] | None = field(default=None, metadata=flag(
-        "with --per-gpu auto: what each trial needs on its card, such as 6GB (before any is measured)",
-        metavar="SIZE"))
-    #: cap per trial, share of the card (default: 0.95 / per_gpu)
+        "with `--per-gpu auto`: what each trial needs on its card, such as `6GB`, a first guess until one is "
+        "measured (see [packing](" + _PACKING + "))", metavar="SIZE"))
     memory_fraction: float | None = field(default=None, metadata=flag(
-        "cap each trial at this share of its GPU's memory (default 0.95 / per-gpu)", type=float))
-    #: let each trial's memory grow instead of capping it
+        "cap each trial at this share of its GPU's memory (default `0.95 / per-gpu`) (see [GPUs](gpus.md))",
+        type=float, metavar="F"))
     memory_growth: bool = field(default=False, metadata=flag(
-        "let each trial's GPU memory grow instead of capping it", action="store_true"))
-    #: start a new ledger (the old one is kept, renamed)
-    fresh: bool = field(default=False, metadata=flag("start a new ledger (the old one is kept)",
-                                                     action="store_true"))
-    #: keep failed trials' rows instead of running them again
+        "let each trial's GPU memory grow instead of capping it (see [GPUs](gpus.md))", action="store_true"))
+    fresh: bool = field(default=False, metadata=flag(
+        "start a new ledger (the old one is kept, renamed with a time stamp)", action="store_true"))
     skip_failed: bool = field(default=False, metadata=flag(
         "keep failed trials' rows instead of running them again", action="store_true"))
-    #: stop the sweep at the first trial that fails (after its retries): no new trials,
-    #: running ones stopped as ``interrupted``
     fail_fast: bool = field(default=False, metadata=flag(
-        "stop the sweep at the first trial that fails (crashed, error, oom, timeout or stalled, after its "
-        "retries): no new trials start, running ones are stopped as interrupted", action="store_true"))
-    #: stop the sweep once this many trials in a row failed the same way (status and error line)
+        "stop the sweep at the first trial that fails (`crashed`, `error`, `oom`, `timeout` or `stalled`, after "
+        "its retries): no new trials start, running ones are stopped as `interrupted`. It is said in one line, "
+        "the exit code is 1, and the same command run again resumes", action="store_true"))
     max_failures: int | None = field(default=None, metadata=flag(
-        "stop the sweep once N trials in a row failed the same way (the same status and error line), as "
-        "--fail-fast does at the first", type=int, metavar="N"))
-    #: build the plan and run nothing
-    dry_run: bool = field(default=False, metadata=flag("print the trials and where they would start, run nothing",
-                                                       action="store_true"))
+        "stop the sweep as `--fail-fast` does, but once N trials in a row failed the same way (the same status "
+        "and error line)", type=int, metavar="N"))
+    dry_run: bool = field(default=False, metadata=flag(
+        "print the GPUs, slots, caps and every trial with where it would start (`kept` for a finished trial a "
+        "resume keeps); run nothing. A folder another sweep is running in is refused, as the sweep would be",
+        action="store_true"))
     #: metric that ranks trials (default: :func:`sweeper.model.metrics.default_metric`, val_loss first);
     #: several (["val_accuracy", "params"]): objectives optimised at once, their Pareto front
     #: marked (:mod:`sweeper.results.objectives`)
     metric: str | Sequence[str] | None = field(default=None, metadata=flag(
-        "metric to rank trials by (default: a validation metric, val_loss first, else the first); several, "
-        "comma-separated (val_accuracy,params): objectives optimised at once, rows on their Pareto front marked "
-        "pareto", metavar="METRIC[,METRIC...]"))
+        "the metric that ranks trials, or several, comma-separated, optimised at once (default: a validation "
+        "metric where there is one, so a Keras `History` ranks by `val_loss`, else the first metric; the summary "
+        "says which it picked, which way and why). A named metric the first ok trial did not return stops the "
+        "sweep there (running trials `interrupted`, rows kept; exit 2, `SweepError` from `sweep()`), in one line "
+        "naming what that trial returned and the nearest name. The metric and mode are recorded in the sweep "
+        "folder: `status`, `report` and `load()` (`df.attrs`) use them. Trials with a NaN metric rank last, and "
+        "the summary counts them. Several metrics, `--metric val_accuracy,params --mode max,min` "
+        "(`metric=[\"val_accuracy\", \"params\"], mode=[\"max\", \"min\"]`), are objectives: rows on their Pareto "
+        "front are marked in a column `pareto` (see [several objectives](search.md#several-objectives)); the "
+        "first still ranks the leaderboard; a list takes names as they are (`metric=[\"a,b\"]` is one metric, "
+        "`a,b`)", metavar="METRIC[,METRIC...]"))
     #: "max" or "min", one per metric (default: from the metric's name where sweeper knows it,
     #: :func:`sweeper.model.metrics.direction`; any other name needs it)
     mode: str | Sequence[str] | None = field(default=None, metadata=flag(
-        "max or min, one per metric (max,min) (default: from the metric's name where it is one sweeper knows: "
-        "loss, mse, mae, ... min; accuracy, auc, f1, r2, neg_mean_squared_error, ... max; any other name needs "
-        "--mode)", metavar="MODE[,MODE...]"))
+        "`max` or `min`, one per metric (`max,min`) (default: from the metric's name where it is one sweeper "
+        "knows: `loss`, `mse`, `mae`, ... min; `accuracy`, `auc`, `f1`, `r2`, `neg_mean_squared_error`, ... max; "
+        "any other named metric needs `--mode`, said in one line, exit 2, before anything runs; see [metric names "
+        "sweeper knows](#metric-names-sweeper-knows)). A name close to a known one is taken for a typo unless "
+        "`--mode` is given (`--metric val_los: did you mean val_loss?`)", metavar="MODE[,MODE...]"))
     progress: bool = True  #: print a line per finished trial
     #: start each slot's next process ahead, importing train while a trial runs
     prefetch: bool = field(default=True, metadata=flag(
-        "do not start each slot's next trial process ahead of time", name="--no-prefetch", action="store_false"))
+        "do not start each slot's next trial process ahead of time (see [performance](performance.md))",
+        name="--no-prefetch", action="store_false"))
     #: "forkserver" (trials fork from one process that imported what train needs), or "spawn"
     start_method: str = field(default="forkserver", metadata=flag(
-        "(default {default}) forkserver: each trial is a fresh fork of one process that imported the installed "
-        "libraries the grid file uses, and runs the grid file itself; spawn: a fresh interpreter per trial",
+        "(default `{default}`) `forkserver`: each trial is a fresh fork of one process that imported the "
+        "installed libraries the grid file uses (TensorFlow, Keras, NumPy, ...) once, and runs the grid file "
+        "itself; `spawn`: a fresh interpreter per trial (see [performance](performance.md))",
         choices=("forkserver", "spawn")))
     #: "local", "ray" (a Ray cluster places the trials), or a backend registered by name
     #: (:mod:`sweeper.backends.registry`)
     backend: str = field(default="local", metadata=flag(
-        "(default {default}) local, ray (trials as Ray tasks), or a backend an installed package registers"))
+        "(default `{default}`) `local`, `ray`: trials as Ray tasks on a cluster, or the name of a backend an "
+        "installed package registers (see [Ray](ray.md) and [backends](backends.md))"))
     #: the backend's own settings (its options group, such as Ray's ``address`` and
     #: ``cpus_per_trial``: :class:`sweeper.backends.ray_options.RayOptions`), built from the
     #: keywords that name its fields (:func:`sweeper.backends.registry.options`); None: it has none
@@ -220,32 +238,36 @@ class Options:
     #: "auto" (TPE; NSGA-II for several metrics), "tpe", "nsga2", "random", "cmaes", "qmc",
     #: "gp" or an Optuna sampler: grid is then a space
     search: str | BaseSampler | None = field(default=None, metadata=flag(
-        "search the grid file's space with Optuna: auto (tpe; nsga2 for several metrics), tpe, nsga2, random, "
-        "cmaes, qmc or gp"))
-    #: with search: how many trials in all (a re-run resumes to this count)
+        "search the grid file's `space` adaptively with Optuna: `auto` (`tpe`; `nsga2` for several metrics), "
+        "`tpe`, `nsga2`, `random`, `cmaes`, `qmc` or `gp` (see [search](search.md))"))
     trials: int | None = field(default=None, metadata=flag(
-        "with --search: how many trials in all (a re-run resumes to it)", type=int))
+        "with `--search`: how many trials in all, which a re-run resumes to (see [search](search.md))", type=int,
+        metavar="N"))
     #: with search: "median", "percentile", "asha", "hyperband", "patient", "wilcoxon", each
     #: with Optuna's keywords if wanted ("asha(min_resource=2, reduction_factor=3)"), or an
     #: Optuna pruner; None prunes nothing
     prune: str | BasePruner | None = field(default=None, metadata=flag(
-        "with --search: stop bad trials early: median, percentile, asha, hyperband, patient, wilcoxon or none, "
-        "with keywords if wanted: 'asha(min_resource=2, reduction_factor=3)'"))
+        "with `--search`: stop bad trials early: `median`, `percentile`, `asha`, `hyperband`, `patient`, "
+        "`wilcoxon` or `none`, with keywords if wanted: `'asha(min_resource=2, reduction_factor=3)'` (see "
+        "[search](search.md))"))
     #: bounds a trial's results must meet to be ranked ({"params": ("<=", 1e6)}, the text
     #: "params<=1e6,val_accuracy>=0.9", or a function of the row giving values that must be
     #: <= 0); a search's sampler is told them (:mod:`sweeper.results.constraints`)
     constraints: Any = field(default=None, metadata=flag(
-        "bounds a trial must meet to be ranked, e.g. 'params<=1e6,val_accuracy>=0.9' (rows gain feasible; a "
-        "search's sampler is told them)"))
-    #: show the sweep in TensorBoard (HParams, scalars): <out>/<name>/tensorboard
+        "bounds a trial must meet to be ranked, such as `params<=1e6,val_accuracy>=0.9`: rows gain `feasible`, and "
+        "a search's sampler is told each trial's values (TPE and GP use them). In code: `constraints={\"params\": "
+        "(\"<=\", 1e6)}`, or a function of the row giving values that must be <= 0. An ok trial that does not meet "
+        "them (or lacks a value they name) is never ranked best, in the summary, `status`, the report or a "
+        "search's own choice; a re-run judges the rows it keeps under its own constraints; a name that is both a "
+        "parameter and a metric means the metric (said once), `param_NAME` the parameter"))
     tensorboard: bool = field(default=False, metadata=flag(
-        "show the sweep in TensorBoard's HParams dashboard: tensorboard --logdir <out>/<name>/tensorboard",
-        action="store_true"))
+        "show the sweep in TensorBoard's HParams dashboard: `tensorboard --logdir <out>/<name>/tensorboard` (see "
+        "[TensorBoard and MLflow](trackers.md))", action="store_true"))
     #: True (a local store in the sweep folder) or a tracking URI: a run per trial
     mlflow: bool | str | None = field(default=None, metadata=flag(
-        "a MLflow run per trial, nested in one per sweep; URI: a server, a database, or a folder (a SQLite store "
-        "in it); without URI a local store in <out>/<name>/mlflow.db (needs sweeper[mlflow])",
-        nargs="?", const=True, metavar="URI"))
+        "an MLflow run per trial, nested in one per sweep; `URI`: a server, a database, or a folder (a SQLite "
+        "store in it); without `URI`, a local store in `<out>/<name>/mlflow.db`, which needs `sweeper[mlflow]` "
+        "(see [TensorBoard and MLflow](trackers.md))", nargs="?", const=True, metavar="URI"))
 
     @classmethod
     def names(cls) -> list[str]:
