@@ -123,3 +123,48 @@ def test_a_trial_whose_module_failed_to_import_is_not_blamed_when_its_exit_comes
     fault, rows, specs = _run(tmp_path, Scripted(events))
     assert isinstance(fault, SweepError) and "libcudart" in str(fault)
     assert rows == {}  # no trial is to blame for the module
+
+
+class Staged(Scripted):
+    """A backend whose trials send their result in one wake-up and exit in the next."""
+
+    def __init__(self, results, exits):
+        super().__init__(lambda ids: [])
+        self.stages = [results, exits]
+
+    def wait(self, timeout, wake, queued):
+        self.waits += 1
+        assert self.waits < 20, "the engine kept waiting"
+        return self.stages.pop(0)(self.ids) if self.stages else []
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("exit_how, status", [
+    (Exited(3, peak_mb=123, mem_peak_mb=77, device="gpu:1"), Status.OK),  # died after its result: it stands
+    (Exited(-9, peak_mb=123, mem_peak_mb=77, device="gpu:1"), Status.ERROR),
+])
+def test_a_result_is_judged_and_written_once_and_its_exit_adds_what_it_measured(tmp_path, monkeypatch,
+                                                                                exit_how, status):
+    """Issue 40, item 6: the verdict comes from the result, once; the exit only adds its
+    exit code and peak memory to the row already on record (nothing re-judges it)."""
+    from sweeper.model import outcome
+
+    judged, written = [], []
+    judge, record = outcome.judge, Ledger.record
+    monkeypatch.setattr(outcome, "judge", lambda ending: judged.append(ending) or judge(ending))
+    monkeypatch.setattr(Ledger, "record", lambda self, row, **kw: written.append(row) or record(self, row, **kw))
+    said = Result(status, {"acc": 0.9}, "" if status is Status.OK else "ValueError: no", 1.0, mem_peak_mb=50)
+    backend = Staged(lambda ids: [(ids[0], said)],
+                     lambda ids: [(ids[0], exit_how)])
+    ledger = Ledger(str(tmp_path))
+    try:
+        (spec,) = plan([{"x": 1}], str(tmp_path), seed=0)
+        Engine(backend, ledger).run([spec])
+        row = ledger.results()[spec.trial_id]
+        assert not ledger.running()
+    finally:
+        ledger.close()
+    assert len(judged) == 1 and judged[0].result is not None
+    assert [r.status for r in written] == [status] and written[0].exitcode is None  # written when it came
+    assert (row.status, row.metrics, row.duration_s) == (status, {"acc": 0.9}, 1.0)
+    assert (row.exitcode, row.gpu_mem_peak_mb, row.mem_peak_mb, row.device) == (exit_how.exitcode, 123, 77, "gpu:1")

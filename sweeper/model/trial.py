@@ -292,6 +292,12 @@ class TrialResult:
         return params_key(self.params)
 
 
+#: A row's fields that its trial's exit may tell or correct (its exit code, its peak memory,
+#: the device a backend says it ran on): added to a row recorded when its result came,
+#: whose verdict stands (:meth:`sweeper.store.ledger.Ledger.measured`).
+EXIT_FIELDS = ("pid", "exitcode", "device", "gpu_mem_cap_mb", "gpu_mem_peak_mb", "mem_peak_mb")
+
+
 def place_of(f: Field[Any]) -> Place:
     """Where a :class:`TrialResult` field stands in ``results.csv``."""
     place: Place = f.metadata["place"]

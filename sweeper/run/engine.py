@@ -19,20 +19,22 @@ Data flow of one sweep::
                                 │   Began      clock starts        │    │                          │
                                 │   Reports    history, live view, │    │        │ spec       ▲ messages
                                 │     scheduler: go on, stop, pause│    │        │            │
-                                │   Result     recorded at once    │    │        ▼            │
-                                │   Exited     judged, recorded ───┼─┐  │  trial process        │
+                                │   Result     judged, recorded ───┼─┐  │        ▼            │
+                                │   Exited     judged if no Result ┼─┤  │  trial process        │
                                 │ deadlines: timeout ▶ cancel ▶    │ │  │  (sweeper.child):     │
                                 │   SIGTERM grace ▶ cancel(hard)   │ │  │  caps, seeds, log,    │
                                 │ signal pipe: Ctrl-C, SIGTERM     │ │  │  train(params)        │
                                 └─────────────────────────────────┘ │  └──────────────────────────┘
-                                     outcome.judge ◀─────────────────┘
-                                          │ TrialResult, before the slot is reused
-                                          ▼
+                                     outcome.judge ◀─────────────────┘  (once per trial)
+                                          │ TrialResult: written once; its exit adds what it measured
+                                          ▼ (exit code, peak memory), before the slot is reused
                      Ledger (SQLite WAL, fsync) ──▶ outputs.recorded / .finished ──▶ results.csv, console
 
 A trial's status is decided in one place, :func:`sweeper.model.outcome.judge`, from what the
 engine gathered: its :class:`~sweeper.model.protocol.Result` (if any), the stop the engine
 asked for (timeout, interrupted, pruned), and how its process ended (:class:`~sweeper.model.protocol.Exited`).
+It is judged once: when its result comes (recorded then, durable, in case its process never
+exits cleanly), else when its process is gone; nothing after a result changes a verdict.
 
 Which trial runs next, and what each batch of per-epoch reports is answered, is the
 :class:`~sweeper.model.protocol.Scheduler`'s (:mod:`sweeper.run.schedulers`: a grid, a search and its
@@ -319,7 +321,7 @@ class Engine(Stopping):
             trial.t1 = self.clock()
         if trial.pausing is None or result.status is Status.OK:  # (a paused one's is no result)
             trial.early = trial.row(Exited(), self.clock(), self.run_id, self.constraints)
-            self.store(self.ledger.record, trial.early)
+            trial.recorded = self.store(self.ledger.record, trial.early)
         if not trial.phase.cancelled:
             trial.set_deadline(Due.EXIT, self.clock() + EXIT_GRACE)  # it should exit now
 
@@ -327,7 +329,7 @@ class Engine(Stopping):
         """The process is gone: judge the trial, record it, let its place be reused. One
         paused is not recorded: it waits, ``PAUSED``, for the scheduler to give it again."""
         del self.trials[trial.spec.trial_id]
-        result = trial.row(how, self.clock(), self.run_id, self.constraints)
+        result = trial.final(how, self.clock(), self.run_id, self.constraints)
         if trial.pausing is not None and trial.stop is None and result.status is not Status.OK:
             trial.paused(self.clock())
             self.paused[trial.spec.trial_id] = trial
@@ -336,8 +338,7 @@ class Engine(Stopping):
             self.scheduler.paused(trial.spec, trial.epoch)
             return
         trial.to(Phase.ENDED)
-        early = trial.early
-        self.conclude(trial.spec, result, durable=early is None or early.status is not result.status)
+        self.conclude(trial.spec, result, recorded=trial.recorded)
 
     def _close(self, record_unfinished: bool) -> None:
         """On every way out: nothing of a trial outlives the sweep. Trials that ended
@@ -375,9 +376,10 @@ class Engine(Stopping):
             self.storage_error = exc
             log.warning("sweeper: %s; no new trials start", str(exc).split("; ")[0])
 
-    def conclude(self, spec: TrialSpec, result: TrialResult, durable: bool = True, last: bool = False) -> None:
-        """Record a trial's outcome (before its place is reused), queue a retry (not once the
-        sweep is over: ``last``), tell the view. A run again on other terms (the backend's
+    def conclude(self, spec: TrialSpec, result: TrialResult, recorded: bool = False, last: bool = False) -> None:
+        """Record a trial's outcome (before its place is reused; one ``recorded`` when its result
+        came gains what its exit measured), queue a retry (not once the sweep is over:
+        ``last``), tell the view. A run again on other terms (the backend's
         ``again``) is an attempt, but spends none of ``retries``: they are for a failure that
         may not recur on the same terms."""
         again = self.admission.again(result)
@@ -385,7 +387,7 @@ class Engine(Stopping):
         retrying = not last and self.taking_new and again is not None and (again or retry)
         if self.streak is not None and not retrying:  # a failure counts once its retries are spent
             self.streak.saw(result)
-        stored = self.store(self.ledger.record, result, durable=durable)
+        stored = self.store(self.ledger.measured if recorded else self.ledger.record, result)
         if retrying:
             fresh = {k: v for k, v in spec.env.items() if k != contract.RESUMED_EPOCH}  # a retry starts anew
             self.queue.append(replace(spec, attempt=spec.attempt + 1, first_attempt=spec.first_attempt + bool(again),

@@ -119,7 +119,8 @@ class TrialState:
     why: str = ""
     t1: float | None = None  #: monotonic; when its result came or it was stopped (its duration's end)
     result: Result | None = None
-    early: TrialResult | None = None  #: recorded when its result arrived
+    early: TrialResult | None = None  #: its row, judged when its result arrived
+    recorded: bool = False  #: that row is in the ledger (its exit only adds what it measured)
     pausing: str | None = None  #: why the scheduler paused it (its process is to leave, unrecorded)
     ran: float = 0.0  #: seconds it ran in its earlier processes (paused, then given again)
     reported: bool = False  #: sent per-epoch reports (then a returned History is not used)
@@ -172,6 +173,7 @@ class TrialState:
         self.to(Phase.STARTING)
         self.spec, self.t0, self.sign, self.began = spec, now, 0.0, None
         self.stop, self.why, self.t1, self.result, self.early, self.pausing = None, "", None, None, None, None
+        self.recorded = False
 
     def note_epochs(self, items: list[dict[str, Any]]) -> None:
         """Its per-epoch reports: the last epoch, and what it reported then."""
@@ -196,12 +198,32 @@ class TrialState:
         at, what = min(due, key=lambda d: d[0]) if due else (None, None)
         self.set_deadline(what, at)
 
+    def measures(self, how: Exited) -> dict[str, Any]:
+        """What its row says of its process (:data:`~sweeper.model.trial.EXIT_FIELDS`): from its
+        exit where that tells it, else from :class:`Began` (its exit code and peak memory only
+        an exit tells)."""
+        began = self.began or Began(0, "")
+        return {"pid": how.pid if how.pid is not None else began.pid, "exitcode": how.exitcode,
+                "device": (how.device if how.device is not None else began.device) or "",  # "": it never had one
+                "gpu_mem_cap_mb": how.cap_mb if how.cap_mb is not None else began.cap_mb,
+                "gpu_mem_peak_mb": how.peak_mb,
+                "mem_peak_mb": hostmem.peak(how.mem_peak_mb, self.result.mem_peak_mb if self.result else None)}
+
+    def final(self, how: Exited, now: float, run_id: str, constraints: Constraints | None) -> TrialResult:
+        """Its row once its process is gone: the row recorded when its result came (judged then,
+        once: nothing after a result changes a verdict), with what the exit measured; else
+        judged now."""
+        if self.early is None:
+            return self.row(how, now, run_id, constraints)
+        return replace(self.early, **self.measures(how))
+
     def row(self, how: Exited, now: float, run_id: str, constraints: Constraints | None) -> TrialResult:
         """Its row: the judge's verdict, and where and how long it ran (``now``: the engine's
         clock, for a trial stopped without a result; ``run_id``: the run's record it names)."""
         trial, spec = self, self.spec
         began = trial.began or Began(0, "")
-        pid = how.pid if how.pid is not None else began.pid
+        measured = self.measures(how)
+        pid = measured["pid"]
         tail: tuple[str, ...] = ()
         if trial.result is None and trial.stop is None:  # a crash: its last words
             tail = tuple(log_tail(spec.log_path, pid=pid)) if pid else ()  # this attempt's part
@@ -214,12 +236,9 @@ class TrialState:
         row = TrialResult(
             trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
             status=verdict.status, metrics=verdict.metrics, seed=spec.seed,
-            device=(how.device if how.device is not None else began.device) or "",  # "": it never had one
             started_at=trial.started_at, duration_s=duration, error=verdict.error, attempts=spec.attempt,
-            pid=pid, exitcode=how.exitcode, log=spec.log_path, gpu_uuid=began.gpu_uuid,
-            gpu_mem_cap_mb=how.cap_mb if how.cap_mb is not None else began.cap_mb,
-            gpu_mem_reserved_mb=began.reserved_mb, gpu_mem_peak_mb=how.peak_mb, epoch_reached=trial.epoch,
-            mem_peak_mb=hostmem.peak(how.mem_peak_mb, trial.result.mem_peak_mb if trial.result else None),
+            log=spec.log_path, gpu_uuid=began.gpu_uuid,
+            gpu_mem_reserved_mb=began.reserved_mb, epoch_reached=trial.epoch, **measured,
             env={**(trial.result.env if trial.result is not None else {}), **({"run": run_id} if run_id else {})},
             deterministic=True if spec.env.get(contract.DETERMINISTIC) == "1" else None,
         )

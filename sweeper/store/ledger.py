@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from sweeper.errors import SweepError
-from sweeper.model.trial import TrialResult, TrialSpec, current_id
+from sweeper.model.trial import EXIT_FIELDS, TrialResult, TrialSpec, current_id
 from sweeper.results.objectives import Objectives
 from sweeper.store.facts import SweepFacts, encoded, run_key
 from sweeper.store.paths import SweepPaths
@@ -191,6 +191,17 @@ class Ledger:
                 f"INSERT OR REPLACE INTO trials ({COLUMNS}, recorded_at) VALUES ({','.join('?' * (len(row) + 1))})",
                 (*row, time.time()),
             )
+            db.execute("DELETE FROM running WHERE trial_id = ?", (result.trial_id,))
+
+    @_writes
+    def measured(self, result: TrialResult) -> None:
+        """What a trial's exit measured (:data:`EXIT_FIELDS`: its exit code, peak memory), into
+        the row :meth:`record` wrote when its result came; its verdict is not written again.
+        No fsync: the row is durable already, and these only add to it."""
+        with self._fast as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(f"UPDATE trials SET {', '.join(f'{name} = ?' for name in EXIT_FIELDS)} WHERE trial_id = ?",
+                       (*(getattr(result, name) for name in EXIT_FIELDS), result.trial_id))
             db.execute("DELETE FROM running WHERE trial_id = ?", (result.trial_id,))
 
     @_writes
