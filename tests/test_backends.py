@@ -160,3 +160,25 @@ def test_a_backends_flag_goes_with_the_backend_the_grid_file_names(tmp_path):
     r = run_cli(path, "--cpus-per-trial", "0.5", "--backend", "local", "--dry-run", "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "cpus_per_trial goes with backend='ray'" in r.stderr, r.stderr
 
+
+
+@pytest.mark.unit
+def test_status_says_where_a_trial_runs_in_its_backends_words(tmp_path, capsys):
+    """Issue 40, item 2: where a trial runs is the backend's string (a node, a batch job),
+    not a pid the engine reads; ``status`` shows it as said."""
+    from sweeper.front.subcommands import _print_running
+    from sweeper.model.protocol import Began
+    from sweeper.run.planning import plan
+    from sweeper.store.ledger import Ledger
+
+    (spec,) = plan([{"x": 1}], str(tmp_path), 0)
+    ledger = Ledger(str(tmp_path))
+    try:
+        ledger.mark_running(spec, Began(0, "cpu", where="node-3, slurm job 123_4"), "2026-12-05T00:00:00Z")
+        running = ledger.running()
+    finally:
+        ledger.close()
+    assert [r["place"] for r in running] == ["node-3, slurm job 123_4"]
+    _print_running(running, {})
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("  running  x=1  cpu  node-3, slurm job 123_4  "), line

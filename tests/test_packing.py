@@ -19,6 +19,7 @@ import sweep_fns
 from conftest import run_fake_cli, write_grid
 from sweeper.errors import SweepError
 from sweeper.model.options import Options, megabytes
+from sweeper.model.protocol import Began
 from sweeper.run.packing import CONTEXT_MB, EARLY_HEADROOM, HEADROOM, MARGIN_MB, PATIENCE, Card, Needs, Packer, terms
 from sweeper.model.trial import Status, TrialResult
 
@@ -412,7 +413,7 @@ def test_status_shows_each_cards_reservations_beside_what_nvml_says(fake_nvml, t
         for i, (device, mb) in enumerate([("gpu:1", 2100), ("gpu:1", 4000), ("gpu:0", 15872), ("cpu", None)]):
             spec = TrialSpec(trial_id=f"t{i:012x}", name=f"x={i}", index=i, params={"x": i}, seed=0,
                              dir=str(tmp_path), device=device)
-            ledger.mark_running(spec, 100 + i, "2026-12-04T00:00:00Z", mb)
+            ledger.mark_running(spec, Began(100 + i, device, reserved_mb=mb), "2026-12-04T00:00:00Z")
         running = ledger.running()
     finally:
         ledger.close()

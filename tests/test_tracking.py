@@ -230,6 +230,7 @@ def test_a_retried_trial_has_one_run_of_its_last_attempt(tmp_path):
     from sweeper.tracking.chosen import make
     from sweeper.tracking.mirror import Mirror
     from sweeper.model.options import Options
+    from sweeper.model.protocol import Began
     from sweeper.model.trial import Status, TrialResult
 
     folder = str(tmp_path / "f")
@@ -243,7 +244,7 @@ def test_a_retried_trial_has_one_run_of_its_last_attempt(tmp_path):
 
     def attempt(n, started, status, epochs):
         ledger.clear_history(spec.trial_id)
-        ledger.mark_running(replace(spec, attempt=n), 100 + n, started)
+        ledger.mark_running(replace(spec, attempt=n), Began(100 + n, "cpu"), started)
         assert mirror.sync()
         running = [r for r in mlflow_runs(uri, "f")[1] if r.info.status == "RUNNING"]
         assert len(running) == 1 and running[0].data.tags["attempt"] == str(n)

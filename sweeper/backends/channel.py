@@ -54,7 +54,8 @@ class Relay:
             if isinstance(message, ScratchOn):
                 heard.node = message.node
             elif isinstance(message, Placed):  # it began on its worker: its time starts now
-                events.append((tid, Began(message.pid, message.device, "", message.cap_mb, self.fraction)))
+                events.append((tid, Began(message.pid, message.device, "", message.cap_mb, self.fraction,
+                                          where=f"{message.host}, pid {message.pid}" if message.host else f"pid {message.pid}")))
             elif isinstance(message, Exiting):
                 heard.exitcode = message.code
             else:

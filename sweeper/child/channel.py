@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -73,7 +74,7 @@ def _trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
                scratch: _Scratch | None) -> dict[str, Any]:
     """:func:`channel_main`'s trial, in its folder: the return value the driver reads."""
     os.environ.update({**spec.env, contract.TRIAL_DIR: spec.dir})
-    channel.put((spec.trial_id, Placed(os.getpid(), spec.device, limit)))
+    channel.put((spec.trial_id, Placed(os.getpid(), spec.device, limit, socket.gethostname())))
     log = bootstrap.redirect_to_nameless()
     print(paths.log_header(spec.name, spec.trial_id, spec.attempt, os.getpid(), spec.device, spec.seed),
           flush=True)

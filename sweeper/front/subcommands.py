@@ -108,7 +108,7 @@ def _status_read(folder: str, live: bool, metric: str | None, mode: str | None) 
 
 
 def _print_running(running: list[dict[str, Any]], epochs: dict[str, Any]) -> None:
-    """A line per running trial (device, pid, elapsed, its latest epoch), then its cards'."""
+    """A line per running trial (device, where it runs, elapsed, its latest epoch), then its cards'."""
     import time
     from datetime import datetime, timezone
 
@@ -118,7 +118,8 @@ def _print_running(running: list[dict[str, Any]], epochs: dict[str, Any]) -> Non
         elapsed = now - started.replace(tzinfo=timezone.utc).timestamp()
         epoch, metrics = epochs.get(run["trial_id"], (None, {}))
         latest = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:3])
-        print(f"  running  {run['name']}  {run['device']}  pid {run['pid']}  {elapsed:.0f}s"
+        where = run.get("place") or f"pid {run['pid']}"  # (a ledger from before it: the pid)
+        print(f"  running  {run['name']}  {run['device']}  {where}  {elapsed:.0f}s"
               + (f"  epoch {epoch}: {latest}" if epoch is not None else ""))
     for line in card_lines(running):
         print(f"sweeper: {line}")

@@ -108,6 +108,7 @@ class Placed:
     pid: int
     device: str
     cap_mb: int | None = None
+    host: str = ""  #: the worker's host name
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,10 @@ class Began:
     packed: bool = False  #: placed by the memory it was predicted to need (per_gpu="auto")
     #: packed after two OOMs: the MB of the card it has to itself, the largest (an OOM there: no card can hold it)
     alone_mb: int | None = None
+    #: Where it runs, in its backend's words (``pid 4242`` here; ``node-3, pid 77`` on a cluster;
+    #: a batch scheduler's job): what ``status`` shows. The engine reads no other place: ``pid``
+    #: (0 where the backend knows none) only finds this attempt's part of the trial's log.
+    where: str = ""
 
 
 @dataclass(frozen=True)

@@ -300,7 +300,7 @@ class Engine(Stopping):
         """The trial reached its process (:meth:`~sweeper.run.phases.TrialState.reached`);
         status shows it running."""
         if trial.reached(began, self.clock(), self.timeout, self.stall):
-            self.store(self.ledger.mark_running, trial.spec, began.pid, trial.started_at, began.reserved_mb)
+            self.store(self.ledger.mark_running, trial.spec, began, trial.started_at)
 
     def _unwritable(self, trial: TrialState, event: Unwritable) -> None:
         """A trial could not write its files: no new trial starts (as for the ledger). One

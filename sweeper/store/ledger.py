@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from sweeper.errors import SweepError
+from sweeper.model.protocol import Began
 from sweeper.model.trial import EXIT_FIELDS, TrialResult, TrialSpec, current_id
 from sweeper.results.objectives import Objectives
 from sweeper.store.facts import SweepFacts, encoded, run_key
@@ -247,11 +248,13 @@ class Ledger:
     # -- running trials (for status from another terminal) ----------------------------
 
     @_writes
-    def mark_running(self, spec: TrialSpec, pid: int, started_at: str, reserved_mb: int | None = None) -> None:
+    def mark_running(self, spec: TrialSpec, began: Began, started_at: str) -> None:
+        """A trial reached its process: where it runs (``began.where``), what it reserved."""
         self._fast.execute(
-            "INSERT OR REPLACE INTO running (trial_id, name, device, pid, attempt, started_at, reserved_mb) "
-            "VALUES (?,?,?,?,?,?,?)",
-            (spec.trial_id, spec.name, spec.device, pid, spec.attempt, started_at, reserved_mb),
+            "INSERT OR REPLACE INTO running (trial_id, name, device, pid, attempt, started_at, reserved_mb, place) "
+            "VALUES (?,?,?,?,?,?,?,?)",
+            (spec.trial_id, spec.name, spec.device, began.pid, spec.attempt, started_at, began.reserved_mb,
+             began.where),
         )
 
     @_writes
@@ -266,8 +269,9 @@ class Ledger:
 
     def running(self) -> list[dict[str, Any]]:
         have = {r[1] for r in self._db.execute("PRAGMA table_info(running)")}
-        reserved = "reserved_mb" if "reserved_mb" in have else "NULL AS reserved_mb"  # an older ledger, read-only
-        cur = self._db.execute(f"SELECT trial_id, name, device, pid, attempt, started_at, {reserved} FROM running")
+        older = [c if c in have else f"NULL AS {c}" for c in ("reserved_mb", "place")]  # an older ledger, read-only
+        cur = self._db.execute(f"SELECT trial_id, name, device, pid, attempt, started_at, {', '.join(older)} "
+                               "FROM running")
         keys = [d[0] for d in cur.description]
         return [dict(zip(keys, (current_id(row[0]), *row[1:]))) for row in cur]
 

@@ -17,9 +17,10 @@ from sweeper.model.trial import Status, TrialResult, current_id
 
 #: ``PRAGMA user_version`` of the ledgers this release writes. 0: before versions (trial
 #: ids without their ``t``, no ``grid`` table); 1: ids with it; 2: ``epoch_reached``; 3:
-#: ``mem_peak_mb``; 4: ``gpu_mem_reserved_mb``; 5: ``feasible``. Older ledgers are migrated
+#: ``mem_peak_mb``; 4: ``gpu_mem_reserved_mb``; 5: ``feasible``; 6: ``env``, ``deterministic``; 7: a
+#: running trial's ``place`` (where it runs, in its backend's words). Older ledgers are migrated
 #: when a sweep opens them, and read as migrated by ``load()`` and ``status``.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS trials (
@@ -56,7 +57,8 @@ CREATE TABLE IF NOT EXISTS running (
     pid INTEGER,
     attempt INTEGER,
     started_at TEXT,
-    reserved_mb INTEGER
+    reserved_mb INTEGER,
+    place TEXT
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS grid (
@@ -124,8 +126,11 @@ def migrate(db: sqlite3.Connection) -> None:
         for column, kind in added[max(version - 1, 0):]:
             if column not in have:
                 db.execute(f"ALTER TABLE trials ADD COLUMN {column} {kind}")
-        if "reserved_mb" not in {r[1] for r in db.execute("PRAGMA table_info(running)")}:
+        running = {r[1] for r in db.execute("PRAGMA table_info(running)")}
+        if "reserved_mb" not in running:
             db.execute("ALTER TABLE running ADD COLUMN reserved_mb INTEGER")  # 4: what a running trial reserved
+        if "place" not in running:
+            db.execute("ALTER TABLE running ADD COLUMN place TEXT")  # 7: where it runs, in its backend's words
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 def readable(db: sqlite3.Connection) -> str:

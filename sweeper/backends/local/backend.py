@@ -239,10 +239,11 @@ class LocalBackend:
             pass
         fraction = spec.env.get(contract.MEMORY_FRACTION, slot.env.get(contract.MEMORY_FRACTION))
         terms = self.placement.terms(spec)
+        pid = process.process.pid
         if terms is not None:  # packed: its own cap, and what it reserved
-            return Began(process.process.pid, slot.device, slot.uuid, terms.cap_mb, fraction,
-                         reserved_mb=terms.reserved_mb, packed=True, alone_mb=terms.alone_mb)
-        return Began(process.process.pid, slot.device, slot.uuid, slot.cap_mb, fraction, reserved_mb=slot.cap_mb)
+            return Began(pid, slot.device, slot.uuid, terms.cap_mb, fraction, reserved_mb=terms.reserved_mb,
+                         packed=True, alone_mb=terms.alone_mb, where=f"pid {pid}")
+        return Began(pid, slot.device, slot.uuid, slot.cap_mb, fraction, reserved_mb=slot.cap_mb, where=f"pid {pid}")
 
     def _server_event(self, ready: set[Any]) -> list[tuple[str, Event]]:
         """The fork server's import ended (or it died, or is too slow): trials waiting for it start."""
