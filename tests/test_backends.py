@@ -182,3 +182,31 @@ def test_status_says_where_a_trial_runs_in_its_backends_words(tmp_path, capsys):
     _print_running(running, {})
     line = capsys.readouterr().out.splitlines()[0]
     assert line.startswith("  running  x=1  cpu  node-3, slurm job 123_4  "), line
+
+
+@pytest.mark.unit
+def test_a_ledger_from_before_places_reads_and_migrates(tmp_path):
+    """Schema 6 had no place for a running trial: read as it is, a running trial's place is
+    None (status shows its pid); a sweep that opens it adds the column."""
+    import sqlite3
+
+    from sweeper.model.protocol import Began
+    from sweeper.run.planning import plan
+    from sweeper.store.ledger import SCHEMA_VERSION, Ledger
+
+    (spec,) = plan([{"x": 1}], str(tmp_path), 0)
+    ledger = Ledger(str(tmp_path))
+    ledger.mark_running(spec, Began(4242, "cpu", where="pid 4242"), "2026-12-05T00:00:00Z")
+    ledger.close()
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as db:  # as the previous release left it
+        db.execute("ALTER TABLE running DROP COLUMN place")
+        db.execute("PRAGMA user_version = 6")
+    old = Ledger(str(tmp_path), readonly=True)
+    try:
+        assert [(r["pid"], r["place"]) for r in old.running()] == [(4242, None)]
+    finally:
+        old.close()
+    Ledger(str(tmp_path)).close()
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
+        assert "place" in {r[1] for r in db.execute("PRAGMA table_info(running)")}
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
