@@ -4,8 +4,10 @@
 * :mod:`~sweeper.model.outcome`: the judge, the one place a trial's status is decided;
 * :mod:`~sweeper.model.protocol`: what a trial process tells its sweep, and a backend the engine;
 * :mod:`~sweeper.model.contract`: every ``SWEEPER_*`` variable between parent and child;
-* :mod:`~sweeper.model.grid`: the parameter space: grids, sampling; :mod:`~sweeper.model.distributions`:
-  what a space draws from (``uniform``, ``loguniform``, ``randint``);
+* :mod:`~sweeper.model.space`: a parameter space read once into types: it expands, samples, tells
+  its size and converts to Optuna's distributions; :mod:`~sweeper.model.grid`: grids and samples as
+  points (``expand``, ``sample``); :mod:`~sweeper.model.distributions`: what a space draws from
+  (``uniform``, ``loguniform``, ``randint``); :mod:`~sweeper.model.values`: the values a point may hold;
 * :mod:`~sweeper.model.definition`: a sweep as every front end gives it (target, points or space,
   options), and the one place the rules about grid, space, samples and search live;
 * :mod:`~sweeper.model.options`: a sweep's knobs, checked once; :mod:`~sweeper.model.option_texts`:

@@ -1,6 +1,6 @@
 """The distributions a space may draw from (``uniform``, ``loguniform``, ``randint``),
 named and called like scipy.stats' (``rvs(size, random_state)``), so a scipy distribution
-works in their place (:func:`sweeper.model.grid.sample` draws from either); each value
+works in their place (:class:`sweeper.model.space.Space` draws from either); each value
 drawn is a plain Python number.
 """
 
@@ -12,16 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweeper.errors import SweepError
-
-
-def is_numpy(value: object) -> bool:
-    """Tell whether ``value`` is a numpy object, without importing numpy."""
-    return type(value).__module__.split(".")[0] == "numpy"
-
-
-def is_numpy_scalar(value: object) -> bool:
-    """Tell whether ``value`` is a numpy scalar or 0-d array."""
-    return is_numpy(value) and hasattr(value, "item") and getattr(value, "ndim", None) == 0
+from sweeper.model.values import is_numpy_scalar
 
 
 def _generator(random_state: Any) -> Any:

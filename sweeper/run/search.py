@@ -34,57 +34,12 @@ DUPLICATE_ASKS = 50
 
 def distributions(space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Optuna distributions for the searched parameters, and the fixed ones. Refuses what
-    cannot be mapped, naming the parameter, before anything runs."""
+    cannot be mapped, naming the parameter, before anything runs (the rules:
+    :meth:`sweeper.model.space.Space.searched`, :meth:`~sweeper.model.space.Space.optuna`)."""
     need_optuna()  # installed, or one line saying how
-    from optuna.distributions import (
-        BaseDistribution,
-        CategoricalDistribution,
-        FloatDistribution,
-        IntDistribution,
-    )
+    from sweeper.model.space import Space
 
-    from sweeper.model.distributions import loguniform, randint, uniform
-    from sweeper.model.grid import normalise_value
-
-    example = "e.g. space = {'lr': sweeper.loguniform(1e-4, 1e-1), 'units': [32, 64]}"
-    if isinstance(space, Mapping) and not space:
-        raise SweepError(f"a search's space is empty; give each parameter a distribution or a list, {example}")
-    if not isinstance(space, Mapping):
-        what = ("a grid (a search reads space = {...}, not grid or samples)"
-                if type(space).__name__ == "Points" else f"a {type(space).__name__}")
-        raise SweepError(f"a search needs space = {{name: distribution or list}}, got {what}; {example}")
-    dists: dict[str, Any] = {}
-    fixed: dict[str, Any] = {}
-    for name, value in space.items():
-        if not isinstance(name, str) or not name:
-            raise SweepError(f"space has the key {name!r}; parameter names are non-empty strings")
-        if isinstance(value, uniform):
-            dists[name] = FloatDistribution(value.low, value.high)
-        elif isinstance(value, loguniform):
-            dists[name] = FloatDistribution(value.low, value.high, log=True)
-        elif isinstance(value, randint):
-            dists[name] = IntDistribution(value.low, value.high - 1)
-        elif isinstance(value, BaseDistribution):
-            dists[name] = value
-        elif isinstance(value, (list, tuple)):
-            choices = [normalise_value(v, name) for v in value]
-            bad = [c for c in choices if not (c is None or isinstance(c, (bool, int, float, str)))]
-            if not choices:
-                raise SweepError(f"space[{name!r}] is an empty list; give at least one choice")
-            if bad:
-                raise SweepError(f"space[{name!r}] lists {bad[0]!r}; a search chooses among numbers, strings, "
-                                 "booleans and None: give those (e.g. [32, 64, 128])")
-            dists[name] = CategoricalDistribution(choices)
-        elif hasattr(value, "rvs"):
-            raise SweepError(
-                f"space[{name!r}] is {type(value).__name__}, a distribution a search cannot model; use "
-                "sweeper.uniform, sweeper.loguniform, sweeper.randint, a list of choices, or an Optuna "
-                "distribution")
-        else:
-            fixed[name] = normalise_value(value, name)
-    if not dists:
-        raise SweepError("space has nothing to search (every value is fixed); give a distribution or a list")
-    return dists, fixed
+    return Space.searched(space).optuna()
 
 
 #: Before Optuna 5 (no ``Trial.set_constraint``), the user attribute an Optuna trial carries
