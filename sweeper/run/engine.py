@@ -164,7 +164,8 @@ class Engine(Stopping):
                     self._fill()
                     if not self.trials and not self.queue:
                         break  # nothing runs and the scheduler gives nothing: it never will
-                    events = self.backend.wait(self._next_timeout(), wake_r,
+                    due = self.outputs.tick()  # the outputs' own schedule (the tables' throttled writes)
+                    events = self.backend.wait(self._next_timeout(due), wake_r,
                                                self._queued() if self.taking_new else 0)
                     if len(self.signals) > seen:  # Ctrl-C or SIGTERM came
                         seen = len(self.signals)
@@ -240,10 +241,11 @@ class Engine(Stopping):
                 self._began(trial, began)
             self.outputs.started(trial.spec)
 
-    def _next_timeout(self) -> float | None:
+    def _next_timeout(self, due: float | None) -> float | None:
+        """Seconds the loop may wait: until the soonest trial's deadline, or the outputs' next
+        due work (``due``, as their :meth:`~sweeper.run.lifecycle.Callback.tick` said)."""
         times = [t.deadline for t in self.trials.values() if t.deadline is not None]
         soonest = min(times) - self.clock() if times else None
-        due = self.outputs.tick()
         if due is not None:
             soonest = due if soonest is None else min(soonest, due)
         return None if soonest is None else max(0.0, soonest)
