@@ -172,7 +172,6 @@ class Custom(Drawn):
     """A distribution of the user's: scipy-style (``rvs(random_state=...)``), or Optuna's (which a
     search takes as it is, and sampling cannot draw from)."""
 
-
     def optuna(self) -> Any:
         if _is_optuna(self.dist):
             return self.dist
