@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import subprocess
@@ -170,6 +171,7 @@ def test_mlflow_has_one_parent_run_and_a_nested_run_per_trial(tmp_path):
         assert run.data.tags["status"] == row.status
         assert run.data.tags["seed"] == str(row.seed) and run.data.tags["device"] == row.device == "cpu"
         assert run.info.status == ("FINISHED" if row.status == "ok" else "FAILED")
+        assert run.data.tags["sweeper_final"] and run.data.tags["sweeper_epoch"] == "3"
         want = [(e, m["acc"]) for e, m in epochs[row.trial]]
         if row.status == "ok":  # the result's metric at the last epoch, after the epochs' own
             assert pairs(history(uri, run.info.run_id, "acc"), sorted(want + [(3, row.acc)]), rel=1e-12)
@@ -659,3 +661,160 @@ def test_quiet_with_a_tracking_server_prints_none_of_mlflows_lines(tmp_path):
     finally:
         os.killpg(server.pid, 9)
         server.wait()
+
+
+# -- MLflow through its public client only (issue 40, item 7) ---------------------------------
+
+
+def test_mlflow_is_written_through_its_public_client_only():
+    """No reach into MLflow's store, its table models or its client's private parts: the
+    tracker imports only ``mlflow`` (its client) and ``mlflow.entities``."""
+    import ast
+
+    from sweeper.tracking import mlflow_runs
+
+    tree = ast.parse(open(mlflow_runs.__file__).read())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in imported if m.split(".")[0] == "mlflow"} == {"mlflow", "mlflow.entities"}
+    private = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+               and n.attr.startswith("_") and not n.attr.startswith("__") and "client" in ast.unparse(n.value)]
+    assert private == []
+    assert not os.path.exists(os.path.join(os.path.dirname(mlflow_runs.__file__), "mlflow_batch.py"))
+
+
+class _Client:
+    """MLflow's client as the tracker calls it: each call recorded, nothing more (an object
+    without MLflow's private parts)."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.made = 0
+
+    def create_run(self, experiment_id, start_time=None, tags=None, run_name=None):
+        from types import SimpleNamespace
+
+        self.made += 1
+        self.calls.append(("create_run", run_name, dict(tags)))
+        return SimpleNamespace(info=SimpleNamespace(run_id=f"run{self.made}"))
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.calls.append((name, *args, kwargs))
+
+
+def _tracker(tmp_path):
+    from sweeper.tracking.mlflow_runs import MlflowRuns
+
+    tracker = MlflowRuns(local_uri(tmp_path), None, str(tmp_path))
+    tracker.client, tracker.experiment, tracker.parent = _Client(), "1", "parent"
+    return tracker
+
+
+def _attempt(n: int = 1, params=None):
+    from sweeper.tracking import Attempt
+
+    return Attempt("t1", "trial_1", params or {"lr": 0.1}, 7, "cpu", f"2024-01-01T00:00:0{n}Z", n)
+
+
+def test_a_trial_seen_ended_is_five_client_calls_ended_after_its_numbers_its_marks_last(tmp_path):
+    from sweeper.model.trial import Status, TrialResult
+
+    log = tmp_path / "log.txt"
+    log.write_text("hello\n")
+    tracker = _tracker(tmp_path)
+    attempt = _attempt()
+    result = TrialResult("t1", "trial_1", 0, {"lr": 0.1}, Status.OK, {"loss": float("nan")}, seed=7, device="cpu",
+                         started_at=attempt.started_at, duration_s=2.0, log=str(log), epoch_reached=1)
+    tracker.start(attempt, None)
+    tracker.epochs(attempt, [(0, {"loss": 1.0}, None), (1, {"loss": 0.5}, None)], 1)
+    tracker.finish(attempt, result, "abc")
+    assert tracker.client.calls == []  # nothing before the look's flush
+    tracker.flush()
+    calls = tracker.client.calls
+    # no reader ever sees the run FINISHED without its numbers, nor marked final before it ended
+    assert [c[0] for c in calls] == ["create_run", "log_artifact", "log_batch", "set_terminated", "log_batch"]
+    assert calls[0][1:] == ("trial_1", {"mlflow.parentRunId": "parent", "trial_id": "t1", "seed": "7",
+                                        "device": "cpu", "status": "ok", "attempt": "1", "epoch_reached": "1"})
+    assert calls[1][1:3] == ("run1", str(log))
+    batch = calls[2][2]
+    assert [(p.key, p.value) for p in batch["params"]] == [("lr", "0.1")]
+    assert [(m.key, m.step) for m in batch["metrics"]] == [("loss", 0), ("loss", 1), ("loss", 1)]
+    assert [m.value for m in batch["metrics"][:2]] == [1.0, 0.5] and math.isnan(batch["metrics"][2].value)
+    assert not batch["tags"]
+    assert calls[3][1] == "run1" and calls[3][2] == {"status": "FINISHED", "end_time": 1704067201000 + 2000}
+    marks = calls[4][2]
+    assert {t.key: t.value for t in marks["tags"]} == {"sweeper_key": attempt.key, "sweeper_epoch": "1",
+                                                       "sweeper_final": "abc"}
+    assert "metrics" not in marks and "params" not in marks
+    assert tracker.runs == {"t1": "run1"} and tracker.due == {}
+
+    tracker.client.calls.clear()  # a later look: another attempt replaces the run
+    tracker.start(_attempt(2), None)
+    tracker.flush()
+    assert [c[:2] for c in tracker.client.calls[:2]] == [("delete_run", "run1"), ("create_run", "trial_1")]
+    assert tracker.runs == {"t1": "run2"}
+
+
+def test_each_log_batch_stays_within_mlflows_limits_and_the_marks_come_last(tmp_path):
+    from sweeper.tracking.mlflow_runs import MAX_ENTITIES, MAX_PARAMS, MAX_TAGS, _calls
+
+    tracker = _tracker(tmp_path)
+    attempt = _attempt(params={f"p{i}": i for i in range(250)})
+    tracker.start(attempt, None)
+    tracker.epochs(attempt, [(e, {f"m{i}": float(i) for i in range(30)}, None) for e in range(100)], 99)
+    tracker.flush()
+    batches = [c[2] for c in tracker.client.calls if c[0] == "log_batch"]
+    assert len(batches) == 4
+    for b in batches:
+        assert len(b["params"]) <= MAX_PARAMS and len(b["tags"]) <= MAX_TAGS
+        assert len(b["params"]) + len(b["tags"]) + len(b["metrics"]) <= MAX_ENTITIES
+    assert sum(len(b["params"]) for b in batches) == 250 and sum(len(b["metrics"]) for b in batches) == 3000
+    assert [[t.key for t in b["tags"]] for b in batches] == [[], [], [], ["sweeper_key", "sweeper_epoch"]]
+    # a full last call: the marks in one of their own
+    full = _calls([], [], list(range(MAX_ENTITIES)), ["mark"])
+    assert [tuple(map(len, c)) for c in full] == [(0, 0, MAX_ENTITIES), (0, 1, 0)]
+    assert _calls([], [], [], ["mark"]) == [([], ["mark"], [])]
+
+
+def test_a_run_whose_last_call_failed_is_not_taken_as_holding_its_attempt(tmp_path):
+    """Made, but its parameters and marks never written (the process died between the two
+    calls): a resume finds the run without its attempt's key, so it is made anew."""
+    from sweeper.tracking import SweepInfo
+    from sweeper.tracking.mlflow_runs import MlflowRuns
+
+    info = SweepInfo(name="k", folder=str(tmp_path), uid="u1")
+    tracker = MlflowRuns(local_uri(tmp_path), str(tmp_path / "mlartifacts"), str(tmp_path))
+    assert tracker.begin(info) == {}
+    tracker.start(_attempt(), None)
+
+    def dies(*args, **kwargs):
+        raise RuntimeError("gone")
+
+    tracker.client.log_batch = dies
+    with pytest.raises(RuntimeError):
+        tracker.flush()
+    again = MlflowRuns(local_uri(tmp_path), str(tmp_path / "mlartifacts"), str(tmp_path))
+    held = again.begin(info)
+    assert list(held) == ["t1"] and held["t1"].key == "" and held["t1"].final is None
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
+def test_making_the_local_store_leaves_no_connection_to_its_part_file(tmp_path):
+    """MLflow keeps its engines for the life of the process: the one on the part file is
+    closed through SQLAlchemy's own API, not MLflow's private store."""
+    from sweeper.tracking.mlflow_runs import _create_whole
+
+    def open_parts():
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                out.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                continue
+        return [p for p in out if str(tmp_path) in p and ".part" in p]
+
+    for name in ("a", "b"):  # made by MLflow's migrations, then copied from their template
+        _create_whole(str(tmp_path / name / "mlflow.db"))
+        assert os.path.exists(tmp_path / name / "mlflow.db") and open_parts() == []

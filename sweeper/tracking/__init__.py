@@ -12,8 +12,8 @@ there instead of adding to it. :mod:`sweeper.tracking.chosen` makes the trackers
 options ask for; :mod:`sweeper.tracking.mirror` decides what to send;
 while a sweep runs it does so in a process of its own (:mod:`sweeper.tracking.process`),
 so the trackers' work never shares the engine's interpreter. The trackers themselves:
-:mod:`sweeper.tracking.tb` (TensorBoard) and :mod:`sweeper.tracking.mlflow_runs` (MLflow; into a
-SQLite store, a look's worth in one transaction: :mod:`sweeper.tracking.mlflow_batch`).
+:mod:`sweeper.tracking.tb` (TensorBoard) and :mod:`sweeper.tracking.mlflow_runs` (MLflow,
+through its public client only).
 """
 
 from __future__ import annotations

@@ -17,11 +17,14 @@
   A folder is a store there in the same way; into another database the artifacts of an
   experiment sweeper creates go to the sweep folder, never to ``mlruns/`` in the
   current folder (:func:`sweeper.tracking.chosen.mlflow_store`).
-* Into a SQLite store (``sqlite:`` URIs, the default), the trials' runs are written in
-  one transaction per look at the ledger (:class:`sweeper.tracking.mlflow_batch.Batch`), through MLflow's own table
-  definitions: its client takes several transactions per run (tens of milliseconds
-  each), so a sweep of short trials outran it. A server, or any other store, is sent
-  each call through MLflow's client.
+* Written through MLflow's public client only (``MlflowClient``), into any store alike:
+  what a look at the ledger sends is kept per run and written at its flush, each run in
+  as few calls as the client allows (:class:`_Due`): ``create_run`` with its tags, its
+  log (``log_artifact``), its end (``set_terminated``), then one ``log_batch`` with its
+  parameters, metrics and the rest of its tags, within MLflow's per-call limits. The tags
+  a resume reads back (``sweeper_key``, ``sweeper_epoch``, ``sweeper_final``) come in the
+  last call, so a run says it holds an attempt, its epochs or its outcome only once it
+  does.
 """
 
 from __future__ import annotations
@@ -33,12 +36,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from sweeper.model.trial import TrialResult
 from sweeper.store.paths import SweepPaths, mlflow_template
 from sweeper.tracking import Attempt, Held, SweepInfo, key_name, numbers, seconds
-from sweeper.tracking.mlflow_batch import Batch
 
 log = logging.getLogger("sweeper")
 
@@ -47,6 +50,10 @@ PARENT_TAG = "mlflow.parentRunId"
 PROBE_S = 5.0
 #: MLflow's wait per request to a server, and its retries (its defaults: 120 s and 7).
 HTTP_TIMEOUT_S, HTTP_RETRIES = 15, 2
+#: MLflow's limits on one ``log_batch`` call: entities in all, parameters, tags (its
+#: ``MAX_ENTITIES_PER_BATCH`` and ``MAX_PARAMS_TAGS_PER_BATCH``; its client splits a larger
+#: call in an order of its own, so each call here stays within them).
+MAX_ENTITIES, MAX_PARAMS, MAX_TAGS = 1000, 100, 100
 
 
 def _ms(seconds_: float) -> int:
@@ -127,10 +134,14 @@ def _copied(template: str, part: str) -> bool:
 
 def _opened(part: str) -> None:
     """MLflow's store at ``part``, opened once and closed: its tables made by its migrations
-    where there are none (unsynced), its default experiment made."""
+    where there are none (unsynced), its default experiment made. Its connections to the
+    part file are closed after through SQLAlchemy's own API (the engine its events name:
+    MLflow keeps its engines for the life of the process)."""
     from mlflow import MlflowClient
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
+
+    engines: list[Any] = []
 
     def unsynced(connection: Any, record: Any) -> None:  # the part file's connections only
         with contextlib.suppress(Exception):
@@ -138,14 +149,21 @@ def _opened(part: str) -> None:
                 connection.execute("PRAGMA journal_mode=MEMORY")
                 connection.execute("PRAGMA synchronous=OFF")
 
+    def seen(connection: Any) -> None:  # the engine on the part file, to close after
+        engine = connection.engine
+        if engine not in engines and os.path.abspath(engine.url.database or "") == os.path.abspath(part):
+            engines.append(engine)
+
     event.listen(Engine, "connect", unsynced)
+    event.listen(Engine, "engine_connect", seen)
     try:
-        client = MlflowClient(tracking_uri=f"sqlite:///{part}")
-        client.search_experiments(max_results=1)
-        with contextlib.suppress(Exception):  # its connections to the part file: not needed
-            client._tracking_client.store.engine.dispose()
+        MlflowClient(tracking_uri=f"sqlite:///{part}").search_experiments(max_results=1)
     finally:
         event.remove(Engine, "connect", unsynced)
+        event.remove(Engine, "engine_connect", seen)
+    for engine in engines:  # its connections to the part file: not needed
+        with contextlib.suppress(Exception):
+            engine.dispose()
 
 
 def _keep(part: str, template: str) -> None:
@@ -175,8 +193,37 @@ def _keep(part: str, template: str) -> None:
                 os.unlink(tmp)
 
 
-def _chunks(items: list[Any], size: int) -> list[list[Any]]:
-    return [items[i:i + size] for i in range(0, len(items), size)] or [[]]
+def _calls(params: list[Any], tags: list[Any], metrics: list[Any], marks: list[Any]) -> list[tuple[list[Any], ...]]:
+    """``log_batch`` calls (params, tags, metrics) within MLflow's limits, in order, with
+    ``marks`` (a few tags) in the last one."""
+    calls: list[tuple[list[Any], ...]] = []
+    while params or tags or metrics:
+        p, t = params[:MAX_PARAMS], tags[:MAX_TAGS]
+        m = metrics[:MAX_ENTITIES - len(p) - len(t)]
+        params, tags, metrics = params[len(p):], tags[len(t):], metrics[len(m):]
+        calls.append((p, t, m))
+    if calls and len(calls[-1][1]) + len(marks) <= MAX_TAGS and sum(map(len, calls[-1])) + len(marks) <= MAX_ENTITIES:
+        calls[-1][1].extend(marks)
+    elif marks:
+        calls.append(([], list(marks), []))
+    return calls
+
+
+@dataclass
+class _Due:
+    """What a look sends to one trial's run, written at its flush (:meth:`MlflowRuns.flush`);
+    each part is cleared once written."""
+
+    run_id: str = ""  #: "" until the run is made (``make``)
+    make: tuple[str, int] | None = None  #: a run to make: its name and start (ms)
+    delete: str = ""  #: an earlier attempt's run, deleted first
+    tags: dict[str, str] = field(default_factory=dict)
+    #: the tags a resume reads back (``sweeper_key``, ``sweeper_epoch``, ``sweeper_final``): in the last call
+    marks: dict[str, str] = field(default_factory=dict)
+    params: list[Any] = field(default_factory=list)
+    metrics: list[Any] = field(default_factory=list)
+    log: str = ""  #: the trial's log, as an artifact
+    ended: tuple[str, int] | None = None  #: MLflow's status and the end (ms)
 
 
 class MlflowRuns:
@@ -194,9 +241,9 @@ class MlflowRuns:
         self.client: Any = None
         self.parent = ""
         self.experiment = ""
-        self.runs: dict[str, str] = {}  # trial id -> run id
+        self.runs: dict[str, str] = {}  # trial id -> run id (runs made)
         self.keys: dict[str, str] = {}  # a metric or param name -> the key MLflow takes
-        self.batch: Batch | None = None  # a SQLite store: written once per flush
+        self.due: dict[str, _Due] = {}  # trial id -> what this look sends to its run
 
     # -- the sweep --------------------------------------------------------------------
 
@@ -231,7 +278,6 @@ class MlflowRuns:
         else:
             self.parent = client.create_run(self.experiment, run_name=sweep.name,
                                             tags={k: v for k, v in tags.items() if v}).info.run_id
-        self.batch = Batch.of(client, self.experiment, self.uri)
         held: dict[str, Held] = {}
         children = self._search(f"tags.`{PARENT_TAG}` = '{self.parent}'", ViewType.ACTIVE_ONLY)
         for run in sorted(children, key=lambda r: r.info.start_time or 0, reverse=True):
@@ -278,80 +324,93 @@ class MlflowRuns:
         pass
 
     def flush(self) -> None:
-        if self.batch is not None:
-            self.batch.write()
+        """What the look sent, written run by run in the order sent (:meth:`_write`)."""
+        while self.due:
+            tid, due = next(iter(self.due.items()))
+            self._write(tid, due)
+            del self.due[tid]
 
     def end(self, state: str) -> None:
         self.flush()
         if self.client is not None and self.parent and state != "running":
             self.client.set_terminated(self.parent, {"interrupted": "KILLED", "failed": "FAILED"}.get(state, "FINISHED"))
 
+    def _write(self, trial_id: str, due: _Due) -> None:
+        """One run's share of a look, in as few client calls as MLflow allows: an earlier
+        attempt's run deleted, the run made with its tags, its log, its parameters, metrics
+        and other tags in one ``log_batch`` (more only past MLflow's limits), then its end, the
+        marks last: a run is marked as holding what it holds, and is never seen finished
+        before its numbers are in."""
+        from mlflow.entities import RunTag
+
+        if due.delete:  # another attempt's run: this one replaces it
+            self.client.delete_run(due.delete)
+            due.delete = ""
+        if due.make is not None:
+            name, start = due.make
+            run = self.client.create_run(self.experiment, start_time=start, tags=due.tags, run_name=name)
+            due.run_id = self.runs[trial_id] = run.info.run_id
+            due.make, due.tags = None, {}
+        if due.log and os.path.isfile(due.log):
+            self.client.log_artifact(due.run_id, due.log)
+        due.log = ""
+        marks = [RunTag(k, v) for k, v in due.marks.items()]
+        ended, due.ended = due.ended, None
+        calls = _calls(due.params, [RunTag(k, v) for k, v in due.tags.items()], due.metrics,
+                       [] if ended is not None else marks)
+        for params, tags, metrics in calls:
+            self.client.log_batch(due.run_id, metrics=metrics, params=params, tags=tags)
+        if ended is not None:  # ended once it holds every number: no reader sees it finished without them
+            self.client.set_terminated(due.run_id, status=ended[0], end_time=ended[1])
+            if marks:
+                self.client.log_batch(due.run_id, tags=marks)
+
+    def _due(self, trial_id: str) -> _Due:
+        due = self.due.get(trial_id)
+        if due is None:
+            due = self.due[trial_id] = _Due(run_id=self.runs[trial_id])
+        return due
+
     # -- a trial ----------------------------------------------------------------------
 
     def start(self, attempt: Attempt, held: Held | None) -> None:
         from mlflow.entities import Param
 
-        old = self.runs.pop(attempt.trial_id, None)
-        tags = {PARENT_TAG: self.parent, "trial_id": attempt.trial_id, "seed": str(attempt.seed),
-                "device": attempt.device, "status": "running", "attempt": str(attempt.attempt),
-                "sweeper_key": attempt.key}
-        params = [Param(self._key(k), _text(v)) for k, v in attempt.params.items()]
-        if self.batch is not None:
-            if old is not None:
-                self.batch.delete(old)
-            run_id = self.runs[attempt.trial_id] = self.batch.create(
-                attempt.name, _ms(seconds(attempt.started_at)), tags, params)
-            return
-        if old is not None:  # another attempt's run: this one replaces it
-            self.client.delete_run(old)
-        run = self.client.create_run(self.experiment, start_time=_ms(seconds(attempt.started_at)),
-                                     tags=tags, run_name=attempt.name)
-        run_id = self.runs[attempt.trial_id] = run.info.run_id
-        for chunk in _chunks(params, 100):
-            if chunk:
-                self.client.log_batch(run_id, params=chunk)
+        prior = self.due.pop(attempt.trial_id, None)  # unwritten: replaced, but for its deletion
+        old = self.runs.pop(attempt.trial_id, None) or (prior.delete if prior is not None else "")
+        self.due[attempt.trial_id] = _Due(
+            make=(attempt.name, _ms(seconds(attempt.started_at))), delete=old,
+            tags={PARENT_TAG: self.parent, "trial_id": attempt.trial_id, "seed": str(attempt.seed),
+                  "device": attempt.device, "status": "running", "attempt": str(attempt.attempt)},
+            marks={"sweeper_key": attempt.key},
+            params=[Param(self._key(k), _text(v)) for k, v in attempt.params.items()])
 
     def epochs(self, attempt: Attempt, rows: list[tuple[int, dict[str, Any], float | None]], last: int) -> None:
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import Metric
 
-        metrics = [Metric(self._key(k), v, _ms(t or time.time()), epoch)
-                   for epoch, values, t in rows for k, v in numbers(values).items()]
-        if self.batch is not None:
-            self.batch.log(self.runs[attempt.trial_id], metrics, {"sweeper_epoch": str(last)})
-            return
-        chunks = _chunks(metrics, 1000)
-        for i, chunk in enumerate(chunks):
-            tags = [RunTag("sweeper_epoch", str(last))] if i == len(chunks) - 1 else []
-            self.client.log_batch(self.runs[attempt.trial_id], metrics=chunk, tags=tags)
+        due = self._due(attempt.trial_id)
+        due.metrics += [Metric(self._key(k), v, _ms(t or time.time()), epoch)
+                        for epoch, values, t in rows for k, v in numbers(values).items()]
+        due.marks["sweeper_epoch"] = str(last)
 
     def finish(self, attempt: Attempt, result: TrialResult, final: str) -> None:
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import Metric
 
-        run_id = self.runs[attempt.trial_id]
+        due = self._due(attempt.trial_id)
         end = seconds(result.started_at) + result.duration_s
         step = result.epoch_reached or 0
         # at its last epoch and stamped now, after every epoch's point: MLflow shows a run's
         # value at its highest step, then its latest time, so the result is what shows
         now = _ms(time.time())
-        metrics = [Metric(self._key(k), v, now, step) for k, v in numbers(result.metrics).items()]
-        tags = {"status": result.status.value, "device": result.device, "attempt": str(result.attempts)}
+        due.metrics += [Metric(self._key(k), v, now, step) for k, v in numbers(result.metrics).items()]
+        due.tags.update({"status": result.status.value, "device": result.device, "attempt": str(result.attempts)})
         if result.error:
-            tags["error"] = result.error[:5000]
+            due.tags["error"] = result.error[:5000]
         if result.epoch_reached is not None:
-            tags["epoch_reached"] = str(result.epoch_reached)
-        if self.batch is not None:  # in one transaction: the final tag with all the rest
-            self.batch.log(run_id, metrics, tags)
-            if result.log and os.path.isfile(result.log):
-                self.batch.artifact(run_id, result.log)
-            self.batch.terminate(run_id, result.status.mlflow, _ms(end))
-            self.batch.log(run_id, [], {"sweeper_final": final})
-            return
-        for chunk in _chunks(metrics, 1000):
-            self.client.log_batch(run_id, metrics=chunk, tags=[RunTag(k, v) for k, v in tags.items()])
-        if result.log and os.path.isfile(result.log):
-            self.client.log_artifact(run_id, result.log)
-        self.client.set_terminated(run_id, result.status.mlflow, end_time=_ms(end))
-        self.client.set_tag(run_id, "sweeper_final", final)  # last: told only once all of it is in
+            due.tags["epoch_reached"] = str(result.epoch_reached)
+        due.log = result.log or ""
+        due.ended = (result.status.mlflow, _ms(end))
+        due.marks["sweeper_final"] = final  # in the last call: told only once all of it is in
 
     def _key(self, name: str) -> str:
         """A name MLflow takes; two names that would become one key stay apart."""
