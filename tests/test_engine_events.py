@@ -168,3 +168,45 @@ def test_a_result_is_judged_and_written_once_and_its_exit_adds_what_it_measured(
     assert [r.status for r in written] == [status] and written[0].exitcode is None  # written when it came
     assert (row.status, row.metrics, row.duration_s) == (status, {"acc": 0.9}, 1.0)
     assert (row.exitcode, row.gpu_mem_peak_mb, row.mem_peak_mb, row.device) == (exit_how.exitcode, 123, 77, "gpu:1")
+
+
+@pytest.mark.unit
+def test_what_an_exit_measured_is_read_again_by_what_reads_rows_recorded_since(tmp_path):
+    """The trackers read rows by their stamp: the exit's measures (its device, peak memory)
+    renew it, so a look taken between the result and the exit is not the last word."""
+    from dataclasses import replace
+
+    from sweeper.model.trial import TrialResult
+
+    (spec,) = plan([{"x": 1}], str(tmp_path), seed=0)
+    ledger = Ledger(str(tmp_path))
+    early = TrialResult(trial_id=spec.trial_id, name="x=1", index=0, params={"x": 1}, status=Status.OK,
+                        metrics={"loss": 1.0}, device="gpu:0")
+    try:
+        ledger.record(early)
+        stamps: dict = {}
+        rows, newest = ledger.recorded_since(None, stamps)
+        assert rows[spec.trial_id].gpu_mem_peak_mb is None
+        ledger.measured(replace(early, device="gpu:1", gpu_mem_peak_mb=4321, exitcode=0))
+        again, _ = ledger.recorded_since(newest, stamps)
+    finally:
+        ledger.close()
+    assert (again[spec.trial_id].device, again[spec.trial_id].gpu_mem_peak_mb) == ("gpu:1", 4321)
+    assert again[spec.trial_id].metrics == {"loss": 1.0}
+
+
+@pytest.mark.unit
+def test_an_oom_the_kernel_then_ended_is_hinted_at_the_hosts_memory(tmp_path):
+    """train raised MemoryError (its result: oom), then the kernel's OOM killer ended it: the
+    status stands, and the hint names the host's memory, which only the exit tells."""
+    backend = Staged(lambda ids: [(ids[0], Result(Status.OOM, {}, "MemoryError: Unable to allocate 30.0 GiB"))],
+                     lambda ids: [(ids[0], Exited(-9, oom_killed="memory cgroup oom_kill 1"))])
+    backend.start = lambda spec: backend.ids.append(spec.trial_id) or Began(10, "gpu:0", "GPU-x", 4800)
+    ledger = Ledger(str(tmp_path))
+    try:
+        (spec,) = plan([{"x": 1}], str(tmp_path), seed=0)
+        Engine(backend, ledger).run([spec])
+        row = ledger.results()[spec.trial_id]
+    finally:
+        ledger.close()
+    assert row.status is Status.OOM and "host memory ran out" in row.error, row.error

@@ -127,3 +127,15 @@ def test_a_search_knows_a_row_on_record_by_its_points_key(tmp_path):
     asked = made.search.next()  # the only other point: never x=1 again
     assert asked is not None and asked.params == {"x": 2}
     assert made.search.next() is None
+
+
+def test_a_point_a_search_asks_for_never_takes_an_id_on_record(tmp_path):
+    """A row on record whose id is another point's key: the search's new point gets an id of
+    its own (else the sweep's grid table would refuse it, and the sweep stop)."""
+    pytest.importorskip("optuna")
+    forged = _row(params_key({"x": 2}), 1, "x=1")  # x=1, recorded under x=2's key
+    options = Options.build({"search": "random", "trials": 2, "metric": "loss", "mode": "min"})
+    made = _resume(tmp_path, [forged], None, space={"x": [1, 2]}, options=options)
+    asked = made.search.next()
+    assert asked is not None and asked.params == {"x": 2}
+    assert asked.trial_id == f"{params_key({'x': 2})}-2"

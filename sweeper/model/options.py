@@ -254,7 +254,7 @@ class Options:
     #: "params<=1e6,val_accuracy>=0.9", or a function of the row giving values that must be
     #: <= 0); a search's sampler is told them (:mod:`sweeper.results.constraints`)
     constraints: Any = field(default=None, metadata=flag(
-        "bounds a trial must meet to be ranked, such as `params<=1e6,val_accuracy>=0.9`: rows gain `feasible`, and "
+        "bounds a trial must meet to be ranked, such as `'params<=1e6,val_accuracy>=0.9'` (quoted for the shell): rows gain `feasible`, and "
         "a search's sampler is told each trial's values (TPE and GP use them). In code: `constraints={\"params\": "
         "(\"<=\", 1e6)}`, or a function of the row giving values that must be <= 0. An ok trial that does not meet "
         "them (or lacks a value they name) is never ranked best, in the summary, `status`, the report or a "

@@ -340,7 +340,7 @@ class Engine(Stopping):
             self.scheduler.paused(trial.spec, trial.epoch)
             return
         trial.to(Phase.ENDED)
-        self.conclude(trial.spec, result, recorded=trial.recorded)
+        self.conclude(trial.spec, result, recorded=trial.adds_only_measures(result))
 
     def _close(self, record_unfinished: bool) -> None:
         """On every way out: nothing of a trial outlives the sweep. Trials that ended
@@ -389,7 +389,8 @@ class Engine(Stopping):
         retrying = not last and self.taking_new and again is not None and (again or retry)
         if self.streak is not None and not retrying:  # a failure counts once its retries are spent
             self.streak.saw(result)
-        stored = self.store(self.ledger.measured if recorded else self.ledger.record, result)
+        # (a row recorded when its result came stands, durable, even where its exit's measures failed to be)
+        stored = self.store(self.ledger.measured if recorded else self.ledger.record, result) or recorded
         if retrying:
             fresh = {k: v for k, v in spec.env.items() if k != contract.RESUMED_EPOCH}  # a retry starts anew
             self.queue.append(replace(spec, attempt=spec.attempt + 1, first_attempt=spec.first_attempt + bool(again),

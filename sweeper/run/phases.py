@@ -48,7 +48,7 @@ from typing import Any
 
 from sweeper.model import contract, outcome
 from sweeper.model.protocol import Began, Exited, Result
-from sweeper.model.trial import Status, TrialResult, TrialSpec
+from sweeper.model.trial import EXIT_FIELDS, Status, TrialResult, TrialSpec
 from sweeper.results.constraints import Constraints
 from sweeper.store.paths import log_tail
 from sweeper.system import hostmem
@@ -212,10 +212,17 @@ class TrialState:
     def final(self, how: Exited, now: float, run_id: str, constraints: Constraints | None) -> TrialResult:
         """Its row once its process is gone: the row recorded when its result came (judged then,
         once: nothing after a result changes a verdict), with what the exit measured; else
-        judged now."""
-        if self.early is None:
+        judged now. One exit tells more of a verdict: an ``oom`` the kernel's OOM killer then
+        ended, whose hint names the host's memory (judged again, the same status)."""
+        if self.early is None or (how.oom_killed and self.early.status is Status.OOM):
             return self.row(how, now, run_id, constraints)
         return replace(self.early, **self.measures(how))
+
+    def adds_only_measures(self, row: TrialResult) -> bool:
+        """Whether ``row`` is the one recorded when its result came, and in the ledger, with
+        only its exit's measures added (then those are all there is to write)."""
+        return self.recorded and self.early is not None and row == replace(self.early, **{
+            name: getattr(row, name) for name in EXIT_FIELDS})
 
     def row(self, how: Exited, now: float, run_id: str, constraints: Constraints | None) -> TrialResult:
         """Its row: the judge's verdict, and where and how long it ran (``now``: the engine's

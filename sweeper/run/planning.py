@@ -236,9 +236,13 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
     from sweeper.run.search import Search
 
     fixed: set[str] = set()  #: the space's keys with one value, which names leave out
+    taken = set(previous)  #: ids given: a point asked for never takes one on record
 
     def make_spec(params: Mapping[str, Any], index: int) -> TrialSpec:
-        return replace(plan([params], folder, options.seed, fixed)[0], index=index)
+        spec = plan([params], folder, options.seed, fixed)[0]
+        tid = new_id(spec.key, taken)
+        taken.add(tid)
+        return replace(spec, index=index, trial_id=tid, seed=trial_seed(options.seed, tid))
 
     search = Search(space, search=options.search, prune=options.prune, trials=options.trials or 0,
                     constraints=parse_constraints(options.constraints),

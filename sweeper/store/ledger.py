@@ -198,11 +198,13 @@ class Ledger:
     def measured(self, result: TrialResult) -> None:
         """What a trial's exit measured (:data:`EXIT_FIELDS`: its exit code, peak memory), into
         the row :meth:`record` wrote when its result came; its verdict is not written again.
-        No fsync: the row is durable already, and these only add to it."""
+        No fsync: the row is durable already, and these only add to it; its stamp is new, so
+        what reads rows recorded since (the trackers) reads it again."""
         with self._fast as db:
             db.execute("BEGIN IMMEDIATE")
-            db.execute(f"UPDATE trials SET {', '.join(f'{name} = ?' for name in EXIT_FIELDS)} WHERE trial_id = ?",
-                       (*(getattr(result, name) for name in EXIT_FIELDS), result.trial_id))
+            db.execute(f"UPDATE trials SET {', '.join(f'{name} = ?' for name in EXIT_FIELDS)}, recorded_at = ? "
+                       "WHERE trial_id = ?",
+                       (*(getattr(result, name) for name in EXIT_FIELDS), time.time(), result.trial_id))
             db.execute("DELETE FROM running WHERE trial_id = ?", (result.trial_id,))
 
     @_writes
