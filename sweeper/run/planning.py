@@ -54,15 +54,20 @@ if TYPE_CHECKING:
 
 
 def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int,
-         fixed: Collection[str] | None = None) -> list[TrialSpec]:
+         fixed: Collection[str] | None = None, taken: set[str] | None = None) -> list[TrialSpec]:
     """A spec per distinct point, in grid order (a point listed twice runs once), named by
     what varies among them (``fixed``: the keys names leave out; by default those all the
-    points share, :func:`sweeper.model.trial.fixed_keys`), each given its id."""
+    points share, :func:`sweeper.model.trial.fixed_keys`), each given an id none in ``taken``
+    has (the ids given are added to it)."""
     distinct: dict[str, Mapping[str, Any]] = {}
     for p in points:
         distinct.setdefault(params_key(p), p)
     names = trial_names(list(distinct.values()), fixed)
-    ids = [new_id(key) for key in distinct]  # distinct points: each its first trial
+    given = taken if taken is not None else set()
+    ids = []
+    for key in distinct:
+        ids.append(new_id(key, given))
+        given.add(ids[-1])
     return [TrialSpec(trial_id=tid, name=name, index=i, params=dict(p), seed=trial_seed(seed, tid),
                       dir=SweepPaths(folder).trial(name))
             for i, (tid, p, name) in enumerate(zip(ids, distinct.values(), names))]
@@ -239,10 +244,7 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
     taken = set(previous)  #: ids given: a point asked for never takes one on record
 
     def make_spec(params: Mapping[str, Any], index: int) -> TrialSpec:
-        spec = plan([params], folder, options.seed, fixed)[0]
-        tid = new_id(spec.key, taken)
-        taken.add(tid)
-        return replace(spec, index=index, trial_id=tid, seed=trial_seed(options.seed, tid))
+        return replace(plan([params], folder, options.seed, fixed, taken)[0], index=index)
 
     search = Search(space, search=options.search, prune=options.prune, trials=options.trials or 0,
                     constraints=parse_constraints(options.constraints),
@@ -253,6 +255,6 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
     for tid, epoch, metrics in ledger.history():
         history.setdefault(tid, []).append((epoch, metrics))
     kept, again = search.resume(previous, history, lambda r: keeps(r, options.skip_failed))
-    specs = [replace(make_spec(r.params, r.index), name=r.name, trial_id=r.trial_id,
-                     seed=trial_seed(options.seed, r.trial_id)) for r in [*kept.values(), *again]]
+    specs = [replace(plan([r.params], folder, options.seed, fixed)[0], index=r.index, name=r.name,
+                     trial_id=r.trial_id, seed=trial_seed(options.seed, r.trial_id)) for r in [*kept.values(), *again]]
     return search, specs
