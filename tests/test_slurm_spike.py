@@ -1,0 +1,44 @@
+"""(Spike, issue 41.) A sweep on a real one-node Slurm, the tests' own: each trial a job."""
+
+from __future__ import annotations
+
+import pytest
+
+import sweeper
+import sweep_fns
+import slurm_cluster
+from sweeper.backends.registry import register
+from sweeper.backends.slurm import factory
+
+pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"),
+              pytest.mark.xdist_group("slurm")]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    with slurm_cluster.one_node(str(tmp_path_factory.mktemp("slurm"))) as conf:
+        register("slurm", factory)
+        yield conf
+
+
+def test_a_grid_runs_as_slurm_jobs_and_each_status_is_right(slurm, tmp_path):
+    df = sweeper.sweep(sweep_fns.crash, {"how": ["ok", "raise", "exit3", "segv"]}, backend="slurm", workers=2,
+                       out=str(tmp_path), progress=False)
+    by = df.set_index("param_how")
+    shown = df[["param_how", "status", "error"]].to_string()
+    assert by.status.to_dict() == {"ok": "ok", "raise": "error", "exit3": "crashed", "segv": "crashed"}, shown
+    assert by.loc["ok", "value"] == 1.0
+    assert "boom from the trial" in by.loc["raise", "error"]
+
+
+def test_a_timeout_cancels_the_job_and_leaves_nothing_queued(slurm, tmp_path):
+    import subprocess
+
+    df = sweeper.sweep(sweep_fns.crash, {"how": ["sleep", "sigkill"]}, backend="slurm", workers=2, timeout=5,
+                       out=str(tmp_path), progress=False)
+    by = df.set_index("param_how")
+    shown = df[["param_how", "status", "error"]].to_string()
+    assert by.status.to_dict() == {"sleep": "timeout", "sigkill": "crashed"}, shown
+    assert "SIGKILL" in by.loc["sigkill", "error"], shown
+    queued = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout
+    assert "sweeper-" not in queued, queued
