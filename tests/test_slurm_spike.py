@@ -7,8 +7,6 @@ import pytest
 import sweeper
 import sweep_fns
 import slurm_cluster
-from sweeper.backends.registry import register
-from sweeper.backends.slurm import factory
 
 pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"),
               pytest.mark.xdist_group("slurm")]
@@ -17,7 +15,6 @@ pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_clu
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     with slurm_cluster.one_node(str(tmp_path_factory.mktemp("slurm"))) as conf:
-        register("slurm", factory)
         yield conf
 
 
@@ -31,6 +28,15 @@ def test_a_grid_runs_as_slurm_jobs_and_each_status_is_right(slurm, tmp_path):
     assert "boom from the trial" in by.loc["raise", "error"]
 
 
+def test_sbatch_options_reach_the_job_and_mistakes_are_one_line(slurm, tmp_path):
+    df = sweeper.sweep(sweep_fns.crash, {"how": ["ok"]}, backend="slurm", slurm={"partition": "debug", "time": 5},
+                       out=str(tmp_path), progress=False)
+    assert df.status.tolist() == ["ok"]
+    for bad, said in [({"array": "0-3"}, "sweeper's own"), (["partition"], "KEY=VALUE"), ({"a b": 1}, "no sbatch")]:
+        with pytest.raises(sweeper.SweepError, match=said):
+            sweeper.sweep(sweep_fns.crash, {"how": ["ok"]}, backend="slurm", slurm=bad, out=str(tmp_path))
+
+
 def test_a_timeout_cancels_the_job_and_leaves_nothing_queued(slurm, tmp_path):
     import subprocess
 
@@ -42,3 +48,15 @@ def test_a_timeout_cancels_the_job_and_leaves_nothing_queued(slurm, tmp_path):
     assert "SIGKILL" in by.loc["sigkill", "error"], shown
     queued = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout
     assert "sweeper-" not in queued, queued
+
+
+def test_the_command_line_runs_on_slurm_with_its_sbatch_options(slurm, tmp_path):
+    from conftest import run_cli, write_grid
+
+    grid = write_grid(tmp_path, "from sweep_fns import crash as train\ngrid = {'how': ['ok', 'raise']}\n")
+    done = run_cli(grid, "--out", str(tmp_path / "out"), "--backend", "slurm", "--slurm", "partition=debug",
+                   "--slurm", "time=5")
+    assert done.returncode == 1, done.stdout + done.stderr  # one trial failed
+    assert "1 ok" in done.stdout and "1 error" in done.stdout, done.stdout
+    bad = run_cli(grid, "--out", str(tmp_path / "out"), "--backend", "slurm", "--slurm", "partition")
+    assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr + bad.stdout, bad.stdout + bad.stderr

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from sweeper.backends.channel import Relay, finished
+from sweeper.backends.slurm_options import SlurmOptions
 from sweeper.child.batch import JobReader, write_job
 from sweeper.child.channel import sweep_token
 from sweeper.model.protocol import Exited, Traits
@@ -38,6 +39,7 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_F
 class SlurmBackend:
     def __init__(self, launch: Any) -> None:
         self.target = launch.target
+        self.own = launch.options.backend_options or SlurmOptions().checked()
         self.traits = Traits(launch.options.worker_count or 2, stop_word="cancelled")
         self.relay = Relay()
         self.jobs: dict[str, tuple[Any, str, JobReader]] = {}  # trial id -> spec, job id, its files
@@ -50,7 +52,7 @@ class SlurmBackend:
     def start(self, spec: Any) -> None:
         write_job(spec, self.target, {}, sweep_token(spec.dir))
         command = f"exec {shlex.quote(sys.executable)} -m sweeper.child.batch {shlex.quote(spec.dir)}"
-        done = subprocess.run(["sbatch", "--parsable", f"--job-name=sweeper-{spec.trial_id}",
+        done = subprocess.run(["sbatch", "--parsable", *self.own.sbatch(), f"--job-name=sweeper-{spec.trial_id}",
                                f"--output={os.path.join(spec.dir, '.job', 'slurm.out')}", "--wrap", command],
                               env=self.env, capture_output=True, text=True, check=True)
         self.jobs[spec.trial_id] = (spec, done.stdout.strip().split(";")[0], JobReader(spec.dir))
