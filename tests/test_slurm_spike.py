@@ -60,3 +60,35 @@ def test_the_command_line_runs_on_slurm_with_its_sbatch_options(slurm, tmp_path)
     assert "1 ok" in done.stdout and "1 error" in done.stdout, done.stdout
     bad = run_cli(grid, "--out", str(tmp_path / "out"), "--backend", "slurm", "--slurm", "partition")
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr + bad.stdout, bad.stdout + bad.stderr
+
+
+def test_a_job_cancelled_from_outside_is_crashed_and_says_cancelled(slurm, tmp_path):
+    """scancel by hand (or an admin): the row says so, whatever the exit code."""
+    import subprocess
+    import threading
+    import time
+
+    def cancel_when_running():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            jobs = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i %j"], capture_output=True,
+                                  text=True).stdout.split()
+            if jobs:
+                time.sleep(1)  # in train by now (it sleeps 600 s)
+                subprocess.run(["scancel", jobs[0]])
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=cancel_when_running)
+    killer.start()
+    df = sweeper.sweep(sweep_fns.crash, {"how": ["sleep"]}, backend="slurm", out=str(tmp_path), progress=False)
+    killer.join()
+    assert df.status.tolist() == ["crashed"] and "cancelled from outside" in df.error[0], df.error[0]
+
+
+@pytest.mark.slow
+def test_slurms_own_time_limit_is_a_timeout(slurm, tmp_path):
+    """--slurm time=1 (a minute): Slurm ends the job; the row is timeout, naming Slurm's limit."""
+    df = sweeper.sweep(sweep_fns.crash, {"how": ["sleep"]}, backend="slurm", slurm={"time": 1},
+                       out=str(tmp_path), progress=False)
+    assert df.status.tolist() == ["timeout"] and "Slurm's time limit" in df.error[0], df.error[0]

@@ -109,9 +109,20 @@ class SlurmBackend:
         exitcode = code if heard.exitcode is None else heard.exitcode
         out = reader.returned()
         if out is None:
-            note = f"Slurm job {job} ended {state}" + ("" if state != "CANCELLED" else ": cancelled")
-            return [*events, (trial_id, Exited(exitcode, note=note))]
+            return [*events, (trial_id, _how(job, state, exitcode))]
         return [*events, *finished(spec, out, exitcode)]
+
+
+def _how(job: str, state: str, exitcode: int | None) -> Exited:
+    """How a job that returned nothing ended, in the judge's terms: Slurm's time limit is a
+    ``timeout``, its memory limit an ``oom``; a cancel from outside says so."""
+    if state == "TIMEOUT":
+        return Exited(exitcode, time_limit=f"Slurm's time limit (job {job})")
+    if state == "OUT_OF_MEMORY":
+        return Exited(exitcode, oom_killed=f"Slurm's memory limit, job {job}")
+    if state == "CANCELLED":
+        return Exited(exitcode, note=f"cancelled: Slurm job {job} was cancelled from outside the sweep")
+    return Exited(exitcode, note=f"Slurm job {job} ended {state}")
 
 
 def _state(job: str) -> tuple[str, int | None]:
