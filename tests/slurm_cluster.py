@@ -84,6 +84,7 @@ def one_node(root: str):
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = old
+        subprocess.run(["scancel", "--full", "--user", "root"], env=env, capture_output=True)  # no job outlives it
         for daemon in daemons:
             daemon.terminate()
         for daemon in daemons:

@@ -92,3 +92,58 @@ def test_slurms_own_time_limit_is_a_timeout(slurm, tmp_path):
     df = sweeper.sweep(sweep_fns.crash, {"how": ["sleep"]}, backend="slurm", slurm={"time": 1},
                        out=str(tmp_path), progress=False)
     assert df.status.tolist() == ["timeout"] and "Slurm's time limit" in df.error[0], df.error[0]
+
+
+def test_a_killed_driver_leaves_its_jobs_and_the_same_command_adopts_them(slurm, tmp_path):
+    """issue 41, item 4: SIGKILL the driver while its jobs run; the same command again adopts
+    them (no job submitted twice, no trial trained twice) and records their results."""
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT, write_grid
+
+    release, out = tmp_path / "release", tmp_path / "out"
+    grid = write_grid(tmp_path, (
+        "import os, time, sweeper\n"
+        "def train(params):\n"
+        "    open(os.path.join(sweeper.current_trial().dir, 'started'), 'w').close()\n"
+        "    while not os.path.exists(params['release']):\n"
+        "        time.sleep(0.05)\n"
+        "    return {'job': float(os.environ['SLURM_JOB_ID'])}\n"
+        f"grid = {{'x': [1, 2], 'release': [{str(release)!r}]}}\n"))
+    command = [sys.executable, "-m", "sweeper", grid, "--out", str(out), "--backend", "slurm", "--workers", "2"]
+
+    def until(check, what):
+        deadline = time.monotonic() + 90
+        while not check():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.2)
+
+    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    until(lambda: len(list((out / "grid" / "trials").glob("*/started"))) == 2, "the first driver's trials started")
+    first.kill()
+    first.wait()
+    queued = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout.split()
+    jobs = {float(job) for job, name in zip(queued[::2], queued[1::2]) if name.startswith("sweeper-")}
+    assert len(jobs) == 2, queued  # left running by the killed driver
+
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1))
+
+    def adopted():  # the second driver marks both running (the first's marks were cleared first)
+        with sqlite3.connect(out / "grid" / "ledger.sqlite") as db:
+            return db.execute("SELECT count(*) FROM running WHERE started_at >= ?", (since,)).fetchone()[0] == 2
+
+    second = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        until(adopted, "the second driver adopted both running jobs")
+        release.touch()
+        said, _ = second.communicate(timeout=120)
+    finally:
+        second.kill()
+    assert second.returncode == 0, said
+    df = sweeper.load(str(out / "grid"))
+    assert df.status.tolist() == ["ok", "ok"], said
+    assert set(df.job) == jobs  # their own jobs: adopted, none submitted again
+    assert "sweeper-" not in subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout

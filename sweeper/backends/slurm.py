@@ -14,6 +14,7 @@ adoption of a killed driver's jobs from the ledger, Slurm's TIMEOUT and OUT_OF_M
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -28,6 +29,7 @@ from sweeper.backends.slurm_options import SlurmOptions
 from sweeper.child.batch import JobReader, write_job
 from sweeper.child.channel import sweep_token
 from sweeper.model.protocol import Exited, Traits
+from sweeper.store.paths import JobPaths, atomic
 
 #: Seconds between two looks at Slurm's queue.
 POLL_S = 2.0
@@ -50,12 +52,19 @@ class SlurmBackend:
         pass
 
     def start(self, spec: Any) -> None:
-        write_job(spec, self.target, {}, sweep_token(spec.dir))
-        command = f"exec {shlex.quote(sys.executable)} -m sweeper.child.batch {shlex.quote(spec.dir)}"
-        done = subprocess.run(["sbatch", "--parsable", *self.own.sbatch(), f"--job-name=sweeper-{spec.trial_id}",
-                               f"--output={os.path.join(spec.dir, '.job', 'slurm.out')}", "--wrap", command],
-                              env=self.env, capture_output=True, text=True, check=True)
-        self.jobs[spec.trial_id] = (spec, done.stdout.strip().split(";")[0], JobReader(spec.dir))
+        """Submit the trial's job; or adopt the one a killed driver left for it (still queued or
+        running, or ended with its result written): no trial is trained twice."""
+        job = _adoptable(spec)
+        if job is None:
+            write_job(spec, self.target, {}, sweep_token(spec.dir))
+            command = f"exec {shlex.quote(sys.executable)} -m sweeper.child.batch {shlex.quote(spec.dir)}"
+            done = subprocess.run(["sbatch", "--parsable", *self.own.sbatch(), f"--job-name={_name(spec)}",
+                                   f"--output={os.path.join(spec.dir, '.job', 'slurm.out')}", "--wrap", command],
+                                  env=self.env, capture_output=True, text=True, check=True)
+            job = done.stdout.strip().split(";")[0]
+            with atomic(_job_file(spec)) as f:
+                f.write(job)
+        self.jobs[spec.trial_id] = (spec, job, JobReader(spec.dir))
         self.relay.watch(spec.trial_id)
         return None  # its Began comes with its Placed message, from the node
 
@@ -86,6 +95,8 @@ class SlurmBackend:
     def close(self) -> list[tuple[str, Any]]:
         if self.jobs:
             subprocess.run(["scancel", *(job for _, job, _ in self.jobs.values())], capture_output=True)
+        for spec, _, _ in self.jobs.values():
+            _seen_end(spec)
         self.jobs.clear()
         return []
 
@@ -104,6 +115,7 @@ class SlurmBackend:
 
     def _exited(self, trial_id: str, state: str, code: int | None) -> list[tuple[str, Any]]:
         spec, job, reader = self.jobs.pop(trial_id)
+        _seen_end(spec)
         events = self.relay.events(reader.messages())  # what it sent before it ended
         heard = self.relay.forget(trial_id)
         exitcode = code if heard.exitcode is None else heard.exitcode
@@ -111,6 +123,37 @@ class SlurmBackend:
         if out is None:
             return [*events, (trial_id, _how(job, state, exitcode))]
         return [*events, *finished(spec, out, exitcode)]
+
+
+def _name(spec: Any) -> str:
+    return f"sweeper-{spec.trial_id}"
+
+
+def _job_file(spec: Any) -> str:
+    """Where the trial's folder keeps its job's id (the next driver adopts the job from it)."""
+    return os.path.join(spec.dir, ".job", "slurm_job")
+
+
+def _seen_end(spec: Any) -> None:
+    """A driver saw the trial's job end (or ended it): no later driver adopts it."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(_job_file(spec))
+
+
+def _adoptable(spec: Any) -> str | None:
+    """The job a driver submitted for this trial and left (killed, its ssh session lost), where
+    it is still queued or running under the trial's name, or ended with its result written."""
+    try:
+        with open(_job_file(spec)) as f:
+            job = f.read().strip()
+    except OSError:
+        return None
+    if not job.isdigit():
+        return None
+    if os.path.exists(JobPaths(spec.dir).returned):
+        return job
+    out = subprocess.run(["squeue", "-h", "-o", "%T %j", "-j", job], capture_output=True, text=True).stdout.split()
+    return job if len(out) == 2 and out[0] not in FINAL and out[1] == _name(spec) else None
 
 
 def _how(job: str, state: str, exitcode: int | None) -> Exited:
