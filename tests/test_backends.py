@@ -111,7 +111,7 @@ def test_an_installed_packages_entry_point_adds_a_backend_to_the_command_line(tm
     assert rows.status.tolist() == ["ok", "ok"] and rows.value.tolist() == [2.0, 4.0]
     wrong = subprocess.run([sys.executable, "-m", "sweeper", str(tmp_path / "grid.py"), "--backend", "toyy",
                             "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=240)
-    assert wrong.returncode == 2 and "'toyy' is unknown; use one of local, ray, toy" in wrong.stderr + wrong.stdout
+    assert wrong.returncode == 2 and "'toyy' is unknown; use one of local, ray, slurm, toy" in wrong.stderr + wrong.stdout
 
 
 def test_a_backend_owns_its_options_and_no_other_takes_them(tmp_path):

@@ -27,6 +27,9 @@ CASES = [
     (Ending(CPU, Exited(-15), None, Status.INTERRUPTED, "stopped by SIGINT"), Status.INTERRUPTED, "SIGINT"),
     (Ending(CPU, Exited(0), Result(Status.ERROR, {}, "ValueError: bad")), Status.ERROR, "ValueError: bad"),
     (Ending(CPU, Exited(-signal.SIGSEGV)), Status.CRASHED, "died with SIGSEGV before returning a result"),
+    # a batch scheduler's own limits (Slurm's TIMEOUT, OUT_OF_MEMORY), as its backend tells them
+    (Ending(CPU, Exited(0, time_limit="Slurm's time limit (job 7)")), Status.TIMEOUT, "ran past Slurm's time limit"),
+    (Ending(CPU, Exited(-9, oom_killed="Slurm's memory limit, job 7")), Status.OOM, "Slurm's memory limit"),
     (Ending(CPU, Exited(-signal.SIGKILL)), Status.CRASHED, "killed from outside"),
     (Ending(CPU, Exited(3), tail=("last words",)), Status.CRASHED, "exit code 3 before returning a result; last log line: last words"),
     (Ending(CPU, Exited(-signal.SIGABRT), tail=OOM_LOG), Status.OOM, "host memory ran out"),

@@ -28,6 +28,7 @@ from dataclasses import Field, dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from sweeper.backends.ray_options import RayOptions
+from sweeper.backends.slurm_options import SlurmOptions
 from sweeper.errors import SweepError
 
 if TYPE_CHECKING:
@@ -92,9 +93,16 @@ def _ray(launch: Launch) -> Backend:
                       workers=options.worker_count)
 
 
+def _slurm(launch: Launch) -> Backend:
+    from sweeper.backends.slurm import SlurmBackend
+
+    return SlurmBackend(launch)
+
+
 _BACKENDS: dict[str, Registered] = {
     "local": Registered(_local),
     "ray": Registered(_ray, places_trials=True, options=RayOptions),
+    "slurm": Registered(_slurm, places_trials=True, options=SlurmOptions),
 }
 
 

@@ -220,6 +220,8 @@ def exited(how: Exited, tail: list[str]) -> Verdict:
     code = how.exitcode
     if how.oom_killed:
         return Verdict(Status.OOM, f"killed by the kernel's out-of-memory killer ({how.oom_killed})"[:MAX_ERROR])
+    if how.time_limit:
+        return Verdict(Status.TIMEOUT, f"ran past {how.time_limit} and was ended by it"[:MAX_ERROR])
     if code is None and how.note:  # the backend knows no more than its own words
         return Verdict(Status.CRASHED, how.note[:MAX_ERROR])
     if code is not None and code < 0:

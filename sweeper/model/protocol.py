@@ -178,6 +178,8 @@ class Exited:
     cap_mb: int | None = None
     #: the kernel's OOM killer ended it (SIGKILL while the memory cgroup's oom_kill count rose)
     oom_killed: str = ""
+    #: a batch scheduler's own time limit ended it (its words: "Slurm's time limit, 00:01:00")
+    time_limit: str = ""
 
 
 @dataclass(frozen=True)
