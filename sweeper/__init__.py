@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from sweeper.child.context import current_trial, report
     from sweeper.errors import SweepError
     from sweeper.front.command import Command, flags
-    from sweeper.model.grid import Points, expand, sample
     from sweeper.model.distributions import loguniform, randint, uniform
+    from sweeper.model.grid import Points, expand, sample
     from sweeper.model.options import Options
     from sweeper.model.trial import Status, TrialResult, TrialSpec
 

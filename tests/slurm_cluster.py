@@ -1,8 +1,14 @@
-"""(Spike, issue 41.) A real one-node Slurm for the tests, started by them: munged,
-slurmctld and slurmd with a configuration of their own in a temporary folder (their own
-ports, no accounting, no cgroups: ``proctrack/linuxproc``), as root. Debian's
-``slurm-wlm`` and ``munge`` (apt-get) give the binaries; without them, or not as root,
-the tests that need it skip, saying why."""
+"""A real one-node Slurm for the tests, started by them: munged, slurmctld and slurmd with a
+configuration of their own in a temporary folder (their own ports, no accounting, no
+cgroups: ``proctrack/linuxproc``, ``task/none``), as root. The node is this machine, as
+``slurmd -C`` describes it, with two GPUs of its own: Slurm hands them out as ``gres/gpu``
+(``CUDA_VISIBLE_DEVICES`` set by Slurm) though they are character devices as /dev/null is,
+so a job that asks for a GPU runs here; nothing in the tests touches a real GPU through them.
+Where such devices cannot be made, the node has no GPUs (:data:`GPUS` says so).
+
+Debian's ``slurm-wlm`` and ``munge`` (apt-get) give the binaries; without them, or not as
+root, the tests that need it skip, saying why.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import contextlib
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import time
 
@@ -23,7 +30,9 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=256
+GresTypes=gpu
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
 SlurmctldPidFile={root}/ctld.pid
@@ -34,11 +43,29 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none
 ReturnToService=2
+KillWait=5
 SlurmctldPort={port}
 SlurmdPort={dport}
-NodeName={host} CPUs={cpus} RealMemory=1000 State=UNKNOWN
+{node} Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
+GRES = "Name=gpu File={root}/gpu[0-1]\n"
+
+
+#: Whether the running test Slurm has its two GPUs (their device files could be made).
+GPUS = False
+
+
+def _fake_gpus(root: str) -> bool:
+    """Two character devices (as /dev/null) for Slurm's gres/gpu, which wants devices, not files."""
+    try:
+        for gpu in range(2):
+            path = os.path.join(root, f"gpu{gpu}")
+            if not os.path.exists(path):
+                os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError:
+        return False
+    return True
 
 
 def missing() -> str:
@@ -56,15 +83,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def node_line() -> str:
+    """This machine as slurmd sees it (``NodeName=... CPUs=... RealMemory=...``)."""
+    return subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+
+
 @contextlib.contextmanager
 def one_node(root: str):
     """Slurm up, SLURM_CONF set for this process and its children; all of it stopped after."""
     host = socket.gethostname()
     for sub in ("state", "spool"):
         os.makedirs(os.path.join(root, sub), exist_ok=True)
+    global GPUS
+    GPUS = _fake_gpus(root)
     conf = os.path.join(root, "slurm.conf")
+    text = CONF.format(host=host, root=root, port=_free_port(), dport=_free_port(), node=node_line())
     with open(conf, "w") as f:
-        f.write(CONF.format(host=host, root=root, port=_free_port(), dport=_free_port(), cpus=os.cpu_count() or 1))
+        f.write(text if GPUS else text.replace(" Gres=gpu:2", "").replace("GresTypes=gpu\n", ""))
+    with open(os.path.join(root, "gres.conf"), "w") as f:
+        f.write(GRES.format(root=root) if GPUS else "")
     env = {**os.environ, "SLURM_CONF": conf}
     os.makedirs("/run/munge", exist_ok=True)
     subprocess.run(["munged", "--force"], capture_output=True)  # one already running is fine
@@ -77,7 +114,7 @@ def one_node(root: str):
         while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True).stdout:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the test Slurm did not come up; see {root}/ctld.log and {root}/d.log")
-            time.sleep(0.5)
+            time.sleep(0.2)
         yield conf
     finally:
         if old is None:
@@ -92,3 +129,22 @@ def one_node(root: str):
                 daemon.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 daemon.kill()
+
+
+def squeue(*args: str) -> list[list[str]]:
+    """``squeue -h -r`` with ``args`` (``-o`` a format), its lines split."""
+    out = subprocess.run(["squeue", "-h", "-r", *args], capture_output=True, text=True).stdout
+    return [line.split() for line in out.splitlines() if line.strip()]
+
+
+def sweep_jobs() -> list[list[str]]:
+    """The tasks of sweeper's jobs still in the queue: [task id, state, name]."""
+    return [row for row in squeue("-o", "%i %T %j") if len(row) == 3 and row[2].startswith("sweeper-")]
+
+
+def until(check, what: str, within: float = 90.0) -> None:
+    """Wait for ``check()`` (a look every 0.1 s), failing with ``what`` past ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)

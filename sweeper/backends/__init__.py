@@ -3,8 +3,8 @@
 * :mod:`sweeper.backends.local`: a fresh process per trial on this machine's slots;
 * :mod:`sweeper.backends.ray`: a Ray task per trial on a cluster; :mod:`sweeper.backends.ray_options`: its
   own settings (its options group: ``address``, ``cpus_per_trial``);
-* :mod:`sweeper.backends.slurm`: (a spike, issue 41) a Slurm job per trial, through files;
-  :mod:`sweeper.backends.slurm_options`: its options group (``slurm``: sbatch options);
+* :mod:`sweeper.backends.slurm`: each trial a task of a Slurm array job, through files in the
+  sweep's folder; :mod:`sweeper.backends.slurm.options`: its options group (``slurm``: sbatch options);
 * :mod:`sweeper.backends.channel`: the driver's half of a trial that talks through a channel
   (Ray's queue, any queue) and returns its result;
 * :mod:`sweeper.backends.registry`: the names a sweep's ``backend`` option may take, and how

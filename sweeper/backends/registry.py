@@ -4,8 +4,9 @@ A backend is a name and a factory: ``factory(launch) -> Backend`` (the protocol 
 :class:`sweeper.model.protocol.Backend`; what the factory is given, :class:`Launch`). Three
 ways a name gets here:
 
-* the built-in ones: ``local`` (:mod:`sweeper.backends.local`) and ``ray``
-  (:mod:`sweeper.backends.ray`), imported only when a sweep runs on them;
+* the built-in ones: ``local`` (:mod:`sweeper.backends.local`), ``ray``
+  (:mod:`sweeper.backends.ray`) and ``slurm`` (:mod:`sweeper.backends.slurm`), imported only
+  when a sweep runs on them;
 * :func:`register`, from a program, before it calls ``sweep()``;
 * an installed package's entry point in the ``sweeper.backends`` group
   (``my-backend = my_package.backend:factory``), found when a sweep names it, so the
@@ -19,7 +20,8 @@ that refuses bad values in one line), registered with it (``options=``). :func:`
 builds a sweep's :class:`~sweeper.model.options.Options` and the chosen backend's group from
 the same keywords (``sweep(..., address="auto")``, a grid file's options, ``--address``); a
 keyword of another backend's group is refused, naming that backend. Ray's is
-:class:`sweeper.backends.ray_options.RayOptions`.
+:class:`sweeper.backends.ray_options.RayOptions`; Slurm's,
+:class:`sweeper.backends.slurm.options.SlurmOptions`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import Field, dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from sweeper.backends.ray_options import RayOptions
-from sweeper.backends.slurm_options import SlurmOptions
+from sweeper.backends.slurm.options import SlurmOptions
 from sweeper.errors import SweepError
 
 if TYPE_CHECKING:
@@ -94,9 +96,9 @@ def _ray(launch: Launch) -> Backend:
 
 
 def _slurm(launch: Launch) -> Backend:
-    from sweeper.backends.slurm import SlurmBackend
+    from sweeper.backends.slurm.backend import SlurmBackend
 
-    return SlurmBackend(launch)
+    return SlurmBackend(launch.target, launch.options)
 
 
 _BACKENDS: dict[str, Registered] = {

@@ -12,6 +12,9 @@ channel that appends each message to a file, and writes its return value whole::
     JobReader.messages() ◀── <trial>/.job/messages ── each message: a length, a pickle, one write
     JobReader.returned() ◀── <trial>/.job/returned.pkl ── the return value, renamed into place
 
+An array job runs ``python -m sweeper.child.batch --list FILE``: each task the trial on the
+line of ``FILE`` its index names (:func:`write_list`).
+
 The driver's half (:mod:`sweeper.backends.channel`) makes the engine's events of both;
 how the job ended (its exit code, a kill) is the scheduler's to say.
 """
@@ -90,15 +93,31 @@ class JobReader:
             return None
 
 
+def write_list(path: str, trial_dirs: list[str]) -> None:
+    """An array job's list: line ``i`` is the folder of the trial its task ``i`` runs."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with paths.atomic(path) as f:
+        f.write("".join(f"{d}\n" for d in trial_dirs))
+
+
+def trial_of_task(list_path: str, index: int) -> str:
+    """The folder of the trial an array's task ``index`` runs (:func:`write_list`)."""
+    with open(list_path) as f:
+        return f.read().splitlines()[index]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the job whose spec is in ``<trial dir>/.job/``."""
+    """Run the job whose spec is in ``<trial dir>/.job/``: ``TRIAL_DIR``, or ``--list FILE``
+    (an array job's task: the line of ``FILE`` its ``SLURM_ARRAY_TASK_ID`` names)."""
     from sweeper.child.channel import channel_main
 
-    trial_dir = (sys.argv[1:] if argv is None else argv)[0]
+    args = sys.argv[1:] if argv is None else argv
+    trial_dir = trial_of_task(args[1], int(os.environ["SLURM_ARRAY_TASK_ID"])) if args[0] == "--list" else args[0]
     job = paths.JobPaths(trial_dir)
     with open(job.spec, "rb") as f:
         spec, target, env, sweep = pickle.load(f)
-    out = channel_main(spec, target, env, FileChannel(job.messages), sweep)
+    # the node sees the sweep's folder (a batch job's must): the trial works and logs there
+    out = channel_main(spec, target, env, FileChannel(job.messages), sweep, shared=True)
     with paths.atomic(job.returned, binary=True) as f:
         pickle.dump(out, f)
     return 0

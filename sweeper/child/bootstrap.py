@@ -111,7 +111,7 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
         return
     started = time.monotonic()
     try:
-        _redirect_output(spec, prelog)
+        redirect_output(spec, prelog)
     except OSError as exc:  # the folder became read-only, or the disk is full: said, not run
         conn.send(Unwritable(exc.filename or spec.log_path, exc.strerror or str(exc)))
         return
@@ -325,7 +325,7 @@ def redirect_to_nameless() -> int:
     return keep
 
 
-def _redirect_output(spec: TrialSpec, prelog: int | None = None) -> None:
+def redirect_output(spec: TrialSpec, prelog: int | None = None) -> None:
     """Point output at the trial's log, after a header and what a standby printed so far."""
     os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
     _redirect_fds(os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))

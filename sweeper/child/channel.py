@@ -32,7 +32,7 @@ from sweeper.store import paths
 
 
 def channel_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any,
-             sweep: str | None = None) -> dict[str, Any]:
+             sweep: str | None = None, shared: bool = False) -> dict[str, Any]:
     """Entry point of a trial as a Ray task (a fresh Ray worker process, ``max_calls=1``).
 
     The same bootstrap as :func:`main` minus what Ray does itself (placing the task,
@@ -47,6 +47,10 @@ def channel_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any
     driver: the driver's machine, or a shared filesystem mounted at the same path), its
     folder there, as for a local trial; elsewhere a temporary folder of this node's
     (:class:`_Scratch`), removed with what the trial wrote in it when the task ends.
+
+    ``shared``: the node sees the sweep's folder, always (a batch job's: the sweep requires it);
+    then the trial writes its log there itself, as a local trial does (its last words survive
+    a crash, and ``--stall`` sees it write), and the return value holds none.
     """
     os.environ.update(env)
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -56,7 +60,7 @@ def channel_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any
     device = f"gpu:{gpus}" if gpus and not gpus.startswith("-") else "cpu"
     remove_leftovers()  # of this node's trials that were killed (ray.cancel, a crash)
     scratch: _Scratch | None = None
-    if sweep is None or sweep_token(spec.dir) != sweep or not _made(spec.dir):
+    if not shared and (sweep is None or sweep_token(spec.dir) != sweep or not _made(spec.dir)):
         import ray
 
         # first, so the driver knows where to clean should this process be killed
@@ -64,20 +68,24 @@ def channel_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any
         scratch = _Scratch(spec.trial_id)
     try:
         spec = replace(spec, dir=spec.dir if scratch is None else scratch.path, device=device)
-        return _trial(spec, target, channel, limit, scratch)
+        return _trial(spec, target, channel, limit, scratch, shared)
     finally:
         if scratch is not None:
             scratch.remove()
 
 
 def _trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
-               scratch: _Scratch | None) -> dict[str, Any]:
+               scratch: _Scratch | None, shared: bool = False) -> dict[str, Any]:
     """:func:`channel_main`'s trial, in its folder: the return value the driver reads."""
     os.environ.update({**spec.env, contract.TRIAL_DIR: spec.dir})
     channel.put((spec.trial_id, Placed(os.getpid(), spec.device, limit, socket.gethostname())))
-    log = bootstrap.redirect_to_nameless()
-    print(paths.log_header(spec.name, spec.trial_id, spec.attempt, os.getpid(), spec.device, spec.seed),
-          flush=True)
+    log: int | None = None
+    if shared:
+        bootstrap.redirect_output(spec)  # its log.txt, after the attempt's header
+    else:
+        log = bootstrap.redirect_to_nameless()
+        print(paths.log_header(spec.name, spec.trial_id, spec.attempt, os.getpid(), spec.device, spec.seed),
+              flush=True)
     started = time.monotonic()
     hook = imports.install()
     failed: list[LoadFailed] = []
@@ -104,10 +112,10 @@ def _trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
     finally:
         os._exit = real_exit
     if result is None:
-        return {"load_error": failed[0].error, "log": _read_back(log)}
+        return {"load_error": failed[0].error, "log": _read_back(log) if log is not None else ""}
     sys.stdout.flush()
     sys.stderr.flush()
-    return {"result": result, "log": _read_back(log), "pid": os.getpid(), "device": spec.device,
+    return {"result": result, "log": _read_back(log) if log is not None else "", "pid": os.getpid(), "device": spec.device,
             "cap_mb": limit}
 
 

@@ -162,6 +162,9 @@ class Began:
     #: a batch scheduler's job): what ``status`` shows. The engine reads no other place: ``pid``
     #: (0 where the backend knows none) only finds this attempt's part of the trial's log.
     where: str = ""
+    #: its batch scheduler's job id (Slurm's ``123`` or ``123_4`` for an array task): the
+    #: ``job_id`` column; "" where trials are no jobs
+    job: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,8 @@ class Exited:
     oom_killed: str = ""
     #: a batch scheduler's own time limit ended it (its words: "Slurm's time limit, 00:01:00")
     time_limit: str = ""
+    #: its batch scheduler's job id, where :class:`Began` could not say it (it never began)
+    job: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,11 @@ class Traits:
     stop_word: str = "killed"  #: what a timeout does to a trial, in the error column ("killed", "cancelled")
     #: whether :meth:`Backend.tell` reaches a running trial (then a report may wait for its answer)
     answers: bool = False
+    #: whether it keeps a queue of its own (a batch scheduler's: Slurm's): then every trial
+    #: queued ahead is started at once and ``capacity`` is the most it lets run at a time (the
+    #: backend's to hold); a scheduler is asked for a new trial only while fewer than
+    #: ``capacity`` are started. A trial counts as running (the console) from its :class:`Began`.
+    queues: bool = False
 
 
 class Backend(Protocol):

@@ -226,6 +226,7 @@ class Place(enum.Enum):
     GPU = "gpu"  #: when any trial ran on a GPU
     CONSTRAINTS = "constraints"  #: when the sweep has constraints (``feasible``)
     DETERMINISM = "determinism"  #: when any trial ran with determinism asked for
+    JOB = "job"  #: when any trial ran as a batch scheduler's job (``job_id``: Slurm's)
     LEDGER = "ledger"  #: in the ledger alone
 
 
@@ -276,6 +277,9 @@ class TrialResult:
     #: what its process ran on: frameworks and versions, CUDA, host, determinism switched on
     #: (:func:`sweeper.system.environment.of_trial`); {} where it returned nothing
     env: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, metadata=column(Place.LEDGER))
+    #: the batch scheduler's job that ran it (Slurm's ``123_4``: array job 123, task 4); "" for
+    #: a trial that ran as no job
+    job_id: str = field(default="", metadata=column(Place.JOB))
 
     @property
     def ok(self) -> bool:
@@ -295,7 +299,7 @@ class TrialResult:
 #: A row's fields that its trial's exit may tell or correct (its exit code, its peak memory,
 #: the device a backend says it ran on): added to a row recorded when its result came,
 #: whose verdict stands (:meth:`sweeper.store.ledger.Ledger.measured`).
-EXIT_FIELDS = ("pid", "exitcode", "device", "gpu_mem_cap_mb", "gpu_mem_peak_mb", "mem_peak_mb")
+EXIT_FIELDS = ("pid", "exitcode", "device", "gpu_mem_cap_mb", "gpu_mem_peak_mb", "mem_peak_mb", "job_id")
 
 
 def place_of(f: Field[Any]) -> Place:
@@ -333,6 +337,7 @@ GPU_COLUMNS = csv_columns(Place.GPU)
 CONSTRAINT_COLUMNS = csv_columns(Place.CONSTRAINTS)
 #: Present when any trial ran with determinism asked for.
 DETERMINISM_COLUMNS = csv_columns(Place.DETERMINISM)
+JOB_COLUMNS = csv_columns(Place.JOB)
 #: Present when the sweep has several objectives: whether the row is on their Pareto front,
 #: judged from all the rows as the table is written, so no field of one result
 #: (:mod:`sweeper.results.objectives`).

@@ -91,6 +91,7 @@ class Replay:
     drifts: tuple[Drift, ...]
     differences: tuple[str, ...] = ()  #: environment, recorded -> replayed
     folders: tuple[str, ...] = field(default=())
+    job: str = ""  #: the batch scheduler's job it ran as in the sweep (Slurm's ``123_4``), if it did
 
     def within(self, tol: float) -> bool:
         return all(s == "ok" for s in self.statuses) and all(d.within(tol) for d in self.drifts)
@@ -205,7 +206,7 @@ def _replayed(row: Any, made: list[Any], env: dict[str, Any] | None) -> "Replay"
     return Replay(row.name, row.trial_id, row.device,
                   tuple(r.status.value if r is not None else "not run" for r in replays),
                   tuple(r.error for r in replays if r is not None and r.error),
-                  drifts(row.metrics, replays), tuple(said), tuple(run[0] for run in made))
+                  drifts(row.metrics, replays), tuple(said), tuple(run[0] for run in made), row.job_id)
 
 
 def _number(result: Any, metric: str) -> float | None:
@@ -299,6 +300,8 @@ def lines(replays: Sequence[Replay], tol: float, times: int) -> list[str]:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     out = ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
     for r in replays:
+        if r.job:  # it ran on a cluster's node; the replay runs on this machine
+            out.append(f"sweeper: {r.trial}: ran as job {r.job} on {r.device}; replayed on this machine")
         bad = [s for s in r.statuses if s != "ok"]
         if bad:
             out.append(f"sweeper: {r.trial}: {len(bad)} of {len(r.statuses)} replays did not end ok ({', '.join(bad)})"

@@ -221,7 +221,9 @@ class Engine(Stopping):
         return fed
 
     def _fill(self) -> None:
-        while self._queued() and len(self.trials) < self.backend.traits.capacity and self.taking_new:
+        traits = self.backend.traits
+        while self._queued() and self.taking_new and (len(self.trials) < traits.capacity
+                                                        or (traits.queues and self.queue)):
             spec = self._next()
             if spec is None:
                 break
@@ -239,7 +241,8 @@ class Engine(Stopping):
             self.started.add(spec.trial_id)
             if began is not None:
                 self._began(trial, began)
-            self.outputs.started(trial.spec)
+            if not traits.queues:
+                self.outputs.started(trial.spec)
 
     def _next_timeout(self, due: float | None) -> float | None:
         """Seconds the loop may wait: until the soonest trial's deadline, or the outputs' next
@@ -303,6 +306,8 @@ class Engine(Stopping):
         status shows it running."""
         if trial.reached(began, self.clock(), self.timeout, self.stall):
             self.store(self.ledger.mark_running, trial.spec, began, trial.started_at)
+            if self.backend.traits.queues:  # it waited in the backend's queue until now
+                self.outputs.started(trial.spec)
 
     def _unwritable(self, trial: TrialState, event: Unwritable) -> None:
         """A trial could not write its files: no new trial starts (as for the ledger). One

@@ -206,7 +206,7 @@ class TrialState:
         return {"pid": how.pid if how.pid is not None else began.pid, "exitcode": how.exitcode,
                 "device": (how.device if how.device is not None else began.device) or "",  # "": it never had one
                 "gpu_mem_cap_mb": how.cap_mb if how.cap_mb is not None else began.cap_mb,
-                "gpu_mem_peak_mb": how.peak_mb,
+                "gpu_mem_peak_mb": how.peak_mb, "job_id": (how.job if how.job is not None else began.job) or "",
                 "mem_peak_mb": hostmem.peak(how.mem_peak_mb, self.result.mem_peak_mb if self.result else None)}
 
     def final(self, how: Exited, now: float, run_id: str, constraints: Constraints | None) -> TrialResult:

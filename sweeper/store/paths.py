@@ -9,10 +9,12 @@ A sweep folder, ``<out>/<name>/``::
     tensorboard/<trial name>/    with --tensorboard: event files (HParams, per-epoch scalars)
     mlflow.db, mlartifacts/      with --mlflow and no URI: the local MLflow store
     .lock                        held by the sweep running here; holds its pid and tag
+    .jobs/                       with a batch backend (Slurm): its array lists, Slurm's own output
     trials/<trial name>/
         log.txt                  every attempt's output, each after a header line
         result.json              what the trial returned (whole, or not there)
         metrics.json             a command trial's metrics, if the command writes them
+        .job/                    a batch job's spec, messages, return value, its scheduler's job id
 
 Beside the sweep folders, one file per user (:func:`user_cache`): an empty MLflow store
 made by the installed MLflow, copied as each new local store (``--mlflow``) rather than
@@ -82,6 +84,16 @@ class SweepPaths:
         return os.path.join(self.folder, TRIALS)
 
     @property
+    def jobs(self) -> str:
+        """A batch backend's files of the sweep's jobs (Slurm's array lists and output)."""
+        return os.path.join(self.folder, JOBS)
+
+    @staticmethod
+    def of_trial(trial_dir: str) -> SweepPaths:
+        """The sweep a trial's folder is in (``<out>/<name>/trials/<trial>``)."""
+        return SweepPaths(os.path.dirname(os.path.dirname(trial_dir)))
+
+    @property
     def tensorboard(self) -> str:
         """``--tensorboard``'s event files: ``tensorboard --logdir`` this (each run named as its trial)."""
         return os.path.join(self.folder, TENSORBOARD)
@@ -140,6 +152,9 @@ def metrics_file(trial_dir: str) -> str:
 #: A batch job's folder in its trial's (:mod:`sweeper.child.batch`): what the job runs, the
 #: messages it sends, what it returned.
 JOB, JOB_SPEC, JOB_MESSAGES, JOB_RETURNED = ".job", "job.pkl", "messages", "returned.pkl"
+JOB_SCHEDULED = "scheduled"
+#: A sweep's batch jobs' own files (array lists, the scheduler's output), in ``<sweep>/.jobs/``.
+JOBS = ".jobs"
 
 
 class JobPaths:
@@ -150,6 +165,9 @@ class JobPaths:
         self.spec = os.path.join(self.folder, JOB_SPEC)
         self.messages = os.path.join(self.folder, JOB_MESSAGES)
         self.returned = os.path.join(self.folder, JOB_RETURNED)
+        #: the batch scheduler's job running it (Slurm's ``123_4``), until a driver saw it end:
+        #: a driver killed meanwhile leaves it, and the next adopts the job
+        self.scheduled = os.path.join(self.folder, JOB_SCHEDULED)
 
 
 # -- writing a file whole ------------------------------------------------------------------

@@ -18,9 +18,10 @@ from sweeper.model.trial import Status, TrialResult, current_id
 #: ``PRAGMA user_version`` of the ledgers this release writes. 0: before versions (trial
 #: ids without their ``t``, no ``grid`` table); 1: ids with it; 2: ``epoch_reached``; 3:
 #: ``mem_peak_mb``; 4: ``gpu_mem_reserved_mb``; 5: ``feasible``; 6: ``env``, ``deterministic``; 7: a
-#: running trial's ``place`` (where it runs, in its backend's words). Older ledgers are migrated
+#: running trial's ``place`` (where it runs, in its backend's words); 8: ``job_id`` (a batch
+#: scheduler's job, Slurm's). Older ledgers are migrated
 #: when a sweep opens them, and read as migrated by ``load()`` and ``status``.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS trials (
@@ -48,7 +49,8 @@ CREATE TABLE IF NOT EXISTS trials (
     gpu_mem_reserved_mb INTEGER,
     feasible INTEGER,
     env TEXT,
-    deterministic INTEGER
+    deterministic INTEGER,
+    job_id TEXT
 );
 CREATE TABLE IF NOT EXISTS running (
     trial_id TEXT PRIMARY KEY,
@@ -120,9 +122,10 @@ def migrate(db: sqlite3.Connection) -> None:
         have = {r[1] for r in db.execute("PRAGMA table_info(trials)")}
         # 2: the epoch a trial reached (pruned trials stop early); 3: its peak host memory;
         # 4: the GPU memory reserved for it; 5: whether it met the sweep's constraints;
-        # 6: what it ran on (its environment), and whether it ran deterministically
+        # 6: what it ran on (its environment), and whether it ran deterministically; 8: its
+        # batch scheduler's job (7 changed only the running table)
         added = (("epoch_reached", "INTEGER"), ("mem_peak_mb", "INTEGER"), ("gpu_mem_reserved_mb", "INTEGER"),
-                 ("feasible", "INTEGER"), ("env", "TEXT"), ("deterministic", "INTEGER"))
+                 ("feasible", "INTEGER"), ("env", "TEXT"), ("deterministic", "INTEGER"), ("job_id", "TEXT"))
         for column, kind in added[max(version - 1, 0):]:
             if column not in have:
                 db.execute(f"ALTER TABLE trials ADD COLUMN {column} {kind}")

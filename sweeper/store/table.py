@@ -44,6 +44,7 @@ _SOMETIMES: dict[Place, Callable[[TrialResult], bool]] = {
     Place.GPU: lambda r: r.device.startswith("gpu"),
     Place.CONSTRAINTS: lambda r: r.feasible is not None,
     Place.DETERMINISM: lambda r: r.deterministic is not None,
+    Place.JOB: lambda r: bool(r.job_id),
 }
 #: How a field's value is written, where not as it is.
 _WRITTEN: dict[str, Callable[[Any], Any]] = {

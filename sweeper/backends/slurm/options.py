@@ -1,4 +1,4 @@
-"""(Spike, issue 41.) The Slurm backend's own settings (``backend="slurm"``): its options
+"""The Slurm backend's own settings (``backend="slurm"``): its options
 group, registered with it, so ``sweep(..., slurm={"partition": "gpu"})``, a grid file's
 options and ``--slurm partition=gpu`` reach it and no other backend takes them."""
 
@@ -13,6 +13,8 @@ from sweeper.model.options import flag
 
 #: sbatch options sweeper sets itself for every job: given, they would break its bookkeeping.
 OWN = {"array", "output", "error", "job-name", "wrap", "parsable", "chdir", "export"}
+#: sbatch options that ask for GPUs: given, sweeper's own ``--gres=gpu:1`` is left out.
+_GPU_KEYS = {"gres", "gpus", "gpus-per-task", "gpus-per-node", "gpus-per-socket", "tres-per-task", "G"}
 _KEY = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
@@ -53,6 +55,10 @@ class SlurmOptions:
                 raise SweepError(f"slurm option {name!r} has the value {value!r}; give text or a number")
             out[name] = str(value)
         return replace(self, slurm=out)
+
+    def asks_gpus(self) -> bool:
+        """Whether the options ask Slurm for GPUs themselves (``gres``, ``gpus``, ``gpus-per-task``, ...)."""
+        return any(key in _GPU_KEYS for key in self.slurm or {})
 
     def sbatch(self) -> list[str]:
         """The checked options as sbatch's own arguments."""

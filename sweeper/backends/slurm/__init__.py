@@ -1,0 +1,13 @@
+"""The Slurm backend (``backend="slurm"``): each trial a task of a Slurm array job, through
+files in the sweep's folder, which the cluster's nodes share.
+
+The parts, each a module (lower ones never import higher ones)::
+
+    backend    SlurmBackend: the Backend protocol's methods: holding, submitting as arrays,
+      │        hearing from tasks through their files, judging what Slurm says of those that
+      │        returned nothing, cancelling, adopting a killed driver's tasks
+      ├─ commands  sbatch, squeue, scontrol, scancel: the one place that runs them (no sacct)
+      └─ options   SlurmOptions: its options group (``slurm={...}``, ``--slurm KEY=VALUE``)
+
+Importing this package imports neither (the registry imports ``options`` alone).
+"""

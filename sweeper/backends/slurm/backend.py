@@ -1,0 +1,431 @@
+"""Trials as Slurm array jobs, through files in the sweep's folder (which the nodes share).
+
+A trial started is held here until it may be submitted; held trials go to Slurm together,
+as one array job whose task ``i`` runs the trial on line ``i`` of its list
+(``python -m sweeper.child.batch --list <sweep>/.jobs/<array>.txt``). Its messages and
+result come back through its folder's ``.job/`` files (:mod:`sweeper.child.batch`); how a
+task that returned nothing ended is Slurm's to say (``squeue``, ``scontrol``: no ``sacct``)::
+
+    engine.start ─▶ held ─▶ sbatch --array=0-(n-1)%K ──▶ Slurm ──▶ task i on a node
+                                                            python -m sweeper.child.batch
+    wait: every READ_S, the files of the tasks Slurm runs ◀── .job/messages: Placed, Reports
+          (Placed ▶ Began: job, node, device)             ◀── .job/returned.pkl ▶ Result, Exited
+          every POLL_S, one squeue for the whole sweep:
+             a task gone from the queue with no result ▶ scontrol: how it ended ▶ Exited
+
+At most ``K`` (``workers``) tasks are unfinished at a time: the first submission's array
+holds every trial queued ahead, throttled by Slurm itself (``%K``, split at the cluster's
+``MaxArraySize``); later ones (retries, a search's next points, the rest past
+``MaxArraySize``) go once fewer than ``K`` are unfinished, as many as fill it, in one array.
+
+A task Slurm requeues (its node failed, it was preempted) is not final: it is pending
+again, begins again (its clock starts again; said in the log), and its row is written once.
+A trial's ``.job/scheduled`` names its task until a driver sees it end: a driver killed
+meanwhile leaves the tasks running, and the next one adopts them (:meth:`SlurmBackend.start`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import select
+import shlex
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sweeper.backends.channel import Relay, finished
+from sweeper.backends.slurm import commands
+from sweeper.backends.slurm.options import SlurmOptions
+from sweeper.child.batch import JobReader, write_job, write_list
+from sweeper.errors import SweepError
+from sweeper.model import contract
+from sweeper.model.protocol import Began, Event, Exited, Placed, Traits
+from sweeper.model.trial import TrialSpec
+from sweeper.store.paths import JobPaths, SweepPaths, atomic
+
+if TYPE_CHECKING:
+    from sweeper.model.options import Options
+    from sweeper.model.target import Target
+
+log = logging.getLogger("sweeper")
+
+#: Seconds between two looks at Slurm's queue (one ``squeue`` for the whole sweep).
+POLL_S = 2.0
+#: Seconds between two reads of the running tasks' message files.
+READ_S = 0.25
+#: ``workers`` where it is not given: at most this many of the sweep's tasks at a time.
+DEFAULT_WORKERS = 32
+#: Seconds a task Slurm says COMPLETED may take to show its result here (a network file
+#: system's attribute cache), before it is judged without one.
+RESULT_GRACE_S = 10.0
+#: Seconds a task may run (or have ended) without its Slurm output file showing here before
+#: the sweep's folder is taken as not shared with the nodes.
+SHARED_GRACE_S = 30.0
+
+
+@dataclass
+class _Task:
+    """One trial's Slurm task, as far as this driver knows it."""
+
+    spec: TrialSpec
+    reader: JobReader
+    job: str = ""  #: Slurm's task id, ``123_4``; "" while held
+    output: str = ""  #: Slurm's own output file of it (made by slurmd when it starts)
+    running: bool = False  #: Slurm ran it at the last look (a signal reaches it; a pending one must get none)
+    host: str = ""  #: the node it began on
+    began: int = 0  #: how often it began (more than once: Slurm requeued it)
+    seen: float | None = None  #: monotonic; when Slurm first said it runs, or that it ended
+    left: float | None = None  #: monotonic; when it left Slurm's queue, its result not yet seen
+    ended: commands.Ended | None = None
+    cancelled: str = ""  #: "TERM", "KILL" or "cancel": what this sweep asked of it
+
+
+class SlurmBackend:
+    """The Backend protocol on Slurm (see the module's docstring)."""
+
+    def __init__(self, target: Target, options: Options) -> None:
+        why = commands.missing()
+        if why:
+            raise SweepError(why)
+        from sweeper.run.slots import parse_gpus
+
+        self.target = target
+        self.own: SlurmOptions = options.backend_options or SlurmOptions().checked()
+        policy = options.memory_policy()
+        gpus = options.gpus is not None and parse_gpus(options.gpus) != "none"
+        if options.per_gpu not in (None, 1):
+            raise SweepError(f"per_gpu={options.per_gpu!r} shares a GPU between trials of one machine; Slurm gives "
+                             "each job whole GPUs (--gres=gpu:1): leave per_gpu out, or ask for the cluster's GPU "
+                             "sharing yourself (--slurm gres=shard:1)")
+        self.sbatch = self.own.sbatch()
+        if gpus and not self.own.asks_gpus():
+            self.sbatch.append("--gres=gpu:1")
+        # the GPUs Slurm grants are the job's CUDA_VISIBLE_DEVICES; none asked: none used
+        self.env = ({**policy.env(None), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if gpus or self.own.asks_gpus()
+                    else {"CUDA_VISIBLE_DEVICES": "-1"})
+        self.traits = Traits(options.worker_count or DEFAULT_WORKERS, stop_word="cancelled", queues=True)
+        self.relay = Relay(self.env.get(contract.MEMORY_FRACTION))
+        #: what sbatch hands every job: this process's environment, and its imports' paths
+        self.submit_env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.tasks: dict[str, _Task] = {}  #: by trial id: started here and not yet told ended
+        self.held: list[str] = []  #: trial ids started, not yet submitted
+        self.lingering: dict[str, TrialSpec] = {}  #: task id -> spec: told ended (result), still in Slurm's queue
+        self.sweep: SweepPaths | None = None
+        self.name = ""  #: every job of the sweep is named so (the one squeue looks for it)
+        self.queued: dict[str, str] | None = None  #: the last look at Slurm's queue
+        self.looked = self.read = 0.0
+        self.arrays = 0
+        self.max_array = 0
+        self.shared = False  #: a file a task wrote was seen here
+        self.queue_failing: float | None = None
+        self.cancels: dict[str, list[str]] = {}  #: what to tell scancel next: "cancel", "TERM", "KILL" -> task ids
+
+    # -- the Backend protocol ---------------------------------------------------------
+
+    def open(self) -> None:
+        pass
+
+    def start(self, spec: TrialSpec) -> None:
+        """Hold the trial until it may be submitted; or adopt the task a killed driver left for
+        it (still queued or running, or ended with its result written): no trial trains twice."""
+        if self.sweep is None:
+            self._first(spec)
+        task = _Task(spec, JobReader(spec.dir))
+        adopted = self._adoptable(spec)
+        if adopted is not None:
+            task.job, task.output = adopted
+            task.running = (self.queued or {}).get(task.job) == "RUNNING"
+        else:
+            write_job(spec, self.target, self.env, None)
+            self.held.append(spec.trial_id)
+        self.tasks[spec.trial_id] = task
+        self.relay.watch(spec.trial_id)
+        return None  # its Began comes when its task runs
+
+    def wait(self, timeout: float | None, wake: int, queued: int) -> list[tuple[str, Event]]:
+        for how, jobs in self.cancels.items():  # one scancel for each kind, however many tasks
+            commands.cancel(jobs, None if how == "cancel" else how)
+        self.cancels.clear()
+        events = self._cancel_held()
+        self._submit()
+        if not events:
+            select.select([wake], [], [], READ_S if timeout is None else min(timeout, READ_S))
+        now = time.monotonic()
+        if now - self.read >= READ_S:
+            self.read = now
+            for tid, task in list(self.tasks.items()):
+                if task.job and (task.running or task.began):
+                    events += self._heard(tid, task)
+        if (self.tasks or self.lingering) and now - self.looked >= POLL_S:
+            self.looked = now
+            events += self._look(now)
+        return events
+
+    def drain(self, trial_id: str) -> list[tuple[str, Event]]:
+        task = self.tasks.get(trial_id)
+        return self._heard(trial_id, task) if task is not None and task.job else []
+
+    def cancel(self, trial_id: str, hard: bool) -> None:
+        """A held trial is dropped (its end told at the next wait); a pending task is cancelled; a
+        running one is sent SIGTERM (``hard``: SIGKILL), all its processes."""
+        task = self.tasks.get(trial_id)
+        if task is None:
+            return
+        if not task.job:
+            task.cancelled = "cancel"
+            return
+        task.cancelled = ("KILL" if hard else "TERM") if task.running else "cancel"
+        self.cancels.setdefault(task.cancelled, []).append(task.job)  # sent at the next wait, together
+
+    def tell(self, trial_id: str, message: Any) -> None:
+        pass  # traits.answers is False: a pruner's stop is a cancel
+
+    def close(self) -> list[tuple[str, Event]]:
+        """Every task of the sweep still in Slurm's queue cancelled, at once (none outlives the
+        sweep); the trials that ended meanwhile told."""
+        events: list[tuple[str, Event]] = []
+        for tid, task in list(self.tasks.items()):
+            if task.job:
+                events += self._heard(tid, task)
+        left = [task.job for task in self.tasks.values() if task.job]
+        if left:
+            commands.cancel(left)
+        self.cancels.clear()
+        for task in self.tasks.values():
+            if task.job:
+                _seen_end(task.spec, task.job)
+        self.tasks.clear()
+        self.held.clear()
+        return events
+
+    # -- submitting ---------------------------------------------------------------------
+
+    def _first(self, spec: TrialSpec) -> None:
+        """The sweep's folder and its jobs' name, from its first trial."""
+        self.sweep = SweepPaths.of_trial(spec.dir)
+        folder = os.path.realpath(self.sweep.folder)
+        base = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.basename(folder))[:24]
+        self.name = f"sweeper-{base}-{hashlib.sha1(folder.encode()).hexdigest()[:8]}"
+        self.max_array = commands.max_array_size()
+
+    def _jobs_folder(self) -> str:
+        assert self.sweep is not None
+        return self.sweep.jobs
+
+    def _unfinished(self) -> int:
+        return sum(1 for t in self.tasks.values() if t.job) + len(self.lingering)
+
+    def _submit(self) -> None:
+        """Held trials to Slurm, as one array, as far as ``workers`` allows (see the module's docstring)."""
+        if not self.held:
+            return
+        k = self.traits.capacity
+        n = array_size(len(self.held), self._unfinished(), k, self.max_array)
+        if not n:
+            return
+        batch, self.held = self.held[:n], self.held[n:]
+        self.arrays += 1
+        listed = os.path.join(self._jobs_folder(), f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{self.arrays}")
+        write_list(listed + ".txt", [self.tasks[tid].spec.dir for tid in batch])
+        command = (f"exec {shlex.quote(sys.executable)} -m sweeper.child.batch --list "
+                   f"{shlex.quote(listed + '.txt')}")
+        array = f"0-{n - 1}" + (f"%{k}" if n > k else "")
+        try:
+            job = commands.submit(self.sbatch, self.name, listed + "_%a.out", command, array, self.submit_env)
+        except SweepError:
+            self.held = batch + self.held
+            raise
+        for i, tid in enumerate(batch):
+            task = self.tasks[tid]
+            task.job, task.output = f"{job}_{i}", f"{listed}_{i}.out"
+            with atomic(JobPaths(task.spec.dir).scheduled, fsync=False) as f:
+                f.write(f"{task.job}\n{task.output}\n")
+
+    def _cancel_held(self) -> list[tuple[str, Event]]:
+        """Held trials the engine cancelled: never submitted, ended now."""
+        events: list[tuple[str, Event]] = []
+        for tid in [t for t in self.held if self.tasks[t].cancelled]:
+            self.held.remove(tid)
+            del self.tasks[tid]
+            self.relay.forget(tid)
+            events.append((tid, Exited(None, note="cancelled before Slurm ran it")))
+        return events
+
+    # -- hearing from tasks -------------------------------------------------------------
+
+    def _heard(self, tid: str, task: _Task) -> list[tuple[str, Event]]:
+        """What a task wrote since the last read: its messages, and its result once it wrote it
+        (told at once; its place in ``workers`` is freed when Slurm lets the task go)."""
+        batch = task.reader.messages()
+        for _, message in batch:
+            if isinstance(message, Placed):
+                task.began += 1
+                task.host, task.running = message.host or task.host, True
+                self.shared = True
+        events = [(t, self._named(task, e)) for t, e in self.relay.events(batch)]
+        out = task.reader.returned()
+        if out is None:
+            return events
+        self.shared = True
+        heard = self.relay.forget(tid)
+        del self.tasks[tid]
+        self.lingering[task.job] = task.spec
+        ended = finished(task.spec, out, heard.exitcode if heard.exitcode is not None else 0)
+        return events + [(t, self._named(task, e)) for t, e in ended]
+
+    def _named(self, task: _Task, event: Event) -> Event:
+        """Began and Exited with where the task ran: its job, its node (and GPU) as its device."""
+        if isinstance(event, Began):
+            moved = ""
+            if task.began > 1:
+                moved = (f"Slurm requeued job {task.job} (its node failed, or it was preempted); it runs again "
+                         f"on {task.host or 'a node'}, from the start")
+            return replace(event, device=_on(event.device, task.host), job=task.job, moved=moved,
+                           where=f"{task.host}, Slurm job {task.job}" if task.host else f"Slurm job {task.job}")
+        if isinstance(event, Exited):
+            return replace(event, job=task.job,
+                           device=_on(event.device, task.host) if event.device is not None else None)
+        return event
+
+    # -- looking at Slurm's queue -------------------------------------------------------
+
+    def _look(self, now: float) -> list[tuple[str, Event]]:
+        """One squeue for the whole sweep: which tasks run, which left the queue; how those that
+        left with no result ended."""
+        live = commands.queue(self.name)
+        if live is None:
+            if self.queue_failing is None:
+                self.queue_failing = now
+                log.warning("sweeper: Slurm's queue cannot be read (squeue failed); looking again every %gs",
+                            POLL_S)
+            return []
+        self.queue_failing = None
+        for job in [j for j in self.lingering if j not in live]:
+            _seen_end(self.lingering.pop(job), job)
+        events: list[tuple[str, Event]] = []
+        for tid, task in list(self.tasks.items()):
+            if not task.job:
+                continue
+            state = live.get(task.job)
+            if state is not None:
+                task.running = state not in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED")
+                if task.running and task.seen is None:
+                    task.seen = now
+                continue
+            events += self._left(tid, task, now)
+        self._check_shared(now)
+        return events
+
+    def _left(self, tid: str, task: _Task, now: float) -> list[tuple[str, Event]]:
+        """A task gone from Slurm's queue: its last messages and result; else how it ended."""
+        events = self._heard(tid, task)
+        if tid not in self.tasks or self.tasks[tid] is not task:
+            return events  # its result came
+        if task.seen is None:
+            task.seen = now
+        if task.ended is None:
+            task.ended = commands.ended(task.job)
+            task.left = now
+        assert task.left is not None
+        if task.ended.state == "COMPLETED" and not task.cancelled and now - task.left < RESULT_GRACE_S:
+            return events  # it returned: its result is on its way through the file system
+        del self.tasks[tid]
+        _seen_end(task.spec, task.job)
+        heard = self.relay.forget(tid)
+        code = heard.exitcode if heard.exitcode is not None else task.ended.exitcode
+        return events + [(tid, how_it_ended(task.job, task.host or task.ended.node, task.output,
+                                            bool(task.cancelled), task.ended, code))]
+
+    def _check_shared(self, now: float) -> None:
+        """The sweep's folder must be one the nodes share: a task that Slurm ran for a while,
+        with no file of it showing here, says it is not (once; then the sweep stops)."""
+        if self.shared:
+            return
+        for task in self.tasks.values():
+            if task.output and os.path.exists(task.output):
+                self.shared = True
+                return
+        late = [t for t in self.tasks.values() if t.seen is not None and now - t.seen > SHARED_GRACE_S]
+        if late:
+            assert self.sweep is not None
+            raise SweepError(f"Slurm ran job {late[0].job}, but nothing it wrote shows in {self.sweep.folder} "
+                             "here: the sweep's folder must be on a file system this machine and the nodes "
+                             "share; give --out a folder there (your home or the cluster's shared disk)")
+
+    # -- a killed driver's tasks ----------------------------------------------------------
+
+    def _adoptable(self, spec: TrialSpec) -> tuple[str, str] | None:
+        """The task (its id, its Slurm output file) a killed driver submitted for this trial and
+        left, where it is still in the sweep's queue, or ended with its result written."""
+        try:
+            with open(JobPaths(spec.dir).scheduled) as f:
+                job, output = (f.read().split("\n") + [""])[:2]
+        except OSError:
+            return None
+        if not re.fullmatch(r"\d+(_\d+)?", job):
+            return None
+        if os.path.exists(JobPaths(spec.dir).returned):
+            return job, output
+        if self.queued is None:  # one look for every trial of the sweep
+            self.queued = commands.queue(self.name) or {}
+        if job in self.queued:
+            return job, output
+        _seen_end(spec, job)
+        return None
+
+
+def array_size(held: int, unfinished: int, k: int, max_array: int) -> int:
+    """How many held trials to submit now, as one array: all of them (up to ``max_array``,
+    throttled to ``k`` by Slurm) when none of the sweep's tasks is unfinished; else as many as
+    bring the unfinished to ``k``; none when they are ``k`` already."""
+    if unfinished >= k:
+        return 0
+    return min(held, max_array) if unfinished == 0 else min(held, k - unfinished, max_array)
+
+
+def how_it_ended(job: str, node: str, output: str, cancelled: bool, ended: commands.Ended,
+                 code: int | None) -> Exited:
+    """How a task that returned nothing ended, in the judge's terms: Slurm's time limit is a
+    ``timeout``, its memory limit an ``oom``; a cancel from outside the sweep says so; one the
+    sweep cancelled is judged by the sweep's reason (its timeout, Ctrl-C, a pruner)."""
+    on = f" on {node}" if node else ""
+    if ended.state == "TIMEOUT":
+        return Exited(code, time_limit=f"Slurm's time limit (job {job}{on})", job=job)
+    if ended.state == "OUT_OF_MEMORY":
+        return Exited(code, oom_killed=f"Slurm's memory limit, job {job}{on}", job=job)
+    if cancelled:
+        return Exited(code, note=f"cancelled by the sweep (Slurm job {job})", job=job)
+    if ended.state == "CANCELLED":
+        return Exited(None, note=f"cancelled: Slurm job {job}{on} was cancelled from outside the sweep "
+                                 "(scancel, or the cluster's administrators)", job=job)
+    if ended.state in ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL"):
+        return Exited(None, note=f"Slurm job {job} ended {ended.state}{on} and was not requeued "
+                                 "(the cluster's JobRequeue=0, or --slurm no-requeue)", job=job)
+    if ended.state == "UNKNOWN":
+        return Exited(code, note=f"Slurm job {job} left the queue and Slurm no longer says how it ended "
+                                 f"(see {output})", job=job)
+    if code is None:
+        return Exited(None, note=f"Slurm job {job}{on} ended {ended.state} (see {output})", job=job)
+    return Exited(code, job=job)
+
+
+def _on(device: str | None, host: str) -> str:
+    """A device named with its node: ``gpu:0@node3``, ``cpu@node3``."""
+    device = device or ""
+    return f"{device}@{host}" if host and device and "@" not in device else device
+
+
+def _seen_end(spec: TrialSpec, job: str) -> None:
+    """A driver saw the trial's task end (or ended it): no later driver adopts it. Another
+    task of the trial named there since (a retry's) stays."""
+    path = JobPaths(spec.dir).scheduled
+    with contextlib.suppress(OSError):
+        with open(path) as f:
+            if f.read().split("\n")[0].strip() != job:
+                return
+        os.remove(path)

@@ -1,0 +1,109 @@
+"""Slurm's commands, as the Slurm backend uses them: the one place that runs them and reads
+what they print. Only ``sbatch``, ``squeue``, ``scontrol`` and ``scancel``: no ``sacct``
+(many clusters keep no accounting).
+
+A command that cannot run at all (not installed, the controller unreachable at submission)
+is a :class:`~sweeper.errors.SweepError` in one line; a look at the queue that fails is None
+(the caller looks again later: a controller that restarts must not look like every job ended).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Iterable
+
+from sweeper.errors import SweepError
+
+#: Job states after which a job never runs again (``squeue``'s and ``scontrol``'s words).
+#: PREEMPTED and NODE_FAIL are final only where Slurm does not requeue the job; a requeued
+#: job is PENDING again, so it is still in the queue.
+FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
+                   "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT"})
+#: Seconds a command may take before the look counts as failed.
+COMMAND_S = 30.0
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a job ended, as ``scontrol`` tells it while it keeps the job (``MinJobAge``)."""
+
+    state: str  #: COMPLETED, FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, ...; UNKNOWN: forgotten
+    exitcode: int | None = None  #: its exit status, or minus the signal that ended it
+    node: str = ""
+
+
+def missing() -> str:
+    """Why Slurm's commands cannot be used here ("" where they can)."""
+    lacking = [c for c in ("sbatch", "squeue", "scontrol", "scancel") if shutil.which(c) is None]
+    if lacking:
+        return (f"Slurm's {', '.join(lacking)} not found on this machine; run the sweep on a machine that "
+                "submits Slurm jobs (a login node), or choose another backend")
+    return ""
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_S, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def submit(options: list[str], name: str, output: str, command: str, array: str, env: dict[str, str]) -> str:
+    """``sbatch --parsable``: the array job's id (its tasks get ``env``, Slurm's default
+    ``--export=ALL``). A refusal is a SweepError in Slurm's words."""
+    argv = ["sbatch", "--parsable", *options, f"--job-name={name}", f"--output={output}", f"--array={array}",
+            "--wrap", command]
+    done = _run(argv, env)
+    if done is None or done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["(nothing)"])[-1] if done is not None else "it did not answer"
+        raise SweepError(f"Slurm refused the sweep's jobs: sbatch said: {said}; check the --slurm options "
+                         "(partition, account, time, ...) against the cluster's (sinfo, sacctmgr show assoc)")
+    return done.stdout.strip().split(";")[0]
+
+
+def max_array_size() -> int:
+    """The cluster's ``MaxArraySize`` (an array's indices are below it); 1001, Slurm's default, if unread."""
+    done = _run(["scontrol", "show", "config"])
+    found = re.search(r"^MaxArraySize\s*=\s*(\d+)", done.stdout if done else "", re.MULTILINE)
+    return int(found.group(1)) if found else 1001
+
+
+def queue(name: str) -> dict[str, str] | None:
+    """The tasks of the jobs named ``name`` (the sweep's) that Slurm still holds, pending,
+    running or ending: task id (``123_4``) -> state. None: the look failed."""
+    done = _run(["squeue", "-h", "-r", "--name", name, "-o", "%i %T"])
+    if done is None or done.returncode != 0:
+        return None
+    out = {}
+    for line in done.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1] not in FINAL:
+            out[parts[0]] = parts[1]
+    return out
+
+
+def ended(task: str) -> Ended:
+    """How a task that left the queue ended (UNKNOWN where Slurm no longer says)."""
+    done = _run(["scontrol", "-o", "show", "job", task])
+    text = done.stdout if done is not None and done.returncode == 0 else ""
+    state = re.search(r"\bJobState=(\S+)", text)
+    code = re.search(r"\bExitCode=(\d+):(\d+)", text)
+    node = re.search(r"\bBatchHost=(\S+)", text)
+    exitcode = None
+    if code is not None:
+        status, signal = int(code.group(1)), int(code.group(2))
+        exitcode = -signal if signal else status
+    return Ended(state.group(1) if state else "UNKNOWN", exitcode, node.group(1) if node else "")
+
+
+def cancel(tasks: Iterable[str], signal: str | None = None) -> None:
+    """``scancel`` the tasks (a signal to those running: ``TERM``, ``KILL``; none: cancelled,
+    pending or running). Never give a signal to a pending array task: Slurm then cancels
+    every pending task of its array."""
+    tasks = list(tasks)
+    for i in range(0, len(tasks), 500):  # a command line of a sane length
+        _run(["scancel", *([f"--signal={signal}", "--full"] if signal else []), *tasks[i:i + 500]])
+

@@ -1,0 +1,278 @@
+"""Sweeps on a real one-node Slurm, the tests' own (tests/slurm_cluster.py): each trial a task
+of an array job; every status, Ctrl-C, a requeue, a killed driver, GPUs as Slurm grants them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import slurm_cluster
+import sweep_fns
+from conftest import ROOT, run_cli, write_grid
+from slurm_cluster import sweep_jobs, until
+
+import sweeper
+
+pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"),
+              pytest.mark.xdist_group("slurm"), pytest.mark.slurm]
+
+#: A grid file whose trial waits until its release file exists, telling first that it started.
+WAITING = (
+    "import os, time, sweeper\n"
+    "def train(params):\n"
+    "    open(os.path.join(sweeper.current_trial().dir, 'started'), 'w').close()\n"
+    "    while not os.path.exists(params['release']):\n"
+    "        time.sleep(0.05)\n"
+    "    return {{'job': float(os.environ['SLURM_ARRAY_JOB_ID']), 'task': float(os.environ['SLURM_ARRAY_TASK_ID'])}}\n"
+    "grid = {{'x': {xs}, 'release': [{release!r}]}}\n")
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    with slurm_cluster.one_node(str(tmp_path_factory.mktemp("slurm"))) as conf:
+        yield conf
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(slurm):
+    """Every test leaves Slurm's queue without a job of sweeper's."""
+    yield
+    left = sweep_jobs()
+    subprocess.run(["scancel", "--full", "--user", "root"], capture_output=True)
+    assert not left, left
+
+
+def started(folder) -> int:
+    return len(list(folder.glob("trials/*/started")))
+
+
+def test_a_grid_runs_as_one_array_and_each_status_is_right(slurm, tmp_path):
+    df = sweeper.sweep(sweep_fns.crash, {"how": ["ok", "raise", "exit3", "segv"]}, backend="slurm", workers=2,
+                       out=str(tmp_path), progress=False)
+    by = df.set_index("param_how")
+    shown = df[["param_how", "status", "error", "job_id", "device"]].to_string()
+    assert by.status.to_dict() == {"ok": "ok", "raise": "error", "exit3": "crashed", "segv": "crashed"}, shown
+    assert by.loc["ok", "value"] == 1.0
+    assert "boom from the trial" in by.loc["raise", "error"]
+    assert "exit code 3" in by.loc["exit3", "error"] and "SIGSEGV" in by.loc["segv", "error"], shown
+    assert "about to segfault" in by.loc["segv", "error"], shown  # its last words: it logs into the shared folder
+    # one array job (its tasks 123_0 .. 123_3), each trial on this node
+    assert len({j.split("_")[0] for j in df.job_id}) == 1 and sorted(j.split("_")[1] for j in df.job_id) == \
+        ["0", "1", "2", "3"], shown
+    host = os.uname().nodename
+    assert set(df.device) == {f"cpu@{host}"}, shown
+    csv = open(os.path.join(tmp_path, "sweep_fns", "results.csv")).readline()
+    assert "job_id" in csv.strip().split(",")
+
+
+def test_workers_is_the_most_tasks_at_a_time_and_a_retry_is_submitted_on_its_own(slurm, tmp_path):
+    """Slurm throttles the array (%K); a retry (a new task) never makes them more than K."""
+    out = tmp_path / "out"
+    grid = write_grid(tmp_path, (
+        "import os, time, sweeper, fcntl\n"
+        f"LOG = {str(tmp_path / 'spans')!r}\n"
+        "def train(params):\n"
+        "    with open(LOG, 'a') as f:\n"
+        "        f.write(f'+ {time.time()}\\n')\n"
+        "    time.sleep(1.0)\n"
+        "    with open(LOG, 'a') as f:\n"
+        "        f.write(f'- {time.time()}\\n')\n"
+        "    if params['x'] == 0 and sweeper.current_trial().attempt == 1:\n"
+        "        os._exit(3)\n"
+        "    return {'x': float(params['x'])}\n"
+        "grid = {'x': [0, 1, 2, 3, 4]}\n"))
+    done = run_cli(grid, "--out", str(out), "--backend", "slurm", "--workers", "1", "--retries", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    df = sweeper.load(str(out / "grid"))
+    assert df.status.tolist() == ["ok"] * 5 and df.set_index("param_x").attempts[0] == 2
+    events = sorted((float(t), +1 if s == "+" else -1) for s, t in
+                    (line.split() for line in (tmp_path / "spans").read_text().splitlines()))
+    at, most = 0, 0
+    for _, step in events:
+        at += step
+        most = max(most, at)
+    assert most == 1, events
+    assert len({j.split("_")[0] for j in df.job_id}) == 2  # the grid's array, and the retry's
+
+
+def test_sbatch_options_reach_the_job_and_mistakes_are_one_line(slurm, tmp_path):
+    grid = {"how": ["ok"]}
+    df = sweeper.sweep(sweep_fns.crash, grid, backend="slurm", slurm={"partition": "debug", "time": 5},
+                       out=str(tmp_path), progress=False)
+    assert df.status.tolist() == ["ok"]
+    for bad, said in [({"array": "0-3"}, "sweeper's own"), (["partition"], "KEY=VALUE"), ({"a b": 1}, "no sbatch")]:
+        with pytest.raises(sweeper.SweepError, match=said):
+            sweeper.sweep(sweep_fns.crash, grid, backend="slurm", slurm=bad, out=str(tmp_path))
+    with pytest.raises(sweeper.SweepError, match="Slurm refused the sweep's jobs: sbatch said: .*partition"):
+        sweeper.sweep(sweep_fns.crash, grid, backend="slurm", slurm={"partition": "nosuch"}, out=str(tmp_path / "b"))
+    with pytest.raises(sweeper.SweepError, match="per_gpu=2 shares a GPU"):
+        sweeper.sweep(sweep_fns.crash, grid, backend="slurm", per_gpu=2, out=str(tmp_path / "c"))
+
+
+def test_a_timeout_cancels_the_job_and_leaves_nothing_queued(slurm, tmp_path):
+    df = sweeper.sweep(sweep_fns.crash, {"how": ["sleep", "sigkill"]}, backend="slurm", workers=2, timeout=5,
+                       out=str(tmp_path), progress=False)
+    by = df.set_index("param_how")
+    shown = df[["param_how", "status", "error"]].to_string()
+    assert by.status.to_dict() == {"sleep": "timeout", "sigkill": "crashed"}, shown
+    assert "SIGKILL" in by.loc["sigkill", "error"] and "cancelled" in by.loc["sleep", "error"], shown
+
+
+def test_the_command_line_runs_on_slurm_and_resumes(slurm, tmp_path):
+    grid = write_grid(tmp_path, "from sweep_fns import crash as train\ngrid = {'how': ['ok', 'exit3']}\n")
+    out = str(tmp_path / "out")
+    done = run_cli(grid, "--out", out, "--backend", "slurm", "--slurm", "partition=debug", "--slurm", "time=5")
+    assert done.returncode == 1, done.stdout + done.stderr  # one trial failed
+    assert "1 ok" in done.stdout and "1 crashed" in done.stdout, done.stdout
+    first = sweeper.load(os.path.join(out, "grid")).set_index("param_how")
+    again = run_cli(grid, "--out", out, "--backend", "slurm")  # only the failed one runs again
+    assert again.returncode == 1, again.stdout + again.stderr
+    second = sweeper.load(os.path.join(out, "grid")).set_index("param_how")
+    assert second.loc["ok", "job_id"] == first.loc["ok", "job_id"], "the ok trial ran again"
+    assert second.loc["exit3", "job_id"] != first.loc["exit3", "job_id"]
+    status = run_cli("status", os.path.join(out, "grid"))
+    assert "1 ok, 1 crashed" in status.stdout, status.stdout + status.stderr
+    replay = run_cli("replay", os.path.join(out, "grid"), first.loc["ok", "trial"], "--quiet")
+    assert replay.returncode == 0 and f"ran as job {first.loc['ok', 'job_id']} on cpu@" in replay.stdout, \
+        replay.stdout + replay.stderr
+    bad = run_cli(grid, "--out", out, "--backend", "slurm", "--slurm", "partition")
+    assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr + bad.stdout, bad.stdout + bad.stderr
+
+
+def test_a_job_cancelled_from_outside_is_crashed_and_says_cancelled(slurm, tmp_path):
+    """scancel by hand (or an admin): the row says so, whatever the exit code."""
+    release = tmp_path / "release"
+
+    def cancel_when_started():
+        until(lambda: started(tmp_path / "grid") == 1, "the trial started")
+        job = [row[0] for row in sweep_jobs()][0]
+        subprocess.run(["scancel", job])
+
+    grid = write_grid(tmp_path, WAITING.format(xs=[1], release=str(release)))
+    killer = threading.Thread(target=cancel_when_started)
+    killer.start()
+    done = run_cli(grid, "--out", str(tmp_path), "--backend", "slurm")
+    killer.join()
+    df = sweeper.load(str(tmp_path / "grid"))
+    assert df.status.tolist() == ["crashed"] and "cancelled from outside" in df.error[0], done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_slurms_own_time_limit_is_a_timeout(slurm, tmp_path):
+    """--slurm time=1 (a minute): Slurm ends the job; the row is timeout, naming Slurm's limit."""
+    df = sweeper.sweep(sweep_fns.crash, {"how": ["sleep"]}, backend="slurm", slurm={"time": 1},
+                       out=str(tmp_path), progress=False)
+    assert df.status.tolist() == ["timeout"] and "Slurm's time limit" in df.error[0], df.error[0]
+
+
+def test_ctrl_c_cancels_every_task_within_seconds_and_rows_are_interrupted(slurm, tmp_path):
+    """Two tasks run, two wait in the array: SIGINT to the sweep; none is left in the queue 10 s later."""
+    out = tmp_path / "out"
+    grid = write_grid(tmp_path, WAITING.format(xs=[1, 2, 3, 4], release=str(tmp_path / "never")))
+    sweep = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(out), "--backend", "slurm",
+                              "--workers", "2", "--quiet"], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        until(lambda: started(out / "grid") == 2, "two trials started")
+        assert len(sweep_jobs()) == 4
+        sweep.send_signal(signal.SIGINT)
+        signalled = time.monotonic()
+        until(lambda: not sweep_jobs(), "every task cancelled", within=10)
+        assert time.monotonic() - signalled < 10
+        said, _ = sweep.communicate(timeout=60)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 130, said
+    df = sweeper.load(str(out / "grid"))
+    assert df.status.tolist() == ["interrupted"] * 4, said
+
+
+def test_a_task_slurm_requeues_runs_again_and_its_row_is_written_once(slurm, tmp_path):
+    """Its node set down mid-run: Slurm requeues the task; the node comes back; the trial runs again
+    from the start, in the same task, and ends ok: one row, one attempt, the requeue in its log."""
+    out, release = tmp_path / "out", tmp_path / "release"
+    grid = write_grid(tmp_path, WAITING.format(xs=[1], release=str(release)))
+    sweep = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(out), "--backend", "slurm",
+                              "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    node = os.uname().nodename
+    try:
+        until(lambda: started(out / "grid") == 1, "the trial started")
+        for path in (out / "grid" / "trials").glob("*/started"):
+            path.unlink()
+        job = sweep_jobs()[0][0]
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=test"], check=True)
+        until(lambda: [job, "PENDING"] == sweep_jobs()[0][:2], "Slurm requeued the task")
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+        subprocess.run(["scontrol", "update", f"jobid={job}", "starttime=now"], check=True)  # not in 2 minutes
+        until(lambda: started(out / "grid") == 1, "the requeued trial started again")
+        release.touch()
+        said, _ = sweep.communicate(timeout=120)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+        sweep.kill()
+    assert sweep.returncode == 0, said
+    df = sweeper.load(str(out / "grid"))
+    assert df.status.tolist() == ["ok"] and df.attempts.tolist() == [1] and df.job_id.tolist() == [job], said
+    assert "Slurm requeued job" in said, said
+
+
+def test_a_killed_driver_leaves_its_jobs_and_the_same_command_adopts_them(slurm, tmp_path):
+    """issue 41, item 4: SIGKILL the driver while two tasks run and a third waits; the same command
+    again adopts all three (no task submitted twice, no trial trained twice) and records them."""
+    release, out = tmp_path / "release", tmp_path / "out"
+    grid = write_grid(tmp_path, WAITING.format(xs=[1, 2, 3], release=str(release)))
+    command = [sys.executable, "-m", "sweeper", grid, "--out", str(out), "--backend", "slurm", "--workers", "2"]
+    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    until(lambda: started(out / "grid") == 2, "the first driver's trials started")
+    first.kill()
+    first.wait()
+    tasks = {row[0] for row in sweep_jobs()}
+    assert len(tasks) == 3, tasks  # left by the killed driver: two running, one pending
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1))
+
+    def adopted():  # the second driver marks both running ones running (the first's marks were cleared)
+        with sqlite3.connect(out / "grid" / "ledger.sqlite") as db:
+            return db.execute("SELECT count(*) FROM running WHERE started_at >= ?", (since,)).fetchone()[0] == 2
+
+    second = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        until(adopted, "the second driver adopted both running tasks")
+        assert {row[0] for row in sweep_jobs()} == tasks  # nothing submitted again
+        release.touch()
+        said, _ = second.communicate(timeout=120)
+    finally:
+        second.kill()
+    assert second.returncode == 0, said
+    df = sweeper.load(str(out / "grid"))
+    assert df.status.tolist() == ["ok"] * 3, said
+    assert set(df.job_id) == tasks and {f"{int(j)}_{int(t)}" for j, t in zip(df.job, df.task)} == tasks
+
+
+def test_a_search_submits_as_it_asks(slurm, tmp_path):
+    """A search on Slurm: each finished trial's place refilled at once, up to its budget."""
+    df = sweeper.sweep(sweep_fns.echo, {"x": sweeper.uniform(-2.0, 2.0)}, search="tpe", trials=4,
+                       metric="value", mode="min", workers=2, backend="slurm", out=str(tmp_path), progress=False)
+    assert df.status.tolist() == ["ok"] * 4 and df.job_id.str.len().min() > 0
+
+
+def test_a_trial_that_asks_for_a_gpu_gets_the_one_slurm_granted(slurm, tmp_path):
+    """gpus= asks Slurm for one GPU per trial (--gres=gpu:1); the trial sees Slurm's CUDA_VISIBLE_DEVICES
+    and its device names the node and that GPU."""
+    if not slurm_cluster.GPUS:
+        pytest.skip("the test Slurm could not make its GPU devices")
+    grid = write_grid(tmp_path, (
+        "import os\n"
+        "def train(params):\n"
+        "    return {'gpu': float(os.environ['CUDA_VISIBLE_DEVICES']), 'granted': float(os.environ['SLURM_GPUS_ON_NODE'])}\n"
+        "grid = {'x': [1, 2]}\n"))
+    done = run_cli(grid, "--out", str(tmp_path / "out"), "--backend", "slurm", "--gpus", "all", "--workers", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    df = sweeper.load(str(tmp_path / "out" / "grid"))
+    host = os.uname().nodename
+    assert sorted(df.device) == sorted(f"gpu:{int(g)}@{host}" for g in df.gpu) and set(df.granted) == {1.0}

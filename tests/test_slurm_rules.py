@@ -1,0 +1,147 @@
+"""The Slurm backend's decisions, in the test's own process (no Slurm needed): how many held
+trials go in the next array, how a task that returned nothing is judged, its options; and
+the engine's side of a backend with a queue of its own (``Traits.queues``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sweeper.backends.slurm.backend import array_size, how_it_ended
+from sweeper.backends.slurm.commands import Ended
+from sweeper.backends.slurm.options import SlurmOptions
+from sweeper.errors import SweepError
+from sweeper.model import outcome
+from sweeper.model.protocol import Began, Exited, Result, Traits
+from sweeper.model.trial import Status
+from sweeper.run.engine import Engine
+from sweeper.run.lifecycle import Callback
+from sweeper.run.planning import plan
+from sweeper.store.ledger import Ledger
+
+pytestmark = pytest.mark.unit
+
+# held, unfinished, workers, MaxArraySize -> how many go now, as one array
+ARRAYS = [
+    (100, 0, 4, 1001, 100),  # the grid, all at once: Slurm throttles it to 4 (%4)
+    (2500, 0, 4, 1001, 1001),  # split at MaxArraySize
+    (1499, 1001, 4, 1001, 0),  # the rest waits while the first array has 4 or more unfinished
+    (1499, 3, 4, 1001, 1),  # and fills the places it frees
+    (1, 4, 4, 1001, 0),  # a retry never makes them more than workers
+    (5, 2, 4, 1001, 2),
+    (0, 0, 4, 1001, 0),
+]
+
+
+@pytest.mark.parametrize("held, unfinished, k, most, expected", ARRAYS)
+def test_how_many_held_trials_go_in_the_next_array(held, unfinished, k, most, expected):
+    assert array_size(held, unfinished, k, most) == expected
+
+
+def _judged(ended: Ended, code, cancelled=False, stop=None):
+    how = how_it_ended("7_1", "node3", "/out/.jobs/a_1.out", cancelled, ended, code)
+    began = Began(42, "cpu@node3", job="7_1")
+    return outcome.judge(outcome.Ending(began, how, None, stop, "stopped by SIGINT" if stop else "", ()))
+
+
+# what Slurm says of a task that returned nothing -> the row's status and its words
+ENDINGS = [
+    (Ended("TIMEOUT", -15), None, Status.TIMEOUT, "Slurm's time limit (job 7_1 on node3)"),
+    (Ended("OUT_OF_MEMORY", -9), None, Status.OOM, "Slurm's memory limit, job 7_1 on node3"),
+    (Ended("CANCELLED", -15), None, Status.CRASHED, "cancelled from outside the sweep"),
+    (Ended("NODE_FAIL", None), None, Status.CRASHED, "NODE_FAIL on node3 and was not requeued"),
+    (Ended("PREEMPTED", -15), None, Status.CRASHED, "PREEMPTED on node3 and was not requeued"),
+    (Ended("FAILED", 3), None, Status.CRASHED, "exit code 3"),
+    (Ended("FAILED", -11), None, Status.CRASHED, "SIGSEGV"),
+    (Ended("UNKNOWN", None), None, Status.CRASHED, "Slurm no longer says how it ended (see /out/.jobs/a_1.out)"),
+    # cancelled by the sweep (Ctrl-C): the sweep's reason stands, whatever Slurm says
+    (Ended("CANCELLED", -15), Status.INTERRUPTED, Status.INTERRUPTED, "SIGINT"),
+]
+
+
+@pytest.mark.parametrize("ended, stop, status, words", ENDINGS)
+def test_what_slurm_says_of_a_task_is_judged_as_sweepers_own(ended, stop, status, words):
+    verdict = _judged(ended, ended.exitcode, cancelled=stop is not None, stop=stop)
+    assert verdict.status is status and words in verdict.error, verdict
+
+
+def test_slurm_options_are_sbatchs_and_gpus_asked_there_stand():
+    own = SlurmOptions(slurm=["partition=gpu", "time=02:00:00", "gres=gpu:a100:1"]).checked()
+    assert own.sbatch() == ["--partition=gpu", "--time=02:00:00", "--gres=gpu:a100:1"] and own.asks_gpus()
+    assert not SlurmOptions(slurm={"mem_per_cpu": "4G"}).checked().asks_gpus()
+    assert SlurmOptions(slurm={"mem_per_cpu": "4G"}).checked().sbatch() == ["--mem-per-cpu=4G"]
+    for bad, said in [({"output": "x"}, "sweeper's own"), ({"partition": ["a"]}, "give text or a number"),
+                      ("gpu", "dict of sbatch options"), (["=x"], "KEY=VALUE")]:
+        with pytest.raises(SweepError, match=said):
+            SlurmOptions(slurm=bad).checked()
+
+
+class Queueing:
+    """A backend with a queue of its own (as Slurm's): it runs two at a time; each started
+    trial begins when the one before it ended."""
+
+    traits = Traits(2, queues=True)
+
+    def __init__(self):
+        self.started, self.running, self.told = [], [], []
+        self.first_wait: list[str] | None = None  #: what was started when the engine first waited
+
+    def open(self):
+        pass
+
+    def start(self, spec):
+        self.started.append(spec.trial_id)
+        return None
+
+    def wait(self, timeout, wake, queued):
+        assert len(self.told) < 40, "the engine kept waiting"
+        if self.first_wait is None:
+            self.first_wait = list(self.started)
+        events = []
+        for tid in self.running:  # each running trial returns and exits
+            events += [(tid, Result(Status.OK, {"value": 1.0})), (tid, Exited(0))]
+        self.running = [tid for tid in self.started if tid not in self.told][:2]
+        self.told += self.running
+        events += [(tid, Began(1, "cpu", where="job", job=f"9_{self.started.index(tid)}")) for tid in self.running]
+        return events
+
+    def drain(self, trial_id):
+        return []
+
+    def cancel(self, trial_id, hard):
+        pass
+
+    def close(self):
+        return []
+
+
+class Heard(Callback):
+    def __init__(self):
+        self.said = []
+
+    def started(self, spec):
+        self.said.append(("started", spec.trial_id))
+
+    def finished(self, result, retrying, kept=True):
+        self.said.append(("finished", result.trial_id))
+
+
+def test_a_backend_with_its_own_queue_is_given_every_trial_queued_ahead_at_once(tmp_path):
+    """Traits.queues: the engine starts all five at once (the backend holds them, and runs two at
+    a time); the console hears of a trial as started when it began, not when it was queued."""
+    ledger = Ledger(str(tmp_path))
+    backend, heard = Queueing(), Heard()
+    specs = plan([{"x": i} for i in range(5)], str(tmp_path), seed=0)
+    try:
+        Engine(backend, ledger, outputs=heard).run(specs)
+        rows = list(ledger.results().values())
+    finally:
+        ledger.close()
+    assert backend.first_wait == [s.trial_id for s in specs]  # all at the first fill
+    assert [r.status for r in rows] == [Status.OK] * 5 and sorted(r.job_id for r in rows) == [
+        f"9_{i}" for i in range(5)]
+    # never more than two started-and-unfinished in the console's view
+    running, most = set(), 0
+    for what, tid in heard.said:
+        (running.add if what == "started" else running.discard)(tid)
+        most = max(most, len(running))
+    assert most == 2 and [w for w, _ in heard.said].count("started") == 5, heard.said
