@@ -254,11 +254,17 @@ def test_a_killed_driver_leaves_its_jobs_and_the_same_command_adopts_them(slurm,
     assert set(df.job_id) == tasks and {f"{int(j)}_{int(t)}" for j, t in zip(df.job, df.task)} == tasks
 
 
-def test_a_search_submits_as_it_asks(slurm, tmp_path):
-    """A search on Slurm: each finished trial's place refilled at once, up to its budget."""
-    df = sweeper.sweep(sweep_fns.echo, {"x": sweeper.uniform(-2.0, 2.0)}, search="tpe", trials=4,
-                       metric="value", mode="min", workers=2, backend="slurm", out=str(tmp_path), progress=False)
-    assert df.status.tolist() == ["ok"] * 4 and df.job_id.str.len().min() > 0
+def test_a_search_with_a_pruner_submits_as_it_asks(slurm, tmp_path):
+    """A search on Slurm: each finished trial's place refilled as it ends, up to its budget; a
+    trial its pruner stops (through its task's files) is cancelled and its row says pruned."""
+    space = {"x": sweeper.uniform(0.0, 1.0), "epochs": 12, "pace": 0.15}
+    df = sweeper.sweep(sweep_fns.descent, space, search="tpe", prune="median(n_startup_trials=1, n_warmup_steps=2)",
+                       trials=5, metric="loss", mode="min", workers=1, seed=3, backend="slurm", out=str(tmp_path),
+                       progress=False)
+    shown = df[["param_x", "status", "epoch_reached", "job_id"]].to_string()
+    assert len(df) == 5 and set(df.status) == {"ok", "pruned"}, shown
+    assert (df[df.status == "pruned"].epoch_reached < 12).all(), shown
+    assert df.job_id.nunique() == 5, shown  # each its own task, submitted as the search asked
 
 
 def test_a_trial_that_asks_for_a_gpu_gets_the_one_slurm_granted(slurm, tmp_path):
@@ -276,3 +282,20 @@ def test_a_trial_that_asks_for_a_gpu_gets_the_one_slurm_granted(slurm, tmp_path)
     df = sweeper.load(str(tmp_path / "out" / "grid"))
     host = os.uname().nodename
     assert sorted(df.device) == sorted(f"gpu:{int(g)}@{host}" for g in df.gpu) and set(df.granted) == {1.0}
+
+
+def test_sweep_from_a_script_whose_train_is_defined_in_it(slurm, tmp_path):
+    """The common case from code: train defined in the script that calls sweep() (pickled by
+    reference to __main__): each task imports that script as spawn does (its main block does not run)."""
+    script = tmp_path / "mine.py"
+    script.write_text(
+        "import sweeper\n"
+        "def train(params):\n"
+        "    return {'double': 2.0 * params['x']}\n"
+        "if __name__ == '__main__':\n"
+        f"    df = sweeper.sweep(train, {{'x': [1, 2]}}, backend='slurm', out={str(tmp_path / 'out')!r},\n"
+        "                       progress=False)\n"
+        "    print(sorted(df.double.tolist()), sorted(df.status.tolist()))\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0 and "[2.0, 4.0] ['ok', 'ok']" in done.stdout, done.stdout + done.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sweeper.backends.slurm.backend import array_size, how_it_ended
+from sweeper.backends.slurm.backend import SHARED_GRACE_S, Task, array_size, how_it_ended, unshared
 from sweeper.backends.slurm.commands import Ended
 from sweeper.backends.slurm.options import SlurmOptions
 from sweeper.errors import SweepError
@@ -62,6 +62,21 @@ ENDINGS = [
 def test_what_slurm_says_of_a_task_is_judged_as_sweepers_own(ended, stop, status, words):
     verdict = _judged(ended, ended.exitcode, cancelled=stop is not None, stop=stop)
     assert verdict.status is status and words in verdict.error, verdict
+
+
+def test_a_sweep_folder_the_nodes_do_not_share_stops_the_sweep_in_one_line(tmp_path):
+    """Slurm ran a task; its output file (slurmd makes it as the task starts) never shows here."""
+    from sweeper.child.batch import JobReader
+    from sweeper.run.planning import plan
+
+    (spec,) = plan([{"x": 1}], str(tmp_path), seed=0)
+    task = Task(spec, JobReader(spec.dir), job="7_0", output=str(tmp_path / "a_0.out"), seen=100.0)
+    assert unshared([task], 100.0 + SHARED_GRACE_S - 1, "/sweep") is False  # not yet: a slow file system
+    with pytest.raises(SweepError, match="Slurm ran job 7_0, but nothing it wrote shows in /sweep here: the "
+                                         "sweep's folder must be on a file system this machine and the nodes share"):
+        unshared([task], 100.0 + SHARED_GRACE_S + 1, "/sweep")
+    (tmp_path / "a_0.out").touch()
+    assert unshared([task], 100.0 + SHARED_GRACE_S + 1, "/sweep") is True
 
 
 def test_slurm_options_are_sbatchs_and_gpus_asked_there_stand():

@@ -43,8 +43,18 @@ def write_job(spec: Any, target: Any, env: dict[str, str], sweep: str | None) ->
             os.remove(stale)
     open(job.messages, "wb").close()
     with paths.atomic(job.spec, binary=True) as f:
-        pickle.dump((spec, target, env, sweep), f)
+        pickle.dump((spec, target, env, sweep, _main_module()), f)
     return spec.dir
+
+
+def _main_module() -> dict[str, Any]:
+    """What the job needs to import the driver's main module as ``__mp_main__``, as a spawned
+    process does (``train`` defined in the script that called ``sweep()`` is pickled by
+    reference to it): its path or name, and the driver's ``sys.path``."""
+    import multiprocessing.spawn
+
+    data = multiprocessing.spawn.get_preparation_data("sweeper-batch")
+    return {k: data[k] for k in ("sys_path", "init_main_from_path", "init_main_from_name") if k in data}
 
 
 class FileChannel:
@@ -115,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     trial_dir = trial_of_task(args[1], int(os.environ["SLURM_ARRAY_TASK_ID"])) if args[0] == "--list" else args[0]
     job = paths.JobPaths(trial_dir)
     with open(job.spec, "rb") as f:
-        spec, target, env, sweep = pickle.load(f)
+        spec, target, env, sweep, main = pickle.load(f)
+    import multiprocessing.spawn
+
+    multiprocessing.spawn.prepare(main)  # the driver's script as __mp_main__ (its __main__ block does not run)
     # the node sees the sweep's folder (a batch job's must): the trial works and logs there
     out = channel_main(spec, target, env, FileChannel(job.messages), sweep, shared=True)
     with paths.atomic(job.returned, binary=True) as f:

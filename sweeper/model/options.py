@@ -226,11 +226,12 @@ class Options:
         "installed libraries the grid file uses (TensorFlow, Keras, NumPy, ...) once, and runs the grid file "
         "itself; `spawn`: a fresh interpreter per trial (see [performance](performance.md))",
         choices=("forkserver", "spawn")))
-    #: "local", "ray" (a Ray cluster places the trials), or a backend registered by name
+    #: "local", "ray" (a Ray cluster places the trials), "slurm" (Slurm does), or a backend registered by name
     #: (:mod:`sweeper.backends.registry`)
     backend: str = field(default="local", metadata=flag(
-        "(default `{default}`) `local`, `ray`: trials as Ray tasks on a cluster, or the name of a backend an "
-        "installed package registers (see [Ray](ray.md) and [backends](backends.md))"))
+        "(default `{default}`) `local`, `ray`: trials as Ray tasks on a cluster, `slurm`: trials as Slurm jobs, or "
+        "the name of a backend an installed package registers (see [Ray](ray.md), [Slurm](slurm.md) and "
+        "[backends](backends.md))"))
     #: the backend's own settings (its options group, such as Ray's ``address`` and
     #: ``cpus_per_trial``: :class:`sweeper.backends.ray_options.RayOptions`), built from the
     #: keywords that name its fields (:func:`sweeper.backends.registry.options`); None: it has none
@@ -352,13 +353,14 @@ class Options:
 
     def _check_packing(self) -> None:
         """``memory_keys`` and ``gpu_memory`` say how to pack, so they go with what packs."""
+        cluster = {"ray": "Ray", "slurm": "Slurm"}.get(self.backend)
         for name in ("per_gpu", "workers"):
-            if getattr(self, name) == "auto" and self.backend == "ray":
-                raise SweepError(f"{name}='auto' packs trials on this machine by memory; Ray places its own: give "
-                                 f"--{name.replace('_', '-')} N with --backend ray")
-        if self.host_memory is not None and self.backend == "ray":
-            raise SweepError("host_memory budgets this machine's memory; Ray places trials on its nodes by their "
-                             "resources: drop --host-memory with --backend ray")
+            if getattr(self, name) == "auto" and cluster:
+                raise SweepError(f"{name}='auto' packs trials on this machine by memory; {cluster} places its own: "
+                                 f"give --{name.replace('_', '-')} N with --backend {self.backend}")
+        if self.host_memory is not None and cluster:
+            raise SweepError(f"host_memory budgets this machine's memory; {cluster} places trials on its nodes by "
+                             f"their resources: drop --host-memory with --backend {self.backend}")
         if self.gpu_memory is not None and self.per_gpu != "auto":
             raise SweepError("gpu_memory goes with per_gpu='auto' (--per-gpu auto), which packs trials by the "
                              "memory they need")

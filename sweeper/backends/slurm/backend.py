@@ -69,7 +69,7 @@ SHARED_GRACE_S = 30.0
 
 
 @dataclass
-class _Task:
+class Task:
     """One trial's Slurm task, as far as this driver knows it."""
 
     spec: TrialSpec
@@ -112,7 +112,7 @@ class SlurmBackend:
         self.relay = Relay(self.env.get(contract.MEMORY_FRACTION))
         #: what sbatch hands every job: this process's environment, and its imports' paths
         self.submit_env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self.tasks: dict[str, _Task] = {}  #: by trial id: started here and not yet told ended
+        self.tasks: dict[str, Task] = {}  #: by trial id: started here and not yet told ended
         self.held: list[str] = []  #: trial ids started, not yet submitted
         self.lingering: dict[str, TrialSpec] = {}  #: task id -> spec: told ended (result), still in Slurm's queue
         self.sweep: SweepPaths | None = None
@@ -135,7 +135,7 @@ class SlurmBackend:
         it (still queued or running, or ended with its result written): no trial trains twice."""
         if self.sweep is None:
             self._first(spec)
-        task = _Task(spec, JobReader(spec.dir))
+        task = Task(spec, JobReader(spec.dir))
         adopted = self._adoptable(spec)
         if adopted is not None:
             task.job, task.output = adopted
@@ -158,6 +158,7 @@ class SlurmBackend:
         now = time.monotonic()
         if now - self.read >= READ_S:
             self.read = now
+            self._started()
             for tid, task in list(self.tasks.items()):
                 if task.job and (task.running or task.began):
                     events += self._heard(tid, task)
@@ -258,7 +259,25 @@ class SlurmBackend:
 
     # -- hearing from tasks -------------------------------------------------------------
 
-    def _heard(self, tid: str, task: _Task) -> list[tuple[str, Event]]:
+    def _started(self) -> None:
+        """Tasks that started since the last look at the sweep's jobs folder, where slurmd makes
+        each task's output file as it starts (one listing, not a file per task): their files
+        are read from now on, before Slurm's queue says they run."""
+        # (a task Slurm ran once and requeued has its file already: the queue says when it runs again)
+        waiting = {os.path.basename(t.output): t for t in self.tasks.values()
+                   if t.job and not t.running and t.seen is None}
+        if not waiting:
+            return
+        try:
+            present = os.listdir(self._jobs_folder())
+        except OSError:
+            return
+        for name in present:
+            task = waiting.get(name)
+            if task is not None:
+                task.running = self.shared = True
+
+    def _heard(self, tid: str, task: Task) -> list[tuple[str, Event]]:
         """What a task wrote since the last read: its messages, and its result once it wrote it
         (told at once; its place in ``workers`` is freed when Slurm lets the task go)."""
         batch = task.reader.messages()
@@ -278,7 +297,7 @@ class SlurmBackend:
         ended = finished(task.spec, out, heard.exitcode if heard.exitcode is not None else 0)
         return events + [(t, self._named(task, e)) for t, e in ended]
 
-    def _named(self, task: _Task, event: Event) -> Event:
+    def _named(self, task: Task, event: Event) -> Event:
         """Began and Exited with where the task ran: its job, its node (and GPU) as its device."""
         if isinstance(event, Began):
             moved = ""
@@ -321,7 +340,7 @@ class SlurmBackend:
         self._check_shared(now)
         return events
 
-    def _left(self, tid: str, task: _Task, now: float) -> list[tuple[str, Event]]:
+    def _left(self, tid: str, task: Task, now: float) -> list[tuple[str, Event]]:
         """A task gone from Slurm's queue: its last messages and result; else how it ended."""
         events = self._heard(tid, task)
         if tid not in self.tasks or self.tasks[tid] is not task:
@@ -342,20 +361,12 @@ class SlurmBackend:
                                             bool(task.cancelled), task.ended, code))]
 
     def _check_shared(self, now: float) -> None:
-        """The sweep's folder must be one the nodes share: a task that Slurm ran for a while,
-        with no file of it showing here, says it is not (once; then the sweep stops)."""
+        """The sweep's folder must be one the nodes share (see :func:`unshared`); once a file of
+        a task showed here, it is."""
         if self.shared:
             return
-        for task in self.tasks.values():
-            if task.output and os.path.exists(task.output):
-                self.shared = True
-                return
-        late = [t for t in self.tasks.values() if t.seen is not None and now - t.seen > SHARED_GRACE_S]
-        if late:
-            assert self.sweep is not None
-            raise SweepError(f"Slurm ran job {late[0].job}, but nothing it wrote shows in {self.sweep.folder} "
-                             "here: the sweep's folder must be on a file system this machine and the nodes "
-                             "share; give --out a folder there (your home or the cluster's shared disk)")
+        assert self.sweep is not None
+        self.shared = unshared(list(self.tasks.values()), now, self.sweep.folder)
 
     # -- a killed driver's tasks ----------------------------------------------------------
 
@@ -377,6 +388,20 @@ class SlurmBackend:
             return job, output
         _seen_end(spec, job)
         return None
+
+
+def unshared(tasks: list[Task], now: float, folder: str) -> bool:
+    """Whether a task's file showed here: Slurm's output of a task it ran (slurmd makes it as
+    the task starts). False while none did; a SweepError once a task Slurm ran (or ended)
+    ``SHARED_GRACE_S`` ago shows none: the folder is not one the nodes share."""
+    if any(t.output and os.path.exists(t.output) for t in tasks):
+        return True
+    late = [t for t in tasks if t.seen is not None and now - t.seen > SHARED_GRACE_S]
+    if late:
+        raise SweepError(f"Slurm ran job {late[0].job}, but nothing it wrote shows in {folder} here: the "
+                         "sweep's folder must be on a file system this machine and the nodes share; give --out "
+                         "a folder there (your home, or the cluster's shared disk)")
+    return False
 
 
 def array_size(held: int, unfinished: int, k: int, max_array: int) -> int:

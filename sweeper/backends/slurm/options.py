@@ -25,7 +25,8 @@ class SlurmOptions:
     #: sbatch options for each trial's job: a dict in code, ``KEY=VALUE`` flags on the command line
     slurm: Any = field(default=None, metadata=flag(
         "with `--backend slurm`: an `sbatch` option for every trial's job, as `KEY=VALUE` (`partition=gpu`, "
-        "`time=02:00:00`, `mem=16G`, `account=...`, `qos=...`, `constraint=...`); once per option",
+        "`time=02:00:00`, `mem=16G`, `account=...`, `qos=...`, `constraint=...`); once per option (see "
+        "[Slurm](slurm.md))",
         action="append", metavar="KEY=VALUE"))
 
     def checked(self) -> SlurmOptions:
