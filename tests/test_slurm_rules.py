@@ -160,3 +160,12 @@ def test_a_backend_with_its_own_queue_is_given_every_trial_queued_ahead_at_once(
         (running.add if what == "started" else running.discard)(tid)
         most = max(most, len(running))
     assert most == 2 and [w for w, _ in heard.said].count("started") == 5, heard.said
+
+
+def test_a_machine_without_slurm_is_told_in_one_line(monkeypatch, tmp_path):
+    from sweeper.backends.slurm import commands
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert commands.missing() == ("Slurm's sbatch, squeue, scontrol, scancel not found on this machine; run the "
+                                  "sweep on a machine that submits Slurm jobs (a login node), or choose another "
+                                  "backend")
