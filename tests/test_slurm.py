@@ -299,3 +299,36 @@ def test_sweep_from_a_script_whose_train_is_defined_in_it(slurm, tmp_path):
     done = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), capture_output=True, text=True,
                           timeout=240)
     assert done.returncode == 0 and "[2.0, 4.0] ['ok', 'ok']" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_retry_is_a_new_task_and_a_fresh_run_replays_nothing(slurm, tmp_path):
+    """A retry submits the trial again (never takes over the task that already returned), and a
+    second run over the same folder (--fresh) runs the new code: no old task's result comes back."""
+    df = sweeper.sweep(sweep_fns.oom_then_exit, {"x": [1]}, backend="slurm", retries=1, out=str(tmp_path),
+                       progress=False)
+    shown = df[["status", "error", "attempts", "job_id"]].to_string()
+    assert df.status.tolist() == ["crashed"] and "exit code 3" in df.error[0] and df.attempts[0] == 2, shown
+    out = str(tmp_path / "again")
+    for value in (1, 2):
+        grid = write_grid(tmp_path, f"def train(params):\n    return {{'v': {value}.0}}\ngrid = {{'x': [1, 2]}}\n")
+        done = run_cli(grid, "--out", out, "--backend", "slurm", "--fresh", "--quiet")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert sweeper.load(os.path.join(out, "grid")).v.tolist() == [value] * 2
+
+
+def test_a_thread_train_leaves_behind_does_not_hold_the_task(slurm, tmp_path):
+    """train returns, leaving a thread that never ends: its task ends with its result, and the
+    next trial gets its place (workers=1)."""
+    grid = write_grid(tmp_path, (
+        "import threading, time\n"
+        "def train(params):\n"
+        "    threading.Thread(target=time.sleep, args=(600,)).start()\n"
+        "    return {'x': float(params['x'])}\n"
+        "grid = {'x': [1, 2]}\n"))
+    done = run_cli(grid, "--out", str(tmp_path / "out"), "--backend", "slurm", "--workers", "1", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    df = sweeper.load(str(tmp_path / "out" / "grid"))
+    assert df.status.tolist() == ["ok", "ok"]
+    for job in df.job_id:  # each task ended by itself, not cancelled for lingering after its result
+        shown = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True).stdout
+        assert "JobState=COMPLETED" in shown, shown

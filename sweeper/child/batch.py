@@ -77,29 +77,36 @@ class JobReader:
         self.offset = 0
 
     def messages(self) -> list[Any]:
+        """Whole frames written since the last read. A frame not yet whole, or not yet readable
+        (a network file system may show a write's length before its bytes: zeros), is read at
+        the next look; so is everything while the file cannot be read."""
         try:
             with open(self.job.messages, "rb") as f:
                 f.seek(self.offset)
                 data = f.read()
-        except FileNotFoundError:
+        except OSError:
             return []
         out, at = [], 0
         while at + _LENGTH.size <= len(data):
             (size,) = _LENGTH.unpack_from(data, at)
-            if at + _LENGTH.size + size > len(data):
+            if size == 0 or at + _LENGTH.size + size > len(data):
                 break  # written while we read: the rest at the next look
-            out.append(pickle.loads(data[at + _LENGTH.size:at + _LENGTH.size + size]))
+            try:
+                out.append(pickle.loads(data[at + _LENGTH.size:at + _LENGTH.size + size]))
+            except Exception:  # its bytes not all here yet
+                break
             at += _LENGTH.size + size
         self.offset += at
         return out
 
     def returned(self) -> dict[str, Any] | None:
-        """What the job returned, once it wrote it; None before (or if it never will)."""
+        """What the job returned, once it wrote it (renamed into place whole); None before, or
+        while it cannot be read (or if it never will be)."""
         try:
             with open(self.job.returned, "rb") as f:
                 out: dict[str, Any] = pickle.load(f)
                 return out
-        except FileNotFoundError:
+        except (OSError, EOFError, pickle.UnpicklingError):
             return None
 
 
@@ -133,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     out = channel_main(spec, target, env, FileChannel(job.messages), sweep, shared=True)
     with paths.atomic(job.returned, binary=True) as f:
         pickle.dump(out, f)
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # its result is written: a thread train left behind does not keep the job (and its place)
 
 
 if __name__ == "__main__":

@@ -195,7 +195,16 @@ class Broken:
 
 
 #: What a backend hands the engine, with the trial's id.
-Event = Union[Message, Began, Exited, Broken]
+@dataclass(frozen=True)
+class Requeued:
+    """A trial that began waits in its backend's queue again, to begin anew (a batch scheduler
+    requeued its job: its node failed, it was preempted): its clock stops until its next
+    :class:`Began`, which starts it again. Not an end: no row, no attempt counted."""
+
+    why: str
+
+
+Event = Union[Message, Began, Exited, Broken, Requeued]
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ from sweeper.model.protocol import (
     Exited,
     LoadFailed,
     Reports,
+    Requeued,
     Result,
     Scheduler,
     Unwritable,
@@ -287,6 +288,8 @@ class Engine(Stopping):
                 self._result(trial, event)
             elif isinstance(event, Exited):
                 self._exited(trial, event)
+            elif isinstance(event, Requeued):
+                self._requeued(trial, event)
         for trial, answer in answered:  # after the batch: a result that came with it stands
             if trial.phase in (Phase.ENDED, Phase.PAUSED) or trial.stop or trial.result or trial.pausing:
                 continue
@@ -308,6 +311,12 @@ class Engine(Stopping):
             self.store(self.ledger.mark_running, trial.spec, began, trial.started_at)
             if self.backend.traits.queues:  # it waited in the backend's queue until now
                 self.outputs.started(trial.spec)
+
+    def _requeued(self, trial: TrialState, event: Requeued) -> None:
+        """It waits in the backend's queue again (said once): no clock, no deadline, until it
+        begins again."""
+        if trial.requeued():
+            log.warning("sweeper: trial %s: %s", trial.spec.name, event.why)
 
     def _unwritable(self, trial: TrialState, event: Unwritable) -> None:
         """A trial could not write its files: no new trial starts (as for the ledger). One

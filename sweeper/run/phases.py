@@ -160,6 +160,17 @@ class TrialState:
             self.watch(timeout, stall)
         return True
 
+    def requeued(self) -> bool:
+        """It waits in its backend's queue again (Slurm requeued its job): back to ``STARTING``,
+        no clock, no deadline, until it begins again (:meth:`reached`). False where it was not
+        running (stopped already, or waiting): nothing changes."""
+        if self.phase is not Phase.RUNNING or self.stop is not None:
+            return False
+        self.to(Phase.STARTING)
+        self.began = None
+        self.set_deadline(None, None)
+        return True
+
     def paused(self, now: float) -> None:
         """Its process left, paused: unrecorded, its place free, its time so far kept."""
         self.to(Phase.PAUSED)

@@ -44,7 +44,7 @@ from sweeper.backends.slurm.options import SlurmOptions
 from sweeper.child.batch import JobReader, write_job, write_list
 from sweeper.errors import SweepError
 from sweeper.model import contract
-from sweeper.model.protocol import Began, Event, Exited, Placed, Traits
+from sweeper.model.protocol import Began, Event, Exited, Placed, Requeued, Traits
 from sweeper.model.trial import TrialSpec
 from sweeper.store.paths import JobPaths, SweepPaths, atomic
 
@@ -66,6 +66,13 @@ RESULT_GRACE_S = 10.0
 #: Seconds a task may run (or have ended) without its Slurm output file showing here before
 #: the sweep's folder is taken as not shared with the nodes.
 SHARED_GRACE_S = 30.0
+#: Seconds a task may stay in Slurm's queue after its result came before it is cancelled (a
+#: thread of train's that keeps its process alive).
+LINGER_S = 30.0
+#: Seconds before a submission that failed, after the first, is tried again.
+RETRY_S = 30.0
+#: States of a task that waits to run (a requeued one too): a signal must never reach it.
+WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
 
 
 @dataclass
@@ -83,6 +90,7 @@ class Task:
     left: float | None = None  #: monotonic; when it left Slurm's queue, its result not yet seen
     ended: commands.Ended | None = None
     cancelled: str = ""  #: "TERM", "KILL" or "cancel": what this sweep asked of it
+    requeued: bool = False  #: Slurm requeued it after it began, and it has not begun again (told once)
 
 
 class SlurmBackend:
@@ -114,12 +122,17 @@ class SlurmBackend:
         self.submit_env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self.tasks: dict[str, Task] = {}  #: by trial id: started here and not yet told ended
         self.held: list[str] = []  #: trial ids started, not yet submitted
-        self.lingering: dict[str, TrialSpec] = {}  #: task id -> spec: told ended (result), still in Slurm's queue
+        #: task id -> when its result came: told ended, still in Slurm's queue (it counts in ``workers``)
+        self.lingering: dict[str, float] = {}
+        self.begun: set[str] = set()  #: trial ids started by this driver (a retry adopts no task)
+        self.inflight: list[Any] = []  #: scancel commands sent, not yet reaped
+        self.submit_failing: float | None = None  #: when a later submission failed (retried after RETRY_S)
         self.sweep: SweepPaths | None = None
         self.name = ""  #: every job of the sweep is named so (the one squeue looks for it)
         self.queued: dict[str, str] | None = None  #: the last look at Slurm's queue
         self.looked = self.read = 0.0
-        self.arrays = 0
+        self.arrays = 0  #: arrays tried (each its own list file)
+        self.submitted = 0  #: arrays Slurm took
         self.max_array = 0
         self.shared = False  #: a file a task wrote was seen here
         self.queue_failing: float | None = None
@@ -136,7 +149,8 @@ class SlurmBackend:
         if self.sweep is None:
             self._first(spec)
         task = Task(spec, JobReader(spec.dir))
-        adopted = self._adoptable(spec)
+        adopted = None if spec.trial_id in self.begun else self._adoptable(spec)  # a retry starts anew
+        self.begun.add(spec.trial_id)
         if adopted is not None:
             task.job, task.output = adopted
             task.running = (self.queued or {}).get(task.job) == "RUNNING"
@@ -148,9 +162,7 @@ class SlurmBackend:
         return None  # its Began comes when its task runs
 
     def wait(self, timeout: float | None, wake: int, queued: int) -> list[tuple[str, Event]]:
-        for how, jobs in self.cancels.items():  # one scancel for each kind, however many tasks
-            commands.cancel(jobs, None if how == "cancel" else how)
-        self.cancels.clear()
+        self._send_cancels()
         events = self._cancel_held()
         self._submit()
         if not events:
@@ -183,6 +195,15 @@ class SlurmBackend:
         task.cancelled = ("KILL" if hard else "TERM") if task.running else "cancel"
         self.cancels.setdefault(task.cancelled, []).append(task.job)  # sent at the next wait, together
 
+    def _send_cancels(self) -> None:
+        """The cancels asked since the last wait: one scancel for each kind, however many tasks,
+        the waiting ones first; not waited for (scancel may take seconds to signal a task that
+        is ending), reaped at later waits."""
+        self.inflight = [p for p in self.inflight if p.poll() is None]
+        for how in sorted(self.cancels, key=lambda h: h != "cancel"):
+            self.inflight += commands.cancel(self.cancels[how], None if how == "cancel" else how, wait=False)
+        self.cancels.clear()
+
     def tell(self, trial_id: str, message: Any) -> None:
         pass  # traits.answers is False: a pruner's stop is a cancel
 
@@ -193,15 +214,19 @@ class SlurmBackend:
         for tid, task in list(self.tasks.items()):
             if task.job:
                 events += self._heard(tid, task)
-        left = [task.job for task in self.tasks.values() if task.job]
+        left = [task.job for task in self.tasks.values() if task.job] + list(self.lingering)
+        self.cancels.clear()
         if left:
             commands.cancel(left)
-        self.cancels.clear()
+        for p in self.inflight:
+            with contextlib.suppress(Exception):
+                p.wait(timeout=commands.COMMAND_S)
         for task in self.tasks.values():
             if task.job:
                 _seen_end(task.spec, task.job)
         self.tasks.clear()
         self.held.clear()
+        self.lingering.clear()
         return events
 
     # -- submitting ---------------------------------------------------------------------
@@ -213,6 +238,9 @@ class SlurmBackend:
         base = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.basename(folder))[:24]
         self.name = f"sweeper-{base}-{hashlib.sha1(folder.encode()).hexdigest()[:8]}"
         self.max_array = commands.max_array_size()
+        if self.max_array < 1:
+            raise SweepError("this cluster has job arrays turned off (MaxArraySize=0 in its slurm.conf); sweeper "
+                             "submits trials as arrays: ask its administrators, or use another backend")
 
     def _jobs_folder(self) -> str:
         assert self.sweep is not None
@@ -225,27 +253,49 @@ class SlurmBackend:
         """Held trials to Slurm, as one array, as far as ``workers`` allows (see the module's docstring)."""
         if not self.held:
             return
+        if self.submit_failing is not None and time.monotonic() - self.submit_failing < RETRY_S:
+            return
         k = self.traits.capacity
         n = array_size(len(self.held), self._unfinished(), k, self.max_array)
         if not n:
             return
+        submitted: tuple[str, str] | None = None
+        try:
+            submitted = self._array(self.held[:n], k)
+        except SweepError as exc:
+            if n > k:  # a cluster's limit on submitted tasks (MaxSubmitJobs): workers at a time
+                with contextlib.suppress(SweepError):
+                    submitted, n = self._array(self.held[:k], k), k
+            if submitted is None:
+                if not self.submitted:  # the first: the options are wrong, say so at once
+                    raise
+                if self.submit_failing is None:  # later: the controller may be busy; the trials wait
+                    log.warning("sweeper: %s; trying again every %gs", exc, RETRY_S)
+                self.submit_failing = time.monotonic()
+                return
+        job, listed = submitted
+        self.submitted += 1
+        self.submit_failing = None
         batch, self.held = self.held[:n], self.held[n:]
+        for i, tid in enumerate(batch):  # every task's id first: close() cancels them, whatever follows
+            self.tasks[tid].job, self.tasks[tid].output = f"{job}_{i}", f"{listed}_{i}.out"
+        for tid in batch:
+            task = self.tasks[tid]
+            try:  # (a full disk here costs only the adoption of this task by a later driver)
+                with atomic(JobPaths(task.spec.dir).scheduled, fsync=False) as f:
+                    f.write(f"{task.job}\n{task.output}\n")
+            except OSError:
+                pass
+
+    def _array(self, tids: list[str], k: int) -> tuple[str, str]:
+        """One array job of these held trials, throttled to ``k``: its id and its list's path (less ``.txt``)."""
         self.arrays += 1
         listed = os.path.join(self._jobs_folder(), f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{self.arrays}")
-        write_list(listed + ".txt", [self.tasks[tid].spec.dir for tid in batch])
+        write_list(listed + ".txt", [self.tasks[tid].spec.dir for tid in tids])
         command = (f"exec {shlex.quote(sys.executable)} -m sweeper.child.batch --list "
                    f"{shlex.quote(listed + '.txt')}")
-        array = f"0-{n - 1}" + (f"%{k}" if n > k else "")
-        try:
-            job = commands.submit(self.sbatch, self.name, listed + "_%a.out", command, array, self.submit_env)
-        except SweepError:
-            self.held = batch + self.held
-            raise
-        for i, tid in enumerate(batch):
-            task = self.tasks[tid]
-            task.job, task.output = f"{job}_{i}", f"{listed}_{i}.out"
-            with atomic(JobPaths(task.spec.dir).scheduled, fsync=False) as f:
-                f.write(f"{task.job}\n{task.output}\n")
+        array = f"0-{len(tids) - 1}" + (f"%{k}" if len(tids) > k else "")
+        return commands.submit(self.sbatch, self.name, listed + "_%a.out", command, array, self.submit_env), listed
 
     def _cancel_held(self) -> list[tuple[str, Event]]:
         """Held trials the engine cancelled: never submitted, ended now."""
@@ -284,7 +334,7 @@ class SlurmBackend:
         for _, message in batch:
             if isinstance(message, Placed):
                 task.began += 1
-                task.host, task.running = message.host or task.host, True
+                task.host, task.running, task.requeued = message.host or task.host, True, False
                 self.shared = True
         events = [(t, self._named(task, e)) for t, e in self.relay.events(batch)]
         out = task.reader.returned()
@@ -293,7 +343,8 @@ class SlurmBackend:
         self.shared = True
         heard = self.relay.forget(tid)
         del self.tasks[tid]
-        self.lingering[task.job] = task.spec
+        _seen_end(task.spec, task.job)  # its result is read: no later driver adopts it (nor replays it)
+        self.lingering[task.job] = time.monotonic()
         ended = finished(task.spec, out, heard.exitcode if heard.exitcode is not None else 0)
         return events + [(t, self._named(task, e)) for t, e in ended]
 
@@ -324,17 +375,25 @@ class SlurmBackend:
                             POLL_S)
             return []
         self.queue_failing = None
-        for job in [j for j in self.lingering if j not in live]:
-            _seen_end(self.lingering.pop(job), job)
+        for job, since in list(self.lingering.items()):
+            if job not in live:
+                del self.lingering[job]
+            elif now - since > LINGER_S:  # its result came long ago; something of train's keeps it alive
+                self.cancels.setdefault("cancel", []).append(job)
+                self.lingering[job] = now
         events: list[tuple[str, Event]] = []
         for tid, task in list(self.tasks.items()):
             if not task.job:
                 continue
             state = live.get(task.job)
             if state is not None:
-                task.running = state not in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED")
+                task.running = state not in WAITING
                 if task.running and task.seen is None:
                     task.seen = now
+                if not task.running and task.began and not task.requeued:  # Slurm requeued it
+                    task.requeued = True
+                    events.append((tid, Requeued(f"Slurm requeued job {task.job} (its node failed, or it was "
+                                                 "preempted); it waits in the queue to run again, from the start")))
                 continue
             events += self._left(tid, task, now)
         self._check_shared(now)
@@ -348,11 +407,17 @@ class SlurmBackend:
         if task.seen is None:
             task.seen = now
         if task.ended is None:
-            task.ended = commands.ended(task.job)
+            if task.cancelled and not task.running and not task.began:  # cancelled while it waited
+                task.ended = commands.Ended("CANCELLED")
+            else:
+                task.ended = commands.ended(task.job)
             task.left = now
         assert task.left is not None
-        if task.ended.state == "COMPLETED" and not task.cancelled and now - task.left < RESULT_GRACE_S:
-            return events  # it returned: its result is on its way through the file system
+        if task.ended.state not in commands.FINAL and task.ended.state != "UNKNOWN":
+            task.ended = None  # scontrol sees it still (squeue may not show every partition): not ended
+            return events
+        if task.ended.state in ("COMPLETED", "UNKNOWN") and not task.cancelled and now - task.left < RESULT_GRACE_S:
+            return events  # it may have returned: its result may be on its way through the file system
         del self.tasks[tid]
         _seen_end(task.spec, task.job)
         heard = self.relay.forget(tid)
@@ -383,7 +448,14 @@ class SlurmBackend:
         if os.path.exists(JobPaths(spec.dir).returned):
             return job, output
         if self.queued is None:  # one look for every trial of the sweep
-            self.queued = commands.queue(self.name) or {}
+            for _ in range(3):
+                self.queued = commands.queue(self.name)
+                if self.queued is not None:
+                    break
+                time.sleep(1.0)
+            else:
+                raise SweepError("Slurm's queue cannot be read (squeue failed), so the jobs a killed sweep left "
+                                 "cannot be told from ended ones; run the same command again once squeue works")
         if job in self.queued:
             return job, output
         _seen_end(spec, job)

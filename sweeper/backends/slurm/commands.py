@@ -9,6 +9,7 @@ is a :class:`~sweeper.errors.SweepError` in one line; a look at the queue that f
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
@@ -74,7 +75,7 @@ def max_array_size() -> int:
 def queue(name: str) -> dict[str, str] | None:
     """The tasks of the jobs named ``name`` (the sweep's) that Slurm still holds, pending,
     running or ending: task id (``123_4``) -> state. None: the look failed."""
-    done = _run(["squeue", "-h", "-r", "--name", name, "-o", "%i %T"])
+    done = _run(["squeue", "-h", "-r", "-a", "--name", name, "-o", "%i %T"])
     if done is None or done.returncode != 0:
         return None
     out = {}
@@ -99,11 +100,18 @@ def ended(task: str) -> Ended:
     return Ended(state.group(1) if state else "UNKNOWN", exitcode, node.group(1) if node else "")
 
 
-def cancel(tasks: Iterable[str], signal: str | None = None) -> None:
+def cancel(tasks: Iterable[str], signal: str | None = None, wait: bool = True) -> list[subprocess.Popen[bytes]]:
     """``scancel`` the tasks (a signal to those running: ``TERM``, ``KILL``; none: cancelled,
     pending or running). Never give a signal to a pending array task: Slurm then cancels
-    every pending task of its array."""
-    tasks = list(tasks)
+    every pending task of its array. ``wait=False``: the commands started, not waited for
+    (scancel takes seconds to signal a task that is ending meanwhile); returned, to be reaped."""
+    tasks, started = list(tasks), []
     for i in range(0, len(tasks), 500):  # a command line of a sane length
-        _run(["scancel", *([f"--signal={signal}", "--full"] if signal else []), *tasks[i:i + 500]])
+        argv = ["scancel", *([f"--signal={signal}", "--full"] if signal else []), *tasks[i:i + 500]]
+        if wait:
+            _run(argv)
+            continue
+        with contextlib.suppress(OSError):
+            started.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return started
 
