@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from sweeper.backends.slurm.backend import SHARED_GRACE_S, Task, array_size, how_it_ended, unshared
 from sweeper.backends.slurm.commands import Ended
 from sweeper.backends.slurm.options import SlurmOptions
+from sweeper.backends.slurm.rules import SHARED_GRACE_S, Task, array_size, how_it_ended, unshared
 from sweeper.errors import SweepError
 from sweeper.model import outcome
 from sweeper.model.protocol import Began, Exited, Result, Traits

@@ -35,12 +35,13 @@ import select
 import shlex
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sweeper.backends.channel import Relay, finished
 from sweeper.backends.slurm import commands
 from sweeper.backends.slurm.options import SlurmOptions
+from sweeper.backends.slurm.rules import Task, array_size, how_it_ended, on_node, seen_end, unshared
 from sweeper.child.batch import JobReader, write_job, write_list
 from sweeper.errors import SweepError
 from sweeper.model import contract
@@ -63,9 +64,6 @@ DEFAULT_WORKERS = 32
 #: Seconds a task Slurm says COMPLETED may take to show its result here (a network file
 #: system's attribute cache), before it is judged without one.
 RESULT_GRACE_S = 10.0
-#: Seconds a task may run (or have ended) without its Slurm output file showing here before
-#: the sweep's folder is taken as not shared with the nodes.
-SHARED_GRACE_S = 30.0
 #: Seconds a task may stay in Slurm's queue after its result came before it is cancelled (a
 #: thread of train's that keeps its process alive).
 LINGER_S = 30.0
@@ -73,24 +71,6 @@ LINGER_S = 30.0
 RETRY_S = 30.0
 #: States of a task that waits to run (a requeued one too): a signal must never reach it.
 WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
-
-
-@dataclass
-class Task:
-    """One trial's Slurm task, as far as this driver knows it."""
-
-    spec: TrialSpec
-    reader: JobReader
-    job: str = ""  #: Slurm's task id, ``123_4``; "" while held
-    output: str = ""  #: Slurm's own output file of it (made by slurmd when it starts)
-    running: bool = False  #: Slurm ran it at the last look (a signal reaches it; a pending one must get none)
-    host: str = ""  #: the node it began on
-    began: int = 0  #: how often it began (more than once: Slurm requeued it)
-    seen: float | None = None  #: monotonic; when Slurm first said it runs, or that it ended
-    left: float | None = None  #: monotonic; when it left Slurm's queue, its result not yet seen
-    ended: commands.Ended | None = None
-    cancelled: str = ""  #: "TERM", "KILL" or "cancel": what this sweep asked of it
-    requeued: bool = False  #: Slurm requeued it after it began, and it has not begun again (told once)
 
 
 class SlurmBackend:
@@ -223,7 +203,7 @@ class SlurmBackend:
                 p.wait(timeout=commands.COMMAND_S)
         for task in self.tasks.values():
             if task.job:
-                _seen_end(task.spec, task.job)
+                seen_end(task.spec, task.job)
         self.tasks.clear()
         self.held.clear()
         self.lingering.clear()
@@ -343,7 +323,7 @@ class SlurmBackend:
         self.shared = True
         heard = self.relay.forget(tid)
         del self.tasks[tid]
-        _seen_end(task.spec, task.job)  # its result is read: no later driver adopts it (nor replays it)
+        seen_end(task.spec, task.job)  # its result is read: no later driver adopts it (nor replays it)
         self.lingering[task.job] = time.monotonic()
         ended = finished(task.spec, out, heard.exitcode if heard.exitcode is not None else 0)
         return events + [(t, self._named(task, e)) for t, e in ended]
@@ -355,11 +335,11 @@ class SlurmBackend:
             if task.began > 1:
                 moved = (f"Slurm requeued job {task.job} (its node failed, or it was preempted); it runs again "
                          f"on {task.host or 'a node'}, from the start")
-            return replace(event, device=_on(event.device, task.host), job=task.job, moved=moved,
+            return replace(event, device=on_node(event.device, task.host), job=task.job, moved=moved,
                            where=f"{task.host}, Slurm job {task.job}" if task.host else f"Slurm job {task.job}")
         if isinstance(event, Exited):
             return replace(event, job=task.job,
-                           device=_on(event.device, task.host) if event.device is not None else None)
+                           device=on_node(event.device, task.host) if event.device is not None else None)
         return event
 
     # -- looking at Slurm's queue -------------------------------------------------------
@@ -419,7 +399,7 @@ class SlurmBackend:
         if task.ended.state in ("COMPLETED", "UNKNOWN") and not task.cancelled and now - task.left < RESULT_GRACE_S:
             return events  # it may have returned: its result may be on its way through the file system
         del self.tasks[tid]
-        _seen_end(task.spec, task.job)
+        seen_end(task.spec, task.job)
         heard = self.relay.forget(tid)
         code = heard.exitcode if heard.exitcode is not None else task.ended.exitcode
         return events + [(tid, how_it_ended(task.job, task.host or task.ended.node, task.output,
@@ -458,71 +438,5 @@ class SlurmBackend:
                                  "cannot be told from ended ones; run the same command again once squeue works")
         if job in self.queued:
             return job, output
-        _seen_end(spec, job)
+        seen_end(spec, job)
         return None
-
-
-def unshared(tasks: list[Task], now: float, folder: str) -> bool:
-    """Whether a task's file showed here: Slurm's output of a task it ran (slurmd makes it as
-    the task starts). False while none did; a SweepError once a task Slurm ran (or ended)
-    ``SHARED_GRACE_S`` ago shows none: the folder is not one the nodes share."""
-    if any(t.output and os.path.exists(t.output) for t in tasks):
-        return True
-    late = [t for t in tasks if t.seen is not None and now - t.seen > SHARED_GRACE_S]
-    if late:
-        raise SweepError(f"Slurm ran job {late[0].job}, but nothing it wrote shows in {folder} here: the "
-                         "sweep's folder must be on a file system this machine and the nodes share; give --out "
-                         "a folder there (your home, or the cluster's shared disk)")
-    return False
-
-
-def array_size(held: int, unfinished: int, k: int, max_array: int) -> int:
-    """How many held trials to submit now, as one array: all of them (up to ``max_array``,
-    throttled to ``k`` by Slurm) when none of the sweep's tasks is unfinished; else as many as
-    bring the unfinished to ``k``; none when they are ``k`` already."""
-    if unfinished >= k:
-        return 0
-    return min(held, max_array) if unfinished == 0 else min(held, k - unfinished, max_array)
-
-
-def how_it_ended(job: str, node: str, output: str, cancelled: bool, ended: commands.Ended,
-                 code: int | None) -> Exited:
-    """How a task that returned nothing ended, in the judge's terms: Slurm's time limit is a
-    ``timeout``, its memory limit an ``oom``; a cancel from outside the sweep says so; one the
-    sweep cancelled is judged by the sweep's reason (its timeout, Ctrl-C, a pruner)."""
-    on = f" on {node}" if node else ""
-    if ended.state == "TIMEOUT":
-        return Exited(code, time_limit=f"Slurm's time limit (job {job}{on})", job=job)
-    if ended.state == "OUT_OF_MEMORY":
-        return Exited(code, oom_killed=f"Slurm's memory limit, job {job}{on}", job=job)
-    if cancelled:
-        return Exited(code, note=f"cancelled by the sweep (Slurm job {job})", job=job)
-    if ended.state == "CANCELLED":
-        return Exited(None, note=f"cancelled: Slurm job {job}{on} was cancelled from outside the sweep "
-                                 "(scancel, or the cluster's administrators)", job=job)
-    if ended.state in ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL"):
-        return Exited(None, note=f"Slurm job {job} ended {ended.state}{on} and was not requeued "
-                                 "(the cluster's JobRequeue=0, or --slurm no-requeue)", job=job)
-    if ended.state == "UNKNOWN":
-        return Exited(code, note=f"Slurm job {job} left the queue and Slurm no longer says how it ended "
-                                 f"(see {output})", job=job)
-    if code is None:
-        return Exited(None, note=f"Slurm job {job}{on} ended {ended.state} (see {output})", job=job)
-    return Exited(code, job=job)
-
-
-def _on(device: str | None, host: str) -> str:
-    """A device named with its node: ``gpu:0@node3``, ``cpu@node3``."""
-    device = device or ""
-    return f"{device}@{host}" if host and device and "@" not in device else device
-
-
-def _seen_end(spec: TrialSpec, job: str) -> None:
-    """A driver saw the trial's task end (or ended it): no later driver adopts it. Another
-    task of the trial named there since (a retry's) stays."""
-    path = JobPaths(spec.dir).scheduled
-    with contextlib.suppress(OSError):
-        with open(path) as f:
-            if f.read().split("\n")[0].strip() != job:
-                return
-        os.remove(path)
