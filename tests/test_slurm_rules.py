@@ -169,3 +169,20 @@ def test_a_machine_without_slurm_is_told_in_one_line(monkeypatch, tmp_path):
     assert commands.missing() == ("Slurm's sbatch, squeue, scontrol, scancel not found on this machine; run the "
                                   "sweep on a machine that submits Slurm jobs (a login node), or choose another "
                                   "backend")
+
+
+def test_scontrols_lines_are_read_as_each_task_ended():
+    """One ``scontrol -o show job <array>`` line per task (Slurm 22.05's words, trimmed)."""
+    from sweeper.backends.slurm.commands import _ended, _task_of
+
+    lines = {
+        "JobId=34 ArrayJobId=32 ArrayTaskId=1 JobName=sweeper-x JobState=FAILED Reason=NonZeroExitCode "
+        "ExitCode=3:0 BatchHost=node7": ("32_1", Ended("FAILED", 3, "node7")),
+        "JobId=35 ArrayJobId=32 ArrayTaskId=2 JobState=CANCELLED ExitCode=0:15 BatchHost=node7":
+            ("32_2", Ended("CANCELLED", -15, "node7")),
+        "JobId=36 ArrayJobId=32 ArrayTaskId=3 JobState=TIMEOUT ExitCode=0:0": ("32_3", Ended("TIMEOUT", 0, "")),
+        "JobId=40 JobName=plain JobState=COMPLETED ExitCode=0:0": ("40", Ended("COMPLETED", 0, "")),
+        "JobId=32 ArrayJobId=32 ArrayTaskId=4-9%2 JobState=PENDING ExitCode=0:0": ("32", Ended("PENDING", 0, "")),
+    }
+    for line, (task, ended) in lines.items():
+        assert (_task_of(line), _ended(line)) == (task, ended), line

@@ -362,6 +362,7 @@ class SlurmBackend:
                 self.cancels.setdefault("cancel", []).append(job)
                 self.lingering[job] = now
         events: list[tuple[str, Event]] = []
+        gone: list[tuple[str, Task]] = []
         for tid, task in list(self.tasks.items()):
             if not task.job:
                 continue
@@ -375,34 +376,43 @@ class SlurmBackend:
                     events.append((tid, Requeued(f"Slurm requeued job {task.job} (its node failed, or it was "
                                                  "preempted); it waits in the queue to run again, from the start")))
                 continue
-            events += self._left(tid, task, now)
+            gone.append((tid, task))
+        events += self._gone(gone, now)
         self._check_shared(now)
         return events
 
+    def _gone(self, gone: list[tuple[str, Task]], now: float) -> list[tuple[str, Event]]:
+        """Tasks gone from Slurm's queue: their last messages and results; how those with none
+        ended (one scontrol per array job, for those Slurm ran: one cancelled while it waited
+        is known already)."""
+        events: list[tuple[str, Event]] = []
+        for tid, task in gone:
+            events += self._heard(tid, task)
+        left = [(tid, task) for tid, task in gone if self.tasks.get(tid) is task]  # no result came
+        asked = [task.job for _, task in left if task.ended is None
+                 and not (task.cancelled and not task.running and not task.began)]
+        said = commands.ended(asked) if asked else {}
+        for tid, task in left:
+            if task.seen is None:
+                task.seen = now
+            if task.ended is None:
+                task.ended, task.left = said.get(task.job, commands.Ended("CANCELLED")), now
+            events += self._left(tid, task, now)
+        return events
+
     def _left(self, tid: str, task: Task, now: float) -> list[tuple[str, Event]]:
-        """A task gone from Slurm's queue: its last messages and result; else how it ended."""
-        events = self._heard(tid, task)
-        if tid not in self.tasks or self.tasks[tid] is not task:
-            return events  # its result came
-        if task.seen is None:
-            task.seen = now
-        if task.ended is None:
-            if task.cancelled and not task.running and not task.began:  # cancelled while it waited
-                task.ended = commands.Ended("CANCELLED")
-            else:
-                task.ended = commands.ended(task.job)
-            task.left = now
-        assert task.left is not None
+        """A task gone from Slurm's queue with no result: told ended once Slurm says how."""
+        assert task.ended is not None and task.left is not None
         if task.ended.state not in commands.FINAL and task.ended.state != "UNKNOWN":
             task.ended = None  # scontrol sees it still (squeue may not show every partition): not ended
-            return events
+            return []
         if task.ended.state in ("COMPLETED", "UNKNOWN") and not task.cancelled and now - task.left < RESULT_GRACE_S:
-            return events  # it may have returned: its result may be on its way through the file system
+            return []  # it may have returned: its result may be on its way through the file system
         del self.tasks[tid]
         seen_end(task.spec, task.job)
         heard = self.relay.forget(tid)
         code = heard.exitcode if heard.exitcode is not None else task.ended.exitcode
-        return events + [(tid, how_it_ended(task.job, task.host or task.ended.node, task.output,
+        return [(tid, how_it_ended(task.job, task.host or task.ended.node, task.output,
                                             bool(task.cancelled), task.ended, code))]
 
     def _check_shared(self, now: float) -> None:

@@ -86,13 +86,34 @@ def queue(name: str) -> dict[str, str] | None:
     return out
 
 
-def ended(task: str) -> Ended:
-    """How a task that left the queue ended (UNKNOWN where Slurm no longer says)."""
-    done = _run(["scontrol", "-o", "show", "job", task])
-    text = done.stdout if done is not None and done.returncode == 0 else ""
-    state = re.search(r"\bJobState=(\S+)", text)
-    code = re.search(r"\bExitCode=(\d+):(\d+)", text)
-    node = re.search(r"\bBatchHost=(\S+)", text)
+def ended(tasks: Iterable[str]) -> dict[str, Ended]:
+    """How tasks that left the queue ended: one ``scontrol`` per array job, whatever the number
+    of its tasks (UNKNOWN where Slurm no longer says)."""
+    tasks = list(tasks)
+    out = {task: Ended("UNKNOWN") for task in tasks}
+    for array in dict.fromkeys(task.split("_")[0] for task in tasks):
+        done = _run(["scontrol", "-o", "show", "job", array])
+        for line in (done.stdout if done is not None and done.returncode == 0 else "").splitlines():
+            task = _task_of(line)
+            if task in out:
+                out[task] = _ended(line)
+    return out
+
+
+def _task_of(line: str) -> str:
+    """An ``scontrol -o show job`` line's task id: ``123_4`` for an array's task, else the job's id
+    (an array's record of tasks still pending, ``ArrayTaskId=5-9%2``, is none of them)."""
+    array, index = re.search(r"\bArrayJobId=(\d+)", line), re.search(r"\bArrayTaskId=(\d+)(?=\s|$)", line)
+    if array and index:
+        return f"{array.group(1)}_{index.group(1)}"
+    job = re.search(r"\bJobId=(\d+)", line)
+    return job.group(1) if job else ""
+
+
+def _ended(line: str) -> Ended:
+    state = re.search(r"\bJobState=(\S+)", line)
+    code = re.search(r"\bExitCode=(\d+):(\d+)", line)
+    node = re.search(r"\bBatchHost=(\S+)", line)
     exitcode = None
     if code is not None:
         status, signal = int(code.group(1)), int(code.group(2))
