@@ -6,8 +6,8 @@ import atexit
 import os
 import shutil
 import signal
-import tempfile
 import sys
+import tempfile
 
 import psutil
 import pytest
@@ -67,10 +67,21 @@ def no_stray_processes():
     assert not alive, f"processes left behind: {[(p.pid, _cmd(p)) for p in alive]}"
 
 
+#: In the environment of a process a module's fixture starts for the whole module (and of its
+#: children): no test's process, so no test's leftover (tests/test_slurm.py's time-limit sweep).
+MODULE_PROCESS = "SWEEPER_TEST_MODULE_PROCESS"
+
+
 def _helper(p: psutil.Process) -> bool:
     """multiprocessing's resource tracker and fork server (one per parent, for its lifetime),
-    and a local Ray instance's own processes (Ray keeps idle workers, and ends them itself)."""
+    a local Ray instance's own processes (Ray keeps idle workers, and ends them itself), and a
+    module fixture's own (:data:`MODULE_PROCESS`)."""
     cmd = _cmd(p)
+    try:
+        if p.environ().get(MODULE_PROCESS):
+            return True
+    except psutil.Error:
+        pass
     try:
         if p.name().startswith("ray::") or "/ray/" in cmd or p.name() in ("raylet", "gcs_server"):
             return True

@@ -1,7 +1,10 @@
 """A real one-node Slurm for the tests, started by them: munged, slurmctld and slurmd with a
 configuration of their own in a temporary folder (their own ports, no accounting, no
 cgroups: ``proctrack/linuxproc``, ``task/none``), as root. The node is this machine, as
-``slurmd -C`` describes it, with two GPUs of its own: Slurm hands them out as ``gres/gpu``
+``slurmd -C`` describes its memory, with :data:`CPUS` CPUs whatever it has
+(``SlurmdParameters=config_overrides``: a long job, Slurm's own time limit's, runs beside the
+other tests' jobs on a 2-core machine; Slurm does not enforce cores without cgroups anyway),
+and two GPUs of its own: Slurm hands them out as ``gres/gpu``
 (``CUDA_VISIBLE_DEVICES`` set by Slurm) though they are character devices as /dev/null is,
 so a job that asks for a GPU runs here; nothing in the tests touches a real GPU through them.
 Where such devices cannot be made, the node has no GPUs (:data:`GPUS` says so).
@@ -44,6 +47,7 @@ AccountingStorageType=accounting_storage/none
 MpiDefault=none
 ReturnToService=2
 KillWait=5
+SlurmdParameters=config_overrides
 SlurmctldPort={port}
 SlurmdPort={dport}
 {node} Gres=gpu:2 State=UNKNOWN
@@ -54,6 +58,8 @@ GRES = "Name=gpu File={root}/gpu[0-1]\n"
 
 #: Whether the running test Slurm has its two GPUs (their device files could be made).
 GPUS = False
+#: The CPUs the test node offers Slurm (more than a small machine has: jobs mostly wait).
+CPUS = 8
 
 
 def _fake_gpus(root: str) -> bool:
@@ -84,8 +90,10 @@ def _free_port() -> int:
 
 
 def node_line() -> str:
-    """This machine as slurmd sees it (``NodeName=... CPUs=... RealMemory=...``)."""
-    return subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    """This machine as slurmd sees it (``slurmd -C``: its name and memory), with :data:`CPUS` CPUs."""
+    seen = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout.split()
+    fields = dict(word.split("=", 1) for word in seen if "=" in word)
+    return f"NodeName={fields['NodeName']} CPUs={CPUS} RealMemory={fields['RealMemory']}"
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import time
 import pytest
 import slurm_cluster
 import sweep_fns
-from conftest import ROOT, run_cli, write_grid
+from conftest import MODULE_PROCESS, ROOT, run_cli, write_grid
 from slurm_cluster import sweep_jobs, until
 
 import sweeper
@@ -33,23 +33,73 @@ WAITING = (
     "grid = {{'x': {xs}, 'release': [{release!r}]}}\n")
 
 
+#: The sweep that runs into Slurm's own time limit (a minute at least): started with the
+#: cluster, beside the other tests, and judged by the last test.
+LIMITED: dict[str, object] = {}
+
+
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     with slurm_cluster.one_node(str(tmp_path_factory.mktemp("slurm"))) as conf:
-        yield conf
+        folder = tmp_path_factory.mktemp("limited")
+        grid = write_grid(folder, WAITING.format(xs=[1], release=str(folder / "never")), name="timelimit.py")
+        LIMITED.update(folder=folder, sweep=subprocess.Popen(
+            [sys.executable, "-m", "sweeper", grid, "--out", str(folder), "--backend", "slurm", "--slurm", "time=1",
+             "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, MODULE_PROCESS: "1"}))
+        try:
+            yield conf
+        finally:
+            LIMITED["sweep"].kill()  # type: ignore[attr-defined]
+
+
+def others() -> list[list[str]]:
+    """The tasks of sweeper's jobs in the queue, but the time-limit sweep's."""
+    return [row for row in sweep_jobs() if not row[2].startswith("sweeper-timelimit-")]
 
 
 @pytest.fixture(autouse=True)
 def nothing_left(slurm):
     """Every test leaves Slurm's queue without a job of sweeper's."""
     yield
-    left = sweep_jobs()
-    subprocess.run(["scancel", "--full", "--user", "root"], capture_output=True)
+    left = others()
+    if left:
+        subprocess.run(["scancel", *(row[0] for row in left)], capture_output=True)
     assert not left, left
 
 
 def started(folder) -> int:
     return len(list(folder.glob("trials/*/started")))
+
+
+def test_a_task_slurm_requeues_runs_again_and_its_row_is_written_once(slurm, tmp_path):
+    """Its node set down mid-run: Slurm requeues the task; the node comes back; the trial runs again
+    from the start, in the same task, and ends ok: one row, one attempt, the requeue in its log."""
+    out, release = tmp_path / "out", tmp_path / "release"
+    grid = write_grid(tmp_path, WAITING.format(xs=[1], release=str(release)))
+    sweep = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(out), "--backend", "slurm",
+                              "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    node = os.uname().nodename
+    try:
+        until(lambda: started(out / "grid") == 1, "the trial started")
+        for path in (out / "grid" / "trials").glob("*/started"):
+            path.unlink()
+        job = others()[0][0]
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=test"], check=True)
+        until(lambda: [job, "PENDING"] == others()[0][:2], "Slurm requeued the task")
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+        for row in sweep_jobs():  # this one, and the time-limit sweep's: now, not in 2 minutes
+            subprocess.run(["scontrol", "update", f"jobid={row[0]}", "starttime=now"], capture_output=True)
+        until(lambda: started(out / "grid") == 1, "the requeued trial started again")
+        release.touch()
+        said, _ = sweep.communicate(timeout=120)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+        sweep.kill()
+    assert sweep.returncode == 0, said
+    df = sweeper.load(str(out / "grid"))
+    assert df.status.tolist() == ["ok"] and df.attempts.tolist() == [1] and df.job_id.tolist() == [job], said
+    assert "Slurm requeued job" in said, said
 
 
 def test_a_grid_runs_as_one_array_and_each_status_is_right(slurm, tmp_path):
@@ -151,7 +201,7 @@ def test_a_job_cancelled_from_outside_is_crashed_and_says_cancelled(slurm, tmp_p
 
     def cancel_when_started():
         until(lambda: started(tmp_path / "grid") == 1, "the trial started")
-        job = [row[0] for row in sweep_jobs()][0]
+        job = [row[0] for row in others()][0]
         subprocess.run(["scancel", job])
 
     grid = write_grid(tmp_path, WAITING.format(xs=[1], release=str(release)))
@@ -163,14 +213,6 @@ def test_a_job_cancelled_from_outside_is_crashed_and_says_cancelled(slurm, tmp_p
     assert df.status.tolist() == ["crashed"] and "cancelled from outside" in df.error[0], done.stdout + done.stderr
 
 
-@pytest.mark.slow
-def test_slurms_own_time_limit_is_a_timeout(slurm, tmp_path):
-    """--slurm time=1 (a minute): Slurm ends the job; the row is timeout, naming Slurm's limit."""
-    df = sweeper.sweep(sweep_fns.crash, {"how": ["sleep"]}, backend="slurm", slurm={"time": 1},
-                       out=str(tmp_path), progress=False)
-    assert df.status.tolist() == ["timeout"] and "Slurm's time limit" in df.error[0], df.error[0]
-
-
 def test_ctrl_c_cancels_every_task_within_seconds_and_rows_are_interrupted(slurm, tmp_path):
     """Two tasks run, two wait in the array: SIGINT to the sweep; none is left in the queue 10 s later."""
     out = tmp_path / "out"
@@ -180,10 +222,10 @@ def test_ctrl_c_cancels_every_task_within_seconds_and_rows_are_interrupted(slurm
                              stderr=subprocess.STDOUT, text=True)
     try:
         until(lambda: started(out / "grid") == 2, "two trials started")
-        assert len(sweep_jobs()) == 4
+        assert len(others()) == 4
         sweep.send_signal(signal.SIGINT)
         signalled = time.monotonic()
-        until(lambda: not sweep_jobs(), "every task cancelled", within=10)
+        until(lambda: not others(), "every task cancelled", within=10)
         assert time.monotonic() - signalled < 10
         said, _ = sweep.communicate(timeout=60)
     finally:
@@ -191,35 +233,6 @@ def test_ctrl_c_cancels_every_task_within_seconds_and_rows_are_interrupted(slurm
     assert sweep.returncode == 130, said
     df = sweeper.load(str(out / "grid"))
     assert df.status.tolist() == ["interrupted"] * 4, said
-
-
-def test_a_task_slurm_requeues_runs_again_and_its_row_is_written_once(slurm, tmp_path):
-    """Its node set down mid-run: Slurm requeues the task; the node comes back; the trial runs again
-    from the start, in the same task, and ends ok: one row, one attempt, the requeue in its log."""
-    out, release = tmp_path / "out", tmp_path / "release"
-    grid = write_grid(tmp_path, WAITING.format(xs=[1], release=str(release)))
-    sweep = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(out), "--backend", "slurm",
-                              "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    node = os.uname().nodename
-    try:
-        until(lambda: started(out / "grid") == 1, "the trial started")
-        for path in (out / "grid" / "trials").glob("*/started"):
-            path.unlink()
-        job = sweep_jobs()[0][0]
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=test"], check=True)
-        until(lambda: [job, "PENDING"] == sweep_jobs()[0][:2], "Slurm requeued the task")
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
-        subprocess.run(["scontrol", "update", f"jobid={job}", "starttime=now"], check=True)  # not in 2 minutes
-        until(lambda: started(out / "grid") == 1, "the requeued trial started again")
-        release.touch()
-        said, _ = sweep.communicate(timeout=120)
-    finally:
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
-        sweep.kill()
-    assert sweep.returncode == 0, said
-    df = sweeper.load(str(out / "grid"))
-    assert df.status.tolist() == ["ok"] and df.attempts.tolist() == [1] and df.job_id.tolist() == [job], said
-    assert "Slurm requeued job" in said, said
 
 
 def test_a_killed_driver_leaves_its_jobs_and_the_same_command_adopts_them(slurm, tmp_path):
@@ -232,7 +245,7 @@ def test_a_killed_driver_leaves_its_jobs_and_the_same_command_adopts_them(slurm,
     until(lambda: started(out / "grid") == 2, "the first driver's trials started")
     first.kill()
     first.wait()
-    tasks = {row[0] for row in sweep_jobs()}
+    tasks = {row[0] for row in others()}
     assert len(tasks) == 3, tasks  # left by the killed driver: two running, one pending
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1))
 
@@ -243,7 +256,7 @@ def test_a_killed_driver_leaves_its_jobs_and_the_same_command_adopts_them(slurm,
     second = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         until(adopted, "the second driver adopted both running tasks")
-        assert {row[0] for row in sweep_jobs()} == tasks  # nothing submitted again
+        assert {row[0] for row in others()} == tasks  # nothing submitted again
         release.touch()
         said, _ = second.communicate(timeout=120)
     finally:
@@ -332,3 +345,12 @@ def test_a_thread_train_leaves_behind_does_not_hold_the_task(slurm, tmp_path):
     for job in df.job_id:  # each task ended by itself, not cancelled for lingering after its result
         shown = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True).stdout
         assert "JobState=COMPLETED" in shown, shown
+
+
+def test_slurms_own_time_limit_is_a_timeout(slurm):
+    """--slurm time=1 (a minute; the sweep started with the cluster): Slurm ends the job; the row
+    is timeout, naming Slurm's limit. Last in this file, so the minute passes beside the others."""
+    sweep = LIMITED["sweep"]
+    said, _ = sweep.communicate(timeout=240)  # type: ignore[attr-defined]
+    df = sweeper.load(str(LIMITED["folder"] / "timelimit"))  # type: ignore[operator]
+    assert df.status.tolist() == ["timeout"] and "Slurm's time limit" in df.error[0], said
