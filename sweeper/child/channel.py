@@ -115,8 +115,8 @@ def _trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
         return {"load_error": failed[0].error, "log": _read_back(log) if log is not None else ""}
     sys.stdout.flush()
     sys.stderr.flush()
-    return {"result": result, "log": _read_back(log) if log is not None else "", "pid": os.getpid(), "device": spec.device,
-            "cap_mb": limit}
+    return {"result": result, "log": _read_back(log) if log is not None else "", "pid": os.getpid(),
+            "device": spec.device, "cap_mb": limit}
 
 
 #: A Ray trial's temporary folder: ``<temp>/sweeper-ray-<trial id>-<random>`` on its node.

@@ -124,8 +124,9 @@ class Options:
     #: trials at once (default: GPU slots, else the CPU count); "auto": as many as measured
     #: idle cores and host memory allow (:class:`sweeper.run.hostroom.HostRoom`)
     workers: int | str | None = field(default=None, metadata=flag(
-        "trials at once (default: the GPU slots, or the CPU count without GPUs; with `--backend slurm`, 32); `auto`: as many as measured idle "
-        "cores and the host memory each is predicted to need allow (see [packing](" + _PACKING + "))",
+        "trials at once (default: the GPU slots, or the CPU count without GPUs; with `--backend slurm`, 32); "
+        "`auto`: as many as measured idle cores and the host memory each is predicted to need allow (see "
+        "[packing](" + _PACKING + "))",
         type=_count_or_auto, metavar="N|auto"))
     host_memory: str | int | None = field(default=None, metadata=flag(
         "the most host memory the trials may take at once, such as `3GB`: each is predicted from measured peaks "
