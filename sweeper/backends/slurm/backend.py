@@ -35,17 +35,16 @@ import select
 import shlex
 import sys
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sweeper.backends.channel import Relay, finished
 from sweeper.backends.slurm import commands
 from sweeper.backends.slurm.options import SlurmOptions
-from sweeper.backends.slurm.rules import Task, array_size, how_it_ended, on_node, seen_end, unshared
+from sweeper.backends.slurm.rules import Task, array_size, how_it_ended, named, scheduled, seen_end, unshared
 from sweeper.child.batch import JobReader, write_job, write_list
 from sweeper.errors import SweepError
 from sweeper.model import contract
-from sweeper.model.protocol import Began, Event, Exited, Placed, Requeued, Traits
+from sweeper.model.protocol import Event, Exited, Placed, Requeued, Traits
 from sweeper.model.trial import TrialSpec
 from sweeper.store.paths import JobPaths, SweepPaths, atomic
 
@@ -316,7 +315,7 @@ class SlurmBackend:
                 task.began += 1
                 task.host, task.running, task.requeued = message.host or task.host, True, False
                 self.shared = True
-        events = [(t, self._named(task, e)) for t, e in self.relay.events(batch)]
+        events = [(t, named(task, e)) for t, e in self.relay.events(batch)]
         out = task.reader.returned()
         if out is None:
             return events
@@ -326,21 +325,7 @@ class SlurmBackend:
         seen_end(task.spec, task.job)  # its result is read: no later driver adopts it (nor replays it)
         self.lingering[task.job] = time.monotonic()
         ended = finished(task.spec, out, heard.exitcode if heard.exitcode is not None else 0)
-        return events + [(t, self._named(task, e)) for t, e in ended]
-
-    def _named(self, task: Task, event: Event) -> Event:
-        """Began and Exited with where the task ran: its job, its node (and GPU) as its device."""
-        if isinstance(event, Began):
-            moved = ""
-            if task.began > 1:
-                moved = (f"Slurm requeued job {task.job} (its node failed, or it was preempted); it runs again "
-                         f"on {task.host or 'a node'}, from the start")
-            return replace(event, device=on_node(event.device, task.host), job=task.job, moved=moved,
-                           where=f"{task.host}, Slurm job {task.job}" if task.host else f"Slurm job {task.job}")
-        if isinstance(event, Exited):
-            return replace(event, job=task.job,
-                           device=on_node(event.device, task.host) if event.device is not None else None)
-        return event
+        return events + [(t, named(task, e)) for t, e in ended]
 
     # -- looking at Slurm's queue -------------------------------------------------------
 
@@ -428,13 +413,10 @@ class SlurmBackend:
     def _adoptable(self, spec: TrialSpec) -> tuple[str, str] | None:
         """The task (its id, its Slurm output file) a killed driver submitted for this trial and
         left, where it is still in the sweep's queue, or ended with its result written."""
-        try:
-            with open(JobPaths(spec.dir).scheduled) as f:
-                job, output = (f.read().split("\n") + [""])[:2]
-        except OSError:
+        marked = scheduled(spec)
+        if marked is None:
             return None
-        if not re.fullmatch(r"\d+(_\d+)?", job):
-            return None
+        job, output = marked
         if os.path.exists(JobPaths(spec.dir).returned):
             return job, output
         if self.queued is None:  # one look for every trial of the sweep

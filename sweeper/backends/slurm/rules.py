@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from sweeper.backends.slurm import commands
 from sweeper.child.batch import JobReader
 from sweeper.errors import SweepError
-from sweeper.model.protocol import Exited
+from sweeper.model.protocol import Began, Event, Exited
 from sweeper.model.trial import TrialSpec
 from sweeper.store.paths import JobPaths
 
@@ -88,6 +89,21 @@ def how_it_ended(job: str, node: str, output: str, cancelled: bool, ended: comma
     return Exited(code, job=job)
 
 
+def named(task: Task, event: Event) -> Event:
+    """Began and Exited with where the task ran: its job, its node (and GPU) as its device."""
+    if isinstance(event, Began):
+        moved = ""
+        if task.began > 1:
+            moved = (f"Slurm requeued job {task.job} (its node failed, or it was preempted); it runs again "
+                     f"on {task.host or 'a node'}, from the start")
+        return replace(event, device=on_node(event.device, task.host), job=task.job, moved=moved,
+                       where=f"{task.host}, Slurm job {task.job}" if task.host else f"Slurm job {task.job}")
+    if isinstance(event, Exited):
+        device = on_node(event.device, task.host) if event.device is not None else None
+        return replace(event, job=task.job, device=device)
+    return event
+
+
 def on_node(device: str | None, host: str) -> str:
     """A device named with its node: ``gpu:0@node3``, ``cpu@node3``."""
     device = device or ""
@@ -103,3 +119,14 @@ def seen_end(spec: TrialSpec, job: str) -> None:
             if f.read().split("\n")[0].strip() != job:
                 return
         os.remove(path)
+
+
+def scheduled(spec: TrialSpec) -> tuple[str, str] | None:
+    """The task a driver submitted for this trial and has not seen end (its id, its Slurm
+    output file), as the trial's ``.job/scheduled`` names it; None where none does."""
+    try:
+        with open(JobPaths(spec.dir).scheduled) as f:
+            job, output = (f.read().split("\n") + [""])[:2]
+    except OSError:
+        return None
+    return (job, output) if re.fullmatch(r"\d+(_\d+)?", job) else None
