@@ -6,7 +6,7 @@ from typing import Any
 
 import keras
 
-from sweeper.child.context import report
+from sweeper.child.context import last_epoch, report
 
 
 class Report(keras.callbacks.Callback):
@@ -14,6 +14,9 @@ class Report(keras.callbacks.Callback):
 
         model.fit(x, y, epochs=10, callbacks=[sweeper.keras.Report()])
     """
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        last_epoch(self.params.get("epochs"))  # a scheduler makes no decision at fit's last epoch
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         values = {}

@@ -121,7 +121,7 @@ def test_a_new_ledger_appears_whole_and_an_empty_one_is_never_taken_for_it(tmp_p
     assert sorted(os.listdir(tmp_path / "new")) == ["ledger.sqlite"]  # nothing half-made beside it
     with sqlite3.connect(tmp_path / "new" / "ledger.sqlite") as db:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert tables == {"trials", "running", "meta", "grid", "history"}
+        assert tables == {"trials", "running", "meta", "grid", "history", "schedule"}
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     db.close()
     (tmp_path / "old").mkdir()

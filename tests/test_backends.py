@@ -209,4 +209,4 @@ def test_a_ledger_from_before_places_reads_and_migrates(tmp_path):
     Ledger(str(tmp_path)).close()
     with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
         assert "place" in {r[1] for r in db.execute("PRAGMA table_info(running)")}
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9

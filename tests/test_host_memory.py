@@ -129,5 +129,5 @@ def test_a_ledger_of_schema_2_gains_the_column_and_keeps_its_rows(tmp_path):
     finally:
         ledger.close()
     with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
         assert "mem_peak_mb" in {r[1] for r in db.execute("PRAGMA table_info(trials)")}

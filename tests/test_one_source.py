@@ -26,6 +26,7 @@ from sweeper.model.trial import (
     MEMORY_COLUMNS,
     PARETO_COLUMNS,
     RESULT_COLUMNS,
+    SEGMENT_COLUMNS,
     Place,
     Status,
     TrialResult,
@@ -38,7 +39,7 @@ from sweeper.store.paths import SweepPaths
 #: results.csv's fixed columns, in its order: a contract with the analysts who load it,
 #: written out here so that a change to TrialResult that would move one fails a test.
 CSV_CONTRACT = ("trial_id", "trial", "status", "seed", "device", "started_at", "duration_s", "error",
-                "attempts", "epoch_reached", "mem_peak_mb", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb",
+                "attempts", "epoch_reached", "segments", "mem_peak_mb", "gpu_uuid", "gpu_mem_cap_mb", "gpu_mem_peak_mb",
                 "gpu_mem_reserved_mb", "feasible", "deterministic", "job_id", "pareto")
 
 
@@ -120,7 +121,7 @@ def _result(index: int, device: str = "cpu", epoch: int | None = None, mem: int 
 def test_the_csv_fixed_columns_are_the_ones_derived_from_trialresult():
     assert RESULT_COLUMNS == CSV_CONTRACT
     assert query.FIXED_COLUMNS == RESULT_COLUMNS
-    assert (*FRONT_COLUMNS, *BACK_COLUMNS, *EPOCH_COLUMNS, *MEMORY_COLUMNS, *GPU_COLUMNS,
+    assert (*FRONT_COLUMNS, *BACK_COLUMNS, *EPOCH_COLUMNS, *SEGMENT_COLUMNS, *MEMORY_COLUMNS, *GPU_COLUMNS,
             *CONSTRAINT_COLUMNS, *DETERMINISM_COLUMNS, *JOB_COLUMNS, *PARETO_COLUMNS) == RESULT_COLUMNS
     assert metrics.RESERVED == set(RESULT_COLUMNS)  # no metric may take one of these names
     everything = [_result(1, "gpu:0", epoch=3), _result(2, mem=512)]
@@ -129,7 +130,7 @@ def test_the_csv_fixed_columns_are_the_ones_derived_from_trialresult():
                     *MEMORY_COLUMNS, *GPU_COLUMNS]
     assert [c for c in cols if c in RESULT_COLUMNS] == [c for c in RESULT_COLUMNS
                                                         if c not in CONSTRAINT_COLUMNS + DETERMINISM_COLUMNS
-                                                        + JOB_COLUMNS + PARETO_COLUMNS]
+                                                        + JOB_COLUMNS + SEGMENT_COLUMNS + PARETO_COLUMNS]
     assert table.columns([_result(1)]) == [*FRONT_COLUMNS, "param_lr", "param_units", "val_loss", "acc",
                                            *BACK_COLUMNS]
     assert table.columns([]) == [*FRONT_COLUMNS, *BACK_COLUMNS]

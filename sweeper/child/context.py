@@ -75,6 +75,8 @@ class _Reporter:
         self._count += 1
         values = {self._name(k, final=False): self._number(k, v) for k, v in metrics.items()}
         item = {"epoch": self._count if epoch is None else int(epoch), "metrics": values, "t": time.time()}
+        if _last_epoch is not None:  # a scheduler makes no decision at the last epoch
+            item["last"] = _last_epoch
         with self._lock:
             self._items.append(item)
         if self._receive is not None:
@@ -134,6 +136,16 @@ class _Reporter:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self.flush()
+
+
+_last_epoch: int | None = None
+
+
+def last_epoch(epochs: int | None) -> None:
+    """The trial's last epoch, where its loop knows it (Keras's ``fit(epochs=...)``): sent with
+    each report, so a scheduler makes no decision there (:mod:`sweeper.run.pbt`)."""
+    global _last_epoch
+    _last_epoch = int(epochs) if isinstance(epochs, int) and not isinstance(epochs, bool) else None
 
 
 def set_current(spec: TrialSpec | None) -> None:

@@ -241,7 +241,8 @@ class Options:
     #: "gp" or an Optuna sampler: grid is then a space
     search: str | BaseSampler | None = field(default=None, metadata=flag(
         "search the grid file's `space` adaptively with Optuna: `auto` (`tpe`; `nsga2` for several metrics), "
-        "`tpe`, `nsga2`, `random`, `cmaes`, `qmc` or `gp` (see [search](search.md))"))
+        "`tpe`, `nsga2`, `random`, `cmaes`, `qmc` or `gp` (see [search](search.md)); or `pbt`: population-based "
+        "training (see [population-based training](pbt.md))"))
     trials: int | None = field(default=None, metadata=flag(
         "with `--search`: how many trials in all, which a re-run resumes to (see [search](search.md))", type=int,
         metavar="N"))
@@ -252,6 +253,14 @@ class Options:
         "with `--search`: stop bad trials early: `median`, `percentile`, `asha`, `hyperband`, `patient`, "
         "`wilcoxon` or `none`, with keywords if wanted: `'asha(min_resource=2, reduction_factor=3)'` (see "
         "[search](search.md))"))
+    #: with search="pbt": population-based training's settings (population, interval,
+    #: quantile, resample, factors, synch, burn_in: :mod:`sweeper.run.pbt`), a dict in code,
+    #: ``KEY=VALUE`` flags on the command line
+    pbt: Any = field(default=None, metadata=flag(
+        "with `--search pbt`: a setting of population-based training, as `KEY=VALUE`: `population=8`, "
+        "`interval=4` (epochs between decisions), `quantile=0.25`, `resample=0.25`, `factors=1.2,0.8`, "
+        "`synch=true`, `burn_in=0`, Ray Tune's names and defaults; once per setting (see "
+        "[population-based training](pbt.md))", action="append", metavar="KEY=VALUE"))
     #: bounds a trial's results must meet to be ranked ({"params": ("<=", 1e6)}, the text
     #: "params<=1e6,val_accuracy>=0.9", or a function of the row giving values that must be
     #: <= 0); a search's sampler is told them (:mod:`sweeper.results.constraints`)
@@ -380,6 +389,8 @@ class Options:
         """A named metric whose direction its name does not say needs a mode; trials and
         prune need a search. Checked on the options a sweep runs with (flags, file and code
         merged), before anything runs."""
+        if self.search != "pbt" and self.pbt is not None:
+            raise SweepError("pbt's settings go with search='pbt' (--search pbt)")
         if self.search is None and (self.trials is not None or self.prune is not None):
             raise SweepError("trials and prune go with a search; add search='tpe' (--search tpe), or use "
                              "sample(space, n) for a random sample")

@@ -212,6 +212,22 @@ class TrialSpec:
 
         return log_file(self.dir)
 
+    @property
+    def checkpoint(self) -> str:
+        """A folder of its own that lasts across the trial's segments (a scheduler may pause
+        it and resume it in a fresh process): save its state here before each report, and
+        start from what is here (Keras: ``keras.callbacks.BackupAndRestore(checkpoint)``)."""
+        from sweeper.store.paths import checkpoint_dir
+
+        return checkpoint_dir(self.dir)
+
+    @property
+    def resumed_epoch(self) -> int:
+        """The epoch it resumes after (0: it starts from the beginning)."""
+        from sweeper.model.contract import RESUMED_EPOCH
+
+        return int(self.env.get(RESUMED_EPOCH) or 0)
+
 
 class Place(enum.Enum):
     """Where a :class:`TrialResult` field stands in ``results.csv``, in the CSV's order: a
@@ -222,6 +238,7 @@ class Place(enum.Enum):
     METRICS = "metrics"  #: one column per metric
     BACK = "back"  #: after the metrics, in every row
     EPOCHS = "epochs"  #: when any trial reported epochs (a pruned trial's tells where it stopped)
+    SEGMENTS = "segments"  #: when any trial ran in several processes (paused, then resumed: PBT)
     MEMORY = "memory"  #: when any trial's host memory was measured
     GPU = "gpu"  #: when any trial ran on a GPU
     CONSTRAINTS = "constraints"  #: when the sweep has constraints (``feasible``)
@@ -280,6 +297,9 @@ class TrialResult:
     #: the batch scheduler's job that ran it (Slurm's ``123_4``: array job 123, task 4); "" for
     #: a trial that ran as no job
     job_id: str = field(default="", metadata=column(Place.JOB))
+    #: how many processes it ran in, where a scheduler paused it and it resumed (population-
+    #: based training's segments); None for a trial that ran in one
+    segments: int | None = field(default=None, metadata=column(Place.SEGMENTS))
 
     @property
     def ok(self) -> bool:
@@ -338,6 +358,8 @@ CONSTRAINT_COLUMNS = csv_columns(Place.CONSTRAINTS)
 #: Present when any trial ran with determinism asked for.
 DETERMINISM_COLUMNS = csv_columns(Place.DETERMINISM)
 JOB_COLUMNS = csv_columns(Place.JOB)
+#: Present when any trial ran in several processes (population-based training's segments).
+SEGMENT_COLUMNS = csv_columns(Place.SEGMENTS)
 #: Present when the sweep has several objectives: whether the row is on their Pareto front,
 #: judged from all the rows as the table is written, so no field of one result
 #: (:mod:`sweeper.results.objectives`).

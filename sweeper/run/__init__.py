@@ -9,6 +9,8 @@
   pause): a grid's, a search's;
 * :mod:`~sweeper.run.search`: adaptive search (Optuna) over fresh processes; :mod:`~sweeper.run.pruners`:
   its pruners, by name;
+* :mod:`~sweeper.run.pbt`: population-based training, a scheduler that pauses; :mod:`~sweeper.run.pbt_settings`:
+  its settings, checked, and how it explores; :mod:`~sweeper.run.members`: its members, planned against the ledger;
 * :mod:`~sweeper.run.slots`, :mod:`~sweeper.run.packing`, :mod:`~sweeper.run.hostroom`: this machine's
   slots; trials packed on GPUs by memory; host memory as a resource;
 * :mod:`~sweeper.run.placement`: the placement the engine asks which trial may start now, and where;

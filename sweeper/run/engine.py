@@ -236,7 +236,8 @@ class Engine(Stopping):
                 trial.resume(spec, self.clock())
             else:
                 trial = TrialState(spec, now_iso(), self.clock())
-                self.store(self.ledger.clear_history, spec.trial_id)  # a new attempt's replace the old
+                if contract.RESUMED_EPOCH not in spec.env:  # (one its scheduler resumes keeps its epochs)
+                    self.store(self.ledger.clear_history, spec.trial_id)  # a new attempt's replace the old
             self.trials[spec.trial_id] = trial
             began = self.backend.start(spec)
             self.started.add(spec.trial_id)

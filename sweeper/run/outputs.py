@@ -56,7 +56,7 @@ class TableFiles(Callback):
         order = {s.trial_id: (s.index, s.name) for s in self.plan.specs}
         rows = [(tid, order[tid][1], epoch, m) for tid, epoch, m in self.ledger.history() if tid in order]
         rows.sort(key=lambda row: (order[row[0]][0], row[2]))
-        table.write_history_csv(rows, self.where.history)
+        table.write_history_csv(rows, self.where.history, self.ledger.schedule())
 
     def recorded(self, result: TrialResult) -> None:
         self.results[result.trial_id] = result

@@ -123,6 +123,7 @@ class TrialState:
     recorded: bool = False  #: that row is in the ledger (its exit only adds what it measured)
     pausing: str | None = None  #: why the scheduler paused it (its process is to leave, unrecorded)
     ran: float = 0.0  #: seconds it ran in its earlier processes (paused, then given again)
+    segments: int = 1  #: the processes it ran in (paused, then given again: one more each time)
     reported: bool = False  #: sent per-epoch reports (then a returned History is not used)
     epoch: int | None = None  #: the last epoch it reported
     epoch_metrics: dict[str, Any] = field(default_factory=dict)  #: what it reported then
@@ -185,6 +186,7 @@ class TrialState:
         self.spec, self.t0, self.sign, self.began = spec, now, 0.0, None
         self.stop, self.why, self.t1, self.result, self.early, self.pausing = None, "", None, None, None, None
         self.recorded = False
+        self.segments += 1
 
     def note_epochs(self, items: list[dict[str, Any]]) -> None:
         """Its per-epoch reports: the last epoch, and what it reported then."""
@@ -259,6 +261,7 @@ class TrialState:
             gpu_mem_reserved_mb=began.reserved_mb, epoch_reached=trial.epoch, **measured,
             env={**(trial.result.env if trial.result is not None else {}), **({"run": run_id} if run_id else {})},
             deterministic=True if spec.env.get(contract.DETERMINISTIC) == "1" else None,
+            segments=trial.segments if trial.segments > 1 else None,
         )
         return row if constraints is None else replace(row, feasible=constraints.feasible(row))
 

@@ -50,6 +50,7 @@ from sweeper.store.ledger import Ledger
 from sweeper.store.paths import SweepPaths
 
 if TYPE_CHECKING:
+    from sweeper.run.pbt import Population
     from sweeper.run.search import Search
 
 
@@ -158,12 +159,15 @@ class Plan:
     notes: list[str]  #: said after the sweep, with its summary
     search: Search | None = None
     feed: Searching | None = None  #: a search's scheduler
+    population: Population | None = None  #: population-based training's scheduler
     #: said before any trial runs: how many trials on record a resume keeps, how many run
     resumed: str = ""
 
     def scheduler(self, asking: bool = True) -> Scheduler:
         """What the engine asks for trials: a search's (which asks its sampler for more unless
         told not to: ``asking``), else the trials to run."""
+        if self.population is not None:
+            return self.population
         if self.feed is None:
             return Listed(self.todo)
         self.feed.asking = asking
@@ -184,6 +188,8 @@ class Plan:
         previous = ledger.results()
         check_definition(ledger, previous, options.seed, what, folder.path, source_file)
         search = None
+        if space is not None and options.search == "pbt":  # a population: its members on record, or drawn
+            return cls._population(ledger, options, space, folder, previous, source_file)
         if space is not None:  # a search: the trials on record are its own, the rest it asks for
             search, specs = _search(space, options, folder.path, ledger, previous)
         specs = on_record(specs, previous, options.seed)
@@ -231,6 +237,55 @@ class Plan:
             this = "search's space" if search is not None else "grid"
             notes.append(f"{others} trials on record here are not in this {this}, and count for nothing in this "
                          f"run; results.csv shows this {this}'s (load(folder, every=True) shows all)")
+        return made
+
+
+    @classmethod
+    def _population(cls, ledger: Ledger, options: Options, space: Any, folder: SweepFolder,
+                    previous: Mapping[str, TrialResult], source_file: str | None) -> Plan:
+        """Population-based training's plan (:mod:`sweeper.run.members`): its members, each a
+        trial; one failed for good is replaced by a new trial, which joins the plan's specs
+        and the ledger's grid as it is made."""
+        from sweeper.run import pbt
+        from sweeper.run.members import members
+
+        how = pbt.settings(options.pbt)
+        specs: list[TrialSpec] = []
+        wanted: set[str] = set()
+        taken = set(previous) | set(ledger.schedule())
+
+        def make_spec(params: Mapping[str, Any], name: str, trial_id: str | None = None) -> TrialSpec:
+            made = plan([params], folder.path, options.seed, taken=taken if trial_id is None else set())[0]
+            tid = trial_id or made.trial_id
+            spec = replace(made, trial_id=tid, name=name, seed=trial_seed(options.seed, tid),
+                           dir=folder.paths.trial(name), index=len(specs))
+            os.makedirs(spec.checkpoint, exist_ok=True)
+            if trial_id is None and tid not in wanted:  # a new member (a replacement, as it runs)
+                specs.append(spec)
+                wanted.add(tid)
+                ledger.set_grid((s.trial_id, s.index, s.name) for s in specs)
+            return spec
+
+        metric = options.ranked_by or ""
+        mode = options.ranked_mode or direction(metric) or "max"
+        population, mine, todo, kept = members(space, how, metric=metric, mode=mode, folder=folder.path,
+                                               seed=options.seed, ledger=ledger, previous=previous,
+                                               make_spec=make_spec)
+        specs[:] = [*mine, *(s for s in specs if s.trial_id not in {m.trial_id for m in mine})]
+        wanted.update(s.trial_id for s in specs)
+        ledger.set_grid((s.trial_id, s.index, s.name) for s in specs)
+        recorded = ledger.facts()
+        print_ = fingerprint(source_file)
+        uid = recorded.uid or (default_uid(folder.path) if previous else uuid.uuid4().hex)
+        facts: dict[str, Any] = {"grid_fingerprint": print_ or "", "total": how.population, "uid": uid,
+                                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                 "search": f"pbt, population {how.population}, interval {how.interval}",
+                                 "log_scale": sorted(p.name for p in pbt.explorable(space).params
+                                                     if type(p).__name__ == "LogUniform")}
+        made = cls(specs, todo, kept, wanted, how.population, uid, options.ranked_mode or mode, facts, [],
+                   population=population)
+        if kept:
+            made.resumed = f"resumed: {len(kept)} members already on record were kept; {len(todo)} to run"
         return made
 
 

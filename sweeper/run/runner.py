@@ -176,9 +176,15 @@ class Sweep:
         self.folder = SweepFolder(options.out, options.name or definition.default_name)
         self.space: Any = definition.space
         if definition.points is None:  # a search: trials are asked for as places free
-            from sweeper.run.search import check
+            if options.search == "pbt":
+                from sweeper.run.pbt import check as check_population
 
-            mode = check(self.space, options.search, options.prune, options.trials, options.metric, options.mode)
+                mode = check_population(self.space, options.pbt, options)
+            else:
+                from sweeper.run.search import check
+
+                mode = check(self.space, options.search, options.prune, options.trials, options.metric,
+                             options.mode)
             options = replace(options, mode=mode)
             self.specs = []
         else:
@@ -250,9 +256,14 @@ class Sweep:
         kept = {s.trial_id for s in self.specs if keeps(previous.get(s.trial_id), self.options.skip_failed)}
         notes = [p.describe() for p in (self.packer, self.host_room) if p is not None]
         if self.space is not None:  # its points are asked for as it runs: none to list
-            from sweeper.run.search import describe
+            if self.options.search == "pbt":
+                from sweeper.run.pbt import describe as describe_population
 
-            notes.append(describe(self.space, self.options, len(previous)))
+                notes.append(describe_population(self.space, self.options))
+            else:
+                from sweeper.run.search import describe
+
+                notes.append(describe(self.space, self.options, len(previous)))
         return Outcome(self.folder.path, [], self.specs, self.placement, notes, kept=kept)
 
     def _run(self, ledger: Ledger, listener: Callback | None, tag: str | None) -> Outcome:

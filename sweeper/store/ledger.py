@@ -294,9 +294,38 @@ class Ledger:
         """A trial starts again: its earlier epochs are not this attempt's."""
         self._fast.execute("DELETE FROM history WHERE trial_id = ?", (trial_id,))
 
+    @_writes
+    def clear_history_after(self, trial_id: str, epoch: int) -> None:
+        """A trial goes on from ``epoch`` (a checkpoint of then): its later reports are not its curve."""
+        self._fast.execute("DELETE FROM history WHERE trial_id = ? AND epoch > ?", (trial_id, int(epoch)))
+
     def history(self) -> list[tuple[str, int, dict[str, Any]]]:
         rows = self._db.execute("SELECT trial_id, epoch, metrics FROM history ORDER BY trial_id, epoch")
         return [(current_id(tid), epoch, json.loads(m)) for tid, epoch, m in rows]
+
+    # -- population-based training's schedules -----------------------------------------------
+
+    @_writes
+    def set_schedule(self, trial_id: str, epoch: int, params: dict[str, Any], copied_from: str) -> None:
+        """A trial's parameters from after ``epoch`` on (0: from its start), and the trial whose
+        checkpoint it copied then ("" where none)."""
+        with self._fast:
+            self._fast.execute("BEGIN IMMEDIATE")
+            self._fast.execute("INSERT OR REPLACE INTO schedule VALUES (?,?,?,?)",
+                               (trial_id, int(epoch), json.dumps(params, sort_keys=True), copied_from))
+
+    def schedule(self) -> dict[str, list[tuple[int, dict[str, Any], str]]]:
+        """Each trial's schedule (population-based training): (epoch, params from after it, the
+        trial copied then), in epoch order; {} for a sweep without one, or a ledger from before."""
+        try:
+            rows = self._db.execute("SELECT trial_id, epoch, params, copied_from FROM schedule "
+                                    "ORDER BY trial_id, epoch").fetchall()
+        except sqlite3.OperationalError:  # a read-only ledger from before schema 9
+            return {}
+        out: dict[str, list[tuple[int, dict[str, Any], str]]] = {}
+        for tid, epoch, params, copied in rows:
+            out.setdefault(current_id(tid), []).append((epoch, json.loads(params), copied))
+        return out
 
     def epochs(self, trial_id: str, after: int | None = None) -> list[tuple[int, dict[str, Any], float | None]]:
         """One trial's reports after epoch ``after``: (epoch, metrics, time reported)."""

@@ -10,10 +10,12 @@ A sweep folder, ``<out>/<name>/``::
     mlflow.db, mlartifacts/      with --mlflow and no URI: the local MLflow store
     .lock                        held by the sweep running here; holds its pid and tag
     .jobs/                       with a batch backend (Slurm): its array lists, Slurm's own output
+    .pbt/<trial id>/<epoch>/     with search="pbt": each member's checkpoint as a segment left it
     trials/<trial name>/
         log.txt                  every attempt's output, each after a header line
         result.json              what the trial returned (whole, or not there)
         metrics.json             a command trial's metrics, if the command writes them
+        checkpoint/              its state, kept across its segments (current_trial().checkpoint)
         .job/                    a batch job's spec, messages, return value, its scheduler's job id
 
 Beside the sweep folders, one file per user (:func:`user_cache`): an empty MLflow store
@@ -42,6 +44,9 @@ TRIALS = "trials"
 LOG = "log.txt"
 RESULT = "result.json"
 METRICS = "metrics.json"
+CHECKPOINT = "checkpoint"
+#: population-based training's published checkpoints, ``<sweep>/.pbt/<trial id>/<epoch>/``
+PBT = ".pbt"
 #: Left in a sweep folder by sweeper < 0.2 (standbys' logs); removed when a sweep opens it.
 OLD_STANDBY = ".standby"
 TENSORBOARD = "tensorboard"
@@ -87,6 +92,11 @@ class SweepPaths:
     def jobs(self) -> str:
         """A batch backend's files of the sweep's jobs (Slurm's array lists and output)."""
         return os.path.join(self.folder, JOBS)
+
+    @property
+    def pbt(self) -> str:
+        """Population-based training's published checkpoints (a member's, as each segment left it)."""
+        return os.path.join(self.folder, PBT)
 
     @staticmethod
     def of_trial(trial_dir: str) -> SweepPaths:
@@ -143,6 +153,11 @@ def log_file(trial_dir: str) -> str:
 
 def result_file(trial_dir: str) -> str:
     return os.path.join(trial_dir, RESULT)
+
+
+def checkpoint_dir(trial_dir: str) -> str:
+    """A trial's checkpoint folder (``current_trial().checkpoint``), lasting across its segments."""
+    return os.path.join(trial_dir, CHECKPOINT)
 
 
 def metrics_file(trial_dir: str) -> str:

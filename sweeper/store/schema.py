@@ -19,9 +19,10 @@ from sweeper.model.trial import Status, TrialResult, current_id
 #: ids without their ``t``, no ``grid`` table); 1: ids with it; 2: ``epoch_reached``; 3:
 #: ``mem_peak_mb``; 4: ``gpu_mem_reserved_mb``; 5: ``feasible``; 6: ``env``, ``deterministic``; 7: a
 #: running trial's ``place`` (where it runs, in its backend's words); 8: ``job_id`` (a batch
-#: scheduler's job, Slurm's). Older ledgers are migrated
+#: scheduler's job, Slurm's); 9: ``segments`` (the processes a paused trial ran in) and the
+#: ``schedule`` table (a population-based member's parameters by epoch, and what it copied). Older ledgers are migrated
 #: when a sweep opens them, and read as migrated by ``load()`` and ``status``.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS trials (
@@ -50,7 +51,8 @@ CREATE TABLE IF NOT EXISTS trials (
     feasible INTEGER,
     env TEXT,
     deterministic INTEGER,
-    job_id TEXT
+    job_id TEXT,
+    segments INTEGER
 );
 CREATE TABLE IF NOT EXISTS running (
     trial_id TEXT PRIMARY KEY,
@@ -67,6 +69,13 @@ CREATE TABLE IF NOT EXISTS grid (
     trial_id TEXT PRIMARY KEY,
     idx INTEGER NOT NULL,
     name TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS schedule (
+    trial_id TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    params TEXT NOT NULL,
+    copied_from TEXT NOT NULL,
+    PRIMARY KEY (trial_id, epoch)
 );
 CREATE TABLE IF NOT EXISTS history (
     trial_id TEXT NOT NULL,
@@ -123,9 +132,11 @@ def migrate(db: sqlite3.Connection) -> None:
         # 2: the epoch a trial reached (pruned trials stop early); 3: its peak host memory;
         # 4: the GPU memory reserved for it; 5: whether it met the sweep's constraints;
         # 6: what it ran on (its environment), and whether it ran deterministically; 8: its
-        # batch scheduler's job (7 changed only the running table)
+        # batch scheduler's job (7 changed only the running table); 9: its segments (the
+        # schedule table comes with SCHEMA, created where missing)
         added = (("epoch_reached", "INTEGER"), ("mem_peak_mb", "INTEGER"), ("gpu_mem_reserved_mb", "INTEGER"),
-                 ("feasible", "INTEGER"), ("env", "TEXT"), ("deterministic", "INTEGER"), ("job_id", "TEXT"))
+                 ("feasible", "INTEGER"), ("env", "TEXT"), ("deterministic", "INTEGER"), ("job_id", "TEXT"),
+                 ("segments", "INTEGER"))
         for column, kind in added[max(version - 1, 0):]:
             if column not in have:
                 db.execute(f"ALTER TABLE trials ADD COLUMN {column} {kind}")

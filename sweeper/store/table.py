@@ -23,7 +23,7 @@ import io
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from sweeper.model.metrics import HISTORY_COLUMNS
 from sweeper.model.trial import CSV_FIELDS, Place, TrialResult, csv_name, place_of
@@ -45,6 +45,7 @@ _SOMETIMES: dict[Place, Callable[[TrialResult], bool]] = {
     Place.CONSTRAINTS: lambda r: r.feasible is not None,
     Place.DETERMINISM: lambda r: r.deterministic is not None,
     Place.JOB: lambda r: bool(r.job_id),
+    Place.SEGMENTS: lambda r: bool(r.segments),
 }
 #: How a field's value is written, where not as it is.
 _WRITTEN: dict[str, Callable[[Any], Any]] = {
@@ -248,14 +249,34 @@ class Throttled:
 
 
 
-def write_history_csv(rows: Sequence[tuple[str, str, int, dict[str, Any]]], path: str) -> None:
-    """``history.csv`` in long format: ``trial_id``, ``trial``, ``epoch``, one column per metric."""
+def write_history_csv(rows: Sequence[tuple[str, str, int, dict[str, Any]]], path: str,
+                      schedule: Mapping[str, list[tuple[int, dict[str, Any], str]]] | None = None) -> None:
+    """``history.csv`` in long format: ``trial_id``, ``trial``, ``epoch``, one column per metric;
+    with a ``schedule`` (population-based training), each epoch's parameters in force
+    (``param_<name>``) and, at the first epoch after a copy, the trial copied (``copied_from``)."""
     names: dict[str, None] = {}
     for *_, metrics in rows:
         for k in metrics:
             names.setdefault(k, None)
+    keys: dict[str, None] = {}
+    for segments in (schedule or {}).values():
+        for _, params, _ in segments:
+            keys.update(dict.fromkeys(params))
     with paths.atomic(path) as f:
         writer = csv.writer(f)
-        writer.writerow([*HISTORY_COLUMNS, *names])
+        extra = [*(f"param_{k}" for k in keys), "copied_from"] if schedule else []
+        writer.writerow([*HISTORY_COLUMNS, *names, *extra])
         for tid, name, epoch, metrics in rows:
-            writer.writerow([tid, name, epoch, *(_cell(metrics.get(k)) for k in names)])
+            row = [tid, name, epoch, *(_cell(metrics.get(k)) for k in names)]
+            if schedule:
+                row.extend(_in_force(schedule.get(tid, []), epoch, list(keys)))
+            writer.writerow(row)
+
+
+def _in_force(segments: list[tuple[int, dict[str, Any], str]], epoch: int, keys: list[str]) -> list[Any]:
+    """An epoch's parameters under a schedule, and the trial copied just before it ("" if none)."""
+    now = [seg for seg in segments if seg[0] < epoch]
+    if not now:
+        return [""] * len(keys) + [""]
+    start, params, copied = now[-1]
+    return [*(_param_cell(params.get(k)) for k in keys), copied if epoch == start + 1 else ""]

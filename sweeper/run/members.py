@@ -1,0 +1,121 @@
+"""A population's members (``search="pbt"``, :mod:`sweeper.run.pbt`), planned against the
+ledger: on a first run drawn from the space, each named ``member_<i>`` with its parameters
+on record from epoch 0; on a resume, each member on record as it was left: a finished one
+kept, one interrupted (Ctrl-C, or a sweep killed) given again with its last parameters, from
+its checkpoint, its epochs going on after its last one reported; what it scored at each
+decision and the checkpoints published then, read back, so the population goes on as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any, Callable, Mapping
+
+from sweeper.model import contract
+from sweeper.model.trial import Status, TrialResult, TrialSpec
+from sweeper.run.pbt import Member, PbtSettings, Population
+from sweeper.store.paths import SweepPaths
+
+
+def members(space: Any, how: PbtSettings, *, metric: str, mode: str, folder: str, seed: int,
+            ledger: Any, previous: Mapping[str, TrialResult],
+            make_spec: Callable[[dict[str, Any], str], TrialSpec]) -> tuple[Population, list[TrialSpec],
+                                                                        list[TrialSpec], dict[str, TrialResult]]:
+    """The population, its members' specs, those to run now (in order), and the rows kept."""
+    from sweeper.run.pbt import explorable
+
+    read = explorable(space)
+    schedule = ledger.schedule()
+    pbt_folder = SweepPaths(folder).pbt
+
+    def note(trial_id: str, epoch: int, params: dict[str, Any], copied_from: str) -> None:
+        ledger.set_schedule(trial_id, epoch, params, copied_from)
+
+    specs: list[TrialSpec] = []
+    todo: list[TrialSpec] = []
+    kept: dict[str, TrialResult] = {}
+    restored: list[Member] = []
+    if not schedule:  # a first run: the population drawn from the space
+        width = len(str(how.population - 1))
+        for i, params in enumerate(read.sample(how.population, seed=seed, stacklevel=3)):
+            spec = make_spec(params, f"member_{i:0{width}d}")
+            note(spec.trial_id, 0, spec.params, "")
+            specs.append(spec)
+            todo.append(spec)
+        population = Population(todo, read, how, metric, mode, pbt_folder, seed, note, make_spec)
+        return population, specs, todo, kept
+    history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for tid, epoch, metrics in ledger.history():
+        history.setdefault(tid, []).append((epoch, metrics))
+    names = ledger.grid_names()
+    for index, (tid, segments) in enumerate(sorted(schedule.items(), key=lambda kv: _order(kv[0], names, previous))):
+        row = previous.get(tid)
+        params = row.params if row is not None else segments[-1][1]
+        name = row.name if row is not None else names.get(tid, tid)
+        spec = replace(make_spec(params, name, tid), index=index)  # type: ignore[call-arg]
+        specs.append(spec)
+        if row is not None and row.status is not Status.INTERRUPTED:
+            kept[tid] = replace(row, index=index)
+            restored.append(_restored(spec, history.get(tid, []), how, metric, mode, pbt_folder, "done"))
+            continue
+        # it goes on from the checkpoint it published last (a segment's end, or a copy then): what
+        # it trained after that (its folder may hold a later epoch than it reported) runs again
+        last = _published(pbt_folder, tid)
+        Population._copy(os.path.join(pbt_folder, tid, str(last)), spec.checkpoint) if last else _empty(spec.checkpoint)
+        ledger.clear_history_after(tid, last)
+        epochs = [(e, m) for e, m in history.get(tid, []) if e <= last]
+        params = [p for e, p, _ in segments if e <= last][-1] if any(e <= last for e, _, _ in segments) else params
+        spec = replace(spec, params=params)
+        if last:
+            spec = replace(spec, env={**spec.env, contract.RESUMED_EPOCH: str(last)})
+        if row is not None:  # run again: its attempts go on counting
+            spec = replace(spec, attempt=row.attempts + 1, first_attempt=row.attempts + 1)
+        todo.append(spec)
+        restored.append(_restored(spec, epochs, how, metric, mode, pbt_folder, "queued"))
+    population = Population(todo, read, how, metric, mode, pbt_folder, seed, note, make_spec)
+    population.members = {m.spec.trial_id: m for m in restored}
+    population.replaced = sum(1 for m in restored if ".r" in m.spec.name)
+    return population, specs, todo, kept
+
+
+def _published(pbt_folder: str, tid: str) -> int:
+    """The latest epoch a member published its checkpoint at (0: none)."""
+    folder = os.path.join(pbt_folder, tid)
+    entries = os.listdir(folder) if os.path.isdir(folder) else []
+    return max((int(e) for e in entries if e.isdigit()), default=0)
+
+
+def _empty(folder: str) -> None:
+    """A member with nothing published starts again from nothing."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder, exist_ok=True)
+
+
+def _order(tid: str, names: Mapping[str, str], previous: Mapping[str, TrialResult]) -> tuple[int, str]:
+    row = previous.get(tid)
+    return (row.index if row is not None else 1 << 30, names.get(tid, tid))
+
+
+def _restored(spec: TrialSpec, epochs: list[tuple[int, dict[str, Any]]], how: PbtSettings, metric: str,
+              mode: str, pbt_folder: str, state: str) -> Member:
+    """A member on record: its score at each decision's epoch it reached, the checkpoints it
+    published that are still there."""
+    member = Member(spec, state=state)
+    for epoch, metrics in epochs:
+        if epoch >= max(how.burn_in, 1) and epoch % how.interval == 0:
+            value = metrics.get(metric)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                member.scores[epoch] = float(value) if mode == "max" else -float(value)
+            member.at = max(member.at, epoch)
+    folder = os.path.join(pbt_folder, spec.trial_id)
+    if os.path.isdir(folder):
+        for entry in os.listdir(folder):
+            if entry.isdigit():
+                member.published[int(entry)] = os.path.join(folder, entry)
+    resumed = spec.resumed_epoch
+    if state != "done" and resumed:
+        member.at = max((e for e in member.scores if e <= resumed), default=0)
+    return member
