@@ -88,7 +88,7 @@ POLL_C = 0.2  #: seconds between looks at a sweep's epochs on record (c)
 #: c's methods: label, sampler, pruner ("tuned": the problem's PRUNE_TUNED).
 METHODS_C = (("random", "random", None), ("random + asha", "random", "asha"), ("tpe", "tpe", None),
              ("tpe + asha", "tpe", "asha"), ("tpe + hyperband", "tpe", "hyperband"),
-             ("tpe + asha tuned", "tpe", "tuned"))
+             ("tpe + asha tuned", "tpe", "tuned"), ("tpe + asha settled", "tpe", "asha(min_resource='auto')"))
 #: c's problems: the metric and its direction.
 PROBLEMS_C = {"digits": ("val_accuracy", "max"), "diabetes": ("val_loss", "min")}
 #: The tuned ASHA of c, per problem: min_resource = the first epoch from which a pilot's
@@ -380,19 +380,21 @@ def part_b(trials: int, tmp: str, seed: int = 0) -> dict[str, Any]:
                                 f"b  sweeper, 1 worker, {trials} trials")}
 
 
-def part_c(seeds: list[int], budget_trials: int, problems: list[str], tmp: str, keep: str | None) -> dict[str, Any]:
-    """Every sweep of c. ``keep``: a folder where each sweep's result is kept as it ends, and
+def part_c(seeds: list[int], budget_trials: int, problems: list[str], tmp: str, keep: str | None,
+           methods: list[str] | None = None) -> dict[str, Any]:
+    """Every sweep of c (``methods``: those labels only; random always). ``keep``: a folder where each sweep's result is kept as it ends, and
     taken from on a later run with the same spec (c is long: a run stopped halfway resumes)."""
     budget = budget_trials * EPOCHS_C
     out: dict[str, Any] = {"seeds": seeds, "budget_trials": budget_trials, "budget_epochs": budget,
                            "epochs": EPOCHS_C, "workers": 2, "problems": {}, "kept": 0}
     for problem in problems:
         metric, mode = PROBLEMS_C[problem]
-        runs: dict[str, list[Any]] = {label: [] for label, _, _ in METHODS_C}
-        prunes = {label: PRUNE_TUNED[problem] if prune == "tuned" else prune for label, _, prune in METHODS_C}
+        chosen = [m for m in METHODS_C if methods is None or m[0] in methods or m[0] == "random"]
+        runs: dict[str, list[Any]] = {label: [] for label, _, _ in chosen}
+        prunes = {label: PRUNE_TUNED[problem] if prune == "tuned" else prune for label, _, prune in chosen}
         out["problems"][problem] = {"metric": metric, "mode": mode, "prune": prunes, "runs": runs}
         for seed in seeds:
-            for label, search, _ in METHODS_C:
+            for label, search, _ in chosen:
                 name = f"c_{problem}_{label.replace(' ', '')}_s{seed}"
                 spec = {"problem": problem, "search": search, "prune": prunes[label], "seed": seed, "budget": budget,
                         "out": tmp, "name": name}
@@ -533,7 +535,9 @@ def targets_c(c: dict[str, Any]) -> dict[str, Any]:
     budget on at least one."""
     half = c["budget_epochs"] / 2
     out = {}
-    for label in ("tpe + asha", "tpe + asha tuned"):
+    for label in ("tpe + asha", "tpe + asha tuned", "tpe + asha settled"):
+        if any(label not in pc["summary"] for pc in c["problems"].values()):
+            continue
         as_good, fast = {}, {}
         for problem, pc in c["problems"].items():
             mine, base = pc["summary"][label]["final_median"], pc["summary"]["random"]["final_median"]
@@ -809,6 +813,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="JSON of c's figures (its plot beside it, .png; each sweep's result in _runs/, "
                          "which a later run with the same settings takes instead of running it again)")
     ap.add_argument("--fresh-c", action="store_true", help="run every sweep of c, taking none from _runs/")
+    ap.add_argument("--methods", help="part c's methods by label, comma-separated (random always runs); default all")
     args = ap.parse_args(argv)
     parts = [p.strip().lower() for p in (args.only or "a,b").split(",") if p.strip()]
     if any(p not in ("a", "b", "c") for p in parts):
@@ -837,7 +842,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += rows_b(results["b"])
         if "c" in parts:
             c = part_c(seeds_c, budget_c, problems, tmp,
-                       None if args.fresh_c else os.path.splitext(args.out_c)[0] + "_runs")
+                       None if args.fresh_c else os.path.splitext(args.out_c)[0] + "_runs",
+                       [m.strip() for m in args.methods.split(",")] if args.methods else None)
             summary_c(c)
     results["meta"]["total_s"] = time.perf_counter() - t0
     if rows:

@@ -393,7 +393,7 @@ def test_a_ledger_written_by_the_previous_release_resumes_unchanged(tmp_path):
     pd.testing.assert_series_equal(df.started_at[:2], before.started_at)  # kept, not re-run
     assert df.status.tolist() == ["ok"] * 3 and df.seed.tolist()[:2] == before.seed.tolist()
     with sqlite3.connect(folder / "ledger.sqlite") as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 8  # v0 -> v1 -> ... -> v8
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 9  # v0 -> v1 -> ... -> v9
         assert {r[0] for r in db.execute("SELECT trial_id FROM trials")} == set(df.trial_id)
 
 
@@ -419,12 +419,12 @@ def test_a_folder_written_before_the_engine_restructure_resumes_unchanged(tmp_pa
         with open(os.path.join(data, name)) as old, open(folder / name) as new:
             assert new.read() == old.read(), name
     with sqlite3.connect(folder / "ledger.sqlite") as db:
-        # migrated to schema 8: each row gains epoch_reached, mem_peak_mb, gpu_mem_reserved_mb,
-        # feasible, env, deterministic and job_id, NULL (not known then); nothing else
+        # migrated to schema 9: each row gains epoch_reached, mem_peak_mb, gpu_mem_reserved_mb,
+        # feasible, env, deterministic, job_id and segments, NULL (not known then); nothing else
         assert db.execute("SELECT * FROM trials ORDER BY trial_id").fetchall() == [
-            (*row, None, None, None, None, None, None, None) for row in rows_before]
+            (*row, None, None, None, None, None, None, None, None) for row in rows_before]
         assert db.execute("SELECT * FROM history ORDER BY trial_id, epoch").fetchall() == history_before
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 8
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 9
     df = sweeper.load(str(folder))
     assert df.status.tolist() == ["ok"] * 3 and df.loss.tolist() == [0.5, 0.25, 1 / 6]
 

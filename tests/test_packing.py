@@ -313,7 +313,7 @@ def test_a_ledger_of_schema_3_gains_the_reserved_column_and_keeps_its_rows(tmp_p
     finally:
         ledger.close()
     with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
 
 
 @pytest.mark.unit

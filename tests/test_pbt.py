@@ -264,6 +264,11 @@ def run_pbt(tmp_path, fn=pbt_fns.climb, **how: Any) -> pd.DataFrame:
 
 
 def test_each_member_is_one_row_and_history_carries_its_schedule(tmp_path):
+    scheduled_sweep(tmp_path)
+
+
+def scheduled_sweep(tmp_path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A synchronous population of 4 run to its end, its table and history checked; both."""
     df = run_pbt(tmp_path, synch=True)
     assert list(df["status"]) == ["ok"] * 4 and len(df) == 4
     # every segment started from the epoch its checkpoint held (the trial raises otherwise)
@@ -286,6 +291,40 @@ def test_each_member_is_one_row_and_history_carries_its_schedule(tmp_path):
         assert c.acc == pytest.approx(source + c.param_lr * (1 - source))
     again = run_pbt(tmp_path, synch=True)  # the same command: nothing to run, the same table
     pd.testing.assert_frame_equal(again, df)
+    return df, hist
+
+
+def test_status_and_the_report_show_schedules_and_lineage_and_replay_follows_one(tmp_path, capsys):
+    from sweeper.front.subcommands import status_main
+    from sweeper.results import replay, report
+
+    df, hist = scheduled_sweep(tmp_path)
+    capsys.readouterr()
+    status_main([str(tmp_path / "pbt")])
+    said = capsys.readouterr().out
+    assert "population-based training, each member's parameters by epoch:" in said
+    copy = hist.dropna(subset=["copied_from"]).iloc[0]
+    names = dict(zip(df["trial_id"], df["trial"]))
+    line = next(li for li in said.splitlines() if li.strip().startswith(f"{copy.trial}:"))
+    assert f"from epoch {copy.epoch}: lr " in line and f"(copied {names[copy.copied_from]})" in line
+    page = open(report.write_html(str(tmp_path / "pbt")), encoding="utf-8").read()
+    assert "<h2>Population-based training</h2>" in page and "x: it copied" in page
+    # the copying member's model, replayed from its first epoch as its lineage trained it
+    # (the copied member's parameters, then its own): the same number, this loop being exact
+    (done,) = replay.replay(str(tmp_path / "pbt"), [copy.trial])
+    assert done.statuses == ("ok",) and all(d.drift() == 0 for d in done.drifts), done.drifts
+
+
+@pytest.mark.unit
+def test_a_schedule_followed_back_through_copies_that_cross():
+    from sweeper.results.schedules import effective
+
+    schedules = {"a": [(0, {"lr": 1}, ""), (4, {"lr": 2}, "b")],
+                 "b": [(0, {"lr": 10}, ""), (2, {"lr": 20}, "a"), (6, {"lr": 30}, "a")]}
+    # a's model: b's until epoch 4, which was a's own until 2 (b copied a there), then b's lr 20
+    assert effective(schedules, "a") == [(0, {"lr": 1}, ""), (2, {"lr": 20}, ""), (4, {"lr": 2}, "")]
+    assert effective(schedules, "b") == [(0, {"lr": 1}, ""), (2, {"lr": 20}, ""), (4, {"lr": 2}, ""),
+                                         (6, {"lr": 30}, "")]
 
 
 def test_a_member_that_saves_nothing_stops_the_sweep_saying_how_to_save(tmp_path):

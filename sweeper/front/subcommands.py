@@ -76,6 +76,13 @@ def status_main(argv: list[str]) -> int:
 
     for line in summary(seen["environment"], [r.env for r in results], seen["runs"], seen["last_run"]):
         print(f"sweeper: {line}")
+    if seen["schedule"]:  # population-based training: each member's schedule and lineage
+        from sweeper.results.schedules import lines
+
+        print("sweeper: population-based training, each member's parameters by epoch:")
+        names = {**seen["names"], **{r.trial_id: r.name for r in results}}
+        for line in lines(seen["schedule"], names):
+            print(line)
     if results:
         _print_best(results, seen["objectives"], seen["asked"], args.metric is None, args.importance)
     elif args.importance:
@@ -102,6 +109,8 @@ def _status_read(folder: str, live: bool, metric: str | None, mode: str | None) 
             "environment": facts.environment,
             "last_run": facts.run,
             "runs": {rid: ledger.run_record(rid) or {} for rid in {r.env.get("run", "") for r in results} if rid},
+            "schedule": ledger.schedule(),
+            "names": ledger.grid_names(),
         }
     finally:
         ledger.close()

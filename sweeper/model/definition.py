@@ -39,6 +39,9 @@ class Definition:
     source_file: str | None = None  #: the file that defines ``train``, where there is one
     what: str = ""  #: how the sweep names ``train`` (the ledger's definition check)
     default_name: str = "sweep"  #: the sweep folder's name where the options give none
+    #: each point's schedule, in the points' order (a population-based member replayed: the
+    #: parameters from after each epoch, :func:`sweeper.results.schedules.effective`); None: none
+    schedules: tuple[Any, ...] | None = None
 
     @classmethod
     def of(cls, target: Target, grid: Any, options: Options, **more: Any) -> Definition:

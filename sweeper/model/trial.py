@@ -216,10 +216,18 @@ class TrialSpec:
     def checkpoint(self) -> str:
         """A folder of its own that lasts across the trial's segments (a scheduler may pause
         it and resume it in a fresh process): save its state here before each report, and
-        start from what is here (Keras: ``keras.callbacks.BackupAndRestore(checkpoint)``)."""
+        start from what is here (Keras: ``keras.callbacks.BackupAndRestore(checkpoint)``). Made
+        when first asked for."""
+        import os
+
         from sweeper.store.paths import checkpoint_dir
 
-        return checkpoint_dir(self.dir)
+        path = checkpoint_dir(self.dir)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:  # a read-only folder: said by whatever writes there
+            pass
+        return path
 
     @property
     def resumed_epoch(self) -> int:

@@ -8,7 +8,8 @@
   Pareto front; what a trial must meet to be ranked;
 * :mod:`~sweeper.results.importance`: which parameters mattered (fANOVA);
 * :mod:`~sweeper.results.studies`: a sweep's rows as an Optuna study (``export``);
-* :mod:`~sweeper.results.replay`: a trial run again, and how far each metric drifts.
+* :mod:`~sweeper.results.replay`: a trial run again, and how far each metric drifts;
+* :mod:`~sweeper.results.schedules`: population-based training's schedules and lineage, read back.
 
 Each reads a sweep's rows from its ledger (:mod:`sweeper.store.ledger`).
 """

@@ -148,13 +148,18 @@ def replay(folder: str, names: Sequence[str] = (), every: bool = False, times: i
         raise SweepError(f"--times must be a whole number >= 1, got {times!r}")
     folder = sweep_folder(folder)
     results, definition, last, runs = _recorded(folder)
+    from sweeper.results.schedules import effective, read
+
+    schedules = read(folder)
     rows = chosen(results, names, every)
     groups: dict[str, list[Any]] = {}
-    for row in rows:  # one replay sweep per run the rows came from
+    for row in rows:  # one replay sweep per run the rows came from; a scheduled member on its own
         rid = row.env.get("run", "")
-        groups.setdefault(rid if runs.get(rid) else "", []).append(row)
+        key = rid if runs.get(rid) else ""
+        groups.setdefault(f"{key}\0{row.trial_id}" if row.trial_id in schedules else key, []).append(row)
     done: dict[str, Replay] = {}
-    for rid, group in groups.items():
+    for group_key, group in groups.items():
+        rid, _, scheduled = group_key.partition("\0")
         record = runs[rid] if rid else last
         if not record.get("target"):
             raise SweepError(f"{folder} was run by a sweeper that did not record how to run its trials again, so "
@@ -167,7 +172,9 @@ def replay(folder: str, names: Sequence[str] = (), every: bool = False, times: i
         if deterministic is not None:
             kept["deterministic"] = deterministic
         env = record.get("environment") or {}
-        made = _runs(folder, target, group, kept, definition, env, times, quiet, source)
+        # a population-based member: its model's schedule from its very start, lineage followed back
+        followed = effective(schedules, scheduled) if scheduled else None
+        made = _runs(folder, target, group, kept, definition, env, times, quiet, source, followed)
         done.update((row.trial_id, _replayed(row, made, env if rid else None)) for row in group)
     return [done[r.trial_id] for r in rows]
 
@@ -217,12 +224,13 @@ def _number(result: Any, metric: str) -> float | None:
 
 
 def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], definition: dict[str, Any],
-          sweep_env: dict[str, Any], times: int, quiet: bool,
-          source: str = "") -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+          sweep_env: dict[str, Any], times: int, quiet: bool, source: str = "",
+          followed: list[Any] | None = None) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """Run the rows' points ``times`` times, each time a sweep of its own in a new folder
     beside the sweep's, from the folder the sweep ran in where it still exists (a command's
     relative paths, a grid file's data files); per run its folder, its rows by trial id and
-    its environment."""
+    its environment. ``followed``: the one row's schedule, which its replay follows, its
+    parameters changing after the epochs it says (population-based training)."""
     import contextlib
     import tempfile
 
@@ -256,8 +264,9 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
         listener = None if quiet else choose_view(False, None, None)
         try:
             with contextlib.chdir(cwd) if cwd and os.path.isdir(cwd) else contextlib.nullcontext():
-                again = Definition(target, opts, Points([dict(r.params) for r in rows]), None, source or None, what,
-                                   name)
+                points = Points([dict(followed[0][1])] if followed else [dict(r.params) for r in rows])
+                again = Definition(target, opts, points, None, source or None, what, name,
+                                   schedules=(followed,) if followed else None)
                 outcome = runner.run(again, listener=listener)
         finally:
             if listener is not None:
@@ -267,7 +276,10 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
             env = ledger.facts().environment
         finally:
             ledger.close()
-        runs.append((os.path.abspath(outcome.folder), {r.trial_id: r for r in outcome.results}, env))
+        got = {r.trial_id: r for r in outcome.results}
+        if followed:  # its one trial, whatever id its first parameters give it, is the row's
+            got = {rows[0].trial_id: outcome.results[0]} if outcome.results else {}
+        runs.append((os.path.abspath(outcome.folder), got, env))
     return runs
 
 

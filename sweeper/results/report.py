@@ -28,6 +28,7 @@ from sweeper.errors import SweepError
 from sweeper.model.trial import Status
 from sweeper.results.plots import Plot, curves_column, data_uri, make_plots, png_bytes
 from sweeper.results.query import (
+    LOG_SCALE,
     STATUSES,
     TOP,
     choose,
@@ -195,6 +196,7 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
     if "progress" in by_key:  # a search: the best so far, trial after trial
         out += ["<h2>Search progress</h2>", _figure_html("best-so-far", by_key["progress"])]
     out += _curves_section(df, history, by_key.get("curves"), board, metric)
+    out += _schedule_section(folder, df)
     if "memory" in by_key:  # a packed sweep: what each trial took of what it was given
         out += ["<h2>GPU memory</h2>", _figure_html("memory", by_key["memory"])]
     out += _failures_section(df, folder)
@@ -332,6 +334,28 @@ def _curves_section(df: "pandas.DataFrame", history: "pandas.DataFrame | None", 
     else:
         out.append(f'<p class="note">No learning curves: the history has no {e(str(curves_column(history, metric)))} '
                    "values for the top trials.</p>")
+    return out
+
+
+def _schedule_section(folder: str, df: "pandas.DataFrame") -> list[str]:
+    """Population-based training: each member's parameters against epochs, and its lineage."""
+    from sweeper.results import schedules
+
+    try:
+        found = schedules.read(folder)
+    except Exception:  # noqa: BLE001 - a folder of results.csv alone: no schedules to show
+        return []
+    if not found:
+        return []
+    e = html.escape
+    names = dict(zip(df["trial_id"], df["trial"]))
+    last = {tid: int(v) for tid, v in zip(df["trial_id"], df.get("epoch_reached", [])) if v == v and v is not None}
+    out = ["<h2>Population-based training</h2>"]
+    fig = schedules.figure(found, names, last, set(df.attrs.get(LOG_SCALE, ())))
+    if fig is not None:
+        out.append(_figure_html("schedule", Plot("schedule", fig, "each member's parameters against epochs; x: "
+                                                 "it copied another member's checkpoint there")))
+    out.append("<pre>" + e("\n".join(line.strip() for line in schedules.lines(found, names))) + "</pre>")
     return out
 
 

@@ -235,8 +235,18 @@ class Population:
         params = explore(donor.spec.params, self.space, self.rng, self.how)
         member.spec = replace(member.spec, params=params)
         member.scores[epoch] = donor.scores[epoch]
-        self.lineage.append((member.spec.trial_id, epoch, donor.spec.trial_id))
-        self.note(member.spec.trial_id, epoch, params, donor.spec.trial_id)
+        origin = self._origin(donor.spec.trial_id, epoch)
+        self.lineage.append((member.spec.trial_id, epoch, origin))
+        self.note(member.spec.trial_id, epoch, params, origin)
+
+    def _origin(self, donor: str, epoch: int) -> str:
+        """Whose model a copy of ``donor``'s checkpoint at ``epoch`` is: the donor's own, or, where
+        the donor itself took a copy at that epoch before, that copy's origin (the lineage names
+        the member whose training the model is, so a replay can follow it)."""
+        for tid, at, source in reversed(self.lineage):
+            if tid == donor and at == epoch:
+                return source
+        return donor
 
     def _replace(self, member: Member) -> None:
         """A member failed for good: a new trial takes its place, a copy of a top member at
@@ -265,8 +275,9 @@ class Population:
         member = Member(spec, scores={epoch: donor.scores[epoch]}, at=epoch, state="ready")
         self._adopt(member, donor.published[epoch], epoch)
         self.members[spec.trial_id] = member
-        self.lineage.append((spec.trial_id, epoch, donor.spec.trial_id))
-        self.note(spec.trial_id, epoch, params, donor.spec.trial_id)
+        origin = self._origin(donor.spec.trial_id, epoch)
+        self.lineage.append((spec.trial_id, epoch, origin))
+        self.note(spec.trial_id, epoch, params, origin)
 
     # -- checkpoints ----------------------------------------------------------------------
 

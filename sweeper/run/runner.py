@@ -190,6 +190,7 @@ class Sweep:
         else:
             self.specs = plan(definition.points, self.folder.path, options.seed)
         self.target, self.options, self.source_file, self.what = target, options, source_file, what
+        self.schedules = definition.schedules
         if self.backend.places_trials:  # a cluster's scheduler places them (Ray on its own nodes' GPUs)
             self.placement = Placement([], [], options.memory_policy())
         else:
@@ -290,6 +291,11 @@ class Sweep:
             outputs.each.append(listener)
         # a metric the rows kept lack: a search cannot optimise it, so it asks for no trial
         scheduler = plan_.scheduler(asking=ranking.fault is None)
+        if self.schedules:  # each point follows a schedule (a population-based member replayed)
+            from sweeper.run.schedulers import Following
+
+            scheduler = Following(plan_.todo, {s.index: self.schedules[s.index] for s in plan_.todo
+                                               if s.index < len(self.schedules)})
         outputs.begin(plan_.to_run, plan_.total)
         admission = self._admission()
         engine = Engine(self._backend(tag, admission), ledger, outputs=outputs, admission=admission,

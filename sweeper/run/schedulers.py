@@ -54,6 +54,42 @@ class Listed:
         pass
 
 
+class Following(Listed):
+    """The trials given, each following a schedule (a population-based member replayed): it is
+    paused at each epoch after which its parameters change, and given again with the next ones,
+    in a fresh process, from its checkpoint. ``schedules``: by the spec's index, each a list of
+    (epoch, the parameters from after it, ...)."""
+
+    waits = True  #: each report waits for its answer: a trial hears its pause at the epoch
+
+    def __init__(self, specs: Sequence[TrialSpec], schedules: Mapping[int, Sequence[Any]]) -> None:
+        super().__init__(specs)
+        self.schedules = {i: list(s) for i, s in schedules.items()}
+        self.at: dict[str, int] = {}  #: the segment each trial is in
+        self.waiting: list[TrialSpec] = []
+
+    @property
+    def remaining(self) -> int:  # type: ignore[override]
+        return len(self.waiting)
+
+    def next(self) -> TrialSpec | None:
+        return self.waiting.pop(0) if self.waiting else None
+
+    def reported(self, spec: TrialSpec, items: list[dict[str, Any]]) -> Answer:
+        schedule = self.schedules.get(spec.index, [])
+        k = self.at.get(spec.trial_id, 0)
+        if k + 1 < len(schedule) and int(items[-1]["epoch"]) >= schedule[k + 1][0]:
+            return Answer(Decision.PAUSE, f"its parameters change after epoch {schedule[k + 1][0]} (its schedule)")
+        return Answer()
+
+    def paused(self, spec: TrialSpec, epoch: int | None) -> None:
+        from dataclasses import replace
+
+        k = self.at.get(spec.trial_id, 0) + 1
+        self.at[spec.trial_id] = k
+        self.waiting.append(replace(spec, params=dict(self.schedules[spec.index][k][1])))
+
+
 class Searching:
     """A search: ``todo`` (its trials a resume runs again) ahead, then a point asked of its
     sampler as each place frees, which becomes a spec of the plan (``specs``, ``wanted``) and

@@ -23,7 +23,7 @@ from sweeper.model.metrics import direction
 from sweeper.model.trial import TrialResult, TrialSpec
 from sweeper.results.objectives import Objectives
 from sweeper.results.objectives import given as objectives_given
-from sweeper.run.pruners import need_optuna, pruner
+from sweeper.run.pruners import Settled, need_optuna, pruner, settled_epoch
 
 SAMPLERS = ("auto", "tpe", "nsga2", "random", "cmaes", "qmc", "gp")
 #: Samplers that cannot take several objectives.
@@ -170,13 +170,19 @@ class Search:
         modes = objectives.modes if objectives is not None else (mode,)
         self.make_spec = make_spec  #: params, index -> TrialSpec
         self.total = trials
+        built = pruner(prune)
+        #: a pruner whose first cut waits until the ranking settles (``min_resource='auto'``)
+        self.settled: Settled | None = built if isinstance(built, Settled) else None
+        self.first_cut: int | None = None  #: that epoch, once the trials that ran to their end tell it
+        #: the last epoch trials train, as the trials that ran to their end showed (none is pruned there)
+        self.end: int | None = None
         self.study = optuna.create_study(directions=["maximize" if m == "max" else "minimize" for m in modes],
                                          sampler=sampler(search, seed, constraints is not None,
                                                          objectives is not None, trials),
-                                         pruner=pruner(prune))
+                                         pruner=optuna.pruners.NopPruner() if self.settled else built)
         self.pruner_name = prune if isinstance(prune, str) or prune is None else type(prune).__name__
         #: Whether its pruner can stop a trial (then each report waits for its verdict).
-        self.prunes = not isinstance(self.study.pruner, optuna.pruners.NopPruner)
+        self.prunes = self.settled is not None or not isinstance(self.study.pruner, optuna.pruners.NopPruner)
         # the sampler "auto" chose is what the folder records
         self.sampler_name = search if isinstance(search, str) and search != "auto" else type(self.study.sampler).__name__
         #: a point's key -> the Optuna trials waiting on its trial (a point asked twice is trained once)
@@ -213,6 +219,8 @@ class Search:
             self.asked[result.key] = [self.study.ask(self.dists)]
         self.index = index
         self.remaining = max(0, self.total - len(kept) - len(again))
+        for result in kept.values():
+            self._learn(result)
         return kept, again
 
     def fits(self, params: Mapping[str, Any]) -> bool:
@@ -299,8 +307,14 @@ class Search:
                 trial.report(float(value), epoch)
             judged = (epoch, value)
         # judged at the batch's last epoch, where the trial is now (and, waiting for the
-        # verdict, stops): the error, epoch_reached and the row's metrics name one epoch
-        if judged is not None and trial.should_prune():
+        # verdict, stops): the error, epoch_reached and the row's metrics name one epoch;
+        # never at its last epoch (a cut there saves nothing and loses its result), nor
+        # before the ranking settled
+        if judged is None or self._at_end(judged[0], items[-1].get("last")):
+            return None
+        if self.settled is not None and self.first_cut is None:
+            return None
+        if trial.should_prune():
             return f"pruned by {self.pruner_name} at epoch {judged[0]} ({self.metric}={judged[1]:.6g})"
         return None
 
@@ -310,6 +324,34 @@ class Search:
         self.steps.pop(result.trial_id, None)
         for trial in self.asked.pop(result.key, []):
             self._tell(trial, result)
+        self._learn(result)
+
+    def _at_end(self, epoch: int, last: Any) -> bool:
+        """Whether ``epoch`` is a trial's last: as its report says (Keras's ``fit`` knows), or
+        as far as the trials that ran to their end went (Optuna's ``max_resource='auto'`` rule)."""
+        if isinstance(last, int) and not isinstance(last, bool) and epoch >= last:
+            return True
+        return self.end is not None and epoch >= self.end
+
+    def _learn(self, result: TrialResult) -> None:
+        """What a trial that ran to its end tells: the last epoch, and (a settled pruner) the
+        epoch from which the ranking settles, its first cut from then on."""
+        if not result.status.succeeded or result.status.value != "ok" or not result.epoch_reached:
+            return
+        self.end = max(self.end or 0, result.epoch_reached)
+        if self.settled is None:
+            return
+        done = self.study.get_trials(deepcopy=False, states=(self.optuna.trial.TrialState.COMPLETE,))
+        curves = [(dict(t.intermediate_values), float(t.value)) for t in done
+                  if t.value is not None and t.intermediate_values]
+        epoch = settled_epoch(curves)
+        if epoch is not None and epoch != self.first_cut:
+            self.first_cut = epoch
+            self.study.pruner = self.settled.build(epoch)
+            import logging
+
+            logging.getLogger("sweeper").info("sweeper: %s: the ranking settles at epoch %d (%d trials ran to "
+                                              "their end); pruning from there", self.pruner_name, epoch, len(curves))
 
     def _tell(self, trial: Any, result: TrialResult) -> None:
         state, value = self._state(result)
