@@ -34,9 +34,11 @@ def lines(schedules: Mapping[str, Schedule], names: Mapping[str, str]) -> list[s
     """A line per member: its first parameters, then each change with its epoch and, at a copy,
     the member it copied (``names``: trial id -> name)."""
     out = []
+    every = [p for segments in schedules.values() for _, p, _ in segments]
+    keys = list(dict.fromkeys(k for p in every for k in p))
+    varying = [k for k in keys if len({repr(p.get(k)) for p in every}) > 1] or keys  # what the population explores
     for tid, segments in sorted(schedules.items(), key=lambda kv: names.get(kv[0], kv[0])):
         first = segments[0][1]
-        varying = [k for k in first if any(p.get(k) != first.get(k) for _, p, _ in segments)] or list(first)
         parts = [", ".join(f"{k} {_shown(first.get(k))}" for k in varying)]
         for epoch, params, copied in segments[1:]:
             change = ", ".join(f"{k} {_shown(params.get(k))}" for k in varying)
