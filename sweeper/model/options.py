@@ -251,8 +251,9 @@ class Options:
     #: Optuna pruner; None prunes nothing
     prune: str | BasePruner | None = field(default=None, metadata=flag(
         "with `--search`: stop bad trials early: `median`, `percentile`, `asha`, `hyperband`, `patient`, "
-        "`wilcoxon` or `none`, with keywords if wanted: `'asha(min_resource=2, reduction_factor=3)'` (see "
-        "[search](search.md))"))
+        "`wilcoxon` or `none`, with keywords if wanted: `'asha(min_resource=2, reduction_factor=3)'`; "
+        "`\"asha(min_resource='auto')\"` cuts from the epoch where the search's finished trials show the "
+        "ranking settles (see [search](search.md))"))
     #: with search="pbt": population-based training's settings (population, interval,
     #: quantile, resample, factors, synch, burn_in: :mod:`sweeper.run.pbt`), a dict in code,
     #: ``KEY=VALUE`` flags on the command line
