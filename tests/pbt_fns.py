@@ -45,8 +45,8 @@ def forgetful(params):
 
 
 def crashes_once(params):
-    """member_1 dies at epoch 3 of its first segment; the rest climb."""
+    """member_1 dies as its second segment starts; the rest climb."""
     trial = sweeper.current_trial()
-    if trial.name == "member_1" and trial.resumed_epoch == 2:
+    if trial.name == "member_1" and trial.resumed_epoch > 0:
         os._exit(3)
     return climb(params)

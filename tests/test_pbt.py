@@ -332,8 +332,11 @@ def test_a_member_that_saves_nothing_stops_the_sweep_saying_how_to_save(tmp_path
         run_pbt(tmp_path, fn=pbt_fns.forgetful)
 
 
-def test_a_member_that_dies_is_replaced_and_its_row_stays(tmp_path):
-    df = run_pbt(tmp_path, fn=pbt_fns.crashes_once, synch=True)
+@pytest.mark.parametrize("burn_in", [0, 4])
+def test_a_member_that_dies_is_replaced_and_its_row_stays(tmp_path, burn_in):
+    # synchronous: each decision waits for every live member; the one that died holds none,
+    # its replacement joins at its copy's epoch, and the burn-in holds no decision forever
+    df = run_pbt(tmp_path, fn=pbt_fns.crashes_once, synch=True, burn_in=burn_in)
     by = df.set_index("trial")
     assert by.loc["member_1", "status"] == "crashed"
     assert "member_1.r1" in by.index and by.loc["member_1.r1", "status"] == "ok"

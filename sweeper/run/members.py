@@ -62,10 +62,14 @@ def members(space: Any, how: PbtSettings, *, metric: str, mode: str, folder: str
         # it goes on from the checkpoint it published last (a segment's end, or a copy then): what
         # it trained after that (its folder may hold a later epoch than it reported) runs again
         last = _published(pbt_folder, tid)
-        Population._copy(os.path.join(pbt_folder, tid, str(last)), spec.checkpoint) if last else _empty(spec.checkpoint)
+        if last:
+            Population.copy(os.path.join(pbt_folder, tid, str(last)), spec.checkpoint)
+        else:
+            _empty(spec.checkpoint)
         ledger.clear_history_after(tid, last)
         epochs = [(e, m) for e, m in history.get(tid, []) if e <= last]
-        params = [p for e, p, _ in segments if e <= last][-1] if any(e <= last for e, _, _ in segments) else params
+        in_force = [p for e, p, _ in segments if e <= last]
+        params = in_force[-1] if in_force else params
         spec = replace(spec, params=params)
         if last:
             spec = replace(spec, env={**spec.env, contract.RESUMED_EPOCH: str(last)})

@@ -293,19 +293,19 @@ class Population:
                 "sweeper.current_trial().checkpoint), before sweeper's callback)")
         target = os.path.join(self.folder, member.spec.trial_id, str(epoch))
         if not os.path.isdir(target):
-            self._copy(source, target)
+            self.copy(source, target)
         member.published[epoch] = target
 
     def _adopt(self, member: Member, source: str, epoch: int) -> None:
         """The member goes on from a copy of ``source`` (a published checkpoint): its checkpoint
         folder, and what it publishes as its own at ``epoch`` (a resume after Ctrl-C starts there)."""
-        self._copy(source, member.spec.checkpoint)
+        self.copy(source, member.spec.checkpoint)
         target = os.path.join(self.folder, member.spec.trial_id, str(epoch))
-        self._copy(source, target)
+        self.copy(source, target)
         member.published[epoch] = target
 
     @staticmethod
-    def _copy(source: str, target: str) -> None:
+    def copy(source: str, target: str) -> None:
         """``target`` becomes a copy of ``source``: built beside it, then renamed into place."""
         parent = os.path.dirname(target)
         os.makedirs(parent, exist_ok=True)
