@@ -3,7 +3,7 @@ problem (its ``pbt_function``): accuracy grows fastest at a learning rate that r
 falls, with the accuracy itself, so a fixed one gets stuck. Population 4, interval 4, 200
 steps; the fixed rates are a grid of 8 over the same range; and Ray Tune's own
 ``PopulationBasedTraining`` with the same population, interval, steps, space, factors and
-quantile (its function trainable checkpointing at each interval, as Ray's example does). Each
+quantile (its function trainable checkpointing at each interval and reusing actors, as Ray's own example does). Each
 seed all three ways, side by side; 2 trials at a time in each (2 workers; Ray with 2 CPUs).
 
     python bench/pbt.py [--seeds 5] [--steps 200] [--no-ray]
@@ -101,7 +101,7 @@ def ray_pbt(seed: int, steps: int, out: str) -> tuple[float, float]:
                                       hyperparam_mutations={"lr": tune.uniform(0.0001, 0.02)})
         tuner = tune.Tuner(trainable, param_space={"lr": tune.uniform(0.0001, 0.02)},
                            tune_config=tune.TuneConfig(scheduler=pbt, metric="mean_accuracy", mode="max",
-                                                       num_samples=4),
+                                                       num_samples=4, reuse_actors=True),
                            run_config=tune.RunConfig(stop={"training_iteration": steps}, verbose=0,
                                                      storage_path=out, name=f"ray_{seed}"))
         results = tuner.fit()

@@ -107,11 +107,14 @@ class Population:
         return sum(m.state in ("waiting", "ready") for m in self.members.values()) + len(self.pending)
 
     def next(self) -> TrialSpec | None:
-        for member in self.members.values():
-            if member.state == "ready":
-                member.state = "running"
-                return member.spec
-        return None
+        """The ready member furthest behind (each gets its fair share of time, as in Ray Tune,
+        so decisions compare members at the same epoch)."""
+        ready = [m for m in self.members.values() if m.state == "ready"]
+        if not ready:
+            return None
+        member = min(ready, key=lambda m: m.at)
+        member.state = "running"
+        return member.spec
 
     def reported(self, spec: TrialSpec, items: list[dict[str, Any]]) -> Answer:
         member = self.members.get(spec.trial_id)
