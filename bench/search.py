@@ -466,26 +466,10 @@ def _reached(curve: list[float | None], target: float, mode: str) -> int | None:
 
 
 def _spearman(xs: list[float], ys: list[float]) -> float | None:
-    def ranks(v: list[float]) -> list[float]:
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):  # ties share their mean rank
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
+    """Spearman's rank correlation (sweeper's own, which the settled pruner uses); None under 3 pairs."""
+    from sweeper.run.pruners import spearman
 
-    if len(xs) < 3:
-        return None
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
-    return sxy / (sxx * syy) ** 0.5 if sxx and syy else None
+    return spearman(xs, ys) if len(xs) >= 3 else None
 
 
 CORR_EPOCHS_C = (1, 2, 4, 8, 12, 16)  #: epochs whose ranking c compares with the final one
