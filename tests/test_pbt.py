@@ -377,3 +377,12 @@ def test_ctrl_c_with_paused_members_then_the_same_command_resumes_them_from_thei
         assert list(part["epoch"]) == list(range(1, 9))
     with open(tmp_path / "out" / "grid" / "trials" / "member_0" / "checkpoint" / "state.json") as f:
         assert json.load(f)["epoch"] == 8
+
+
+@pytest.mark.unit
+def test_population_based_training_needs_no_optuna(monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # as if not installed
+    space = pbt.explorable({"lr": sweeper.loguniform(1e-3, 0.1), "act": ["relu", "tanh"], "epochs": 8})
+    assert [p.name for p in space.params] == ["lr", "act", "epochs"]
+    with pytest.raises(SweepError, match="nothing to explore"):
+        pbt.explorable({"epochs": 8})

@@ -130,13 +130,15 @@ def describe(space: Any, options: Any) -> str:
 
 def explorable(space: Any) -> Space:
     """The space, checked: each parameter a list of choices, a sweeper distribution or a value."""
-    read = Space.searched(space)
-    read.optuna()  # a mistake in it, or nothing to search: one line
+    read = Space.searched(space)  # (no Optuna: population-based training needs none)
     for param in read.params:
         if isinstance(param, Custom):
             raise SweepError(f"parameter {param.name!r}: population-based training explores lists of "
                              "choices and sweeper.uniform, loguniform and randint, not "
                              f"{type(param.dist).__name__}; give one of those")
+    if not any(not isinstance(p, Fixed) for p in read.params):
+        raise SweepError("space has nothing to explore (every value is fixed); give a distribution or a list, "
+                         "e.g. space = {'lr': sweeper.loguniform(1e-4, 1e-1)}")
     return read
 
 
