@@ -275,6 +275,7 @@ def scheduled_sweep(tmp_path) -> tuple[pd.DataFrame, pd.DataFrame]:
     # epochs 2, 4, 6 and 8 ended a segment (no member had finished to tell 8 was the last, and a
     # plain loop does not say it; Keras's fit does); the fifth returned at once
     assert set(df["segments"]) == {5}
+    assert set(df["attempts"]) == {1}  # a pause is no attempt
     hist = pd.read_csv(tmp_path / "pbt" / "history.csv")
     assert list(hist.columns) == ["trial_id", "trial", "epoch", "acc", "param_lr", "copied_from"]
     for tid, part in hist.groupby("trial_id"):
