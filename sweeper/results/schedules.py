@@ -96,5 +96,5 @@ def figure(schedules: Mapping[str, Schedule], names: Mapping[str, str], last: Ma
         if key in log:
             ax.set_yscale("log")
     axes[-1].set_xlabel("epoch")
-    axes[0].legend(fontsize="x-small", ncols=4, loc="best")
+    axes[0].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))  # beside, not over, the lines
     return fig
