@@ -32,9 +32,14 @@ def crossing(n: int = 6, epochs: int = 10, settles: int = 6) -> list[tuple[dict[
     return curves
 
 
-def test_the_settled_epoch_is_the_first_whose_ranking_agrees_with_the_final_one():
+def test_the_settled_epoch_is_the_first_from_which_the_ranking_agrees_with_the_final_one():
     assert settled_epoch(crossing(settles=6)) == 6
     assert settled_epoch(crossing(n=4)) is None  # fewer than 5 trials ran to their end: not yet
+    # epoch 1 agrees by chance, epochs 2-5 do not: the ranking settles at 6, not at 1
+    curves = crossing(settles=6)
+    for values, final in curves:
+        values[1] = final
+    assert settled_epoch(curves) == 6
 
 
 @pytest.mark.parametrize("text", ["asha(min_resource='auto')", "hyperband(min_resource='auto')",

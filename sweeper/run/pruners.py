@@ -53,16 +53,22 @@ class Settled:
 
 
 def settled_epoch(curves: list[tuple[dict[int, float], float]]) -> int | None:
-    """The first epoch at which the trials' values rank them as their final values do
+    """The first epoch from which the trials' values rank them as their final values do
     (Spearman's rho >= :data:`SETTLED_RHO`, over at least :data:`SETTLED_TRIALS` trials that
-    reported it); ``curves``: each trial that ran to its end, its value by epoch and its final one."""
+    reported it) and go on doing so at every later epoch: a chance agreement among a few
+    trials at an early epoch, undone later, is no settled ranking. ``curves``: each trial that
+    ran to its end, its value by epoch and its final one."""
     if len(curves) < SETTLED_TRIALS:
         return None
-    for epoch in sorted({e for values, _ in curves for e in values}):
+    settled = None
+    for epoch in sorted({e for values, _ in curves for e in values}, reverse=True):
         pairs = [(values[epoch], final) for values, final in curves if epoch in values]
-        if len(pairs) >= SETTLED_TRIALS and (spearman([a for a, _ in pairs], [b for _, b in pairs]) or 0) >= SETTLED_RHO:
-            return epoch
-    return None
+        if len(pairs) < SETTLED_TRIALS:
+            continue
+        if (spearman([a for a, _ in pairs], [b for _, b in pairs]) or 0) < SETTLED_RHO:
+            break
+        settled = epoch
+    return settled
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:
