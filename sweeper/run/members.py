@@ -59,28 +59,35 @@ def members(space: Any, how: PbtSettings, *, metric: str, mode: str, folder: str
             kept[tid] = replace(row, index=index)
             restored.append(_restored(spec, history.get(tid, []), how, metric, mode, pbt_folder, "done"))
             continue
-        # it goes on from the checkpoint it published last (a segment's end, or a copy then): what
-        # it trained after that (its folder may hold a later epoch than it reported) runs again
-        last = _published(pbt_folder, tid)
-        if last:
-            Population.copy(os.path.join(pbt_folder, tid, str(last)), spec.checkpoint)
-        else:
-            _empty(spec.checkpoint)
-        ledger.clear_history_after(tid, last)
+        spec, last = _resumed(spec, row, segments, ledger, pbt_folder)
         epochs = [(e, m) for e, m in history.get(tid, []) if e <= last]
-        in_force = [p for e, p, _ in segments if e <= last]
-        params = in_force[-1] if in_force else params
-        spec = replace(spec, params=params)
-        if last:
-            spec = replace(spec, env={**spec.env, contract.RESUMED_EPOCH: str(last)})
-        if row is not None:  # run again: its attempts go on counting
-            spec = replace(spec, attempt=row.attempts + 1, first_attempt=row.attempts + 1)
         todo.append(spec)
         restored.append(_restored(spec, epochs, how, metric, mode, pbt_folder, "queued"))
     population = Population(todo, read, how, metric, mode, pbt_folder, seed, note, make_spec)
     population.members = {m.spec.trial_id: m for m in restored}
     population.replaced = sum(1 for m in restored if ".r" in m.spec.name)
     return population, specs, todo, kept
+
+
+def _resumed(spec: TrialSpec, row: TrialResult | None, segments: list[tuple[int, dict[str, Any], str]],
+             ledger: Any, pbt_folder: str) -> tuple[TrialSpec, int]:
+    """A member to run again, and the epoch it goes on after: from the checkpoint it published
+    last (a segment's end, or a copy then), with the parameters in force then; what it trained
+    after that (its folder may hold a later epoch than it reported) runs again."""
+    tid = spec.trial_id
+    last = _published(pbt_folder, tid)
+    if last:
+        Population.copy(os.path.join(pbt_folder, tid, str(last)), spec.checkpoint)
+    else:
+        _empty(spec.checkpoint)
+    ledger.clear_history_after(tid, last)
+    in_force = [p for e, p, _ in segments if e <= last]
+    spec = replace(spec, params=in_force[-1] if in_force else spec.params)
+    if last:
+        spec = replace(spec, env={**spec.env, contract.RESUMED_EPOCH: str(last)})
+    if row is not None:  # run again: its attempts go on counting
+        spec = replace(spec, attempt=row.attempts + 1, first_attempt=row.attempts + 1)
+    return spec, last
 
 
 def _published(pbt_folder: str, tid: str) -> int:
