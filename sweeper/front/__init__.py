@@ -6,5 +6,7 @@
 * :mod:`~sweeper.front.command`: command trials, a script with flags swept as ``train``;
   :mod:`~sweeper.front.shell`: a shell template read as the shell reads it;
 * :mod:`~sweeper.front.messages`: sweeper's own lines, for the CLI and ``sweep()`` alike;
-* :mod:`~sweeper.front.optionsdoc`: the table of flags in docs/options.md, made from their texts.
+* :mod:`~sweeper.front.optionsdoc`: the table of flags in docs/options.md, made from their texts;
+* :mod:`~sweeper.front.hydra`: sweeper as a Hydra launcher (``hydra/launcher=sweeper``): its
+  settings, its jobs and their numbers, its launches, a job in its trial's process.
 """

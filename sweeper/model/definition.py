@@ -42,6 +42,12 @@ class Definition:
     #: each point's schedule, in the points' order (a population-based member replayed: the
     #: parameters from after each epoch, :func:`sweeper.results.schedules.effective`); None: none
     schedules: tuple[Any, ...] | None = None
+    #: each point's trial name, in the points' order, where the front end names them (a Hydra
+    #: launcher: its job numbers); None: named by what varies (:func:`sweeper.model.trial.trial_names`)
+    names: tuple[str, ...] | None = None
+    #: the keys of points whose rows on record stand as they are, whatever their status (a Hydra
+    #: sweeper's earlier batches of this multirun: finished once, never run again in it)
+    settled: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, target: Target, grid: Any, options: Options, **more: Any) -> Definition:

@@ -55,15 +55,20 @@ if TYPE_CHECKING:
 
 
 def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int,
-         fixed: Collection[str] | None = None, taken: set[str] | None = None) -> list[TrialSpec]:
+         fixed: Collection[str] | None = None, taken: set[str] | None = None,
+         names: Sequence[str] | None = None) -> list[TrialSpec]:
     """A spec per distinct point, in grid order (a point listed twice runs once), named by
     what varies among them (``fixed``: the keys names leave out; by default those all the
-    points share, :func:`sweeper.model.trial.fixed_keys`), each given an id none in ``taken``
-    has (the ids given are added to it)."""
+    points share, :func:`sweeper.model.trial.fixed_keys`) or by ``names`` (each point's, in
+    order: a front end's own), each given an id none in ``taken`` has (the ids given are added to it)."""
     distinct: dict[str, Mapping[str, Any]] = {}
-    for p in points:
-        distinct.setdefault(params_key(p), p)
-    names = trial_names(list(distinct.values()), fixed)
+    given_names: dict[str, str] = {}
+    for i, p in enumerate(points):
+        key = params_key(p)
+        distinct.setdefault(key, p)
+        if names is not None:
+            given_names.setdefault(key, names[i])
+    names = list(given_names.values()) if names is not None else trial_names(list(distinct.values()), fixed)
     given = taken if taken is not None else set()
     ids = []
     for key in distinct:
@@ -180,9 +185,10 @@ class Plan:
 
     @classmethod
     def resume(cls, ledger: Ledger, options: Options, specs: list[TrialSpec], space: Any, folder: SweepFolder,
-               source_file: str | None, what: str) -> Plan:
+               source_file: str | None, what: str, settled: Collection[str] = ()) -> Plan:
         """The plan against the ledger: the definition checked, a search rebuilt from its
-        rows, each trial's name kept, rows kept or run again; the ledger's grid set."""
+        rows, each trial's name kept, rows kept or run again (``settled``: the keys of points
+        whose rows stand whatever their status); the ledger's grid set."""
         notes: list[str] = []
         ledger.clear_running()
         previous = ledger.results()
@@ -217,7 +223,7 @@ class Plan:
         judge = parse_constraints(options.constraints)
         for spec in specs:
             old = previous.get(spec.trial_id)
-            if old is not None and keeps(old, options.skip_failed):
+            if old is not None and (keeps(old, options.skip_failed) or spec.key in settled):
                 # today's grid order, and today's constraints (they may have changed)
                 kept[spec.trial_id] = replace(old, index=spec.index, name=spec.name,
                                               feasible=judge.feasible(old) if judge is not None else None)

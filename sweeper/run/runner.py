@@ -188,9 +188,10 @@ class Sweep:
             options = replace(options, mode=mode)
             self.specs = []
         else:
-            self.specs = plan(definition.points, self.folder.path, options.seed)
+            self.specs = plan(definition.points, self.folder.path, options.seed, names=definition.names)
         self.target, self.options, self.source_file, self.what = target, options, source_file, what
         self.schedules = definition.schedules
+        self.settled = definition.settled
         if self.backend.places_trials:  # a cluster's scheduler places them (Ray on its own nodes' GPUs)
             self.placement = Placement([], [], options.memory_policy())
         else:
@@ -269,7 +270,8 @@ class Sweep:
 
     def _run(self, ledger: Ledger, listener: Callback | None, tag: str | None) -> Outcome:
         options, folder = self.options, self.folder.path
-        plan_ = Plan.resume(ledger, options, self.specs, self.space, self.folder, self.source_file, self.what)
+        plan_ = Plan.resume(ledger, options, self.specs, self.space, self.folder, self.source_file, self.what,
+                             self.settled)
         if plan_.resumed:  # first, before any trial's line
             log.info("sweeper: %s", plan_.resumed)
         # what status, report and load() rank by unless told otherwise: this run's choice

@@ -53,6 +53,11 @@ TENSORBOARD = "tensorboard"
 MLFLOW_DB = "mlflow.db"
 MLFLOW_ARTIFACTS = "mlartifacts"
 
+#: A Hydra launcher's own files in its sweep folder (``hydra.sweep.dir``): the job book (each
+#: job's number and overrides), the Hydra context its jobs' processes load; and in each trial's
+#: folder, the job's return as Hydra's sweepers read it
+HYDRA, HYDRA_BOOK, HYDRA_CONTEXT, HYDRA_RETURN = ".sweeper_hydra", "jobs.json", "context.pkl", "job_return.pkl"
+
 #: Starts the line at the top of each attempt's part of a trial's log.
 LOG_HEADER = "=== sweeper:"
 LOG_TAIL_LINES = 8
@@ -97,6 +102,16 @@ class SweepPaths:
     def pbt(self) -> str:
         """Population-based training's published checkpoints (a member's, as each segment left it)."""
         return os.path.join(self.folder, PBT)
+
+    @property
+    def hydra_book(self) -> str:
+        """A Hydra launcher's job book: each job's number, kept across runs (never reused)."""
+        return os.path.join(self.folder, HYDRA, HYDRA_BOOK)
+
+    @property
+    def hydra_context(self) -> str:
+        """What a Hydra job's process loads to compose its config as Hydra's launchers do."""
+        return os.path.join(self.folder, HYDRA, HYDRA_CONTEXT)
 
     @staticmethod
     def of_trial(trial_dir: str) -> SweepPaths:
@@ -162,6 +177,11 @@ def checkpoint_dir(trial_dir: str) -> str:
 
 def metrics_file(trial_dir: str) -> str:
     return os.path.join(trial_dir, METRICS)
+
+
+def hydra_return_file(trial_dir: str) -> str:
+    """A Hydra job's return (Hydra's ``JobReturn``, pickled) in its trial's folder."""
+    return os.path.join(trial_dir, HYDRA_RETURN)
 
 
 #: A batch job's folder in its trial's (:mod:`sweeper.child.batch`): what the job runs, the

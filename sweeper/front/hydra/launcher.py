@@ -1,0 +1,224 @@
+"""sweeper as a Hydra launcher (``hydra/launcher=sweeper``): a multirun's jobs as a sweep.
+
+::
+
+    Hydra's sweeper (basic, or any that uses a launcher)
+      │ launch(batch of override lists, initial_job_idx)
+      ▼
+    Launching.launch ── Book: each job its number, for good          sweeper.front.hydra.jobs
+      │                 context.pkl: Hydra's context, config, singletons (once)
+      │                 Definition: the jobs' points (this multirun's earlier batches settled),
+      │                 named by job number; train = HydraTask        sweeper.front.hydra.task
+      ▼
+    sweeper.run.runner.run ── each job a trial: a fresh process on its slot (GPU pinned,
+      │                       capped, seeded) that composes the job's config and calls
+      │                       Hydra's run_job: job folder, .hydra/, logging, return value
+      ▼
+    ledger, results.csv (hydra.sweep.dir) ── JobReturn per job, in the batch's order:
+                                             ok: the job's own (pickled in its trial folder);
+                                             anything else: FAILED, with JobFailed saying
+                                             how it ended and where its log is
+
+The Hydra plugin itself (``hydra_plugins/sweeper_launcher``) is a thin class that holds
+the settings and calls this module; nothing here is imported until a multirun launches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import os
+import pickle
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from sweeper.errors import SweepError
+from sweeper.front.hydra import settings as launcher_settings
+from sweeper.front.hydra.jobs import Book, Job, described
+from sweeper.front.hydra.task import HydraTask
+from sweeper.model.callables import name_of
+from sweeper.model.definition import Definition
+from sweeper.model.grid import Points
+from sweeper.model.target import FunctionTarget
+from sweeper.model.trial import TrialResult
+from sweeper.store.paths import SweepPaths, atomic, hydra_return_file
+
+if TYPE_CHECKING:
+    from hydra.core.utils import JobReturn
+
+log = logging.getLogger(__name__)
+
+
+class JobFailed(SweepError):
+    """A job that did not end ok: what Hydra's sweeper raises when it reads its return value."""
+
+
+class Launching:
+    """One multirun's launches: its settings checked at setup, its batches as one sweep."""
+
+    def __init__(self, settings: Mapping[str, Any], config: Any, hydra_context: Any, task_function: Any) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+        self.folder = os.path.abspath(str(config.hydra.sweep.dir))
+        self.options = launcher_settings.options(settings, self.folder)  # a mistake: one line, now
+        self.earlier: list[Job] = []  #: this multirun's jobs of earlier batches: settled
+
+    def launch(self, batch: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
+        from hydra.core.utils import configure_log, setup_globals
+
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        os.makedirs(self.folder, exist_ok=True)
+        paths = SweepPaths(self.folder)
+        first = not self.earlier
+        book = Book(paths, fresh=self.options.fresh and first)
+        jobs = book.number(batch, initial_job_idx)
+        if not jobs:
+            return []
+        if first:  # a job's config composes (a mistake in the overrides: Hydra's one line, before any job)
+            self.hydra_context.config_loader.load_sweep_config(self.config, list(jobs[0].overrides))
+            self._save_context(paths)
+        book.save()
+        opts = self.options
+        log.info(f"sweeper is launching {len(jobs)} jobs ({_where(opts)}), sweep folder {self.folder}")
+        for line in described(jobs):
+            log.info(line)
+        outcome = self._run(jobs)
+        self.earlier += jobs
+        self.options = replace(self.options, fresh=False)  # a later batch of this multirun sets nothing aside
+        if outcome.interrupted is not None:
+            log.error(f"sweeper: interrupted; what finished is in {outcome.csv_path}; the same command resumes")
+            raise SystemExit(128 + outcome.interrupted)
+        rows = {r.key: r for r in outcome.results}
+        return [self._job_return(job, rows.get(job.key)) for job in jobs]
+
+    def _run(self, jobs: list[Job]) -> Any:
+        from sweeper.front.messages import show_messages
+        from sweeper.run import runner
+        from sweeper.run.progress import choose_view
+
+        opts = self.options
+        show_messages(opts.progress)
+        every = list({j.key: j for j in [*self.earlier, *jobs]}.values())
+        definition = Definition(self._target(), opts, Points(j.params for j in every), None, _source(self.task_function),
+                                self._what(), names=tuple(str(j.num) for j in every),
+                                settled=frozenset(j.key for j in self.earlier))
+        listener = choose_view(not opts.progress, opts.ranked_by, opts.ranked_mode)
+        try:
+            outcome = runner.run(definition, listener=listener)
+        except SweepError as exc:
+            raise SweepError(_in_hydra_words(str(exc))) from None
+        finally:
+            if listener is not None:
+                listener.close()
+        if opts.progress:
+            for line in runner.summary(outcome, opts.ranked_by, opts.ranked_mode):
+                print(line, flush=True)
+        return outcome
+
+    def _target(self) -> FunctionTarget:
+        fn = self.task_function
+        module, qualname = fn.__module__, fn.__qualname__
+        task = HydraTask(module, qualname, _depth(fn), self.folder)
+        return FunctionTarget(pickle.dumps(task), f"{module}.{qualname}", module)
+
+    def _what(self) -> str:
+        """The task function and the multirun's own config (without ``hydra``, before the
+        jobs' overrides): a row on record stands for a job only if both are the same."""
+        from omegaconf import OmegaConf
+
+        base = OmegaConf.to_yaml({k: v for k, v in self.config.items() if k != "hydra"})
+        return f"hydra task {name_of(self.task_function)}, config {hashlib.sha256(base.encode()).hexdigest()[:12]}"
+
+    def _save_context(self, paths: SweepPaths) -> None:
+        """What each job's process loads: Hydra's context, the multirun's config and singletons
+        (plain pickle: classes by name, found in the job's process), OmegaConf's resolvers."""
+        from hydra.core.singleton import Singleton
+
+        state = Singleton.get_state()
+        try:
+            blob = pickle.dumps({"hydra_context": self.hydra_context, "config": self.config,
+                                 "instances": state["instances"], "resolvers": _resolvers(state)})
+        except Exception as exc:  # noqa: BLE001 - whatever the app put in Hydra's config store
+            raise SweepError(f"Hydra's context cannot be sent to the jobs' processes ({exc}); define structured "
+                             "configs at the top level of a module") from None
+        os.makedirs(os.path.dirname(paths.hydra_context), exist_ok=True)
+        with atomic(paths.hydra_context, binary=True) as f:
+            f.write(blob)
+
+    def _job_return(self, job: Job, row: TrialResult | None) -> JobReturn:
+        from hydra.core.utils import JobReturn, JobStatus
+
+        if row is not None and row.ok:
+            path = hydra_return_file(SweepPaths(self.folder).trial(row.name))
+            if os.path.exists(path):
+                return _returned(path)
+            value = row.metrics.get("value", dict(row.metrics) or None)
+            return JobReturn(overrides=list(job.overrides), status=JobStatus.COMPLETED, _return_value=value)
+        if row is None:
+            why = f"job #{job.num} ({' '.join(job.overrides)}) did not run"
+        else:
+            where = f"; its log: {row.log}" if row.log and os.path.exists(row.log) else ""
+            why = f"job #{job.num} ({' '.join(job.overrides)}) ended {row.status.value}: {row.error}{where}"
+        return JobReturn(overrides=list(job.overrides), status=JobStatus.FAILED, _return_value=JobFailed(why),
+                         task_name=str(self.config.hydra.job.name))
+
+
+def _returned(path: str) -> JobReturn:
+    """An ok job's return, as its process kept it (:func:`sweeper.front.hydra.task.keep`)."""
+    from hydra.core.utils import JobReturn, JobStatus
+    from omegaconf import OmegaConf
+
+    with open(path, "rb") as f:
+        kept = pickle.load(f)
+    return JobReturn(overrides=kept["overrides"], cfg=OmegaConf.create(kept["cfg"]),
+                     hydra_cfg=OmegaConf.create(kept["hydra_cfg"]), working_dir=kept["working_dir"],
+                     task_name=kept["task_name"], status=JobStatus.COMPLETED, _return_value=kept["return_value"])
+
+
+def _where(opts: Any) -> str:
+    workers = "as many workers as slots" if opts.workers is None else f"workers {opts.workers}"
+    return f"{workers}, gpus {opts.gpus if opts.gpus is not None else 'all'}, backend {opts.backend}"
+
+
+def _depth(fn: Any) -> int:
+    """How many ``__wrapped__`` lead from the name ``fn`` has in its module to ``fn`` (1 under
+    ``@hydra.main``); one line where the name leads elsewhere."""
+    import importlib
+    import sys
+
+    module = sys.modules.get(fn.__module__) or importlib.import_module(fn.__module__)
+    found: Any = module
+    for part in fn.__qualname__.split("."):
+        found = getattr(found, part, None)
+    for depth in range(8):
+        if found is fn:
+            return depth
+        found = getattr(found, "__wrapped__", None)
+    raise SweepError(f"the task function {fn.__module__}.{fn.__qualname__} cannot be found again by its name; "
+                     "define it at the top level of the app's module, under @hydra.main")
+
+
+def _resolvers(state: Mapping[str, Any]) -> bytes | None:
+    try:
+        import cloudpickle
+    except ImportError:
+        return None
+    try:
+        blob: bytes = cloudpickle.dumps(state["omegaconf_resolvers"])
+    except Exception:  # noqa: BLE001 - the jobs use the resolvers the app registers on import
+        return None
+    return blob
+
+
+def _source(fn: Any) -> str | None:
+    try:
+        return inspect.getsourcefile(fn)
+    except TypeError:
+        return None
+
+
+def _in_hydra_words(message: str) -> str:
+    """sweeper's advice in the words a multirun takes."""
+    return (message.replace("give this run another --name (name=...)", "give this multirun another hydra.sweep.dir")
+            .replace("--fresh (fresh=True)", "hydra.launcher.fresh=true"))

@@ -1,0 +1,130 @@
+"""A Hydra job in a trial's process: its config composed and its task function run as
+Hydra's launchers run one (``hydra.core.utils.run_job``).
+
+:class:`HydraTask` is the ``train`` of a Hydra multirun's sweep: pickled by the launcher
+(by reference, a few names), called with the job's point in a fresh trial process, which
+sweeper has pinned to its GPU, capped and seeded. There it
+
+1. imports the app's module (a script is loaded as ``__main__``, as spawn loads it) and finds
+   the task function under ``@hydra.main``;
+2. loads the context the launcher left (:mod:`sweeper.front.hydra.launcher`): Hydra's
+   context, the multirun's config, its singletons (the config store; plain pickle) and
+   OmegaConf's resolvers (cloudpickle, as Hydra's joblib launcher sends them);
+3. composes the job's config from its overrides (the book has them,
+   :mod:`sweeper.front.hydra.jobs`), numbers it, and calls ``run_job``: Hydra's job folder,
+   ``.hydra/`` files, logging, callbacks and return value, exactly as the basic launcher's;
+4. keeps the job's return in the trial's folder for the launcher, raises what the task
+   function raised (the trial is ``error``), and returns its value as metrics.
+"""
+
+from __future__ import annotations
+
+import importlib
+import numbers
+import pickle
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from sweeper.model.metrics import BadResult
+from sweeper.store.paths import SweepPaths, atomic, hydra_return_file
+
+
+@dataclass(frozen=True)
+class HydraTask:
+    """A Hydra app's task function, named so that a fresh process finds it again."""
+
+    module: str  #: the module defining it (``__main__`` for a script)
+    qualname: str
+    unwrap: int  #: how many ``__wrapped__`` lead from the module's name to it (1 under ``@hydra.main``)
+    folder: str  #: the sweep folder (``hydra.sweep.dir``)
+
+    def task_function(self) -> Any:
+        module = sys.modules.get(self.module) or importlib.import_module(self.module)
+        fn: Any = module
+        for part in self.qualname.split("."):
+            fn = getattr(fn, part)
+        for _ in range(self.unwrap):
+            fn = fn.__wrapped__
+        return fn
+
+    def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import JobStatus, run_job, setup_globals
+        from omegaconf import open_dict
+
+        from sweeper.child.context import current_trial
+        from sweeper.front.hydra.jobs import Book
+
+        paths = SweepPaths(self.folder)
+        job = Book.job_of(paths, params)
+        task_function = self.task_function()  # first: the context's classes may live in the app's module
+        with open(paths.hydra_context, "rb") as f:
+            context = pickle.load(f)
+        setup_globals()
+        Singleton.set_state({"instances": context["instances"], "omegaconf_resolvers": _resolvers(context)})
+        hydra_context = context["hydra_context"]
+        config = hydra_context.config_loader.load_sweep_config(context["config"], list(job.overrides))
+        with open_dict(config):
+            config.hydra.job.id = job.num
+            config.hydra.job.num = job.num
+        HydraConfig.instance().set_config(config)
+        ret = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
+                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        if ret.status is JobStatus.FAILED:
+            raise ret._return_value  # the trial is error, with the task function's traceback
+        trial = current_trial()
+        if trial is not None:
+            keep(ret, hydra_return_file(trial.dir))
+        return metrics_of(ret.return_value)
+
+
+def _resolvers(context: dict[str, Any]) -> Any:
+    """OmegaConf's resolvers as the launcher's process had them (its app's own among them)."""
+    from omegaconf.basecontainer import BaseContainer
+
+    blob = context.get("resolvers")
+    if blob is not None:
+        try:
+            import cloudpickle  # noqa: F401 - what pickled them
+
+            return pickle.loads(blob)
+        except Exception as exc:  # noqa: BLE001 - the child's own resolvers (hydra's, the app's import's) remain
+            print(f"sweeper: OmegaConf's resolvers of the launcher could not be loaded ({exc}); "
+                  "those the app registers when imported are used", file=sys.stderr, flush=True)
+    return BaseContainer._resolvers
+
+
+def keep(ret: Any, path: str) -> None:
+    """The job's return for the launcher: its value pickled, its configs as YAML (their
+    content; Hydra re-imports its plugins in this process, so their config classes are not
+    the launcher's). A value pickle refuses is said, and None."""
+    from omegaconf import OmegaConf
+
+    kept = {"overrides": list(ret.overrides), "working_dir": ret.working_dir, "task_name": ret.task_name,
+            "cfg": OmegaConf.to_yaml(ret.cfg), "hydra_cfg": OmegaConf.to_yaml(ret.hydra_cfg)}
+    try:
+        blob = pickle.dumps({**kept, "return_value": ret.return_value})
+    except Exception as exc:  # noqa: BLE001 - any value a task function returns
+        print(f"sweeper: this job's return value ({type(ret.return_value).__name__}) cannot be pickled ({exc}); "
+              "Hydra's sweeper gets None for it", file=sys.stderr, flush=True)
+        blob = pickle.dumps({**kept, "return_value": None})
+    with atomic(path, binary=True) as f:
+        f.write(blob)
+
+
+def metrics_of(value: Any) -> dict[str, Any]:
+    """A task function's return value as a row's metrics: a mapping as it is (numbers, checked
+    as ``train``'s); one number as ``value``; a list of numbers (a multi-objective sweeper's)
+    as ``value_0``, ``value_1``, ...; None as no metric."""
+    if value is None:
+        return {}
+    if isinstance(value, dict) or hasattr(value, "keys"):
+        return dict(value)
+    if isinstance(value, numbers.Number) or hasattr(value, "item"):
+        return {"value": value}
+    if isinstance(value, (list, tuple)) and all(isinstance(v, numbers.Number) for v in value):
+        return {f"value_{i}": v for i, v in enumerate(value)}
+    raise BadResult(f"the task function returned {type(value).__name__} {value!r:.80}; return a number, a dict of "
+                    "metric names to numbers, a list of numbers, or None")

@@ -1,0 +1,192 @@
+"""sweeper as a Hydra launcher (issue 43), with real hydra-core: the small app of
+tests/hydra_app run as a user runs it, ``python app.py -m hydra/launcher=sweeper ...``.
+
+Its task function writes where it ran into its job folder (``seen.json``) and a line per run
+into the sweep folder (``runs.txt``); the ``recording`` sweeper of tests/hydra_app/hydra_plugins
+is Hydra's basic sweeper writing down every JobReturn the launcher gives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pandas
+import pytest
+
+from conftest import HERE
+
+hydra = pytest.importorskip("hydra", reason="hydra-core is not installed (pip install -e '.[hydra]')")
+
+APP = os.path.join(HERE, "hydra_app")
+
+
+@pytest.fixture
+def app(tmp_path):
+    """A copy of the app (its config may be edited), run in tmp_path."""
+    shutil.copytree(APP, tmp_path / "app", ignore=shutil.ignore_patterns("__pycache__", "multirun", "outputs"))
+    return tmp_path
+
+
+def multirun(where, *overrides: str, launcher: str = "sweeper", env: dict | None = None, sweep_dir: str = "sweep"):
+    """``python app.py -m ...`` into ``where/sweep_dir``; the CompletedProcess."""
+    args = [sys.executable, str(where / "app" / "app.py"), "-m", f"hydra/launcher={launcher}",
+            "hydra/sweeper=recording", f"hydra.sweep.dir={where / sweep_dir}", *overrides]
+    full = {**os.environ, "RECORD": str(where / f"{sweep_dir}.record"), **(env or {})}
+    for name in ("APP_FAIL", "APP_KILL"):
+        if env is None or name not in env:
+            full.pop(name, None)
+    return subprocess.run(args, cwd=where, env=full, capture_output=True, text=True, timeout=180)
+
+
+def recorded(where, sweep_dir: str = "sweep") -> list[dict]:
+    with open(where / f"{sweep_dir}.record") as f:
+        return [json.loads(line) for line in f]
+
+
+def runs(where, sweep_dir: str = "sweep") -> list[str]:
+    with open(where / sweep_dir / "runs.txt") as f:
+        return [line.split(" pid=")[0] for line in f.read().splitlines()]
+
+
+def seen(where, num: int, sweep_dir: str = "sweep") -> dict:
+    with open(where / sweep_dir / str(num) / "seen.json") as f:
+        return json.load(f)
+
+
+def job_files(folder) -> set[str]:
+    return {os.path.relpath(os.path.join(d, f), folder) for d, _, files in os.walk(folder) for f in files}
+
+
+@pytest.mark.slow
+def test_each_job_runs_in_a_fresh_process_and_leaves_what_the_basic_launcher_leaves(app):
+    done = multirun(app, "lr=0.1,0.01", "units=16,32", "hydra.launcher.workers=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    basic = multirun(app, "lr=0.1,0.01", "units=16,32", launcher="basic", sweep_dir="basic")
+    assert basic.returncode == 0, basic.stderr[-3000:]
+    ours, theirs = recorded(app), recorded(app, "basic")
+    assert [r["overrides"] for r in ours] == [r["overrides"] for r in theirs]
+    for mine, base in zip(ours, theirs):  # what Hydra's sweeper is given: the same, but where it ran
+        assert mine["status"] == base["status"] == "COMPLETED"
+        assert mine["value"] == pytest.approx(base["value"])
+        assert mine["cfg"] == base["cfg"] and mine["task_name"] == base["task_name"] == "app"
+        assert mine["working_dir"] == base["working_dir"] == str(app)  # hydra.job.chdir is off
+        assert mine["output_dir"] == str(app / "sweep" / mine["output_dir"].rsplit("/", 1)[1])
+    pids = set()
+    for num in range(4):  # each job folder as the basic launcher makes it: .hydra/, the job's log
+        assert job_files(app / "sweep" / str(num)) == job_files(app / "basic" / str(num)) == {
+            ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "app.log", "seen.json"}
+        for name in ("config.yaml", "overrides.yaml"):
+            assert (app / "sweep" / str(num) / ".hydra" / name).read_text() == \
+                (app / "basic" / str(num) / ".hydra" / name).read_text()
+        assert "training with lr=" in (app / "sweep" / str(num) / "app.log").read_text()
+        pids.add(seen(app, num)["pid"])
+        assert seen(app, num)["num"] == num
+    assert len(pids) == 4 and len({seen(app, n, "basic")["pid"] for n in range(4)}) == 1  # fresh, vs one
+    assert "sweeper is launching 4 jobs" in done.stdout and "#3 : lr=0.01 units=32" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_sweep_folder_is_a_sweepers_results_status_and_load_read_it(app):
+    import sweeper
+
+    done = multirun(app, "lr=0.1,0.01", "ret=dict")
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = pandas.read_csv(app / "sweep" / "results.csv")
+    assert list(table.trial) == [0, 1] and list(table.status) == ["ok", "ok"]
+    assert list(table.param_lr) == [0.1, 0.01] and list(table.param_ret) == ["dict", "dict"]
+    assert list(table.score) == pytest.approx([1.16, 0.26]) and table.units_seen.dtype.kind == "i"
+    loaded = sweeper.load(str(app / "sweep"))
+    assert list(loaded.score) == pytest.approx([1.16, 0.26])
+    status = subprocess.run([sys.executable, "-m", "sweeper", "status", str(app / "sweep")],
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0 and "2 ok" in status.stdout, status.stdout + status.stderr
+    none = multirun(app, "lr=0.1", "ret=none", sweep_dir="none")  # None: ok, no metric
+    assert none.returncode == 0, none.stderr[-3000:]
+    table = pandas.read_csv(app / "none" / "results.csv")
+    assert list(table.status) == ["ok"] and "value" not in table
+    assert recorded(app, "none")[0]["value"] is None
+
+
+@pytest.mark.slow
+def test_a_failed_job_is_said_with_its_log_and_the_same_command_runs_only_it_again(app):
+    failed = multirun(app, "lr=0.1,0.01", env={"APP_FAIL": "0.01"})
+    assert failed.returncode != 0  # Hydra's sweeper sees the job failed
+    assert "error       1  ValueError: lr=0.01 diverged" in failed.stdout  # said when it happened,
+    assert f"log: {app / 'sweep' / 'trials' / '1' / 'log.txt'}" in failed.stdout  # with its log
+    assert "JobFailed: job #1 (lr=0.01) ended error: ValueError: lr=0.01 diverged" in failed.stderr
+    assert "lr=0.01 diverged" in (app / "sweep" / "trials" / "1" / "log.txt").read_text()
+    assert [r["status"] for r in recorded(app)] == ["COMPLETED", "FAILED"]
+    first = (app / "sweep" / "0" / "seen.json").read_text()
+    assert sorted(runs(app)) == ["0 lr=0.1 units=16", "1 lr=0.01 units=16"]
+
+    again = multirun(app, "lr=0.1,0.01")  # the same command: only the job not ok runs
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(runs(app)[2:]) == ["1 lr=0.01 units=16"]
+    assert (app / "sweep" / "0" / "seen.json").read_text() == first  # a finished job's folder: untouched
+    assert [r["status"] for r in recorded(app)[2:]] == ["COMPLETED", "COMPLETED"]
+    assert recorded(app)[2]["value"] == pytest.approx(1.16)  # the kept job's own return value
+
+    more = multirun(app, "lr=0.001,0.1,0.01")  # a new job takes a number no job had
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert runs(app)[3:] == ["2 lr=0.001 units=16"]
+    assert (app / "sweep" / "0" / "seen.json").read_text() == first
+    table = pandas.read_csv(app / "sweep" / "results.csv")
+    assert list(zip(table.trial, table.param_lr, table.status)) == [(2, 0.001, "ok"), (0, 0.1, "ok"), (1, 0.01, "ok")]
+
+
+@pytest.mark.slow
+def test_a_killed_job_is_crashed_and_the_others_finish(app):
+    done = multirun(app, "lr=0.1,0.01", env={"APP_KILL": "0.1"})
+    assert done.returncode != 0
+    table = pandas.read_csv(app / "sweep" / "results.csv")
+    assert list(table.status) == ["crashed", "ok"]
+    assert "SIGKILL" in table.error[0]
+    assert "JobFailed: job #0 (lr=0.1) ended crashed" in done.stderr
+
+
+@pytest.mark.slow
+def test_each_job_gets_a_gpu_of_its_own(app, fake_nvml):
+    uuids = {f"gpu:{i}": card.uuid for i, card in enumerate(fake_nvml.cards)}
+    env = {"SWEEPER_FAKE_NVML": fake_nvml.to_json(),
+           "PYTHONPATH": os.pathsep.join([os.path.join(HERE, "fake_machine"), os.environ.get("PYTHONPATH", "")])}
+    done = multirun(app, "lr=0.1,0.01,0.001,0.0001", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = pandas.read_csv(app / "sweep" / "results.csv")
+    assert set(table.device) == {"gpu:0", "gpu:1"}
+    for num, device in zip(table.trial, table.device):  # pinned to the card its row names
+        assert seen(app, num)["cuda"] == uuids[device]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting, said", [
+    ("hydra.launcher.per_gpu=lots", "hydra.launcher: per_gpu"),
+    ("+hydra.launcher.search=tpe", "hydra.launcher.search is not a setting of sweeper's launcher"),
+    ("+hydra.launcher.wokers=2", "unknown option 'wokers' in hydra.launcher; did you mean 'workers'?"),
+    ("hydra.launcher.wokers=2", "Key 'wokers' is not in struct"),
+])
+def test_a_mistaken_setting_is_one_line_before_any_job(app, setting, said):
+    done = multirun(app, "lr=0.1,0.01", setting)
+    assert done.returncode != 0 and said in done.stderr, done.stderr[-3000:]
+    assert not (app / "sweep" / "0").exists()
+
+
+@pytest.mark.slow
+def test_batches_of_hydras_sweeper_make_one_table_and_a_changed_config_is_refused(app):
+    done = multirun(app, "lr=0.1,0.01,0.001", "hydra.sweeper.max_batch_size=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["first"] for r in recorded(app)] == [0, 0, 2]
+    table = pandas.read_csv(app / "sweep" / "results.csv")
+    assert list(table.trial) == [0, 1, 2] and list(table.status) == ["ok"] * 3
+    config = app / "app" / "conf" / "config.yaml"
+    config.write_text(config.read_text().replace("units: 16", "units: 64"))
+    changed = multirun(app, "lr=0.1,0.01,0.001")  # the rows on record were made with other units
+    assert changed.returncode != 0
+    assert "hydra.launcher.fresh=true" in changed.stderr and "another hydra.sweep.dir" in changed.stderr
+    fresh = multirun(app, "lr=0.1,0.01,0.001", "hydra.launcher.fresh=true")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert sorted(runs(app)[3:]) == ["3 lr=0.1 units=64", "4 lr=0.01 units=64", "5 lr=0.001 units=64"]  # new folders
+    assert seen(app, 0)["num"] == 0 and len(pandas.read_csv(app / "sweep" / "results.csv")) == 3
