@@ -36,7 +36,7 @@ def multirun(where, *overrides: str, launcher: str = "sweeper", env: dict | None
     args = [sys.executable, str(where / "app" / "app.py"), "-m", f"hydra/launcher={launcher}",
             "hydra/sweeper=recording", f"hydra.sweep.dir={where / sweep_dir}", *overrides]
     full = {**os.environ, "RECORD": str(where / f"{sweep_dir}.record"), **(env or {})}
-    for name in ("APP_FAIL", "APP_KILL"):
+    for name in ("APP_FAIL", "APP_KILL", "APP_OOM", "APP_HANG"):
         if env is None or name not in env:
             full.pop(name, None)
     return subprocess.run(args, cwd=where, env=full, capture_output=True, text=True, timeout=180)
@@ -146,6 +146,49 @@ def test_a_killed_job_is_crashed_and_the_others_finish(app):
     assert list(table.status) == ["crashed", "ok"]
     assert "SIGKILL" in table.error[0]
     assert "JobFailed: job #0 (lr=0.1) ended crashed" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting, env, status", [
+    ("hydra.launcher.timeout=3", {"APP_HANG": "0.01"}, "timeout"),
+    ("hydra.launcher.stall=3", {"APP_HANG": "0.01"}, "stalled"),
+    ("hydra.launcher.retries=1", {"APP_OOM": "0.01"}, "oom"),
+])
+def test_every_way_a_job_ends_is_its_status(app, setting, env, status):
+    done = multirun(app, "lr=0.1,0.01", setting, env=env)
+    assert done.returncode != 0
+    table = pandas.read_csv(app / "sweep" / "results.csv")
+    assert list(table.status) == ["ok", status]
+    assert f"JobFailed: job #1 (lr=0.01) ended {status}" in done.stderr
+    if status == "oom":  # retried (sweeper's retries), then given up
+        assert list(table.attempts) == [1, 2]
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_the_multirun_with_every_job_recorded_and_the_same_command_resumes(app):
+    import signal
+    import time
+
+    args = [sys.executable, str(app / "app" / "app.py"), "-m", "hydra/launcher=sweeper", "lr=0.1,0.01",
+            f"hydra.sweep.dir={app / 'sweep'}"]
+    env = {**os.environ, "APP_HANG": "0.01"}
+    proc = subprocess.Popen(args, cwd=app, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        runs_file, deadline = app / "sweep" / "runs.txt", time.monotonic() + 120
+        while not (runs_file.exists() and "1 lr=0.01" in runs_file.read_text()):  # the hanging job started
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, out[-3000:]
+    assert "interrupted; what finished is in" in out
+    table = pandas.read_csv(app / "sweep" / "results.csv")
+    assert dict(zip(table.trial, table.status))[1] == "interrupted"
+    again = multirun(app, "lr=0.1,0.01")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert list(pandas.read_csv(app / "sweep" / "results.csv").status) == ["ok", "ok"]
 
 
 @pytest.mark.slow

@@ -2,7 +2,8 @@
 
 Each job appends a line to ``runs.txt`` in the sweep folder (its overrides and pid), writes
 what it saw into its job folder (``seen.json``) and returns by ``ret``: a number, a dict, or
-None. ``APP_FAIL``/``APP_KILL`` (an lr) make that job raise, or SIGKILL its own process.
+None. ``APP_FAIL``/``APP_KILL``/``APP_OOM``/``APP_HANG`` (an lr) make that job raise, SIGKILL its
+own process, run out of GPU memory, or wait for a signal.
 """
 
 import json
@@ -31,6 +32,10 @@ def main(cfg: DictConfig):
         raise ValueError(f"lr={cfg.lr} diverged")
     if str(cfg.lr) == os.environ.get("APP_KILL"):
         os.kill(os.getpid(), signal.SIGKILL)
+    if str(cfg.lr) == os.environ.get("APP_OOM"):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    if str(cfg.lr) == os.environ.get("APP_HANG"):
+        signal.pause()  # until the sweep's timeout or Ctrl-C ends it
     score = float(cfg.lr) * 10 + cfg.units / 100
     if cfg.ret == "dict":
         return {"score": score, "units_seen": cfg.units}

@@ -119,7 +119,8 @@ class Launching:
     def _target(self) -> FunctionTarget:
         fn = self.task_function
         module, qualname = fn.__module__, fn.__qualname__
-        task = HydraTask(module, qualname, _depth(fn), self.folder)
+        script = os.path.abspath(_source(fn) or "") if module == "__main__" else ""
+        task = HydraTask(module, qualname, _depth(fn), self.folder, script)
         return FunctionTarget(pickle.dumps(task), f"{module}.{qualname}", module)
 
     def _what(self) -> str:

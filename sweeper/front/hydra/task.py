@@ -38,9 +38,14 @@ class HydraTask:
     qualname: str
     unwrap: int  #: how many ``__wrapped__`` lead from the module's name to it (1 under ``@hydra.main``)
     folder: str  #: the sweep folder (``hydra.sweep.dir``)
+    file: str = ""  #: the file defining it: a script is loaded from it where ``__main__`` is another's (Ray's worker)
 
     def task_function(self) -> Any:
         module = sys.modules.get(self.module) or importlib.import_module(self.module)
+        if self.file and getattr(module, "__file__", None) != self.file:
+            from sweeper.model.target import load_file
+
+            module = load_file(self.file)  # as __mp_main__, also __main__: its __main__ block does not run
         fn: Any = module
         for part in self.qualname.split("."):
             fn = getattr(fn, part)

@@ -1,0 +1,103 @@
+"""The Hydra launcher's decisions, in-process (issue 43): a job's overrides as a point, the
+book's job numbers, a task function's return as metrics, the settings as sweeper's options."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+import pytest
+
+from sweeper.errors import SweepError
+from sweeper.model.metrics import BadResult
+from sweeper.store.paths import SweepPaths
+
+pytest.importorskip("hydra", reason="hydra-core is not installed (pip install -e '.[hydra]')")
+
+from sweeper.front.hydra.jobs import Book, params_of  # noqa: E402
+from sweeper.front.hydra.settings import LEFT_TO_HYDRA, defaults, options  # noqa: E402
+from sweeper.front.hydra.task import metrics_of  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+
+def test_overrides_become_parameters_by_their_keys_with_hydras_values():
+    assert params_of(["lr=0.1", "units=32", "name=abc", "flag=true", "x=null"]) == {
+        "lr": 0.1, "units": 32, "name": "abc", "flag": True, "x": None}
+    assert params_of(["+extra=3", "++forced=1", "~gone", "db@backup=mysql"]) == {
+        "extra": 3, "forced": 1, "~gone": None, "db@backup": "mysql"}
+    assert params_of(["layers=[16,32]", "opt={lr:0.1}", "q='a b'"]) == {
+        "layers": [16, 32], "opt": {"lr": 0.1}, "q": "a b"}
+    with pytest.raises(SweepError, match="do not parse"):
+        params_of(["lr=[0.1"])
+
+
+def test_the_same_overrides_in_any_order_are_one_job_with_its_number(tmp_path):
+    paths = SweepPaths(str(tmp_path))
+    book = Book(paths)
+    jobs = book.number([["lr=0.1", "u=1"], ["lr=0.2", "u=1"]], 0)
+    assert [j.num for j in jobs] == [0, 1]
+    book.save()
+    again = Book(paths).number([["u=1", "lr=0.2"], ["lr=0.3", "u=1"], ["lr=0.1", "u=1"]], 0)
+    assert [j.num for j in again] == [1, 2, 0]  # lr=0.3 is new: its place (1) is taken, so 2
+    assert again[0].overrides == ("u=1", "lr=0.2")  # as given today
+
+
+def test_a_new_job_never_takes_a_number_a_folder_has(tmp_path):
+    (tmp_path / "0").mkdir()  # a job folder of an earlier run (Hydra's basic launcher, say)
+    (tmp_path / "2").mkdir()
+    jobs = Book(SweepPaths(str(tmp_path))).number([["a=1"], ["a=2"], ["a=3"]], 0)
+    assert [j.num for j in jobs] == [1, 3, 4]
+
+
+def test_a_fresh_start_retires_every_number_it_had(tmp_path):
+    paths = SweepPaths(str(tmp_path))
+    book = Book(paths)
+    book.number([["a=1"], ["a=2"]], 0)
+    book.save()
+    fresh = Book(paths, fresh=True)
+    assert [j.num for j in fresh.number([["a=1"]], 0)] == [2]
+    fresh.save()
+    assert json.load(open(paths.hydra_book))["retired"] == [0, 1]
+    assert [j.num for j in Book(paths).number([["a=2"]], 0)] == [3]  # retired numbers stay retired
+
+
+def test_a_trial_finds_its_job_by_its_point(tmp_path):
+    paths = SweepPaths(str(tmp_path))
+    book = Book(paths)
+    book.number([["lr=0.1", "+x=2"]], 5)
+    book.save()
+    job = Book.job_of(paths, {"x": 2, "lr": 0.1})
+    assert (job.num, job.overrides) == (5, ("lr=0.1", "+x=2"))
+    with pytest.raises(SweepError, match="no job"):
+        Book.job_of(paths, {"lr": 0.2})
+
+
+def test_a_task_functions_return_value_as_metrics():
+    import numpy
+
+    assert metrics_of(None) == {}
+    assert metrics_of(0.5) == {"value": 0.5}
+    assert metrics_of(numpy.float32(0.5)) == {"value": numpy.float32(0.5)}
+    assert metrics_of({"acc": 0.9}) == {"acc": 0.9}
+    assert metrics_of([0.1, 2]) == {"value_0": 0.1, "value_1": 2}
+    with pytest.raises(BadResult, match="returned str"):
+        metrics_of("done")
+
+
+def test_the_settings_are_sweepers_options_by_name_with_its_defaults():
+    from sweeper.model.options import Options
+
+    given = defaults()
+    for f in fields(Options):
+        assert (f.name in given) != (f.name in LEFT_TO_HYDRA), f.name
+    assert given["workers"] is None and given["start_method"] == "forkserver" and given["backend"] == "local"
+    assert {"address", "cpus_per_trial", "slurm"} <= set(given)  # the backends' own, None until chosen
+    opts = options({**given, "_target_": "x", "workers": 2, "per_gpu": "auto", "timeout": "10m"}, "/x/multirun/a")
+    assert (opts.workers, opts.per_gpu, opts.timeout, opts.out, opts.name) == (2, "auto", 600.0, "/x/multirun", "a")
+    with pytest.raises(SweepError, match="^hydra.launcher: .*workers"):
+        options({"workers": -3}, "/x/a")
+    with pytest.raises(SweepError, match="hydra.launcher.search is not a setting"):
+        options({"search": "tpe"}, "/x/a")
+    with pytest.raises(SweepError, match="address goes with backend='ray'"):
+        options({"address": "auto"}, "/x/a")
