@@ -101,9 +101,11 @@ def test_the_sweep_folder_is_a_sweepers_results_status_and_load_read_it(app):
     assert list(table.score) == pytest.approx([1.16, 0.26]) and table.units_seen.dtype.kind == "i"
     loaded = sweeper.load(str(app / "sweep"))
     assert list(loaded.score) == pytest.approx([1.16, 0.26])
+    assert list(loaded.trial) == ["0", "1"]  # a job's number, as text (a trial's name)
     status = subprocess.run([sys.executable, "-m", "sweeper", "status", str(app / "sweep")],
                             capture_output=True, text=True, timeout=120)
     assert status.returncode == 0 and "2 ok" in status.stdout, status.stdout + status.stderr
+    assert "best so far: score = 1.16 (max): 0\n" in status.stdout  # "score" is higher-is-better
     none = multirun(app, "lr=0.1", "ret=none", sweep_dir="none")  # None: ok, no metric
     assert none.returncode == 0, none.stderr[-3000:]
     table = pandas.read_csv(app / "none" / "results.csv")
@@ -117,7 +119,7 @@ def test_a_failed_job_is_said_with_its_log_and_the_same_command_runs_only_it_aga
     assert failed.returncode != 0  # Hydra's sweeper sees the job failed
     assert "error       1  ValueError: lr=0.01 diverged" in failed.stdout  # said when it happened,
     assert f"log: {app / 'sweep' / 'trials' / '1' / 'log.txt'}" in failed.stdout  # with its log
-    assert "JobFailed: job #1 (lr=0.01) ended error: ValueError: lr=0.01 diverged" in failed.stderr
+    assert "job #1 (lr=0.01) ended error: ValueError: lr=0.01 diverged" in failed.stderr
     assert "lr=0.01 diverged" in (app / "sweep" / "trials" / "1" / "log.txt").read_text()
     assert [r["status"] for r in recorded(app)] == ["COMPLETED", "FAILED"]
     first = (app / "sweep" / "0" / "seen.json").read_text()
@@ -145,7 +147,7 @@ def test_a_killed_job_is_crashed_and_the_others_finish(app):
     table = pandas.read_csv(app / "sweep" / "results.csv")
     assert list(table.status) == ["crashed", "ok"]
     assert "SIGKILL" in table.error[0]
-    assert "JobFailed: job #0 (lr=0.1) ended crashed" in done.stderr
+    assert "job #0 (lr=0.1) ended crashed" in done.stderr
 
 
 @pytest.mark.slow
@@ -159,7 +161,7 @@ def test_every_way_a_job_ends_is_its_status(app, setting, env, status):
     assert done.returncode != 0
     table = pandas.read_csv(app / "sweep" / "results.csv")
     assert list(table.status) == ["ok", status]
-    assert f"JobFailed: job #1 (lr=0.01) ended {status}" in done.stderr
+    assert f"job #1 (lr=0.01) ended {status}" in done.stderr
     if status == "oom":  # retried (sweeper's retries), then given up
         assert list(table.attempts) == [1, 2]
 
@@ -214,6 +216,7 @@ def test_each_job_gets_a_gpu_of_its_own(app, fake_nvml):
 def test_a_mistaken_setting_is_one_line_before_any_job(app, setting, said):
     done = multirun(app, "lr=0.1,0.01", setting)
     assert done.returncode != 0 and said in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
     assert not (app / "sweep" / "0").exists()
 
 

@@ -354,3 +354,22 @@ def test_slurms_own_time_limit_is_a_timeout(slurm):
     said, _ = sweep.communicate(timeout=240)  # type: ignore[attr-defined]
     df = sweeper.load(str(LIMITED["folder"] / "timelimit"))  # type: ignore[operator]
     assert df.status.tolist() == ["timeout"] and "Slurm's time limit" in df.error[0], said
+
+
+def test_a_hydra_multirun_runs_its_jobs_as_tasks_of_one_array(slurm, tmp_path):
+    """hydra/launcher=sweeper with backend=slurm (issue 43): each job a task, its job folder
+    and .hydra/ files on the shared folder, its job id in the table."""
+    pytest.importorskip("hydra", reason="hydra-core is not installed (pip install -e '.[hydra]')")
+    import pandas
+
+    sweep = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "hydra_app", "app.py"), "-m",
+                           "hydra/launcher=sweeper", "lr=0.1,0.01", f"hydra.sweep.dir={sweep}",
+                           "hydra.launcher.backend=slurm", "+hydra.launcher.slurm={mem: 500M}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    table = pandas.read_csv(sweep / "results.csv")
+    assert list(table.status) == ["ok", "ok"] and list(table.value) == pytest.approx([1.16, 0.26])
+    assert len({j.split("_")[0] for j in table.job_id}) == 1  # one array
+    for num in (0, 1):
+        assert (sweep / str(num) / ".hydra" / "config.yaml").exists() and (sweep / str(num) / "app.log").exists()

@@ -25,13 +25,17 @@ the settings and calls this module; nothing here is imported until a multirun la
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
+import re
 import logging
 import os
 import pickle
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+from hydra.errors import CompactHydraException
 
 from sweeper.errors import SweepError
 from sweeper.front.hydra import settings as launcher_settings
@@ -50,8 +54,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class JobFailed(SweepError):
-    """A job that did not end ok: what Hydra's sweeper raises when it reads its return value."""
+class LauncherError(CompactHydraException):
+    """A mistake in the settings or the multirun, said as Hydra says its own: one line."""
+
+
+class JobFailed(CompactHydraException):
+    """A job that did not end ok: what Hydra's sweeper raises when it reads its return value
+    (one line: how it ended, and where its log is)."""
+
+
+@contextlib.contextmanager
+def one_line() -> Iterator[None]:
+    """sweeper's one-line errors as Hydra prints its own (no traceback), in a multirun's words."""
+    try:
+        yield
+    except SweepError as exc:
+        raise LauncherError(in_hydra_words(str(exc))) from None
 
 
 class Launching:
@@ -60,10 +78,15 @@ class Launching:
     def __init__(self, settings: Mapping[str, Any], config: Any, hydra_context: Any, task_function: Any) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
         self.folder = os.path.abspath(str(config.hydra.sweep.dir))
-        self.options = launcher_settings.options(settings, self.folder)  # a mistake: one line, now
+        with one_line():
+            self.options = launcher_settings.options(settings, self.folder)  # a mistake: one line, now
         self.earlier: list[Job] = []  #: this multirun's jobs of earlier batches: settled
 
     def launch(self, batch: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
+        with one_line():
+            return self._launch(batch, initial_job_idx)
+
+    def _launch(self, batch: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
         from hydra.core.utils import configure_log, setup_globals
 
         setup_globals()
@@ -106,8 +129,6 @@ class Launching:
         listener = choose_view(not opts.progress, opts.ranked_by, opts.ranked_mode)
         try:
             outcome = runner.run(definition, listener=listener)
-        except SweepError as exc:
-            raise SweepError(_in_hydra_words(str(exc))) from None
         finally:
             if listener is not None:
                 listener.close()
@@ -219,7 +240,14 @@ def _source(fn: Any) -> str | None:
         return None
 
 
-def _in_hydra_words(message: str) -> str:
-    """sweeper's advice in the words a multirun takes."""
-    return (message.replace("give this run another --name (name=...)", "give this multirun another hydra.sweep.dir")
-            .replace("--fresh (fresh=True)", "hydra.launcher.fresh=true"))
+def in_hydra_words(message: str) -> str:
+    """sweeper's advice in the words a multirun takes: ``--per-gpu`` is ``hydra.launcher.per_gpu``."""
+    message = (message.replace("give this run another --name (name=...)", "give this multirun another hydra.sweep.dir")
+               .replace("--fresh (fresh=True)", "hydra.launcher.fresh=true"))
+    known = set(launcher_settings.defaults())
+
+    def setting(match: re.Match[str]) -> str:
+        name = match.group(1).replace("-", "_")
+        return f"hydra.launcher.{name}" if name in known else match.group(0)
+
+    return re.sub(r"(?<![\w.])--([a-z][a-z-]*)", setting, message)
