@@ -101,3 +101,13 @@ def test_the_settings_are_sweepers_options_by_name_with_its_defaults():
         options({"search": "tpe"}, "/x/a")
     with pytest.raises(SweepError, match="address goes with backend='ray'"):
         options({"address": "auto"}, "/x/a")
+
+
+def test_the_docs_name_every_setting_and_what_is_left_to_hydra():
+    import os
+
+    from conftest import ROOT
+
+    text = open(os.path.join(ROOT, "docs", "hydra.md")).read()
+    missing = [name for name in [*defaults(), *LEFT_TO_HYDRA] if name != "backend_options" and f"`{name}`" not in text]
+    assert missing == []

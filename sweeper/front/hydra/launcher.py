@@ -106,6 +106,9 @@ class Launching:
         log.info(f"sweeper is launching {len(jobs)} jobs ({_where(opts)}), sweep folder {self.folder}")
         for line in described(jobs):
             log.info(line)
+        if first and _timed(self.config):
+            log.info(f"sweeper: hydra.sweep.dir is made from the time, so the same command makes another folder; "
+                     f"to resume this multirun, give it hydra.sweep.dir={self.folder}")
         outcome = self._run(jobs)
         self.earlier += jobs
         self.options = replace(self.options, fresh=False)  # a later batch of this multirun sets nothing aside
@@ -122,6 +125,9 @@ class Launching:
 
         opts = self.options
         show_messages(opts.progress)
+        for handler in logging.getLogger("sweeper").handlers:  # its lines in a multirun's words
+            if not any(isinstance(f, _HydraWords) for f in handler.filters):
+                handler.addFilter(_HydraWords())
         every = list({j.key: j for j in [*self.earlier, *jobs]}.values())
         definition = Definition(self._target(), opts, Points(j.params for j in every), None, _source(self.task_function),
                                 self._what(), names=tuple(str(j.num) for j in every),
@@ -134,7 +140,7 @@ class Launching:
                 listener.close()
         if opts.progress:
             for line in runner.summary(outcome, opts.ranked_by, opts.ranked_mode):
-                print(line, flush=True)
+                print(in_hydra_words(line), flush=True)
         return outcome
 
     def _target(self) -> FunctionTarget:
@@ -196,6 +202,22 @@ def _returned(path: str) -> JobReturn:
     return JobReturn(overrides=kept["overrides"], cfg=OmegaConf.create(kept["cfg"]),
                      hydra_cfg=OmegaConf.create(kept["hydra_cfg"]), working_dir=kept["working_dir"],
                      task_name=kept["task_name"], status=JobStatus.COMPLETED, _return_value=kept["return_value"])
+
+
+class _HydraWords(logging.Filter):
+    """sweeper's own lines, their flags as the launcher's settings (``--metric``: ``hydra.launcher.metric``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = in_hydra_words(record.getMessage()), None
+        return True
+
+
+def _timed(config: Any) -> bool:
+    """Whether ``hydra.sweep.dir`` is made from the time (Hydra's default, ``${now:...}``)."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(config.hydra.sweep, resolve=False)
+    return isinstance(raw, dict) and "${now:" in str(raw.get("dir", ""))
 
 
 def _where(opts: Any) -> str:
