@@ -132,6 +132,9 @@ def test_a_failed_job_is_said_with_its_log_and_the_same_command_runs_only_it_aga
     assert [r["status"] for r in recorded(app)[2:]] == ["COMPLETED", "COMPLETED"]
     assert recorded(app)[2]["value"] == pytest.approx(1.16)  # the kept job's own return value
 
+    alone = multirun(app, "lr=0.01")  # one job of the multirun again, alone: kept, nothing runs
+    assert alone.returncode == 0 and len(runs(app)) == 3, alone.stderr[-3000:]
+
     more = multirun(app, "lr=0.001,0.1,0.01")  # a new job takes a number no job had
     assert more.returncode == 0, more.stderr[-3000:]
     assert runs(app)[3:] == ["2 lr=0.001 units=16"]
@@ -180,6 +183,9 @@ def test_ctrl_c_ends_the_multirun_with_every_job_recorded_and_the_same_command_r
         while not (runs_file.exists() and "1 lr=0.01" in runs_file.read_text()):  # the hanging job started
             assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
             time.sleep(0.05)
+        second = multirun(app, "lr=0.1,0.01")  # another multirun into the same folder: refused, changing nothing
+        assert second.returncode != 0 and "another sweep (pid" in second.stderr, second.stderr[-3000:]
+        assert "Traceback" not in second.stderr
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:

@@ -9,7 +9,6 @@ from dataclasses import fields
 import pytest
 
 from sweeper.errors import SweepError
-from sweeper.model.metrics import BadResult
 from sweeper.store.paths import SweepPaths
 
 pytest.importorskip("hydra", reason="hydra-core is not installed (pip install -e '.[hydra]')")
@@ -26,10 +25,13 @@ def test_overrides_become_parameters_by_their_keys_with_hydras_values():
         "lr": 0.1, "units": 32, "name": "abc", "flag": True, "x": None}
     assert params_of(["+extra=3", "++forced=1", "~gone", "db@backup=mysql"]) == {
         "extra": 3, "forced": 1, "~gone": None, "db@backup": "mysql"}
-    assert params_of(["layers=[16,32]", "opt={lr:0.1}", "q='a b'"]) == {
-        "layers": [16, 32], "opt": {"lr": 0.1}, "q": "a b"}
+    assert params_of(["layers=[16,32]", "q='a b'"]) == {"layers": [16, 32], "q": "a b"}
     with pytest.raises(SweepError, match="do not parse"):
         params_of(["lr=[0.1"])
+    with pytest.raises(SweepError, match=r"opt=\{lr:0.1\} gives opt a dict.*opt.KEY=VALUE"):
+        params_of(["opt={lr:0.1}"])
+    with pytest.raises(SweepError, match="'lr' has the value nan"):
+        params_of(["lr=nan"])
 
 
 def test_the_same_overrides_in_any_order_are_one_job_with_its_number(tmp_path):
@@ -81,8 +83,13 @@ def test_a_task_functions_return_value_as_metrics():
     assert metrics_of(numpy.float32(0.5)) == {"value": numpy.float32(0.5)}
     assert metrics_of({"acc": 0.9}) == {"acc": 0.9}
     assert metrics_of([0.1, 2]) == {"value_0": 0.1, "value_1": 2}
-    with pytest.raises(BadResult, match="returned str"):
-        metrics_of("done")
+
+
+def test_what_is_no_number_is_left_out_of_the_metrics_and_said(capsys):
+    assert metrics_of("done") == {}
+    assert "returned str, no number: no metric" in capsys.readouterr().err
+    assert metrics_of({"acc": 0.9, "ckpt": "/tmp/m.keras", "status": 1}) == {"acc": 0.9}
+    assert "ckpt, status: no metrics" in capsys.readouterr().err
 
 
 def test_the_settings_are_sweepers_options_by_name_with_its_defaults():

@@ -227,6 +227,8 @@ class Plan:
                 # today's grid order, and today's constraints (they may have changed)
                 kept[spec.trial_id] = replace(old, index=spec.index, name=spec.name,
                                               feasible=judge.feasible(old) if judge is not None else None)
+            elif spec.key in settled:  # settled but never started (the sweep stopped first): not run now
+                continue
             elif old is not None:  # run again: its attempts go on counting (its log says which)
                 todo.append(replace(spec, attempt=old.attempts + 1, first_attempt=old.attempts + 1))
             else:

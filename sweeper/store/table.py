@@ -135,7 +135,7 @@ def _cell(value: Any) -> Any:
 #: exception: ``sweep()`` and ``load()`` give the values the sweep recorded (:func:`dataframe`),
 #: which the CSV's text alone cannot always tell (``"nan"``, ``"None"``, ``""`` and ``None``).
 READ_CSV: dict[str, Any] = {"dtype_backend": "numpy_nullable", "parse_dates": ["started_at"],
-                            "dtype": {"trial_id": "string", "trial": "string", "error": "string", "gpu_uuid": "string"}}
+                            "dtype": {"trial": "string", "error": "string", "gpu_uuid": "string"}}
 
 
 def dataframe(results: Sequence[TrialResult], objectives: Objectives | None = None) -> "pandas.DataFrame":

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from sweeper.errors import SweepError
 from sweeper.model.trial import params_key
+from sweeper.model.values import normalise_value
 from sweeper.store.paths import SweepPaths, atomic
 
 
@@ -55,17 +56,11 @@ def params_of(overrides: Sequence[str]) -> dict[str, Any]:
         if o.type is OverrideType.DEL:
             name = "~" + name
         value = o.value()
-        params[name] = _plain(value)
+        if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, dict) for v in value)):
+            raise SweepError(f"the override {o.input_line} gives {name} a dict, which sweeper's table cannot hold as "
+                             f"one parameter; override its keys one by one ({name}.KEY=VALUE)")
+        params[name] = normalise_value(value, name)  # a number that is no number (nan, inf): one line
     return params
-
-
-def _plain(value: Any) -> Any:
-    """Hydra's parsed value as plain JSON data (its lists and dicts as Python's)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 class Book:

@@ -26,12 +26,13 @@ the settings and calls this module; nothing here is imported until a multirun la
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import glob
 import inspect
-import re
 import logging
 import os
 import pickle
+import re
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
@@ -40,13 +41,15 @@ from hydra.errors import CompactHydraException
 from sweeper.errors import SweepError
 from sweeper.front.hydra import settings as launcher_settings
 from sweeper.front.hydra.jobs import Book, Job, described
+from sweeper.front.hydra.returns import check_kept, job_return
 from sweeper.front.hydra.task import HydraTask
 from sweeper.model.callables import name_of
 from sweeper.model.definition import Definition
 from sweeper.model.grid import Points
 from sweeper.model.target import FunctionTarget
 from sweeper.model.trial import TrialResult
-from sweeper.store.paths import SweepPaths, atomic, hydra_return_file
+from sweeper.store.folder import refuse_busy
+from sweeper.store.paths import SweepPaths, atomic
 
 if TYPE_CHECKING:
     from hydra.core.utils import JobReturn
@@ -56,11 +59,6 @@ log = logging.getLogger(__name__)
 
 class LauncherError(CompactHydraException):
     """A mistake in the settings or the multirun, said as Hydra says its own: one line."""
-
-
-class JobFailed(CompactHydraException):
-    """A job that did not end ok: what Hydra's sweeper raises when it reads its return value
-    (one line: how it ended, and where its log is)."""
 
 
 @contextlib.contextmanager
@@ -81,6 +79,7 @@ class Launching:
         with one_line():
             self.options = launcher_settings.options(settings, self.folder)  # a mistake: one line, now
         self.earlier: list[Job] = []  #: this multirun's jobs of earlier batches: settled
+        self.context = ""  #: the file its jobs load Hydra's context from (its own)
 
     def launch(self, batch: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
         with one_line():
@@ -92,6 +91,7 @@ class Launching:
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         os.makedirs(self.folder, exist_ok=True)
+        refuse_busy(self.folder)  # another multirun here: one line, before this one writes anything
         paths = SweepPaths(self.folder)
         first = not self.earlier
         book = Book(paths, fresh=self.options.fresh and first)
@@ -99,8 +99,11 @@ class Launching:
         if not jobs:
             return []
         if first:  # a job's config composes (a mistake in the overrides: Hydra's one line, before any job)
-            self.hydra_context.config_loader.load_sweep_config(self.config, list(jobs[0].overrides))
+            self._compose(jobs[0])
             self._save_context(paths)
+        if not self.options.fresh:  # each job ok on record: made with the config it has now
+            settled = {j.key for j in self.earlier}
+            check_kept([j for j in jobs if j.key not in settled], _on_record(self.folder), self.folder, self._compose)
         book.save()
         opts = self.options
         log.info(f"sweeper is launching {len(jobs)} jobs ({_where(opts)}), sweep folder {self.folder}")
@@ -116,7 +119,12 @@ class Launching:
             log.error(f"sweeper: interrupted; what finished is in {outcome.csv_path}; the same command resumes")
             raise SystemExit(128 + outcome.interrupted)
         rows = {r.key: r for r in outcome.results}
-        return [self._job_return(job, rows.get(job.key)) for job in jobs]
+        name = str(self.config.hydra.job.name)
+        return [job_return(job, rows.get(job.key), self.folder, name) for job in jobs]
+
+    def _compose(self, job: Job) -> Any:
+        """The job's config, as its process will compose it."""
+        return self.hydra_context.config_loader.load_sweep_config(self.config, list(job.overrides))
 
     def _run(self, jobs: list[Job]) -> Any:
         from sweeper.front.messages import show_messages
@@ -147,16 +155,13 @@ class Launching:
         fn = self.task_function
         module, qualname = fn.__module__, fn.__qualname__
         script = os.path.abspath(_source(fn) or "") if module == "__main__" else ""
-        task = HydraTask(module, qualname, _depth(fn), self.folder, script)
+        task = HydraTask(module, qualname, _depth(fn), self.folder, script, self.context, os.getcwd())
         return FunctionTarget(pickle.dumps(task), f"{module}.{qualname}", module)
 
     def _what(self) -> str:
-        """The task function and the multirun's own config (without ``hydra``, before the
-        jobs' overrides): a row on record stands for a job only if both are the same."""
-        from omegaconf import OmegaConf
-
-        base = OmegaConf.to_yaml({k: v for k, v in self.config.items() if k != "hydra"})
-        return f"hydra task {name_of(self.task_function)}, config {hashlib.sha256(base.encode()).hexdigest()[:12]}"
+        """The task function: a row on record stands for a job only if the same one made it (and
+        with the same config: :func:`sweeper.front.hydra.returns.check_kept`)."""
+        return f"hydra task {name_of(self.task_function)}"
 
     def _save_context(self, paths: SweepPaths) -> None:
         """What each job's process loads: Hydra's context, the multirun's config and singletons
@@ -171,37 +176,24 @@ class Launching:
             raise SweepError(f"Hydra's context cannot be sent to the jobs' processes ({exc}); define structured "
                              "configs at the top level of a module") from None
         os.makedirs(os.path.dirname(paths.hydra_context), exist_ok=True)
-        with atomic(paths.hydra_context, binary=True) as f:
+        for old in glob.glob(paths.hydra_context.replace(".pkl", "*.pkl")):  # earlier multiruns' (none runs now)
+            os.remove(old)
+        self.context = paths.hydra_context.replace(".pkl", f"-{os.getpid()}-{int(time.time())}.pkl")
+        with atomic(self.context, binary=True) as f:
             f.write(blob)
 
-    def _job_return(self, job: Job, row: TrialResult | None) -> JobReturn:
-        from hydra.core.utils import JobReturn, JobStatus
 
-        if row is not None and row.ok:
-            path = hydra_return_file(SweepPaths(self.folder).trial(row.name))
-            if os.path.exists(path):
-                return _returned(path)
-            value = row.metrics.get("value", dict(row.metrics) or None)
-            return JobReturn(overrides=list(job.overrides), status=JobStatus.COMPLETED, _return_value=value)
-        if row is None:
-            why = f"job #{job.num} ({' '.join(job.overrides)}) did not run"
-        else:
-            where = f"; its log: {row.log}" if row.log and os.path.exists(row.log) else ""
-            why = f"job #{job.num} ({' '.join(job.overrides)}) ended {row.status.value}: {row.error}{where}"
-        return JobReturn(overrides=list(job.overrides), status=JobStatus.FAILED, _return_value=JobFailed(why),
-                         task_name=str(self.config.hydra.job.name))
+def _on_record(folder: str) -> dict[str, TrialResult]:
+    """The rows on record in a sweep folder, by their point's key ({} where there is no ledger)."""
+    from sweeper.store.ledger import Ledger
 
-
-def _returned(path: str) -> JobReturn:
-    """An ok job's return, as its process kept it (:func:`sweeper.front.hydra.task.keep`)."""
-    from hydra.core.utils import JobReturn, JobStatus
-    from omegaconf import OmegaConf
-
-    with open(path, "rb") as f:
-        kept = pickle.load(f)
-    return JobReturn(overrides=kept["overrides"], cfg=OmegaConf.create(kept["cfg"]),
-                     hydra_cfg=OmegaConf.create(kept["hydra_cfg"]), working_dir=kept["working_dir"],
-                     task_name=kept["task_name"], status=JobStatus.COMPLETED, _return_value=kept["return_value"])
+    if not SweepPaths(folder).exists():
+        return {}
+    ledger = Ledger(folder, readonly=True)
+    try:
+        return {r.key: r for r in ledger.results().values()}
+    finally:
+        ledger.close()
 
 
 class _HydraWords(logging.Filter):

@@ -7,26 +7,29 @@ sweeper has pinned to its GPU, capped and seeded. There it
 
 1. imports the app's module (a script is loaded as ``__main__``, as spawn loads it) and finds
    the task function under ``@hydra.main``;
-2. loads the context the launcher left (:mod:`sweeper.front.hydra.launcher`): Hydra's
+2. loads the context the launcher left (its own file) (:mod:`sweeper.front.hydra.launcher`): Hydra's
    context, the multirun's config, its singletons (the config store; plain pickle) and
    OmegaConf's resolvers (cloudpickle, as Hydra's joblib launcher sends them);
 3. composes the job's config from its overrides (the book has them,
-   :mod:`sweeper.front.hydra.jobs`), numbers it, and calls ``run_job``: Hydra's job folder,
+   :mod:`sweeper.front.hydra.jobs`), numbers it (its trial's name), notes its digest, and
+   calls ``run_job`` in Hydra's working directory: Hydra's job folder,
    ``.hydra/`` files, logging, callbacks and return value, exactly as the basic launcher's;
-4. keeps the job's return in the trial's folder for the launcher, raises what the task
-   function raised (the trial is ``error``), and returns its value as metrics.
+4. keeps the job's return (and its config's digest) in the trial's folder for the
+   launcher, raises what the task function raised (the trial is ``error``), and returns
+   its value as metrics.
 """
 
 from __future__ import annotations
 
 import importlib
 import numbers
+import os
 import pickle
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
-from sweeper.model.metrics import BadResult
+from sweeper.model.metrics import BadResult, normalise
 from sweeper.store.paths import SweepPaths, atomic, hydra_return_file
 
 
@@ -39,6 +42,8 @@ class HydraTask:
     unwrap: int  #: how many ``__wrapped__`` lead from the module's name to it (1 under ``@hydra.main``)
     folder: str  #: the sweep folder (``hydra.sweep.dir``)
     file: str = ""  #: the file defining it: a script is loaded from it where ``__main__`` is another's (Ray's worker)
+    context: str = ""  #: the multirun's context file (its own: another multirun never changes it)
+    cwd: str = ""  #: Hydra's working directory, where relative paths of its config start
 
     def task_function(self) -> Any:
         module = sys.modules.get(self.module) or importlib.import_module(self.module)
@@ -55,34 +60,60 @@ class HydraTask:
 
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
         from hydra.core.hydra_config import HydraConfig
-        from hydra.core.singleton import Singleton
-        from hydra.core.utils import JobStatus, run_job, setup_globals
-        from omegaconf import open_dict
+        from hydra.core.utils import JobStatus, run_job
 
         from sweeper.child.context import current_trial
+
+        if self.cwd and os.path.isdir(self.cwd):
+            os.chdir(self.cwd)
+        trial = current_trial()
+        hydra_context, config = self.compose(params, trial.name if trial is not None else "")
+        digest = config_digest(config)  # before the task function, which may change its config
+        HydraConfig.instance().set_config(config)
+        ret = run_job(hydra_context=hydra_context, task_function=self.task_function(), config=config,
+                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        if ret.status is JobStatus.FAILED:
+            raise ret._return_value  # the trial is error, with the task function's traceback
+        if trial is not None:
+            keep(ret, digest, hydra_return_file(trial.dir))
+        return metrics_of(ret.return_value)
+
+    def compose(self, params: dict[str, Any], name: str) -> tuple[Any, Any]:
+        """Hydra's context and the job's config, numbered: the trial's name is its number (the
+        folder sweeper keeps for it), else the book's."""
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import setup_globals
+        from omegaconf import open_dict
+
         from sweeper.front.hydra.jobs import Book
 
-        paths = SweepPaths(self.folder)
-        job = Book.job_of(paths, params)
-        task_function = self.task_function()  # first: the context's classes may live in the app's module
-        with open(paths.hydra_context, "rb") as f:
+        job = Book.job_of(SweepPaths(self.folder), params)
+        num = int(name) if name.isdigit() else job.num
+        self.task_function()  # first: the context's classes may live in the app's module
+        with open(self.context or SweepPaths(self.folder).hydra_context, "rb") as f:
             context = pickle.load(f)
         setup_globals()
         Singleton.set_state({"instances": context["instances"], "omegaconf_resolvers": _resolvers(context)})
         hydra_context = context["hydra_context"]
         config = hydra_context.config_loader.load_sweep_config(context["config"], list(job.overrides))
         with open_dict(config):
-            config.hydra.job.id = job.num
-            config.hydra.job.num = job.num
-        HydraConfig.instance().set_config(config)
-        ret = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
-                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
-        if ret.status is JobStatus.FAILED:
-            raise ret._return_value  # the trial is error, with the task function's traceback
-        trial = current_trial()
-        if trial is not None:
-            keep(ret, hydra_return_file(trial.dir))
-        return metrics_of(ret.return_value)
+            config.hydra.job.id = num
+            config.hydra.job.num = num
+        return hydra_context, config
+
+
+def config_digest(config: Any) -> str:
+    """A job's config, without ``hydra``, as written (interpolations unresolved): what a row on
+    record must have been made with to stand for the job."""
+    import hashlib
+    import json
+
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(config, resolve=False)
+    assert isinstance(plain, dict)
+    plain.pop("hydra", None)
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=repr).encode()).hexdigest()[:16]
 
 
 def _resolvers(context: dict[str, Any]) -> Any:
@@ -101,13 +132,13 @@ def _resolvers(context: dict[str, Any]) -> Any:
     return BaseContainer._resolvers
 
 
-def keep(ret: Any, path: str) -> None:
+def keep(ret: Any, digest: str, path: str) -> None:
     """The job's return for the launcher: its value pickled, its configs as YAML (their
     content; Hydra re-imports its plugins in this process, so their config classes are not
     the launcher's). A value pickle refuses is said, and None."""
     from omegaconf import OmegaConf
 
-    kept = {"overrides": list(ret.overrides), "working_dir": ret.working_dir, "task_name": ret.task_name,
+    kept = {"digest": digest, "overrides": list(ret.overrides), "working_dir": ret.working_dir, "task_name": ret.task_name,
             "cfg": OmegaConf.to_yaml(ret.cfg), "hydra_cfg": OmegaConf.to_yaml(ret.hydra_cfg)}
     try:
         blob = pickle.dumps({**kept, "return_value": ret.return_value})
@@ -120,16 +151,30 @@ def keep(ret: Any, path: str) -> None:
 
 
 def metrics_of(value: Any) -> dict[str, Any]:
-    """A task function's return value as a row's metrics: a mapping as it is (numbers, checked
-    as ``train``'s); one number as ``value``; a list of numbers (a multi-objective sweeper's)
-    as ``value_0``, ``value_1``, ...; None as no metric."""
+    """A task function's return value as a row's metrics: a mapping's numbers; one number as
+    ``value``; a list of numbers (a multi-objective sweeper's) as ``value_0``, ``value_1``, ...;
+    None, or anything else, as no metric. What is left out is said in the job's log (Hydra's
+    sweeper gets the value itself, whatever it is)."""
     if value is None:
         return {}
-    if isinstance(value, dict) or hasattr(value, "keys"):
-        return dict(value)
+    if isinstance(value, Mapping) or (hasattr(value, "keys") and hasattr(value, "items")):
+        metrics, left = {}, []
+        for name, item in value.items():
+            try:
+                metrics.update(normalise({name: item}))
+            except (BadResult, TypeError, ValueError):
+                left.append(str(name))
+        if left:
+            _say(f"the task function's {', '.join(left)}: no metrics (not numbers, or names of the table's own "
+                 "columns); Hydra's sweeper gets them")
+        return metrics
     if isinstance(value, numbers.Number) or hasattr(value, "item"):
         return {"value": value}
-    if isinstance(value, (list, tuple)) and all(isinstance(v, numbers.Number) for v in value):
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, numbers.Number) for v in value):
         return {f"value_{i}": v for i, v in enumerate(value)}
-    raise BadResult(f"the task function returned {type(value).__name__} {value!r:.80}; return a number, a dict of "
-                    "metric names to numbers, a list of numbers, or None")
+    _say(f"the task function returned {type(value).__name__}, no number: no metric (Hydra's sweeper gets it)")
+    return {}
+
+
+def _say(line: str) -> None:
+    print(f"sweeper: {line}", file=sys.stderr, flush=True)
