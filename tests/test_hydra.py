@@ -228,17 +228,24 @@ def test_a_mistaken_setting_is_one_line_before_any_job(app, setting, said):
 
 @pytest.mark.slow
 def test_batches_of_hydras_sweeper_make_one_table_and_a_changed_config_is_refused(app):
-    done = multirun(app, "lr=0.1,0.01,0.001", "hydra.sweeper.max_batch_size=2")
+    grid = ("lr=0.1,0.01", "model=small,big")
+    done = multirun(app, *grid, "hydra.sweeper.max_batch_size=2")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [r["first"] for r in recorded(app)] == [0, 0, 2]
+    assert [r["first"] for r in recorded(app)] == [0, 0, 2, 2]
     table = pandas.read_csv(app / "sweep" / "results.csv")
-    assert list(table.trial) == [0, 1, 2] and list(table.status) == ["ok"] * 3
-    config = app / "app" / "conf" / "config.yaml"
-    config.write_text(config.read_text().replace("units: 16", "units: 64"))
-    changed = multirun(app, "lr=0.1,0.01,0.001")  # the rows on record were made with other units
-    assert changed.returncode != 0
+    assert list(table.trial) == [0, 1, 2, 3] and list(table.status) == ["ok"] * 4
+    conf = app / "app" / "conf"
+    (conf / "config.yaml").write_text((conf / "config.yaml").read_text() + "# a comment changes no job\n")
+    same = multirun(app, *grid)  # the files changed, the jobs' configs did not: every job kept
+    assert same.returncode == 0 and len(runs(app)) == 4, same.stderr[-3000:]
+    (conf / "model" / "big.yaml").write_text("width: 128\n")  # the option two of the jobs choose
+    changed = multirun(app, *grid)
+    assert changed.returncode != 0 and len(runs(app)) == 4
+    assert "job #1 (lr=0.1 model=big) is on record" in changed.stderr and "its config changed" in changed.stderr
     assert "hydra.launcher.fresh=true" in changed.stderr and "another hydra.sweep.dir" in changed.stderr
-    fresh = multirun(app, "lr=0.1,0.01,0.001", "hydra.launcher.fresh=true")
+    assert "Traceback" not in changed.stderr
+    fresh = multirun(app, *grid, "hydra.launcher.fresh=true")
     assert fresh.returncode == 0, fresh.stderr[-3000:]
-    assert sorted(runs(app)[3:]) == ["3 lr=0.1 units=64", "4 lr=0.01 units=64", "5 lr=0.001 units=64"]  # new folders
-    assert seen(app, 0)["num"] == 0 and len(pandas.read_csv(app / "sweep" / "results.csv")) == 3
+    assert sorted(runs(app)[4:]) == ["4 lr=0.1 units=16", "5 lr=0.1 units=16", "6 lr=0.01 units=16",
+                                     "7 lr=0.01 units=16"]  # new numbers: no job folder written twice
+    assert seen(app, 0)["num"] == 0 and len(pandas.read_csv(app / "sweep" / "results.csv")) == 4

@@ -41,7 +41,7 @@ from hydra.errors import CompactHydraException
 from sweeper.errors import SweepError
 from sweeper.front.hydra import settings as launcher_settings
 from sweeper.front.hydra.jobs import Book, Job, described
-from sweeper.front.hydra.returns import check_kept, job_return
+from sweeper.front.hydra.returns import check_kept, job_return, sources_digest
 from sweeper.front.hydra.task import HydraTask
 from sweeper.model.callables import name_of
 from sweeper.model.definition import Definition
@@ -80,6 +80,7 @@ class Launching:
             self.options = launcher_settings.options(settings, self.folder)  # a mistake: one line, now
         self.earlier: list[Job] = []  #: this multirun's jobs of earlier batches: settled
         self.context = ""  #: the file its jobs load Hydra's context from (its own)
+        self.sources: str | None = None  #: what composing its jobs' configs reads, as a digest
 
     def launch(self, batch: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
         with one_line():
@@ -101,9 +102,11 @@ class Launching:
         if first:  # a job's config composes (a mistake in the overrides: Hydra's one line, before any job)
             self._compose(jobs[0])
             self._save_context(paths)
+            self.sources = sources_digest(self.hydra_context.config_loader, self.config)
         if not self.options.fresh:  # each job ok on record: made with the config it has now
             settled = {j.key for j in self.earlier}
-            check_kept([j for j in jobs if j.key not in settled], _on_record(self.folder), self.folder, self._compose)
+            check_kept([j for j in jobs if j.key not in settled], _on_record(self.folder), self.folder, self._compose,
+                       self.sources)
         book.save()
         opts = self.options
         log.info(f"sweeper is launching {len(jobs)} jobs ({_where(opts)}), sweep folder {self.folder}")
@@ -155,7 +158,8 @@ class Launching:
         fn = self.task_function
         module, qualname = fn.__module__, fn.__qualname__
         script = os.path.abspath(_source(fn) or "") if module == "__main__" else ""
-        task = HydraTask(module, qualname, _depth(fn), self.folder, script, self.context, os.getcwd())
+        task = HydraTask(module, qualname, _depth(fn), self.folder, script, self.context, os.getcwd(),
+                         self.sources or "")
         return FunctionTarget(pickle.dumps(task), f"{module}.{qualname}", module)
 
     def _what(self) -> str:

@@ -44,6 +44,7 @@ class HydraTask:
     file: str = ""  #: the file defining it: a script is loaded from it where ``__main__`` is another's (Ray's worker)
     context: str = ""  #: the multirun's context file (its own: another multirun never changes it)
     cwd: str = ""  #: Hydra's working directory, where relative paths of its config start
+    sources: str = ""  #: what composing read in the launcher (:func:`sweeper.front.hydra.returns.sources_digest`)
 
     def task_function(self) -> Any:
         module = sys.modules.get(self.module) or importlib.import_module(self.module)
@@ -75,7 +76,7 @@ class HydraTask:
         if ret.status is JobStatus.FAILED:
             raise ret._return_value  # the trial is error, with the task function's traceback
         if trial is not None:
-            keep(ret, digest, hydra_return_file(trial.dir))
+            keep(ret, {"digest": digest, "sources": self.sources}, hydra_return_file(trial.dir))
         return metrics_of(ret.return_value)
 
     def compose(self, params: dict[str, Any], name: str) -> tuple[Any, Any]:
@@ -132,13 +133,13 @@ def _resolvers(context: dict[str, Any]) -> Any:
     return BaseContainer._resolvers
 
 
-def keep(ret: Any, digest: str, path: str) -> None:
+def keep(ret: Any, marks: dict[str, str], path: str) -> None:
     """The job's return for the launcher: its value pickled, its configs as YAML (their
     content; Hydra re-imports its plugins in this process, so their config classes are not
     the launcher's). A value pickle refuses is said, and None."""
     from omegaconf import OmegaConf
 
-    kept = {"digest": digest, "overrides": list(ret.overrides), "working_dir": ret.working_dir, "task_name": ret.task_name,
+    kept = {**marks, "overrides": list(ret.overrides), "working_dir": ret.working_dir, "task_name": ret.task_name,
             "cfg": OmegaConf.to_yaml(ret.cfg), "hydra_cfg": OmegaConf.to_yaml(ret.hydra_cfg)}
     try:
         blob = pickle.dumps({**kept, "return_value": ret.return_value})
