@@ -140,8 +140,8 @@ class Launching:
             if not any(isinstance(f, _HydraWords) for f in handler.filters):
                 handler.addFilter(_HydraWords())
         every = list({j.key: j for j in [*self.earlier, *jobs]}.values())
-        definition = Definition(self._target(), opts, Points(j.params for j in every), None, _source(self.task_function),
-                                self._what(), names=tuple(str(j.num) for j in every),
+        definition = Definition(self._target(), opts, Points(j.params for j in every), None,
+                                _source(self.task_function), self._what(), names=tuple(str(j.num) for j in every),
                                 settled=frozenset(j.key for j in self.earlier))
         listener = choose_view(not opts.progress, opts.ranked_by, opts.ranked_mode)
         try:

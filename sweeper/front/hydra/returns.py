@@ -102,7 +102,8 @@ def check_kept(jobs: Iterable[Job], rows: Mapping[str, TrialResult], folder: str
         else:
             if sources is not None and kept.get("sources") == sources:
                 continue
-            digest, said = kept.get("digest"), "its config changed since it ran ok (a config file, a default, a group's option)"
+            digest = kept.get("digest")
+            said = "its config changed since it ran ok (a config file, a default, a group's option)"
         if digest is not None and digest == config_digest(compose(job)):
             continue
         raise SweepError(f"job #{row.name} ({' '.join(job.overrides)}) is on record in {folder}, but {said}, so its "
