@@ -149,6 +149,27 @@ def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: 
                                  "source": source or recorded.get("source", "")})
 
 
+def kept_and_todo(specs: Sequence[TrialSpec], previous: Mapping[str, TrialResult], options: Options,
+                  settled: Collection[str]) -> tuple[dict[str, TrialResult], list[TrialSpec]]:
+    """The rows on record a resume keeps (by trial id), and the trials it runs, in order."""
+    kept: dict[str, TrialResult] = {}
+    todo: list[TrialSpec] = []
+    judge = parse_constraints(options.constraints)
+    for spec in specs:
+        old = previous.get(spec.trial_id)
+        if old is not None and (keeps(old, options.skip_failed) or spec.key in settled):
+            # today's grid order, and today's constraints (they may have changed)
+            kept[spec.trial_id] = replace(old, index=spec.index, name=spec.name,
+                                          feasible=judge.feasible(old) if judge is not None else None)
+        elif spec.key in settled:  # settled but never started (the sweep stopped first): not run now
+            continue
+        elif old is not None:  # run again: its attempts go on counting (its log says which)
+            todo.append(replace(spec, attempt=old.attempts + 1, first_attempt=old.attempts + 1))
+        else:
+            todo.append(spec)
+    return kept, todo
+
+
 @dataclass
 class Plan:
     """What this run of a sweep does, decided from its trials and the folder's ledger."""
@@ -218,21 +239,7 @@ class Plan:
         mode = options.ranked_mode or (direction(options.ranked_by) if options.ranked_by else None) or ""
 
         wanted = {s.trial_id for s in specs}
-        kept: dict[str, TrialResult] = {}
-        todo: list[TrialSpec] = []
-        judge = parse_constraints(options.constraints)
-        for spec in specs:
-            old = previous.get(spec.trial_id)
-            if old is not None and (keeps(old, options.skip_failed) or spec.key in settled):
-                # today's grid order, and today's constraints (they may have changed)
-                kept[spec.trial_id] = replace(old, index=spec.index, name=spec.name,
-                                              feasible=judge.feasible(old) if judge is not None else None)
-            elif spec.key in settled:  # settled but never started (the sweep stopped first): not run now
-                continue
-            elif old is not None:  # run again: its attempts go on counting (its log says which)
-                todo.append(replace(spec, attempt=old.attempts + 1, first_attempt=old.attempts + 1))
-            else:
-                todo.append(spec)
+        kept, todo = kept_and_todo(specs, previous, options, settled)
         changed = [(tid, r.feasible) for tid, r in kept.items() if r.feasible != previous[tid].feasible]
         if changed:  # what status, report and load() read says the same
             ledger.set_feasible(changed)
