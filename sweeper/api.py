@@ -13,7 +13,6 @@ from sweeper.model.definition import Definition, shape
 from sweeper.model.options import Options
 from sweeper.model.target import FunctionTarget, check_signature, describe
 from sweeper.run import runner
-from sweeper.run.progress import choose_view
 from sweeper.store import table
 from sweeper.store.folder import sweep_folder
 from sweeper.store.ledger import Ledger
@@ -74,19 +73,11 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     if isinstance(fn, Command):  # the names its template uses must be parameters
         fn.check([dict.fromkeys(space, 0)] if isinstance(space, dict) else points or [])
     definition = Definition(FunctionTarget.of(fn), opts, points, space, source, describe(fn), default_name)
-    listener = None if opts.dry_run else choose_view(not opts.progress, opts.ranked_by, opts.ranked_mode)
-    try:
-        outcome = runner.run(definition, listener=listener)
-    finally:
-        if listener is not None:
-            listener.close()
+    outcome = runner.run_shown(definition)
     if opts.dry_run:
         return plan_frame(outcome)
     frame = table.dataframe(outcome.results, outcome.objectives)
     frame.attrs.update(metric=outcome.ranking[0], mode=outcome.ranking[1])  # as load() of the folder says
-    if opts.progress:
-        for line in runner.summary(outcome, opts.ranked_by, opts.ranked_mode):
-            print(line, flush=True)
     if outcome.interrupted is not None:
         raise SweepInterrupted(outcome.interrupted, frame, outcome.csv_path)
     return frame

@@ -29,7 +29,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from sweeper.backends.registry import Launch, lookup
 from sweeper.errors import SweepError
@@ -129,6 +129,25 @@ def run(
     tag = procs.new_tag()
     with procs.guarded(tag):
         return sweep.run(listener, tag)
+
+
+def run_shown(definition: Definition, words: Callable[[str], str] = str) -> Outcome:
+    """:func:`run` as a front end shows it: the live view (plain lines where no terminal, none
+    with ``progress=False``), then the closing summary (its lines through ``words``: a front
+    end's own names for the options)."""
+    from sweeper.run.progress import choose_view
+
+    opts = definition.options
+    listener = None if opts.dry_run else choose_view(not opts.progress, opts.ranked_by, opts.ranked_mode)
+    try:
+        outcome = run(definition, listener=listener)
+    finally:
+        if listener is not None:
+            listener.close()
+    if opts.progress and not opts.dry_run:
+        for line in summary(outcome, opts.ranked_by, opts.ranked_mode):
+            print(words(line), flush=True)
+    return outcome
 
 
 def _summary_imported() -> threading.Thread:

@@ -132,7 +132,6 @@ class Launching:
     def _run(self, jobs: list[Job]) -> Any:
         from sweeper.front.messages import show_messages
         from sweeper.run import runner
-        from sweeper.run.progress import choose_view
 
         opts = self.options
         show_messages(opts.progress)
@@ -143,16 +142,7 @@ class Launching:
         definition = Definition(self._target(), opts, Points(j.params for j in every), None,
                                 _source(self.task_function), self._what(), names=tuple(str(j.num) for j in every),
                                 settled=frozenset(j.key for j in self.earlier))
-        listener = choose_view(not opts.progress, opts.ranked_by, opts.ranked_mode)
-        try:
-            outcome = runner.run(definition, listener=listener)
-        finally:
-            if listener is not None:
-                listener.close()
-        if opts.progress:
-            for line in runner.summary(outcome, opts.ranked_by, opts.ranked_mode):
-                print(in_hydra_words(line), flush=True)
-        return outcome
+        return runner.run_shown(definition, in_hydra_words)
 
     def _target(self) -> FunctionTarget:
         fn = self.task_function
