@@ -141,3 +141,20 @@ def test_trackers_are_fed_from_the_ledger_on_ray_too(tmp_path):
     assert all(len(s["scalars"]["epoch/loss"]) == 3 for s in sessions.values())
     _, runs = mlflow_runs(local_uri(tmp_path / "t"), "t")
     assert sorted(r.data.tags["status"] for r in runs) == ["error", "ok"]
+
+
+def test_a_hydra_multirun_runs_its_jobs_as_ray_tasks(tmp_path):
+    """hydra/launcher=sweeper with backend=ray (issue 43): the app is a script, so each Ray
+    worker loads it to find the task function under @hydra.main; its job folders as Hydra's."""
+    pytest.importorskip("hydra", reason="hydra-core is not installed (pip install -e '.[hydra]')")
+    import subprocess
+
+    sweep = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "hydra_app", "app.py"), "-m",
+                           "hydra/launcher=sweeper", "lr=0.1,0.01", f"hydra.sweep.dir={sweep}",
+                           "hydra.launcher.backend=ray"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    df = pd.read_csv(sweep / "results.csv")
+    assert list(df.status) == ["ok", "ok"] and list(df.value) == pytest.approx([1.16, 0.26])
+    for num in (0, 1):
+        assert (sweep / str(num) / ".hydra" / "config.yaml").exists() and (sweep / str(num) / "app.log").exists()
