@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from sweeper.backends import registry
 from sweeper.front.command import Command
 from sweeper.front.messages import show_messages
+from sweeper.model.callables import source_of
 from sweeper.model.definition import Definition, shape
 from sweeper.model.options import Options
 from sweeper.model.target import FunctionTarget, check_signature, describe
@@ -90,7 +90,7 @@ def _what_runs(fn: Any, opts: Options) -> tuple[Any, str | None, str]:
         return Command.of(fn), None, "command"
     label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
     check_signature(fn, label)
-    source = _source_file(fn)
+    source = source_of(fn)
     return fn, source, os.path.splitext(os.path.basename(source))[0] if source else getattr(fn, "__name__", "sweep")
 
 
@@ -116,13 +116,6 @@ def plan_frame(outcome: runner.Outcome) -> "pandas.DataFrame":
                      **{f"param_{k}": v for k, v in spec.params.items()},
                      "seed": spec.seed, "first_slot": first})
     return pandas.DataFrame(rows)
-
-
-def _source_file(fn: Any) -> str | None:
-    try:
-        return inspect.getsourcefile(fn)
-    except TypeError:
-        return None
 
 
 def load(path: "str | os.PathLike[str]", every: bool = False) -> "pandas.DataFrame":

@@ -8,6 +8,16 @@ import os
 import sys
 from typing import Any
 
+def source_of(fn: Any) -> str | None:
+    """The file that defines ``fn``, or None (a builtin, a callable object without source)."""
+    import inspect
+
+    try:
+        return inspect.getsourcefile(fn)
+    except TypeError:
+        return None
+
+
 #: What a grid file's module is called in a trial process: the name ``multiprocessing``
 #: gives a script in its children, so theirs import the file again and find what it defines.
 MAIN_NAME = "__mp_main__"

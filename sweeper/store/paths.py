@@ -56,7 +56,7 @@ MLFLOW_ARTIFACTS = "mlartifacts"
 #: A Hydra launcher's own files in its sweep folder (``hydra.sweep.dir``): the job book (each
 #: job's number and overrides), the Hydra context its jobs' processes load; and in each trial's
 #: folder, the job's return as Hydra's sweepers read it
-HYDRA, HYDRA_BOOK, HYDRA_CONTEXT, HYDRA_RETURN = ".sweeper_hydra", "jobs.json", "context.pkl", "job_return.pkl"
+HYDRA, HYDRA_BOOK, HYDRA_CONTEXT, HYDRA_RETURN = ".sweeper_hydra", "jobs.json", "context-{}.pkl", "job_return.pkl"
 
 #: Starts the line at the top of each attempt's part of a trial's log.
 LOG_HEADER = "=== sweeper:"
@@ -108,10 +108,10 @@ class SweepPaths:
         """A Hydra launcher's job book: each job's number, kept across runs (never reused)."""
         return os.path.join(self.folder, HYDRA, HYDRA_BOOK)
 
-    @property
-    def hydra_context(self) -> str:
-        """What a Hydra job's process loads to compose its config as Hydra's launchers do."""
-        return os.path.join(self.folder, HYDRA, HYDRA_CONTEXT)
+    def hydra_context(self, tag: str = "*") -> str:
+        """What the jobs of one multirun (``tag``) load to compose their configs as Hydra's
+        launchers do: its own file, which another multirun never changes (``*``: any's)."""
+        return os.path.join(self.folder, HYDRA, HYDRA_CONTEXT.format(tag))
 
     @staticmethod
     def of_trial(trial_dir: str) -> SweepPaths:

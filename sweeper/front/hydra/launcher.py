@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import inspect
 import logging
 import os
 import pickle
@@ -42,8 +41,8 @@ from sweeper.errors import SweepError
 from sweeper.front.hydra import settings as launcher_settings
 from sweeper.front.hydra.jobs import Book, Job, described
 from sweeper.front.hydra.returns import check_kept, job_return, sources_digest
-from sweeper.front.hydra.task import HydraTask
-from sweeper.model.callables import name_of
+from sweeper.front.hydra.task import HydraTask, named
+from sweeper.model.callables import name_of, source_of
 from sweeper.model.definition import Definition
 from sweeper.model.grid import Points
 from sweeper.model.target import FunctionTarget
@@ -102,7 +101,7 @@ class Launching:
         if first:  # a job's config composes (a mistake in the overrides: Hydra's one line, before any job)
             self._compose(jobs[0])
             self._save_context(paths)
-            self.sources = sources_digest(self.hydra_context.config_loader, self.config)
+            self.sources = sources_digest(self.hydra_context.config_loader, self.config, self.folder)
         if not self.options.fresh:  # each job ok on record: made with the config it has now
             settled = {j.key for j in self.earlier}
             check_kept([j for j in jobs if j.key not in settled], _on_record(self.folder), self.folder, self._compose,
@@ -140,14 +139,14 @@ class Launching:
                 handler.addFilter(_HydraWords())
         every = list({j.key: j for j in [*self.earlier, *jobs]}.values())
         definition = Definition(self._target(), opts, Points(j.params for j in every), None,
-                                _source(self.task_function), self._what(), names=tuple(str(j.num) for j in every),
+                                source_of(self.task_function), self._what(), names=tuple(str(j.num) for j in every),
                                 settled=frozenset(j.key for j in self.earlier))
         return runner.run_shown(definition, in_hydra_words)
 
     def _target(self) -> FunctionTarget:
         fn = self.task_function
         module, qualname = fn.__module__, fn.__qualname__
-        script = os.path.abspath(_source(fn) or "") if module == "__main__" else ""
+        script = os.path.abspath(source_of(fn) or "") if module == "__main__" else ""
         task = HydraTask(module, qualname, _depth(fn), self.folder, script, self.context, os.getcwd(),
                          self.sources or "")
         return FunctionTarget(pickle.dumps(task), f"{module}.{qualname}", module)
@@ -169,10 +168,10 @@ class Launching:
         except Exception as exc:  # noqa: BLE001 - whatever the app put in Hydra's config store
             raise SweepError(f"Hydra's context cannot be sent to the jobs' processes ({exc}); define structured "
                              "configs at the top level of a module") from None
-        os.makedirs(os.path.dirname(paths.hydra_context), exist_ok=True)
-        for old in glob.glob(paths.hydra_context.replace(".pkl", "*.pkl")):  # earlier multiruns' (none runs now)
+        for old in glob.glob(paths.hydra_context()):  # earlier multiruns' (none runs now: refuse_busy)
             os.remove(old)
-        self.context = paths.hydra_context.replace(".pkl", f"-{os.getpid()}-{int(time.time())}.pkl")
+        self.context = paths.hydra_context(f"{os.getpid()}-{int(time.time())}")
+        os.makedirs(os.path.dirname(self.context), exist_ok=True)
         with atomic(self.context, binary=True) as f:
             f.write(blob)
 
@@ -217,10 +216,7 @@ def _depth(fn: Any) -> int:
     import importlib
     import sys
 
-    module = sys.modules.get(fn.__module__) or importlib.import_module(fn.__module__)
-    found: Any = module
-    for part in fn.__qualname__.split("."):
-        found = getattr(found, part, None)
+    found = named(sys.modules.get(fn.__module__) or importlib.import_module(fn.__module__), fn.__qualname__)
     for depth in range(8):
         if found is fn:
             return depth
@@ -239,13 +235,6 @@ def _resolvers(state: Mapping[str, Any]) -> bytes | None:
     except Exception:  # noqa: BLE001 - the jobs use the resolvers the app registers on import
         return None
     return blob
-
-
-def _source(fn: Any) -> str | None:
-    try:
-        return inspect.getsourcefile(fn)
-    except TypeError:
-        return None
 
 
 def in_hydra_words(message: str) -> str:

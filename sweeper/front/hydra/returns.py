@@ -111,10 +111,12 @@ def check_kept(jobs: Iterable[Job], rows: Mapping[str, TrialResult], folder: str
                          "hydra.launcher.fresh=true")
 
 
-def sources_digest(config_loader: Any, config: Any) -> str | None:
+def sources_digest(config_loader: Any, config: Any, sweep_folder: str) -> str | None:
     """What composing a job's config reads besides its overrides, as one digest: every YAML
     file of the config search path, the config store's nodes (structured configs), and the
-    multirun's own config (without ``hydra``). None where a search path cannot be read."""
+    multirun's own config (without ``hydra``). None where a search path cannot be read. The
+    sweep folder is left out where it lies in a search path (an app whose configs are its own
+    folder): its jobs' ``.hydra/`` files are what the jobs wrote, no config of theirs."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
@@ -124,7 +126,7 @@ def sources_digest(config_loader: Any, config: Any) -> str | None:
         if folder is None:
             return None
         for here, dirs, files in os.walk(folder) if folder else ():
-            dirs.sort()
+            dirs[:] = sorted(d for d in dirs if os.path.abspath(os.path.join(here, d)) != sweep_folder)
             for name in sorted(f for f in files if f.endswith((".yaml", ".yml"))):
                 with open(os.path.join(here, name), "rb") as f:
                     h.update(os.path.relpath(os.path.join(here, name), folder).encode() + b"\0" + f.read())

@@ -41,10 +41,10 @@ class HydraTask:
     qualname: str
     unwrap: int  #: how many ``__wrapped__`` lead from the module's name to it (1 under ``@hydra.main``)
     folder: str  #: the sweep folder (``hydra.sweep.dir``)
-    file: str = ""  #: the file defining it: a script is loaded from it where ``__main__`` is another's (Ray's worker)
-    context: str = ""  #: the multirun's context file (its own: another multirun never changes it)
-    cwd: str = ""  #: Hydra's working directory, where relative paths of its config start
-    sources: str = ""  #: what composing read in the launcher (:func:`sweeper.front.hydra.returns.sources_digest`)
+    file: str  #: the file defining it: a script is loaded from it where ``__main__`` is another's (Ray's worker)
+    context: str  #: the multirun's context file (its own: another multirun never changes it)
+    cwd: str  #: Hydra's working directory, where relative paths of its config start
+    sources: str  #: what composing read in the launcher (:func:`sweeper.front.hydra.returns.sources_digest`)
 
     def task_function(self) -> Any:
         module = sys.modules.get(self.module) or importlib.import_module(self.module)
@@ -52,9 +52,7 @@ class HydraTask:
             from sweeper.model.target import load_file
 
             module = load_file(self.file)  # as __mp_main__, also __main__: its __main__ block does not run
-        fn: Any = module
-        for part in self.qualname.split("."):
-            fn = getattr(fn, part)
+        fn = named(module, self.qualname)
         for _ in range(self.unwrap):
             fn = fn.__wrapped__
         return fn
@@ -68,10 +66,11 @@ class HydraTask:
         if self.cwd and os.path.isdir(self.cwd):
             os.chdir(self.cwd)
         trial = current_trial()
+        task_function = self.task_function()  # first: the context's classes may live in the app's module
         hydra_context, config = self.compose(params, trial.name if trial is not None else "")
         digest = config_digest(config)  # before the task function, which may change its config
         HydraConfig.instance().set_config(config)
-        ret = run_job(hydra_context=hydra_context, task_function=self.task_function(), config=config,
+        ret = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
         if ret.status is JobStatus.FAILED:
             raise ret._return_value  # the trial is error, with the task function's traceback
@@ -81,7 +80,7 @@ class HydraTask:
 
     def compose(self, params: dict[str, Any], name: str) -> tuple[Any, Any]:
         """Hydra's context and the job's config, numbered: the trial's name is its number (the
-        folder sweeper keeps for it), else the book's."""
+        folder sweeper keeps for it), else the book's. The app's module is imported already."""
         from hydra.core.singleton import Singleton
         from hydra.core.utils import setup_globals
         from omegaconf import open_dict
@@ -90,8 +89,7 @@ class HydraTask:
 
         job = Book.job_of(SweepPaths(self.folder), params)
         num = int(name) if name.isdigit() else job.num
-        self.task_function()  # first: the context's classes may live in the app's module
-        with open(self.context or SweepPaths(self.folder).hydra_context, "rb") as f:
+        with open(self.context, "rb") as f:
             context = pickle.load(f)
         setup_globals()
         Singleton.set_state({"instances": context["instances"], "omegaconf_resolvers": _resolvers(context)})
@@ -101,6 +99,14 @@ class HydraTask:
             config.hydra.job.id = num
             config.hydra.job.num = num
         return hydra_context, config
+
+
+def named(module: Any, qualname: str) -> Any:
+    """What ``qualname`` names in ``module`` (None where a part of it is missing)."""
+    found = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found
 
 
 def config_digest(config: Any) -> str:
