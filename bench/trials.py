@@ -58,7 +58,9 @@ def fake_gpu(params):
     import sweeper
 
     t0 = time.time()
-    fake_nvml.allocate(params["board"], params["need_mb"])  # waits until the sampler has seen it
+    # as its framework would take it ("tensorflow": its whole cap at start without growth);
+    # waits until the sampler has seen it
+    fake_nvml.allocate(params["board"], params["need_mb"], params.get("framework", "exact"))
     epochs = int(params.get("epochs", 0))
     for epoch in range(1, epochs + 1):
         time.sleep(max(0.0, params["busy_s"] * epoch / epochs - (time.time() - t0)))

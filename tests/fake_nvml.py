@@ -10,6 +10,14 @@ zombie), exactly as NVML lists a process that holds a CUDA context. The first ti
 fake lists a pid it creates ``<board>/<pid>.seen``, so a trial can wait until it has
 been seen instead of sleeping.
 
+A trial takes its memory as its framework would (:func:`allocate`, :data:`FRAMEWORKS`):
+``"tensorflow"`` without memory growth maps its whole cap (``SWEEPER_MEMORY_LIMIT_MB``, as
+sweeper's child gives TensorFlow's ``memory_limit``) the moment it starts, and runs out when
+its need is larger; ``"jax"`` preallocates 75% of the card (``XLA_PYTHON_CLIENT_MEM_FRACTION``,
+or what it needs under ``XLA_PYTHON_CLIENT_PREALLOCATE=false``); ``"exact"`` takes only what
+it needs (what tests written before these modes assume). A process that is no trial
+(another user's job) holds memory with :func:`occupy`, or ``python tests/fake_nvml.py --hold``.
+
 Installed in the test's process with ``monkeypatch`` (see the ``fake_nvml`` fixture);
 for a CLI run in a subprocess, :func:`main` installs it from ``SWEEPER_FAKE_NVML``.
 """
@@ -193,11 +201,7 @@ def hold(board: str, mb: int, pid: int | None = None) -> None:
     import time
 
     pid = pid or os.getpid()
-    uuid = os.environ["CUDA_VISIBLE_DEVICES"]
-    tmp = os.path.join(board, f".{pid}.tmp")
-    with open(tmp, "w") as f:
-        f.write(f"{uuid} {mb}")
-    os.replace(tmp, os.path.join(board, str(pid)))
+    occupy(board, os.environ["CUDA_VISIBLE_DEVICES"], mb, pid)
     seen = os.path.join(board, f"{pid}.seen")
     deadline = time.monotonic() + 60
     while not os.path.exists(seen):  # a file the parent's sampler makes: polled, not slept on
@@ -225,34 +229,68 @@ class ResourceExhaustedError(RuntimeError):
     """What TensorFlow raises when its allocator cannot give what a tensor needs."""
 
 
-def allocate(board: str, mb: int) -> None:
-    """Take ``mb`` of this process's card as a framework does: its context, then ``mb -
-    CONTEXT_MB`` through an allocator capped at ``SWEEPER_MEMORY_LIMIT_MB``. It fails, with
-    TensorFlow's OOM message and nothing held, when the cap or the card (as the fake NVML
-    of ``SWEEPER_FAKE_NVML`` counts it, others' holdings included) has less; else it holds
-    the memory until the parent has seen it (:func:`hold`)."""
+#: How a fake trial takes memory: as its framework would, or only what it needs (``exact``).
+FRAMEWORKS = ("exact", "tensorflow", "jax")
+#: JAX preallocates this share of the card unless told otherwise (XLA_PYTHON_CLIENT_MEM_FRACTION).
+JAX_FRACTION = 0.75
+
+
+def mapped(mb: int, framework: str, env: dict[str, str], total_mb: int, free_mb: int) -> tuple[int, int | None]:
+    """(MB mapped the moment the framework starts, the most its allocator gives beyond its
+    context or None) for a trial needing ``mb`` (context included) under ``env``: TensorFlow
+    without growth maps its whole ``memory_limit`` (all that is free where none is set), JAX
+    preallocates its fraction of the card; with growth (or ``exact``) only ``mb`` is mapped."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+    cap = env.get("SWEEPER_MEMORY_LIMIT_MB")
+    limit = int(cap) if cap is not None else None
+    if framework == "tensorflow" and env.get("TF_FORCE_GPU_ALLOW_GROWTH") != "true":
+        return (CONTEXT_MB + limit, limit) if limit is not None else (free_mb, None)
+    if framework == "jax":
+        fraction = float(env.get("XLA_PYTHON_CLIENT_MEM_FRACTION", JAX_FRACTION))
+        limit = int(fraction * total_mb)
+        if env.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() != "false":
+            return CONTEXT_MB + limit, limit
+    return mb, limit
+
+
+def allocate(board: str, mb: int, framework: str = "exact") -> None:
+    """Take ``mb`` of this process's card (its context, then ``mb - CONTEXT_MB`` through an
+    allocator) as ``framework`` does (:func:`mapped`): it fails, with TensorFlow's OOM message
+    and nothing held, when what it maps at start does not fit in the card's free memory (as
+    the fake NVML of ``SWEEPER_FAKE_NVML`` counts it, others' holdings included) or its need
+    is over its allocator's limit; else it holds what it mapped until the parent has seen it
+    (:func:`hold`)."""
     import fcntl
 
     uuid = os.environ["CUDA_VISIBLE_DEVICES"]
-    cap = os.environ.get("SWEEPER_MEMORY_LIMIT_MB")
     want = mb - CONTEXT_MB
     with open(os.path.join(board, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one allocation at a time on the machine: no race for the last MB
-        if cap is not None and want > int(cap):
-            raise ResourceExhaustedError(f"OOM when allocating tensor of {want} MB: the allocator is capped at "
-                                         f"{cap} MB")
         fake = FakeNvml.from_json(os.environ["SWEEPER_FAKE_NVML"])
         fake.board = board
         card = next(c for c in fake.cards if c.uuid == uuid)
         mem = fake.nvmlDeviceGetMemoryInfo(card)
         free = (mem.free >> 20) + fake.used_by_trials(uuid).get(os.getpid(), 0)
-        if mb > free:
-            raise ResourceExhaustedError(f"OOM when allocating tensor of {want} MB: the card has {free} MB free")
-        tmp = os.path.join(board, f".{os.getpid()}.tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{uuid} {mb}")
-        os.replace(tmp, os.path.join(board, str(os.getpid())))
-    hold(board, mb)
+        take, limit = mapped(mb, framework, dict(os.environ), card.total_mb, free)
+        if limit is not None and want > limit:
+            raise ResourceExhaustedError(f"OOM when allocating tensor of {want} MB: the allocator is capped at "
+                                         f"{limit} MB")
+        if max(take, mb) > free:
+            raise ResourceExhaustedError(f"OOM when allocating tensor of {want} MB: the card has {free} MB free, "
+                                         f"{max(take, mb)} MB asked")
+        occupy(board, uuid, max(take, mb))
+    hold(board, max(take, mb))
+
+
+def occupy(board: str, uuid: str, mb: int, pid: int | None = None) -> None:
+    """``pid`` (this process) holds ``mb`` of the card ``uuid`` from now, as NVML will list it
+    (a process that is no trial: a colleague's job; it waits for nothing)."""
+    pid = pid or os.getpid()
+    tmp = os.path.join(board, f".{pid}.tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{uuid} {mb}")
+    os.replace(tmp, os.path.join(board, str(pid)))
 
 
 def holders(board: str) -> int:
@@ -275,11 +313,41 @@ def meet(board: str, peers: int) -> int:
     return len(held)
 
 
+def colleague(argv: list[str]) -> None:
+    """``--hold BOARD UUID MB [SECONDS] [--grow MB2 --when PATH]``: a process that is no
+    sweep's (a colleague's job) holds ``MB`` of the card ``uuid`` for ``SECONDS`` (else until
+    it is ended), saying ``holding`` on stdout once NVML lists it; with ``--grow``, it holds
+    ``MB2`` from the moment ``PATH`` exists (then ``PATH.done`` says it did)."""
+    import argparse
+    import time
+
+    ap = argparse.ArgumentParser(prog="fake_nvml.py --hold")
+    ap.add_argument("board")
+    ap.add_argument("uuid")
+    ap.add_argument("mb", type=int)
+    ap.add_argument("seconds", type=float, nargs="?")
+    ap.add_argument("--grow", type=int)
+    ap.add_argument("--when")
+    args = ap.parse_args(argv)
+    occupy(args.board, args.uuid, args.mb)
+    print("holding", flush=True)
+    end = None if args.seconds is None else time.monotonic() + args.seconds
+    while end is None or time.monotonic() < end:
+        if args.grow and args.when and os.path.exists(args.when):
+            occupy(args.board, args.uuid, args.grow)
+            open(args.when + ".done", "w").close()
+            args.grow = None
+        time.sleep(0.02)  # a colleague's job: it polls for its cue, nothing waits on its sleep
+
+
 def main() -> None:
     """``python tests/fake_nvml.py ARGS``: ``python -m sweeper ARGS`` on the machine that
     ``SWEEPER_FAKE_NVML`` describes (a :meth:`FakeNvml.to_json`)."""
     if sys.argv[1:2] == ["--describe"]:  # a machine of N cards, for tests/fake_machine
         print(FakeNvml([Card() for _ in range(int(sys.argv[2]))]).to_json())
+        return
+    if sys.argv[1:2] == ["--hold"]:
+        colleague(sys.argv[2:])
         return
     FakeNvml.from_json(os.environ["SWEEPER_FAKE_NVML"]).install_for_good()
     from sweeper.__main__ import entry
