@@ -187,7 +187,7 @@ def train(params):
 def test_export_of_a_metric_that_says_no_direction_asks_for_mode(tmp_path):
     optuna = pytest.importorskip("optuna")
     done = run_cli(write_grid(tmp_path, PICKED), "--out", str(tmp_path / "out"))  # the first metric, picked
-    assert done.returncode == 0 and "lower is assumed" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "not ranked: 'value'" in done.stdout, done.stdout + done.stderr
     folder, url = str(tmp_path / "out" / "grid"), f"sqlite:///{tmp_path / 'study.db'}"
     asked = run_cli("export", folder, "--optuna", url)
     assert asked.returncode == 2 and asked.stderr.count("\n") == 1 and "--mode max" in asked.stderr, asked.stderr

@@ -72,7 +72,11 @@ def test_f1_through_the_api_and_an_unknown_named_metric(tmp_path, capsys):
 def test_a_picked_metric_of_unknown_direction_is_said_and_nan_is_counted(tmp_path, capsys):
     sweeper.sweep(sweep_fns.nan_first, {"x": [1, 2, 3]}, out=str(tmp_path))
     out = capsys.readouterr().out
-    assert "ranking by 'value', the first metric" in out and "lower is assumed" in out
+    assert "sweeper: not ranked: 'value' does not say by its name whether higher or lower is better" in out
+    board = out.split("first 3 of 3 ok trials, in grid order (not ranked):")[1].splitlines()
+    assert [line.split()[0] for line in board[2:5]] == ["x=1", "x=2", "x=3"]  # listed as they are
+    sweeper.sweep(sweep_fns.nan_first, {"x": [1, 2, 3]}, out=str(tmp_path), mode="min")
+    out = capsys.readouterr().out
     assert "1 ok trial had a NaN value, ranked last" in out
     board = out.split("top 3 by value (min):")[1].splitlines()
     assert [line.split()[0] for line in board[2:5]] == ["x=3", "x=2", "x=1"]  # the NaN one, last

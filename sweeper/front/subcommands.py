@@ -147,7 +147,9 @@ def _print_best(results: list[Any], objectives: Any, asked: tuple[Any, Any], unn
     except SweepError as exc:  # no trial has the sweep's metric yet (all failed, say)
         print(f"sweeper: {exc}")
         metric = None
-    if metric is not None:
+    if metric is not None and mode is None:  # its direction unknown: nothing is the best
+        print(f"sweeper: {query.unranked(metric)}")
+    elif metric is not None:
         board = query.leaderboard(frame, metric, mode, top=1)
         if len(board):
             best = board.iloc[0]
@@ -163,7 +165,7 @@ def _print_best(results: list[Any], objectives: Any, asked: tuple[Any, Any], unn
             _print_importance(frame, name, how)
 
 
-def _print_importance(frame: Any, metric: str, mode: str) -> None:
+def _print_importance(frame: Any, metric: str, mode: str | None) -> None:
     from sweeper.results.importance import importance
     from sweeper.results.query import finished_ok
 
@@ -211,7 +213,9 @@ def report_main(argv: list[str]) -> int:
             raise
         print(f"sweeper: {exc}")  # no trial has the sweep's metric yet: no ranking, a report all the same
         metric, mode = None, None  # ranked by nothing: not the first metric as "min"
-    if metric is not None and mode is not None:
+    if metric is not None and mode is None:  # its direction unknown: listed, not ranked
+        print(f"sweeper: {query.unranked(metric)}")
+    if metric is not None:
         for line in query.leaderboard_lines(frame, metric, mode):
             print(line)
         if frame.attrs.get("objectives") is not None:
@@ -223,7 +227,7 @@ def report_main(argv: list[str]) -> int:
         print(f"{len(fails)} failed:")
         for row in fails.itertuples():
             print(f"  {row.status:<11} {row.trial}: {row.error}  (log: {row.log})")
-    path = report.write_html(folder, metric, mode)
+    path = report.write_html(folder, metric if mode is not None else None, mode)  # unranked: picked again
     print(f"report: {path}")
     return EXIT_OK
 

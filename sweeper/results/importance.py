@@ -31,7 +31,7 @@ class Importance:
     """Each varying parameter's share of the metric's variance, largest first (sums to 1)."""
 
     metric: str
-    mode: str
+    mode: str | None  #: None: a metric whose direction is unknown (the shares do not depend on it)
     trials: int  #: the ok trials with the metric that it was computed from
     shares: tuple[tuple[str, float], ...]  #: (parameter, share), the ``param_`` prefix dropped
     left_out: tuple[str, ...] = ()  #: parameters some of those trials lack: not compared
@@ -46,7 +46,7 @@ class Importance:
         return out
 
 
-def importance(ok: "pandas.DataFrame", metric: str, mode: str) -> Importance:
+def importance(ok: "pandas.DataFrame", metric: str, mode: str | None) -> Importance:
     """The importance of each parameter for ``metric`` over ``ok``, the rows of a results
     table that finished ok (``df[sweeper.results.report.finished_ok(df)]``); a :class:`SweepError`
     says in one line why it cannot be told."""

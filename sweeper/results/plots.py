@@ -48,7 +48,7 @@ class Plot:
     caption: str
 
 
-def make_plots(df: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: str | None, mode: str,
+def make_plots(df: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: str | None, mode: str | None,
            searched: bool) -> list[Plot]:
     """Every figure of the page, in its order (the page says why one is missing). Each caption
     says which trials the figure shows and which of them are grey."""
@@ -60,7 +60,7 @@ def make_plots(df: "pandas.DataFrame", history: "pandas.DataFrame | None", metri
             log = name in df.attrs.get(LOG_SCALE, ()) or spans_decades(df[col])
             fig, how, marks = _param_figure(ok, col, metric, mode, log)
             out.append(Plot(f"param:{name}", fig, f"{metric} by {name} ({how}): {_drawn(ok, metric)}; {marks}"))
-        if searched:
+        if searched and mode is not None:
             out.append(Plot("progress", _best_so_far_figure(df, metric, mode), _progress_caption(df, metric)))
     curves = _curves_plot(df, history, metric, mode)
     if curves is not None:
@@ -98,8 +98,8 @@ def _progress_caption(df: "pandas.DataFrame", metric: str) -> str:
 
 
 def _curves_plot(df: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: str | None,
-                 mode: str) -> Plot | None:
-    """The learning curves of the top trials, the pruned ones grey under them."""
+                 mode: str | None) -> Plot | None:
+    """The learning curves of the top trials (no mode: the first, none ranked), the pruned ones grey under them."""
     board = leaderboard(df, metric, mode, TOP)
     column = curves_column(history, metric)
     if history is None or column is None or board.empty:
@@ -109,7 +109,8 @@ def _curves_plot(df: "pandas.DataFrame", history: "pandas.DataFrame | None", met
     curves, grey = _curves_figure(history, df, trials, column, pruned)
     if curves is None:
         return None
-    caption = f"{column} per epoch of the top {len(trials)} trials" + (f" by {metric}" if metric else "")
+    caption = (f"{column} per epoch of the first {len(trials)} trials (not ranked)" if metric and mode is None
+               else f"{column} per epoch of the top {len(trials)} trials" + (f" by {metric}" if metric else ""))
     if "feasible" in df.columns:
         caption += " among those that meet the constraints"
     if grey:
@@ -206,7 +207,7 @@ def _hollow(ax: Any, xs: Any, ys: Any) -> None:
                label=f"{_MISSED} ({len(xs)})")
 
 
-def _param_figure(ok: "pandas.DataFrame", col: str, metric: str, mode: str,
+def _param_figure(ok: "pandas.DataFrame", col: str, metric: str, mode: str | None,
                   log: bool) -> tuple["Figure", str, str]:
     """The metric against one hyperparameter over the ok trials (those that miss the
     constraints hollow grey), a word on the axis, and one on the marks."""
@@ -219,7 +220,7 @@ def _param_figure(ok: "pandas.DataFrame", col: str, metric: str, mode: str,
     good = ranked(ok).to_numpy()
     if is_number_column(ok[col]):
         how = _scatter(ax, ok[col].to_numpy(dtype=float, na_value=numpy.nan), y, good, mode, log)
-        marks = "red star: the best" + (" that meets them" if not good.all() else "")
+        marks = "red star: the best" + (" that meets them" if not good.all() else "") if mode else "no best marked"
     else:
         how = _strip(ax, ok[col], y, good)
         marks = "boxes: the quartiles of the " + ("blue ones" if not good.all() else "trials")
@@ -232,9 +233,9 @@ def _param_figure(ok: "pandas.DataFrame", col: str, metric: str, mode: str,
     return fig, how, marks
 
 
-def _scatter(ax: Any, x: Any, y: Any, good: Any, mode: str, log: bool) -> str:
-    """Blue dots (the best a red star) and hollow grey ones; ``log``: a search's loguniform
-    parameter, or values that span two decades over every trial of the sweep (see :data:`LOG_SCALE`)."""
+def _scatter(ax: Any, x: Any, y: Any, good: Any, mode: str | None, log: bool) -> str:
+    """Blue dots (the best a red star, where ``mode`` tells it) and hollow grey ones; ``log``: a search's
+    loguniform parameter, or values that span two decades over every trial of the sweep (see :data:`LOG_SCALE`)."""
     import numpy
     from matplotlib.ticker import MaxNLocator
 
@@ -243,7 +244,7 @@ def _scatter(ax: Any, x: Any, y: Any, good: Any, mode: str, log: bool) -> str:
     if grey.any():
         _hollow(ax, x[grey], y[grey])
     ax.scatter(x[blue], y[blue], s=36, alpha=0.8, color=_OK_COLOUR, edgecolors="white", linewidths=0.5, zorder=3)
-    if blue.any():
+    if blue.any() and mode is not None:
         i = int(numpy.argmax(y[blue]) if mode == "max" else numpy.argmin(y[blue]))
         ax.scatter([x[blue][i]], [y[blue][i]], s=160, marker="*", color=_BEST_COLOUR, zorder=4, label="best")
     xs = x[keep]
@@ -387,7 +388,7 @@ def _curves_figure(history: "pandas.DataFrame", df: "pandas.DataFrame", trials: 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel(column)
-    ax.set_title(f"{column} per epoch (top {len(trials)} trials)")
+    ax.set_title(f"{column} per epoch ({len(trials)} trials)")
     ax.grid(True, alpha=0.3)
     ax.legend(handles=handles, loc="best", fontsize=8)
     return fig, grey

@@ -6,7 +6,6 @@ and ``report`` say of a sweep's rows.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
@@ -56,14 +55,16 @@ def metric_columns(df: "pandas.DataFrame") -> list[str]:
     ]
 
 
-def choose(df: "pandas.DataFrame", metric: str | None = None, mode: str | None = None) -> tuple[str | None, str]:
-    """The metric to rank by and its direction, ``(metric, "max" | "min")``.
+def choose(df: "pandas.DataFrame", metric: str | None = None,
+           mode: str | None = None) -> tuple[str | None, str | None]:
+    """The metric to rank by and its direction, ``(metric, "max" | "min" | None)``.
 
     The metric defaults to a validation metric where there is one, ``val_loss`` before
     ``loss``, else the first metric column (:func:`sweeper.model.metrics.default_metric`; None when
     the table has none); the mode defaults to the metric's direction by its name where the name is a known one
     (:func:`sweeper.model.metrics.direction`). A metric sweeper picked whose direction is unknown
-    is ranked ``min``, with a warning saying so (a display default: a named one needs ``mode``).
+    has no mode: it ranks nothing until a mode is given (:func:`unranked` says how), and
+    nothing is called best; a direction is never guessed.
 
     Raises:
         SweepError: ``metric`` is not a metric column of ``df``; ``mode`` is neither
@@ -76,18 +77,13 @@ def choose(df: "pandas.DataFrame", metric: str | None = None, mode: str | None =
     elif metric not in metrics:
         have = ", ".join(metrics) if metrics else "none"
         raise SweepError(f"no metric {metric!r} in the results: give one of the metrics ({have})")
+    if mode not in (None, "max", "min"):
+        raise SweepError(f"mode must be 'max' or 'min', not {mode!r}")
     if mode is None and metric is not None:
         mode = direction(metric)
         if mode is None and not picked:
             raise unknown_direction(metric)
-        if mode is None:
-            mode = "min"
-            logging.getLogger("sweeper").warning(
-                "sweeper: ranking by %r, the first metric; its name does not say whether higher is "
-                "better, so lower is assumed: give --metric and --mode to choose", metric)
-    elif mode not in (None, "max", "min"):
-        raise SweepError(f"mode must be 'max' or 'min', not {mode!r}")
-    return metric, mode or "min"
+    return metric, mode
 
 
 def unknown_direction(metric: str) -> SweepError:
@@ -95,6 +91,13 @@ def unknown_direction(metric: str) -> SweepError:
         f"sweeper cannot tell from its name whether a higher or a lower {metric!r} is better; "
         "give --mode max or --mode min (mode='max' or 'min')"
     )
+
+
+def unranked(metric: str) -> str:
+    """The one line said where the metric ranked by has no direction (:func:`choose`): why
+    nothing is ranked, and how to choose."""
+    return (f"not ranked: {metric!r} does not say by its name whether higher or lower is better; give --mode max "
+            "or --mode min (mode='max' or 'min') to rank by it, or --metric (metric=) to rank by another")
 
 
 def status_of(value: Any) -> Status | None:
@@ -142,33 +145,41 @@ def failed(df: "pandas.DataFrame") -> "pandas.Series":
     return _mask(df, [s is None or not s.succeeded for s in _statuses(df)])
 
 
-def leaderboard(df: "pandas.DataFrame", metric: str | None, mode: str, top: int = TOP) -> "pandas.DataFrame":
+def leaderboard(df: "pandas.DataFrame", metric: str | None, mode: str | None,
+                top: int = TOP) -> "pandas.DataFrame":
     """The best ``top`` trials that finished ok (and meet the sweep's constraints), best first.
 
     Columns: ``trial``, the metric, then the hyperparameters (``param_`` prefix
     dropped, unless the bare name is the metric's or ``trial``: a parameter and a metric may
     share a name). Trials whose metric is NaN come last; ties keep the table's order.
-    With ``metric=None`` the ok trials are listed in the table's order.
+    With ``metric=None``, or ``mode=None`` (a metric whose direction is unknown), the first
+    ``top`` ok trials in the table's order: none is ranked.
     """
     ok = df[ranked(df)]
     params = param_columns(df)
     cols = ["trial", *([metric] if metric is not None else []), *params]
-    if metric is not None:
+    if metric is not None and mode is not None:
         ok = ok.sort_values(metric, ascending=(mode == "min"), na_position="last", kind="stable")
     board = ok[cols].head(max(int(top), 0)).reset_index(drop=True)
     taken = {"trial", metric}
     return board.rename(columns={p: p[len("param_"):] for p in params if p[len("param_"):] not in taken})
 
 
-def leaderboard_lines(df: "pandas.DataFrame", metric: str | None, mode: str, top: int = TOP) -> list[str]:
+def leaderboard_lines(df: "pandas.DataFrame", metric: str | None, mode: str | None,
+                      top: int = TOP) -> list[str]:
     """The leaderboard as plain-text lines with aligned columns (no color codes).
 
-    The first line says what is ranked, e.g. ``top 5 by val_accuracy (max):``.
+    The first line says what is ranked, e.g. ``top 5 by val_accuracy (max):``; with no
+    mode, that nothing is: ``first 5 of 8 ok trials, in grid order (not ranked):``.
     """
     board = leaderboard(df, metric, mode, top)
+    unranked = metric is not None and mode is None
     what = f"by {metric} ({mode})" if metric is not None else "(no metric to rank by)"
     if board.empty:
-        return [f"top {int(top)} {what}:", "  " + nothing_ranked(df)]
+        return ["not ranked:" if unranked else f"top {int(top)} {what}:", "  " + nothing_ranked(df)]
+    n = int(ranked(df).sum())
+    title = (f"first {len(board)} of {n} ok trial{'s' if n > 1 else ''}, in grid order (not ranked)" if unranked
+             else f"top {len(board)} {what}")
     head = [str(c) for c in board.columns]
     params = set(board.columns[2 if metric is not None else 1:])  # after trial and the metric
     columns = [param_texts(board[c]) if c in params else [fmt_value(v) for v in board[c]] for c in board.columns]
@@ -180,7 +191,7 @@ def leaderboard_lines(df: "pandas.DataFrame", metric: str | None, mode: str, top
         parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
         return ("  " + "  ".join(parts)).rstrip()
 
-    return [f"top {len(cells)} {what}:", line(head), *(line(r) for r in cells)]
+    return [f"{title}:", line(head), *(line(r) for r in cells)]
 
 
 def nothing_ranked(df: "pandas.DataFrame") -> str:

@@ -43,6 +43,7 @@ from sweeper.results.query import (
     param_texts,
     status_of,
     stopped,
+    unranked,
 )
 from sweeper.results.reading import read_folder
 from sweeper.store import paths
@@ -167,7 +168,7 @@ def _status_class(status: str) -> str:
 
 
 def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None",
-          metric: str | None, mode: str, searched: bool = False) -> str:
+          metric: str | None, mode: str | None, searched: bool = False) -> str:
     e = html.escape
     name = os.path.basename(os.path.normpath(os.path.abspath(folder)))
     out: list[str] = [
@@ -243,13 +244,17 @@ def _trials_section(df: "pandas.DataFrame") -> list[str]:
     return out
 
 
-def _leaderboard_section(df: "pandas.DataFrame", board: "pandas.DataFrame", metric: str | None, mode: str,
-                         fixed: dict[str, Any]) -> list[str]:
-    """The leaderboard (the fixed settings are said once, above it)."""
+def _leaderboard_section(df: "pandas.DataFrame", board: "pandas.DataFrame", metric: str | None,
+                         mode: str | None, fixed: dict[str, Any]) -> list[str]:
+    """The leaderboard (the fixed settings are said once, above it); with no mode, the first
+    trials in grid order, none ranked, and how to rank them."""
     e = html.escape
     if metric is None:
         out = ["<h2>Leaderboard</h2>",
                '<p class="note">The results have no metric column, so the trials cannot be ranked.</p>']
+    elif mode is None:
+        out = [f"<h2>Leaderboard: not ranked (first {len(board)} trials, in grid order)</h2>",
+               f'<p class="note">{e(unranked(metric)[0].upper() + unranked(metric)[1:])}.</p>']
     else:
         out = [f"<h2>Leaderboard: top {len(board)} by {e(metric)} ({e(mode)})</h2>"]
     if df[finished_ok(df)].empty:
@@ -292,7 +297,8 @@ def _param_section(df: "pandas.DataFrame", param_plots: list[Any], metric: str |
     return out
 
 
-def _importance_section(df: "pandas.DataFrame", metric: str | None, mode: str, objectives: Any) -> list[str]:
+def _importance_section(df: "pandas.DataFrame", metric: str | None, mode: str | None,
+                        objectives: Any) -> list[str]:
     """Which parameters mattered (fANOVA), or why that cannot be told."""
     e = html.escape
     out = ["<h2>Which parameters mattered</h2>"]

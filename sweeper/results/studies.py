@@ -218,9 +218,10 @@ def _trial(optuna: Any, result: Any, dists: Mapping[str, tuple[Any, Callable[[An
     return trial
 
 
-def frame_study(optuna: Any, rows: "pandas.DataFrame", params: list[str], metric: str, mode: str) -> Any:
+def frame_study(optuna: Any, rows: "pandas.DataFrame", params: list[str], metric: str, mode: str | None) -> Any:
     """An in-memory study of table rows (``param_*`` columns ``params``, all present), each
-    a COMPLETE trial valued by ``metric`` (:mod:`sweeper.results.importance`)."""
+    a COMPLETE trial valued by ``metric`` (:mod:`sweeper.results.importance`; its shares of
+    variance are the same either way, so a metric of unknown direction, ``mode=None``, has them too)."""
     dists = {c: distribution(optuna, [plain(v) for v in rows[c]]) for c in params}
     study = optuna.create_study(direction="maximize" if mode == "max" else "minimize")
     study.add_trials([

@@ -66,7 +66,9 @@ class Tally:
         if self.metric is None:  # none named: as the summary ranks (and says), a validation metric first
             self.metric = (default_metric(result.metrics) or (next(iter(result.metrics)), ""))[0]
         if self.mode is None:
-            self.mode = direction(self.metric) or "min"
+            self.mode = direction(self.metric)
+        if self.mode is None:  # its name does not say which way is better: nothing is the best
+            return
         value = result.metrics.get(self.metric)
         if value is None or value != value:
             return

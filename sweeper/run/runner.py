@@ -395,7 +395,9 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
             metric = None
         if picked and metric is not None:
             lines += picked_lines(query.metric_columns(frame), mode)
-        if metric is not None and mode is not None:
+        if metric is not None and mode is None:  # a direction never guessed: listed, not ranked
+            lines.append(f"sweeper: {query.unranked(metric)}")
+        if metric is not None:
             lines += ["sweeper: " + line if i == 0 else line
                       for i, line in enumerate(query.leaderboard_lines(frame, metric, mode))]
             infeasible = int((frame["feasible"] == False).sum()) if "feasible" in frame else 0  # noqa: E712
@@ -403,7 +405,7 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
                 lines.append(f"sweeper: {infeasible} ok trial{'s' if infeasible > 1 else ''} did not meet the "
                              "constraints (feasible=False): not ranked")
             missing = int(frame.loc[frame.status == "ok", metric].isna().sum())
-            if missing:
+            if missing and mode is not None:
                 lines.append(f"sweeper: {missing} ok trial{'s' if missing > 1 else ''} had a NaN {metric}, "
                              "ranked last")
         if outcome.objectives is not None:
@@ -425,7 +427,7 @@ def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]
 def picked_lines(metrics: list[str], mode: str | None) -> list[str]:
     """With no metric named and several to choose from: which one ranks, which way, why and
     how to choose another (:func:`sweeper.model.metrics.default_metric`). One whose direction its
-    name does not tell is said by :func:`sweeper.results.report.choose` already."""
+    name does not tell ranks nothing (:func:`sweeper.results.query.unranked` says so)."""
     picked = default_metric(metrics)
     if picked is None or len(metrics) < 2 or direction(picked[0]) is None:
         return []
