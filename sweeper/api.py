@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from sweeper.backends import registry
 from sweeper.front.command import Command
 from sweeper.front.messages import show_messages
+from sweeper.model import mainguard
 from sweeper.model.callables import source_of
 from sweeper.model.definition import Definition, shape
 from sweeper.model.options import Options
@@ -67,6 +69,8 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     """
     check_not_in_a_trial_bootstrap()
     opts = registry.options(options)
+    if not opts.dry_run and registry.lookup(opts.backend).imports_main:  # a dry run starts no trial
+        mainguard.check(sys._getframe(1))  # called at the script's top level: refused before anything runs
     show_messages(opts.progress)  # sweeper's lines (no GPU found, ...), quiet with progress=False
     fn, source, default_name = _what_runs(fn, opts)
     points, space = shape(grid=grid, search=opts.search, seed=opts.seed)  # the grid's points, or the space

@@ -70,6 +70,9 @@ class Registered:
     factory: Factory
     places_trials: bool = False
     options: type | None = None  #: its options group (a frozen dataclass), if it has settings of its own
+    #: whether each trial process imports the calling script again, as spawn does (then a script's
+    #: sweep() outside ``if __name__ == "__main__":`` is refused before anything runs)
+    imports_main: bool = False
 
 
 def _local(launch: Launch) -> Backend:
@@ -102,9 +105,9 @@ def _slurm(launch: Launch) -> Backend:
 
 
 _BACKENDS: dict[str, Registered] = {
-    "local": Registered(_local),
-    "ray": Registered(_ray, places_trials=True, options=RayOptions),
-    "slurm": Registered(_slurm, places_trials=True, options=SlurmOptions),
+    "local": Registered(_local, imports_main=True),
+    "ray": Registered(_ray, places_trials=True, options=RayOptions),  # sends a script's train by value
+    "slurm": Registered(_slurm, places_trials=True, options=SlurmOptions, imports_main=True),
 }
 
 

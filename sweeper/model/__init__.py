@@ -14,6 +14,7 @@
   what each means, written once for ``--help`` and docs/options.md;
 * :mod:`~sweeper.model.metrics`: what ``train`` returned, as a row's metrics;
 * :mod:`~sweeper.model.target`, :mod:`~sweeper.model.callables`: ``train`` named so a fresh process finds it;
+  :mod:`~sweeper.model.mainguard`: a script's ``sweep()`` outside ``if __name__ == "__main__":``, read from its source;
 * :mod:`~sweeper.model.text`: text made safe for a console line or a CSV field.
 
 Nothing here starts a process, touches a GPU or imports a framework.
