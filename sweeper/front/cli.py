@@ -230,7 +230,12 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanu
     from sweeper.run import runner
 
     registry.options(grid.options, where=os.path.basename(grid.path), partial=True)  # flags may name the backend
-    opts = registry.options({**grid.options, **flags}, where="the command line")
+    given = {**grid.options, **flags}
+    if flags.get("pbt") is not None:  # --pbt KEY=VALUE changes its own key of the file's pbt={...}
+        from sweeper.run.pbt_settings import overridden
+
+        given["pbt"] = overridden(grid.options.get("pbt"), flags["pbt"])
+    opts = registry.options(given, where="the command line")
     stem = _default_name(args)
     listener = None if opts.dry_run else choose_view(args.quiet, opts.ranked_by, opts.ranked_mode)
     # the file's points, or its space: searched now (--search), else what the file lacks is said

@@ -38,13 +38,7 @@ def settings(given: Any) -> PbtSettings:
     if given is None:
         given = {}
     if isinstance(given, (list, tuple)):
-        pairs: dict[str, Any] = {}
-        for item in given:
-            key, eq, value = str(item).partition("=")
-            if not eq or not key:
-                raise SweepError(f"--pbt takes KEY=VALUE, got {item!r}; {_EXAMPLE}")
-            pairs[key.strip()] = _parsed(value.strip())
-        given = pairs
+        given = _pairs(given)
     if not isinstance(given, Mapping):
         raise SweepError(f"pbt must be a dict of settings, got {type(given).__name__}; {_EXAMPLE}")
     unknown = [k for k in given if k not in DEFAULTS]
@@ -75,6 +69,26 @@ def settings(given: Any) -> PbtSettings:
     return PbtSettings(population=s["population"], interval=s["interval"], quantile=float(s["quantile"]),
                        resample=float(s["resample"]), factors=tuple(float(f) for f in factors),  # type: ignore[arg-type]
                        synch=s["synch"], burn_in=s["burn_in"])
+
+
+def overridden(given: Any, flags: Any) -> Any:
+    """The grid file's ``pbt`` settings with the command line's ``--pbt KEY=VALUE`` flags
+    over them, each flag changing its own key only (what is no dict of settings, or no flags,
+    is returned as :func:`settings` will refuse or read it)."""
+    if not isinstance(given, Mapping) or not isinstance(flags, (list, tuple)):
+        return flags if flags is not None else given
+    return {**given, **_pairs(flags)}
+
+
+def _pairs(items: Any) -> dict[str, Any]:
+    """``--pbt``'s ``KEY=VALUE`` texts as settings."""
+    pairs: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = str(item).partition("=")
+        if not eq or not key:
+            raise SweepError(f"--pbt takes KEY=VALUE, got {item!r}; {_EXAMPLE}")
+        pairs[key.strip()] = _parsed(value.strip())
+    return pairs
 
 
 def _parsed(text: str) -> Any:
