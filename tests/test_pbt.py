@@ -247,13 +247,15 @@ def test_synchronous_mode_with_a_burn_in_never_waits_forever(tmp_path):
 
 
 @pytest.mark.unit
-def test_no_decision_falls_on_a_members_last_epoch(tmp_path):
+def test_no_decision_falls_on_a_members_last_epoch_and_one_that_finished_early_ends_none(tmp_path):
     pop, specs, _ = population(tmp_path)
     answer = pop.reported(specs[0], [{"epoch": 4, "metrics": {"acc": 0.1}, "t": 0.0, "last": 4}])
     assert answer.decision is Decision.CONTINUE  # Keras told its last epoch
-    pop.finished(row(specs[1], Status.OK, 6), retrying=False)
-    assert segment(pop, specs[2], 6, 0.3).decision is Decision.CONTINUE  # a finished member reached 6
-    assert segment(pop, specs[2], 4, 0.3).decision is Decision.PAUSE
+    pop.finished(row(specs[1], Status.OK, 3), retrying=False)  # it stopped early (EarlyStopping, say)
+    for epoch in (4, 6):  # the others' decisions go on
+        assert segment(pop, specs[2], epoch, 0.3).decision is Decision.PAUSE
+        pop.paused(specs[2], epoch)
+        assert pop.next() is not None
 
 
 # -- whole sweeps, real processes -------------------------------------------------------------------
@@ -322,10 +324,11 @@ def test_a_schedule_followed_back_through_copies_that_cross():
 
     schedules = {"a": [(0, {"lr": 1}, ""), (4, {"lr": 2}, "b")],
                  "b": [(0, {"lr": 10}, ""), (2, {"lr": 20}, "a"), (6, {"lr": 30}, "a")]}
-    # a's model: b's until epoch 4, which was a's own until 2 (b copied a there), then b's lr 20
-    assert effective(schedules, "a") == [(0, {"lr": 1}, ""), (2, {"lr": 20}, ""), (4, {"lr": 2}, "")]
-    assert effective(schedules, "b") == [(0, {"lr": 1}, ""), (2, {"lr": 20}, ""), (4, {"lr": 2}, ""),
-                                         (6, {"lr": 30}, "")]
+    # a's model: b's until epoch 4, which was a's own until 2 (b copied a there), then b's lr 20;
+    # each segment with the member whose process trained it (whose seed it drew)
+    assert effective(schedules, "a") == [(0, {"lr": 1}, "a"), (2, {"lr": 20}, "b"), (4, {"lr": 2}, "a")]
+    assert effective(schedules, "b") == [(0, {"lr": 1}, "a"), (2, {"lr": 20}, "b"), (4, {"lr": 2}, "a"),
+                                         (6, {"lr": 30}, "b")]
 
 
 def test_a_member_that_saves_nothing_stops_the_sweep_saying_how_to_save(tmp_path):
@@ -378,6 +381,9 @@ def test_ctrl_c_with_paused_members_then_the_same_command_resumes_them_from_thei
         assert list(part["epoch"]) == list(range(1, 9))
     with open(tmp_path / "out" / "grid" / "trials" / "member_0" / "checkpoint" / "state.json") as f:
         assert json.load(f)["epoch"] == 8
+    for _, member in df.iterrows():  # its segments: every process it ran in, in both runs (a header each)
+        log = (tmp_path / "out" / "grid" / "trials" / member["trial"] / "log.txt").read_text()
+        assert member["segments"] == log.count("=== sweeper: trial"), member["trial"]
 
 
 @pytest.mark.unit

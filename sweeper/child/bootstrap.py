@@ -44,14 +44,14 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from sweeper.child import context, imports
 from sweeper.model import contract, outcome
 from sweeper.model.metrics import BadResult, epochs_of
 from sweeper.model.protocol import LoadFailed, Ready, Result, Unwritable
-from sweeper.model.trial import TrialSpec
+from sweeper.model.trial import TrialSpec, segment_seed
 from sweeper.store import paths
 from sweeper.system import environment, hostmem, procs
 
@@ -198,7 +198,10 @@ def trial(spec: TrialSpec, load: Callable[[], Callable[..., Any]], hook: imports
     messages (a pipe here; a channel in :mod:`sweeper.child.channel`): seeded before the
     user's module runs (what its top draws is the trial's), ``train`` loaded (None after
     telling why it could not be), reports sent as they come (``receive``: a pruner's
-    verdicts, where they can reach it), ``train`` run and judged; its :class:`Result`."""
+    verdicts, where they can reach it), ``train`` run and judged; its :class:`Result`. A
+    segment that resumes a paused trial is seeded by the trial's seed and the epoch it
+    resumes after (:func:`~sweeper.model.trial.segment_seed`, its ``current_trial().seed``)."""
+    spec = replace(spec, seed=segment_seed(spec.seed, spec.resumed_epoch))
     hook.set_seed(spec.seed)
     fn = load_train(load, send)
     if fn is None:

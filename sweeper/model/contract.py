@@ -22,6 +22,10 @@ of its processes, declared once, with what writes it and what reads it.
     SWEEPER_RESUMED_EPOCH          the engine, for a trial a scheduler   child.context: report()'s epochs
                                    paused and gives again: its last      go on after it; current_trial()
                                    epoch reported                        .resumed_epoch
+    SWEEPER_SCHEDULED              population-based training's members   sweeper.keras.Report: the
+                                   (run.members), a replay of one        optimizer's parameters set
+                                   (run.schedulers.Following): its       and checked each epoch
+                                   parameters are recorded by epoch
     SWEEPER_PRELOAD_READY, _LIST,  backends.local.server, as the       child.preload, in the
     _PATH, _PROBE_GPU              server starts (_PROBE_GPU: the        server, once (its probe fork
                                    environment of a GPU slot)            pins that card)
@@ -48,6 +52,7 @@ TRIAL_DIR = "SWEEPER_TRIAL_DIR"
 SEED = "SWEEPER_SEED"
 DETERMINISTIC = "SWEEPER_DETERMINISTIC"
 RESUMED_EPOCH = "SWEEPER_RESUMED_EPOCH"
+SCHEDULED = "SWEEPER_SCHEDULED"
 PARAMS = "SWEEPER_PARAMS"
 MEMORY_LIMIT_MB = "SWEEPER_MEMORY_LIMIT_MB"
 MEMORY_FRACTION = "SWEEPER_MEMORY_FRACTION"

@@ -183,6 +183,18 @@ def trial_seed(sweep_seed: int, tid: str) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def segment_seed(seed: int, epoch: int) -> int:
+    """The seed of a trial's process that resumes after ``epoch`` (a paused trial's next
+    segment): its trial's seed where it starts from the beginning (0), else one from both,
+    so a resumed segment's draws (a shuffle's order) are not its first segment's again."""
+    if not epoch:
+        return int(seed)
+    import hashlib
+
+    digest = hashlib.sha256(f"{int(seed)}@{int(epoch)}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
 @dataclass(frozen=True)
 class TrialSpec:
     """Everything a worker needs to run one trial. Built by the parent, sent to the child."""
@@ -200,6 +212,9 @@ class TrialSpec:
     #: Each report waits for the pruner's verdict (a search with a pruner, on a backend
     #: that can answer), so a pruned trial stops at the very epoch it was judged at.
     verdicts: bool = False
+    #: the processes it ran in before this run of the sweep (a population-based member
+    #: resumed after Ctrl-C or a kill): its ``segments`` go on counting from there
+    ran_before: int = 0
 
     @property
     def key(self) -> str:

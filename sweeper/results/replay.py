@@ -148,6 +148,7 @@ def replay(folder: str, names: Sequence[str] = (), every: bool = False, times: i
         raise SweepError(f"--times must be a whole number >= 1, got {times!r}")
     folder = sweep_folder(folder)
     results, definition, last, runs = _recorded(folder)
+    from sweeper.model.trial import trial_seed
     from sweeper.results.schedules import effective, read
 
     schedules = read(folder)
@@ -172,8 +173,11 @@ def replay(folder: str, names: Sequence[str] = (), every: bool = False, times: i
         if deterministic is not None:
             kept["deterministic"] = deterministic
         env = record.get("environment") or {}
-        # a population-based member: its model's schedule from its very start, lineage followed back
-        followed = effective(schedules, scheduled) if scheduled else None
+        # a population-based member: its model's segments from its very start, lineage followed
+        # back, each with the seed of the member whose process trained it
+        seed = int(definition.get("seed", kept.get("seed", 0)) or 0)
+        followed = [(epoch, params, trial_seed(seed, by)) for epoch, params, by in effective(schedules, scheduled)] \
+            if scheduled else None
         made = _runs(folder, target, group, kept, definition, env, times, quiet, source, followed)
         done.update((row.trial_id, _replayed(row, made, env if rid else None)) for row in group)
     return [done[r.trial_id] for r in rows]
@@ -266,7 +270,8 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
             with contextlib.chdir(cwd) if cwd and os.path.isdir(cwd) else contextlib.nullcontext():
                 points = Points([dict(followed[0][1])] if followed else [dict(r.params) for r in rows])
                 again = Definition(target, opts, points, None, source or None, what, name,
-                                   schedules=(followed,) if followed else None)
+                                   schedules=(followed,) if followed else None,
+                                   names=(rows[0].name,) if followed else None)  # member_2, as in the sweep
                 outcome = runner.run(again, listener=listener)
         finally:
             if listener is not None:

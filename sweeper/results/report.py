@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from sweeper.errors import SweepError
 from sweeper.model.trial import Status
+from sweeper.results import schedules
 from sweeper.results.plots import Plot, curves_column, data_uri, make_plots, png_bytes
 from sweeper.results.query import (
     LOG_SCALE,
@@ -107,7 +108,19 @@ def figures(folder: str | os.PathLike[str], metric: str | None = None,
     df, history, searched = read_folder(folder)
     need_matplotlib()
     metric, mode = choose(df, metric, mode)
-    return {p.key: p.figure for p in make_plots(df, history, metric, mode, searched)}
+    return {p.key: p.figure for p in _plots(folder, df, history, metric, mode, searched)[0]}
+
+
+def _plots(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None", metric: str | None,
+           mode: Any, searched: bool) -> tuple[list[Plot], bool]:
+    """The page's figures, and whether the sweep is population-based (its figures then by member:
+    :func:`sweeper.results.schedules.shown`)."""
+    plots = make_plots(df, history, metric, mode, searched)
+    try:
+        found = schedules.read(folder)
+    except Exception:  # noqa: BLE001 - a folder of results.csv alone: no schedules
+        found = {}
+    return (schedules.shown(plots, found, history, curves_column(history, metric)), True) if found else (plots, False)
 
 
 def need_matplotlib() -> None:
@@ -185,14 +198,15 @@ def _page(folder: str, df: "pandas.DataFrame", history: "pandas.DataFrame | None
         out.append("</body></html>")
         return "\n".join(out) + "\n"
     fixed = fixed_params(df)
-    plots = make_plots(df, history, metric, mode, searched)
+    plots, population = _plots(folder, df, history, metric, mode, searched)
     by_key = {p.key: p for p in plots}
     board = leaderboard(df, metric, mode, TOP)
     out += _leaderboard_section(df, board, metric, mode, fixed)
     objectives = df.attrs.get("objectives")
     if objectives is not None:
         out += _front_section(df, objectives, by_key.get("pareto"), fixed)
-    out += _param_section(df, [p for p in plots if p.key.startswith("param:")], metric)
+    out += (["<h2>Metric by hyperparameter</h2>", f'<p class="note">{e(schedules.NO_PARAM_PLOTS)}</p>'] if population
+            else _param_section(df, [p for p in plots if p.key.startswith("param:")], metric))
     out += _importance_section(df, metric, mode, objectives)
     if "progress" in by_key:  # a search: the best so far, trial after trial
         out += ["<h2>Search progress</h2>", _figure_html("best-so-far", by_key["progress"])]
@@ -345,8 +359,6 @@ def _curves_section(df: "pandas.DataFrame", history: "pandas.DataFrame | None", 
 
 def _schedule_section(folder: str, df: "pandas.DataFrame") -> list[str]:
     """Population-based training: each member's parameters against epochs, and its lineage."""
-    from sweeper.results import schedules
-
     try:
         found = schedules.read(folder)
     except Exception:  # noqa: BLE001 - a folder of results.csv alone: no schedules to show

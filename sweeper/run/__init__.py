@@ -11,9 +11,13 @@
   its pruners, by name;
 * :mod:`~sweeper.run.pbt`: population-based training, a scheduler that pauses; :mod:`~sweeper.run.pbt_settings`:
   its settings, checked, and how it explores; :mod:`~sweeper.run.members`: its members, planned against the ledger;
+  :mod:`~sweeper.run.pbt_checkpoints`: its checkpoints on disk, published, copied (a copy and its record one
+  step, through a journal a resume completes), tidied;
 * :mod:`~sweeper.run.slots`, :mod:`~sweeper.run.packing`, :mod:`~sweeper.run.hostroom`: this machine's
   slots; trials packed on GPUs by memory; host memory as a resource;
 * :mod:`~sweeper.run.placement`: the placement the engine asks which trial may start now, and where;
+  :mod:`~sweeper.run.crowd`: its trials beside the machine's other sweeps and processes (room, the fair
+  share, an OOM others caused); :mod:`~sweeper.run.leftovers`: what trials leave on their cards;
 * :mod:`~sweeper.run.ranking`: what the folder ranks by, settled by the first result that has it;
 * :mod:`~sweeper.run.lifecycle`: what a sweep's outputs hear from it;
 * :mod:`~sweeper.run.outputs`, :mod:`~sweeper.run.progress`: the outputs, and the console's live view.

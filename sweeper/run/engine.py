@@ -235,7 +235,7 @@ class Engine(Stopping):
                 spec = replace(spec, env={**spec.env, contract.RESUMED_EPOCH: str(trial.epoch or 0)})
                 trial.resume(spec, self.clock())
             else:
-                trial = TrialState(spec, now_iso(), self.clock())
+                trial = TrialState(spec, now_iso(), self.clock(), segments=spec.ran_before + 1)
                 if contract.RESUMED_EPOCH not in spec.env:  # (one its scheduler resumes keeps its epochs)
                     self.store(self.ledger.clear_history, spec.trial_id)  # a new attempt's replace the old
             self.trials[spec.trial_id] = trial

@@ -2,8 +2,12 @@
 ledger: on a first run drawn from the space, each named ``member_<i>`` with its parameters
 on record from epoch 0; on a resume, each member on record as it was left: a finished one
 kept, one interrupted (Ctrl-C, or a sweep killed) given again with its last parameters, from
-its checkpoint, its epochs going on after its last one reported; what it scored at each
-decision and the checkpoints published then, read back, so the population goes on as it was.
+its checkpoint, its epochs going on after its last one reported, its segments going on
+counting; what it scored at each decision and the checkpoints published then, read back, so
+the population goes on as it was. A resume first completes the copies a killed run left
+under way (:mod:`sweeper.run.pbt_checkpoints`' journal) and removes its half-built ones.
+Every member's spec says its parameters are recorded by epoch (``SWEEPER_SCHEDULED``: the
+Keras callback holds the optimizer to them).
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ import os
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
+from sweeper.errors import SweepError
 from sweeper.model import contract
 from sweeper.model.trial import Status, TrialResult, TrialSpec
+from sweeper.run import pbt_checkpoints
 from sweeper.run.pbt import Member, PbtSettings, Population
 from sweeper.store.paths import SweepPaths
 
@@ -26,25 +32,32 @@ def members(space: Any, how: PbtSettings, *, metric: str, mode: str, folder: str
     from sweeper.run.pbt import explorable
 
     read = explorable(space)
-    schedule = ledger.schedule()
-    pbt_folder = SweepPaths(folder).pbt
+    where = SweepPaths(folder)
+    pbt_folder = where.pbt
 
     def note(trial_id: str, epoch: int, params: dict[str, Any], copied_from: str) -> None:
         ledger.set_schedule(trial_id, epoch, params, copied_from)
+
+    def scheduled(params: dict[str, Any], name: str, *tid: str) -> TrialSpec:
+        spec = make_spec(params, name, *tid)
+        return replace(spec, env={**spec.env, contract.SCHEDULED: "1"})
 
     specs: list[TrialSpec] = []
     todo: list[TrialSpec] = []
     kept: dict[str, TrialResult] = {}
     restored: list[Member] = []
-    if not schedule:  # a first run: the population drawn from the space
+    if not ledger.schedule():  # a first run: the population drawn from the space
         width = len(str(how.population - 1))
         for i, params in enumerate(read.sample(how.population, seed=seed, stacklevel=3)):
-            spec = make_spec(params, f"member_{i:0{width}d}")
+            spec = scheduled(params, f"member_{i:0{width}d}")
             note(spec.trial_id, 0, spec.params, "")
             specs.append(spec)
             todo.append(spec)
-        population = Population(todo, read, how, metric, mode, pbt_folder, seed, note, make_spec)
+        population = Population(todo, read, how, metric, mode, pbt_folder, seed, note, scheduled)
         return population, specs, todo, kept
+    pbt_checkpoints.tidy(pbt_folder, where.trials)  # what a killed run left half-built
+    _complete(pbt_folder, folder, note)
+    schedule = ledger.schedule()
     history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for tid, epoch, metrics in ledger.history():
         history.setdefault(tid, []).append((epoch, metrics))
@@ -53,31 +66,51 @@ def members(space: Any, how: PbtSettings, *, metric: str, mode: str, folder: str
         row = previous.get(tid)
         params = row.params if row is not None else segments[-1][1]
         name = row.name if row is not None else names.get(tid, tid)
-        spec = replace(make_spec(params, name, tid), index=index)  # type: ignore[call-arg]
+        spec = replace(scheduled(params, name, tid), index=index)
         specs.append(spec)
         if row is not None and row.status is not Status.INTERRUPTED:
             kept[tid] = replace(row, index=index)
             restored.append(_restored(spec, history.get(tid, []), how, metric, mode, pbt_folder, "done"))
             continue
-        spec, last = _resumed(spec, row, segments, ledger, pbt_folder)
+        spec, last = _resumed(spec, row, segments, ledger, pbt_folder, folder)
         epochs = [(e, m) for e, m in history.get(tid, []) if e <= last]
         todo.append(spec)
-        restored.append(_restored(spec, epochs, how, metric, mode, pbt_folder, "queued"))
-    population = Population(todo, read, how, metric, mode, pbt_folder, seed, note, make_spec)
+        member = _restored(spec, epochs, how, metric, mode, pbt_folder, "queued")
+        member.noted = max((e for e, _, _ in segments if e <= last), default=0)
+        restored.append(member)
+    population = Population(todo, read, how, metric, mode, pbt_folder, seed, note, scheduled,
+                            restart=sum(len(s) for s in schedule.values()))
     population.members = {m.spec.trial_id: m for m in restored}
     population.replaced = sum(1 for m in restored if ".r" in m.spec.name)
     return population, specs, todo, kept
 
 
+def _complete(pbt_folder: str, folder: str, note: Callable[[str, int, dict[str, Any], str], None]) -> None:
+    """The copies a killed run left under way, completed as it would have: the published
+    checkpoint copied in as the member's own at that epoch, the schedule's row written, the
+    journal entry removed (the member's checkpoint folder is copied from it as it resumes)."""
+    for entry, job in pbt_checkpoints.unfinished(pbt_folder):
+        if not os.path.isdir(job.source):
+            raise SweepError(f"a killed run left trial {job.trial_id} copying {job.source}, which is gone, so its "
+                             f"lineage cannot be completed; remove {entry} to resume it from its own checkpoint, "
+                             "or start again with --fresh")
+        target = os.path.join(pbt_folder, job.trial_id, str(job.epoch))
+        pbt_checkpoints.copy(job.source, target, f"a checkpoint of epoch {job.epoch} for trial {job.trial_id}", folder)
+        note(job.trial_id, job.epoch, job.params, job.copied_from)
+        pbt_checkpoints.end(entry)
+
+
 def _resumed(spec: TrialSpec, row: TrialResult | None, segments: list[tuple[int, dict[str, Any], str]],
-             ledger: Any, pbt_folder: str) -> tuple[TrialSpec, int]:
+             ledger: Any, pbt_folder: str, folder: str) -> tuple[TrialSpec, int]:
     """A member to run again, and the epoch it goes on after: from the checkpoint it published
     last (a segment's end, or a copy then), with the parameters in force then; what it trained
-    after that (its folder may hold a later epoch than it reported) runs again."""
+    after that (its folder may hold a later epoch than it reported) runs again. Its segments
+    go on counting: its row's, or, where a killed run left none, the starts its schedule holds."""
     tid = spec.trial_id
     last = _published(pbt_folder, tid)
     if last:
-        Population.copy(os.path.join(pbt_folder, tid, str(last)), spec.checkpoint)
+        pbt_checkpoints.copy(os.path.join(pbt_folder, tid, str(last)), spec.checkpoint,
+                             f"trial {spec.name}'s checkpoint at epoch {last}", folder)
     else:
         _empty(spec.checkpoint)
     ledger.clear_history_after(tid, last)
@@ -87,7 +120,8 @@ def _resumed(spec: TrialSpec, row: TrialResult | None, segments: list[tuple[int,
         spec = replace(spec, env={**spec.env, contract.RESUMED_EPOCH: str(last)})
     if row is not None:  # run again: its attempts go on counting
         spec = replace(spec, attempt=row.attempts + 1, first_attempt=row.attempts + 1)
-    return spec, last
+    ran = (row.segments or 1) if row is not None else sum(1 for e, _, _ in segments if e <= last)
+    return replace(spec, ran_before=ran), last
 
 
 def _published(pbt_folder: str, tid: str) -> int:

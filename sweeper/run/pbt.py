@@ -6,29 +6,36 @@ Tune's ``PopulationBasedTraining``, whose names and defaults the settings keep):
     engine ── a member reports epoch e ──▶ reported() ── e a decision's epoch ──▶ PAUSE
            ── its process is gone ───────▶ paused()   ── its checkpoint folder published, whole,
                                                          as .pbt/<member>/<e> (a copy, renamed in)
-                                                      ── bottom quantile at e: the member's folder
-                                                         replaced by a copy of a top member's <e>,
-                                                         its parameters theirs, explored
+                                                      ── bottom quantile at e, once another member
+                                                         reported a later epoch: the copy journalled,
+                                                         the member's folder replaced by a copy of a
+                                                         top member's <e>, its parameters theirs,
+                                                         explored, recorded, the journal entry gone
                                                       ── synch: waits until every live member is at e
            ── a place is free ───────────▶ next()     ── a member ready: the same trial, new params,
-                                                         resumed from its checkpoint at epoch e
+                                                         resumed from its checkpoint at epoch e (the
+                                                         segment's start recorded in its schedule)
            ── a member's row ────────────▶ finished() ── failed for good: a copy of a top member
-                                                         takes its place (a new trial, a new id)
+                                                         takes its place (a new trial, a new id);
+                                                         every member over: .pbt/ removed
 
 Where Ray Tune's users got hurt, this holds: no member is exploited that has no checkpoint (a
 member that pauses without one stops the sweep, saying how to save one); a member that fails
 is replaced, so the population never shrinks; in synchronous mode the last member to reach
 an epoch releases the others, and a member that finished or failed never holds them; bounds
 and settings are checked before anything runs; a checkpoint is copied only from a folder
-published at a segment's end, into a folder no process is writing.
+published at a segment's end, into a folder no process is writing, and a copy and its record
+are one step (:mod:`sweeper.run.pbt_checkpoints`: a journal entry first, which a resume
+completes); a member that finished early (EarlyStopping) stops no decision; exploration draws
+from a stream of its own, never the one the population was drawn from.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
-import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -36,9 +43,14 @@ from sweeper.errors import SweepError
 from sweeper.model.protocol import Answer, Decision
 from sweeper.model.space import Space
 from sweeper.model.trial import Status, TrialResult, TrialSpec
+from sweeper.run import pbt_checkpoints
 from sweeper.run.pbt_settings import PbtSettings, check, describe, explorable, explore, settings
 
 __all__ = ["Member", "PbtSettings", "Population", "check", "describe", "explorable", "explore", "settings"]
+
+log = logging.getLogger("sweeper")
+#: Exploration's own stream of draws: the seed's, apart from the population's first draw.
+_EXPLORE = 0x5EED
 
 @dataclass
 class Member:
@@ -50,6 +62,8 @@ class Member:
     at: int = 0  #: the last decision's epoch it reached
     state: str = "queued"  #: queued, running, waiting (paused, a decision to come), ready, done
     released: bool = False  #: synchronous mode: every live member reached its epoch
+    noted: int = 0  #: the latest epoch its schedule has a segment's start at
+    last: int | None = None  #: its fit's last epoch, where its reports say it (Keras's ``epochs``)
 
 
 @dataclass
@@ -67,40 +81,44 @@ class Population:
     A member paused at a decision's epoch ``e`` goes on at once unless it is in the bottom
     quantile there; one that is waits, holding no place, until ``e`` is known not to be the
     members' last epoch (another member reported a later one; a copy at the last epoch would
-    put another member's result in its row), then copies; where ``e`` turns out to be the last
-    (a member finished there), or nothing is left running to tell, it goes on as it is.
+    put another member's result in its row), then copies; where nothing is left running to
+    tell, it goes on as it is. A member never pauses at its own last epoch where its reports
+    say it (Keras's ``fit``); one that finished early (EarlyStopping) changes nothing for the others.
 
     ``note(trial_id, epoch, params, copied_from)`` records a member's parameters from
-    ``epoch`` on (``copied_from``: the member whose checkpoint it took then, or "");
-    ``make_spec(params, name)`` gives a new trial (a replacement) its spec."""
+    ``epoch`` on (``copied_from``: the member whose checkpoint it took then, or ""), at each
+    segment's start; ``make_spec(params, name)`` gives a new trial (a replacement) its spec.
+    ``restart``: how many rows its schedules held as this run began (a resume explores with
+    draws of its own)."""
 
     waits = True  #: each report waits for its answer: a member hears its pause at the epoch
 
     def __init__(self, specs: list[TrialSpec], space: Space, how: PbtSettings, metric: str, mode: str,
                  folder: str, seed: int, note: Callable[[str, int, dict[str, Any], str], None],
-                 make_spec: Callable[..., TrialSpec]) -> None:
+                 make_spec: Callable[..., TrialSpec], restart: int = 0) -> None:
         import numpy as np
 
         self.space, self.how, self.metric, self.mode = space, how, metric, mode
         self.folder = folder  #: <sweep>/.pbt: the published checkpoints, by member and epoch
+        self.sweep = os.path.dirname(os.path.abspath(folder))
         self.note, self.make_spec = note, make_spec
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng([int(seed), _EXPLORE, int(restart)])
         self.members: dict[str, Member] = {s.trial_id: Member(s) for s in specs}
         self.first = list(specs)
         self.replaced = 0  #: members that failed and were replaced (at most the population's size)
         self.pending: list[Pending] = []
         self.lineage: list[tuple[str, int, str]] = []  #: (member, epoch, the member it copied)
-        #: the last epoch members train: the largest a finished member reached (Optuna's
-        #: ``max_resource="auto"`` rule), where a report does not say it (Keras's ``epochs``)
-        self.end: int | None = None
         self.seen = 0  #: the latest epoch any member reported
+        self.interrupted = False  #: a member was interrupted: its published checkpoints stay for the resume
 
     # -- the engine's questions -------------------------------------------------------------
 
     def ahead(self) -> list[TrialSpec]:
         for spec in self.first:
-            self.members[spec.trial_id].state = "queued"
-        return list(self.first)
+            member = self.members[spec.trial_id]
+            member.state = "queued"
+            self._starts(member)
+        return [self.members[spec.trial_id].spec for spec in self.first]
 
     @property
     def remaining(self) -> int:
@@ -114,7 +132,16 @@ class Population:
             return None
         member = min(ready, key=lambda m: m.at)
         member.state = "running"
+        self._starts(member)
         return member.spec
+
+    def _starts(self, member: Member) -> None:
+        """A segment of the member starts at its epoch: on record in its schedule (where no copy
+        put it there), so a replay starts its segments where the member's started (each seeded
+        by the member's seed and that epoch)."""
+        if member.at > member.noted:
+            self.note(member.spec.trial_id, member.at, member.spec.params, "")
+            member.noted = member.at
 
     def reported(self, spec: TrialSpec, items: list[dict[str, Any]]) -> Answer:
         member = self.members.get(spec.trial_id)
@@ -123,12 +150,15 @@ class Population:
         member.state = "running"
         last = items[-1]
         epoch = int(last["epoch"])
+        end = last.get("last")
+        if isinstance(end, int) and not isinstance(end, bool):
+            member.last = end
         if epoch > self.seen:
             self.seen = epoch
             self._settle()  # a member waiting at an earlier epoch now knows it was not the last
         if epoch <= member.at or epoch < max(self.how.burn_in, 1) or epoch % self.how.interval:
             return Answer()
-        if self._at_end(epoch, last.get("last")):  # its last epoch: nothing to train after a decision
+        if member.last is not None and epoch >= member.last:  # its last epoch: nothing to train after a decision
             return Answer()
         member.scores[epoch] = self._score(last["metrics"].get(self.metric))
         return Answer(Decision.PAUSE, f"its segment ends at epoch {epoch} (population-based training)")
@@ -147,11 +177,12 @@ class Population:
         if member is None or retrying:
             return
         member.state = "done"
-        if result.status is Status.OK and result.epoch_reached:
-            self.end = max(self.end or 0, result.epoch_reached)
-        elif result.status not in (Status.OK, Status.PRUNED, Status.INTERRUPTED):
+        if result.status is Status.INTERRUPTED:
+            self.interrupted = True
+        elif result.status not in (Status.OK, Status.PRUNED):
             self._replace(member)
         self._settle()
+        self._tidy()
 
     # -- decisions --------------------------------------------------------------------------
 
@@ -170,12 +201,6 @@ class Population:
             return [], []
         return ranked[:k], ranked[-k:]
 
-    def _at_end(self, epoch: int, last: Any = None) -> bool:
-        """Whether ``epoch`` is a member's last, as its report says (``last``) or finished members showed."""
-        if isinstance(last, int) and not isinstance(last, bool) and epoch >= last:
-            return True
-        return self.end is not None and epoch >= self.end
-
     def _donor(self, member: Member | None, epoch: int) -> Member | None:
         """A top member at ``epoch`` that published its checkpoint then (None: none, or not bottom)."""
         bottom, top = self._quantiles(epoch)
@@ -186,23 +211,22 @@ class Population:
 
     def _settle(self) -> None:
         """Let go on each waiting member that may: one not in the bottom quantile at once; one
-        that is, with a copy, once its epoch is known not to be the last; in synchronous mode
-        only once every live member reached that epoch. Nothing left running to tell: each goes
-        on as it is, and a replacement still to make is not made."""
+        that is, with a copy, once its epoch is known not to be the last (another member
+        reported a later one); in synchronous mode only once every live member reached that
+        epoch. Nothing left running to tell: each goes on as it is, and a replacement still to
+        make is not made."""
         self._barrier_release()
         for member in [m for m in self.members.values() if m.state == "waiting"]:
             if self.how.synch and not member.released:
                 continue
             donor = self._donor(member, member.at)
-            if donor is None or self._at_end(member.at):
+            if donor is None:
                 self._go(member)
             elif self.seen > member.at:
                 self._exploit(member, donor)
                 self._go(member)
         for pending in list(self.pending):
-            if self._at_end(pending.epoch):
-                self.pending.remove(pending)
-            elif self.seen > pending.epoch:
+            if self.seen > pending.epoch:
                 self.pending.remove(pending)
                 self._make_replacement(pending)
         if not any(m.state in ("queued", "running", "ready") for m in self.members.values()):
@@ -234,13 +258,12 @@ class Population:
     def _exploit(self, member: Member, donor: Member) -> None:
         """The member takes a copy of ``donor``'s checkpoint at its epoch, and its parameters, explored."""
         epoch = member.at
-        self._adopt(member, donor.published[epoch], epoch)
         params = explore(donor.spec.params, self.space, self.rng, self.how)
+        origin = self._origin(donor.spec.trial_id, epoch)
+        self._copy_in(member, pbt_checkpoints.Copying(member.spec.trial_id, epoch, donor.published[epoch],
+                                                      params, origin))
         member.spec = replace(member.spec, params=params)
         member.scores[epoch] = donor.scores[epoch]
-        origin = self._origin(donor.spec.trial_id, epoch)
-        self.lineage.append((member.spec.trial_id, epoch, origin))
-        self.note(member.spec.trial_id, epoch, params, origin)
 
     def _origin(self, donor: str, epoch: int) -> str:
         """Whose model a copy of ``donor``'s checkpoint at ``epoch`` is: the donor's own, or, where
@@ -276,11 +299,9 @@ class Population:
         spec = self.make_spec(params, pending.name)
         spec = replace(spec, env={**spec.env, contract.RESUMED_EPOCH: str(epoch)})
         member = Member(spec, scores={epoch: donor.scores[epoch]}, at=epoch, state="ready")
-        self._adopt(member, donor.published[epoch], epoch)
-        self.members[spec.trial_id] = member
         origin = self._origin(donor.spec.trial_id, epoch)
-        self.lineage.append((spec.trial_id, epoch, origin))
-        self.note(spec.trial_id, epoch, params, origin)
+        self._copy_in(member, pbt_checkpoints.Copying(spec.trial_id, epoch, donor.published[epoch], params, origin))
+        self.members[spec.trial_id] = member
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -296,31 +317,28 @@ class Population:
                 "sweeper.current_trial().checkpoint), before sweeper's callback)")
         target = os.path.join(self.folder, member.spec.trial_id, str(epoch))
         if not os.path.isdir(target):
-            self.copy(source, target)
+            self.copy(source, target, f"trial {member.spec.name}'s checkpoint at epoch {epoch}")
         member.published[epoch] = target
 
-    def _adopt(self, member: Member, source: str, epoch: int) -> None:
-        """The member goes on from a copy of ``source`` (a published checkpoint): its checkpoint
-        folder, and what it publishes as its own at ``epoch`` (a resume after Ctrl-C starts there)."""
-        self.copy(source, member.spec.checkpoint)
-        target = os.path.join(self.folder, member.spec.trial_id, str(epoch))
-        self.copy(source, target)
-        member.published[epoch] = target
+    def _copy_in(self, member: Member, job: pbt_checkpoints.Copying) -> None:
+        """The member goes on from a copy of ``job.source`` (a published checkpoint), in one
+        step with its record: the journal entry first (a resume completes the copy from it),
+        then its checkpoint folder, and what it publishes as its own at the epoch (a resume
+        after Ctrl-C starts there), then the schedule's row, then the entry goes."""
+        entry = pbt_checkpoints.begin(self.folder, job)
+        target = os.path.join(self.folder, job.trial_id, str(job.epoch))
+        what = f"a checkpoint of epoch {job.epoch} for trial {member.spec.name}"
+        self.copy(job.source, target, what)
+        self.copy(target, member.spec.checkpoint, what)
+        member.published[job.epoch] = target
+        self.lineage.append((job.trial_id, job.epoch, job.copied_from))
+        self.note(job.trial_id, job.epoch, job.params, job.copied_from)
+        member.noted = job.epoch
+        pbt_checkpoints.end(entry)
 
-    @staticmethod
-    def copy(source: str, target: str) -> None:
-        """``target`` becomes a copy of ``source``: built beside it, then renamed into place."""
-        parent = os.path.dirname(target)
-        os.makedirs(parent, exist_ok=True)
-        building = os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex[:8]}")
-        shutil.copytree(source, building, symlinks=True)
-        old = None
-        if os.path.exists(target):
-            old = os.path.join(parent, f".{os.path.basename(target)}.old.{uuid.uuid4().hex[:8]}")
-            os.rename(target, old)
-        os.rename(building, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+    def copy(self, source: str, target: str, what: str) -> None:
+        """``target`` becomes a copy of ``source``, whole or not at all (:func:`pbt_checkpoints.copy`)."""
+        pbt_checkpoints.copy(source, target, what, self.sweep)
 
     def _forget(self) -> None:
         """Published checkpoints no decision can ask for again: each member keeps those at or
@@ -332,3 +350,19 @@ class Population:
         for m in self.members.values():
             for epoch in [e for e in m.published if e < oldest]:
                 shutil.rmtree(m.published.pop(epoch), ignore_errors=True)
+
+    def _tidy(self) -> None:
+        """Every member over, none interrupted: the published checkpoints go (no decision and no
+        resume can ask for one again); each member's own checkpoint folder stays as train left it."""
+        if self.interrupted or self.pending or any(m.state != "done" for m in self.members.values()):
+            return
+        if not os.path.isdir(self.folder):
+            return
+        size = pbt_checkpoints.published_size(self.folder)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        from sweeper.store.paths import SweepPaths
+
+        pbt_checkpoints.tidy(self.folder, SweepPaths(self.sweep).trials)
+        log.info("sweeper: population-based training: every member finished, so the checkpoints published for "
+                 "its decisions (%s in .pbt/) are removed; each member's own checkpoint folder "
+                 "(trials/<member>/checkpoint) stays as train left it", size)

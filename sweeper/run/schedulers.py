@@ -56,9 +56,11 @@ class Listed:
 
 class Following(Listed):
     """The trials given, each following a schedule (a population-based member replayed): it is
-    paused at each epoch after which its parameters change, and given again with the next ones,
-    in a fresh process, from its checkpoint. ``schedules``: by the spec's index, each a list of
-    (epoch, the parameters from after it, ...)."""
+    paused at each epoch its schedule starts a segment at (where its parameters changed, or
+    where the member's process was paused and given again), and given again with that
+    segment's parameters and seed, in a fresh process, from its checkpoint. ``schedules``: by
+    the spec's index, each a list of (epoch, the parameters from after it, the seed of the
+    process that trained from there, or None: the spec's)."""
 
     waits = True  #: each report waits for its answer: a trial hears its pause at the epoch
 
@@ -67,6 +69,23 @@ class Following(Listed):
         self.schedules = {i: list(s) for i, s in schedules.items()}
         self.at: dict[str, int] = {}  #: the segment each trial is in
         self.waiting: list[TrialSpec] = []
+
+    def ahead(self) -> list[TrialSpec]:
+        return [self._segment(spec, 0) for spec in self.specs]
+
+    def _segment(self, spec: TrialSpec, k: int) -> TrialSpec:
+        """The spec for segment ``k`` of its schedule: its parameters, its seed, and the mark that
+        its parameters are recorded by epoch (the Keras callback holds the optimizer to them)."""
+        from dataclasses import replace
+
+        from sweeper.model import contract
+
+        schedule = self.schedules.get(spec.index)
+        if not schedule:
+            return spec
+        _, params, seed = (*schedule[k], None)[:3]
+        spec = replace(spec, params=dict(params), env={**spec.env, contract.SCHEDULED: "1"})
+        return replace(spec, seed=seed) if isinstance(seed, int) and not isinstance(seed, bool) else spec
 
     @property
     def remaining(self) -> int:  # type: ignore[override]
@@ -79,15 +98,13 @@ class Following(Listed):
         schedule = self.schedules.get(spec.index, [])
         k = self.at.get(spec.trial_id, 0)
         if k + 1 < len(schedule) and int(items[-1]["epoch"]) >= schedule[k + 1][0]:
-            return Answer(Decision.PAUSE, f"its parameters change after epoch {schedule[k + 1][0]} (its schedule)")
+            return Answer(Decision.PAUSE, f"its schedule starts a segment after epoch {schedule[k + 1][0]}")
         return Answer()
 
     def paused(self, spec: TrialSpec, epoch: int | None) -> None:
-        from dataclasses import replace
-
         k = self.at.get(spec.trial_id, 0) + 1
         self.at[spec.trial_id] = k
-        self.waiting.append(replace(spec, params=dict(self.schedules[spec.index][k][1])))
+        self.waiting.append(self._segment(spec, k))
 
 
 class Searching:
