@@ -22,18 +22,6 @@ space = {"lr": sweeper.loguniform(1e-4, 0.3), "units": 64, "batch_size": 64, "ep
 options = {"search": "pbt", "metric": "val_accuracy", "pbt": {"population": 8, "interval": 4}}
 
 
-class LearningRate(keras.callbacks.Callback):
-    """The member's learning rate now, set after BackupAndRestore put back the optimizer's state
-    (which holds the rate it last trained with)."""
-
-    def __init__(self, lr: float) -> None:
-        super().__init__()
-        self.lr = lr
-
-    def on_train_begin(self, logs=None):
-        self.model.optimizer.learning_rate.assign(self.lr)
-
-
 def train(params):
     x_train, x_val, y_train, y_val = load_data()
     model = build_model(params["units"], params["lr"])
@@ -41,8 +29,10 @@ def train(params):
     history = model.fit(
         x_train, y_train, validation_data=(x_val, y_val), epochs=params["epochs"],
         batch_size=params["batch_size"], verbose=2,
+        # BackupAndRestore puts back the optimizer's state, rate included; Report sets the
+        # member's own rate again before the first batch, and checks it at each epoch's end
         callbacks=[keras.callbacks.BackupAndRestore(sweeper.current_trial().checkpoint),  # saved, then reported
-                   LearningRate(params["lr"]), sweeper.keras.Report()],
+                   sweeper.keras.Report()],
     )
     return {"val_accuracy": float(history.history["val_accuracy"][-1]),
             "val_loss": float(history.history["val_loss"][-1])}
