@@ -114,6 +114,34 @@ def test_the_sweep_folder_is_a_sweepers_results_status_and_load_read_it(app):
 
 
 @pytest.mark.slow
+def test_one_number_returned_ranks_no_job_until_hydra_launcher_mode_says_which_way_is_better(app):
+    """A task function returning one float (an accuracy, say) is the metric ``value``, whose name
+    says no direction: listed in job order, never ranked nor called best, until the mode is given."""
+    import sweeper
+
+    done = multirun(app, "lr=0.1,0.01")  # values 1.16 and 0.26: the higher, job 0, is the better here
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ("sweeper: not ranked: 'value' does not say by its name whether higher or lower is better; give "
+            "hydra.launcher.mode=max or hydra.launcher.mode=min to rank by it, or hydra.launcher.metric to rank "
+            "by another\n") in done.stdout, done.stdout
+    listed = done.stdout.split("sweeper: first 2 of 2 ok trials, in grid order (not ranked):\n")[1].splitlines()
+    assert [line.split()[0] for line in listed[1:3]] == ["0", "1"], done.stdout
+    assert "(min)" not in done.stdout and "assumed" not in done.stdout
+    status = subprocess.run([sys.executable, "-m", "sweeper", "status", str(app / "sweep")],
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0 and "best" not in status.stdout, status.stdout + status.stderr
+    assert sweeper.load(str(app / "sweep")).attrs["mode"] is None
+
+    told = multirun(app, "lr=0.1,0.01", "hydra.launcher.mode=max")  # the jobs kept, now ranked
+    assert told.returncode == 0 and len(runs(app)) == 2, told.stderr[-3000:]
+    ranked = told.stdout.split("sweeper: top 2 by value (max):\n")[1].splitlines()
+    assert [line.split()[0] for line in ranked[1:3]] == ["0", "1"], told.stdout
+    status = subprocess.run([sys.executable, "-m", "sweeper", "status", str(app / "sweep")],
+                            capture_output=True, text=True, timeout=120)
+    assert "best so far: value = 1.16 (max): 0\n" in status.stdout, status.stdout + status.stderr
+
+
+@pytest.mark.slow
 def test_a_failed_job_is_said_with_its_log_and_the_same_command_runs_only_it_again(app):
     failed = multirun(app, "lr=0.1,0.01", env={"APP_FAIL": "0.01"})
     assert failed.returncode != 0  # Hydra's sweeper sees the job failed
@@ -186,6 +214,7 @@ def test_ctrl_c_ends_the_multirun_with_every_job_recorded_and_the_same_command_r
         second = multirun(app, "lr=0.1,0.01")  # another multirun into the same folder: refused, changing nothing
         assert second.returncode != 0 and "another sweep (pid" in second.stderr, second.stderr[-3000:]
         assert "Traceback" not in second.stderr
+        assert "or give this multirun another hydra.sweep.dir" in second.stderr and "--name" not in second.stderr
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -249,3 +278,70 @@ def test_batches_of_hydras_sweeper_make_one_table_and_a_changed_config_is_refuse
     assert sorted(runs(app)[4:]) == ["4 lr=0.1 units=16", "5 lr=0.1 units=16", "6 lr=0.01 units=16",
                                      "7 lr=0.01 units=16"]  # new numbers: no job folder written twice
     assert seen(app, 0)["num"] == 0 and len(pandas.read_csv(app / "sweep" / "results.csv")) == 4
+
+
+@pytest.mark.slow
+def test_batches_say_one_summary_at_the_end_and_resume_nothing_of_their_own(app):
+    """Hydra's sweeper in batches of 2: each batch's launch line as Hydra logs its own, one
+    summary of all 4 jobs when the multirun ends, no batch said to resume the earlier ones; a
+    batch with a failed job (where Hydra's basic sweeper stops) is summarised before Hydra's error."""
+    grid = ("lr=0.1,0.01", "units=16,32", "hydra.sweeper.max_batch_size=2")
+    done = multirun(app, *grid)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("[HYDRA] sweeper is launching 2 jobs") == 2, done.stdout
+    assert done.stdout.count("trials on record") == 1 and "resumed" not in done.stdout, done.stdout
+    assert "sweeper: 4 of 4 trials on record: 4 ok (4 run this time, " in done.stdout, done.stdout
+    assert done.stdout.rstrip().endswith(f"sweeper: results: {app / 'sweep' / 'results.csv'}"), done.stdout
+
+    failing = multirun(app, *grid, env={"APP_FAIL": "0.01"}, sweep_dir="failing")  # the second batch fails
+    assert failing.returncode != 0
+    assert failing.stdout.count("trials on record") == 1, failing.stdout
+    assert "sweeper: 4 of 4 trials on record: 2 ok, 2 error (4 run this time, " in failing.stdout, failing.stdout
+    assert "job #2 (lr=0.01 units=16) ended error" in failing.stderr
+
+
+def _said(text: str, folder: str) -> list[str]:
+    """What sweeper says at a multirun's end, as docs/hydra.md shows it: its summary lines and
+    tables (not the jobs' lines, whose order is the processes', nor the machine's GPUs), the
+    sweep folder and every time put aside."""
+    import re
+
+    keep = [line for line in text.splitlines() if line.startswith(("sweeper: ", "  ")) and "NVIDIA" not in line
+            and not line.startswith(("    |", "    log:"))]
+    return [re.sub(r"\d+\.\d+s\)", "Xs)", line.replace(folder, "FOLDER")) for line in keep]
+
+
+def _row(line: str) -> list[str]:
+    """A results.csv line, its times and memory aside (started_at, duration_s, mem_peak_mb)."""
+    cells = line.split(",")
+    return cells[:8] + cells[10:12] if len(cells) == 13 else cells
+
+
+@pytest.mark.slow
+def test_what_a_multirun_shows_is_what_its_commands_print(tmp_path):
+    """docs/hydra.md's "What a multirun shows", pasted into a shell in a folder holding the tests'
+    app where the page has it: each command's exit status, its closing lines and its table."""
+    page = open(os.path.join(HERE, "..", "docs", "hydra.md"), encoding="utf-8").read()
+    section = page.split("## What a multirun shows")[1].split("\n## ")[0]
+    shutil.copytree(APP, tmp_path / "tests" / "hydra_app", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    shown, folder = "/tmp/multirun/demo", str(tmp_path / "multirun" / "demo")
+    commands = 0
+    for block in section.split("```text\n")[1:]:
+        steps = block.split("```")[0].split("\n$ ")
+        rc = None
+        for step in steps:
+            command, _, expected = step.removeprefix("$ ").partition("\n")
+            if command == "echo $?":
+                assert str(rc) == expected.strip(), command
+                continue
+            done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=180)
+            rc, out = done.returncode, done.stdout + done.stderr
+            if command.startswith("cat "):
+                assert [_row(line) for line in out.splitlines()] == [_row(line) for line in expected.splitlines()]
+            else:
+                assert _said(out, folder) == _said(expected, shown), (command, out)
+            commands += 1
+    assert commands == 5

@@ -136,3 +136,28 @@ def test_an_earlier_batchs_jobs_stand_whatever_their_status_and_one_never_starte
     assert [s.params for s in todo] == [{"a": 3}]
     kept, todo = kept_and_todo(specs, previous, Options(), ())  # nothing settled: the failed one runs again
     assert set(kept) == {specs[3].trial_id} and [s.params for s in todo] == [{"a": 1}, {"a": 2}, {"a": 3}]
+
+
+#: sweeper's advice, and the words a multirun takes for it (None: the same words)
+ADVICE = {
+    "give this one another --name": "give this multirun another hydra.sweep.dir",
+    "give this run another --name (name=...), or start over with --fresh (fresh=True)":
+        "give this multirun another hydra.sweep.dir, or start over with hydra.launcher.fresh=true",
+    "give --mode max or --mode min (mode='max' or 'min') to rank by it, or --metric (metric=) to rank by another":
+        "give hydra.launcher.mode=max or hydra.launcher.mode=min to rank by it, or hydra.launcher.metric to rank by "
+        "another",
+    "give --metric/--mode (metric=, mode=) to choose another":
+        "give hydra.launcher.metric/hydra.launcher.mode to choose another",
+    "give --per-gpu 2, --gpus none or --timeout 10m":
+        "give hydra.launcher.per_gpu=2, hydra.launcher.gpus=none or hydra.launcher.timeout=10m",
+    "give --metric and --mode to choose": "give hydra.launcher.metric and hydra.launcher.mode to choose",
+    "3 ok trials did not meet the constraints (feasible=False): not ranked": None,  # no flag
+    "run python -m sweeper --search tpe yourself": None,  # not a setting of the launcher
+}
+
+
+def test_sweepers_advice_is_said_in_the_words_a_multirun_takes():
+    from sweeper.front.hydra.launcher import in_hydra_words
+
+    assert {said: in_hydra_words(said) for said in ADVICE} == {
+        said: said if in_hydra is None else in_hydra for said, in_hydra in ADVICE.items()}

@@ -245,8 +245,9 @@ class Plan:
             ledger.set_feasible(changed)
         feed = Searching(search, todo, specs, wanted, ledger, recorded) if search is not None else None
         made = cls(specs, todo, kept, wanted, total, uid, mode, facts, notes, search, feed)
-        if kept:
-            made.resumed = f"resumed: {len(kept)} trials already on record were kept; {made.to_run} to run"
+        resumed = [s for s in specs if s.trial_id in kept and s.key not in settled]  # not this run's own
+        if resumed:
+            made.resumed = f"resumed: {len(resumed)} trials already on record were kept; {made.to_run} to run"
         others = len(set(previous) - wanted)
         if others:
             this = "search's space" if search is not None else "grid"

@@ -131,10 +131,10 @@ def run(
         return sweep.run(listener, tag)
 
 
-def run_shown(definition: Definition, words: Callable[[str], str] = str) -> Outcome:
+def run_shown(definition: Definition, words: Callable[[str], str] = str, closing: bool = True) -> Outcome:
     """:func:`run` as a front end shows it: the live view (plain lines where no terminal, none
     with ``progress=False``), then the closing summary (its lines through ``words``: a front
-    end's own names for the options)."""
+    end's own names for the options; none where not ``closing``: the front end says it later)."""
     from sweeper.run.progress import choose_view
 
     opts = definition.options
@@ -144,7 +144,7 @@ def run_shown(definition: Definition, words: Callable[[str], str] = str) -> Outc
     finally:
         if listener is not None:
             listener.close()
-    if opts.progress and not opts.dry_run:
+    if opts.progress and not opts.dry_run and closing:
         for line in summary(outcome, opts.ranked_by, opts.ranked_mode):
             print(words(line), flush=True)
     return outcome

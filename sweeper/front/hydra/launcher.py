@@ -39,6 +39,7 @@ from hydra.errors import CompactHydraException
 
 from sweeper.errors import SweepError
 from sweeper.front.hydra import settings as launcher_settings
+from sweeper.front.hydra.closing import Closing, hook
 from sweeper.front.hydra.jobs import Book, Job, described
 from sweeper.front.hydra.returns import check_kept, job_return, sources_digest
 from sweeper.front.hydra.task import HydraTask, named
@@ -53,7 +54,9 @@ from sweeper.store.paths import SweepPaths, atomic
 if TYPE_CHECKING:
     from hydra.core.utils import JobReturn
 
-log = logging.getLogger(__name__)
+#: The launcher's own lines, Hydra's way: through Hydra's logging, as its launchers' are (never
+#: through sweeper's logger, which prints a sweep's own lines plainly)
+log = logging.getLogger("hydra_plugins.sweeper_launcher")
 
 
 class LauncherError(CompactHydraException):
@@ -80,10 +83,16 @@ class Launching:
         self.earlier: list[Job] = []  #: this multirun's jobs of earlier batches: settled
         self.context = ""  #: the file its jobs load Hydra's context from (its own)
         self.sources: str | None = None  #: what composing its jobs' configs reads, as a digest
+        self.closing = Closing(in_hydra_words)  #: its summary, said once, when it may end
+        self.hooked = False  #: whether Hydra's end of the multirun says it (else each batch does)
 
     def launch(self, batch: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
-        with one_line():
-            return self._launch(batch, initial_job_idx)
+        try:
+            with one_line():
+                return self._launch(batch, initial_job_idx)
+        except BaseException:  # the multirun ends here: what its earlier batches did is said first
+            self.closing.say()
+            raise
 
     def _launch(self, batch: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
         from hydra.core.utils import configure_log, setup_globals
@@ -101,6 +110,7 @@ class Launching:
         if first:  # a job's config composes (a mistake in the overrides: Hydra's one line, before any job)
             self._compose(jobs[0])
             self._save_context(paths)
+            self.hooked = hook(self.hydra_context.callbacks, self.closing)  # after the context the jobs load
             self.sources = sources_digest(self.hydra_context.config_loader, self.config, self.folder)
         if not self.options.fresh:  # each job ok on record: made with the config it has now
             settled = {j.key for j in self.earlier}
@@ -141,7 +151,11 @@ class Launching:
         definition = Definition(self._target(), opts, Points(j.params for j in every), None,
                                 source_of(self.task_function), self._what(), names=tuple(str(j.num) for j in every),
                                 settled=frozenset(j.key for j in self.earlier))
-        return runner.run_shown(definition, in_hydra_words)
+        self.closing.started()
+        outcome = runner.run_shown(definition, in_hydra_words, closing=False)
+        if opts.progress:
+            self.closing.ended(outcome, {j.key for j in jobs}, (opts.ranked_by, opts.ranked_mode), self.hooked)
+        return outcome
 
     def _target(self) -> FunctionTarget:
         fn = self.task_function
@@ -206,8 +220,27 @@ def _timed(config: Any) -> bool:
 
 
 def _where(opts: Any) -> str:
+    """Where the jobs run, in the launch line: this machine's slots, or a cluster's."""
+    if opts.backend == "slurm":
+        return _on_slurm(opts)
     workers = "as many workers as slots" if opts.workers is None else f"workers {opts.workers}"
     return f"{workers}, gpus {opts.gpus if opts.gpus is not None else 'all'}, backend {opts.backend}"
+
+
+def _on_slurm(opts: Any) -> str:
+    """On Slurm: each job a task of an array job, how many at once, the GPU it is given (none unless
+    ``gpus`` or the sbatch options ask), the sbatch options."""
+    from sweeper.backends.slurm.backend import DEFAULT_WORKERS
+    from sweeper.backends.slurm.options import SlurmOptions
+    from sweeper.run.slots import parse_gpus
+
+    own: SlurmOptions = opts.backend_options or SlurmOptions().checked()
+    asked = opts.gpus is not None and parse_gpus(opts.gpus) != "none"
+    gpu = ("the GPUs its sbatch options ask for" if own.asks_gpus() else "a GPU each, --gres=gpu:1" if asked
+           else "no GPU: hydra.launcher.gpus=all gives each one")
+    sbatch = " ".join(own.sbatch()) or "none given"
+    return (f"backend slurm: each job a task of an array job, at most {opts.worker_count or DEFAULT_WORKERS} at "
+            f"once, {gpu}; sbatch options: {sbatch}")
 
 
 def _depth(fn: Any) -> int:
@@ -237,14 +270,28 @@ def _resolvers(state: Mapping[str, Any]) -> bytes | None:
     return blob
 
 
+#: The words a flag's value may be in sweeper's advice (``--mode max``, ``--gpus none``); any other
+#: word after a flag is the sentence's own (``--metric and --mode``).
+_VALUE_WORDS = frozenset({"max", "min", "none", "all", "auto", "spawn", "forkserver", "true", "false"})
+
+
 def in_hydra_words(message: str) -> str:
-    """sweeper's advice in the words a multirun takes: ``--per-gpu`` is ``hydra.launcher.per_gpu``."""
-    message = (message.replace("give this run another --name (name=...)", "give this multirun another hydra.sweep.dir")
-               .replace("--fresh (fresh=True)", "hydra.launcher.fresh=true"))
+    """sweeper's advice in the words a multirun takes: ``--per-gpu`` is ``hydra.launcher.per_gpu``,
+    ``--mode max`` is ``hydra.launcher.mode=max`` (a value among the option's choices, or a
+    number), the sweep's folder (``--name``, ``--out``) is ``hydra.sweep.dir``, and the
+    keywords of ``sweep()`` said beside a flag (``(mode='max' or 'min')``) are left out."""
+    message = re.sub(r"give this (?:run|one) another --name(?: \(name=\.\.\.\))?|choose another --out",
+                     "give this multirun another hydra.sweep.dir", message)
+    message = message.replace("--fresh (fresh=True)", "hydra.launcher.fresh=true")
     known = set(launcher_settings.defaults())
 
     def setting(match: re.Match[str]) -> str:
-        name = match.group(1).replace("-", "_")
-        return f"hydra.launcher.{name}" if name in known else match.group(0)
+        name, value = match.group(1).replace("-", "_"), match.group(2)
+        if name not in known:
+            return match.group(0)
+        if value and (value in _VALUE_WORDS or re.fullmatch(r"-?\d[\w.]*", value)):  # 2, 0.5, 10m, 6GB
+            return f"hydra.launcher.{name}={value}"
+        return f"hydra.launcher.{name}" + (f" {value}" if value else "")
 
-    return re.sub(r"(?<![\w.])--([a-z][a-z-]*)", setting, message)
+    message = re.sub(r"(?<![\w.])--([a-z][a-z-]*)(?: ([\w.-]+)\b)?", setting, message)
+    return re.sub(r"(hydra\.launcher\.\S+?) \([a-z_]+=[^()]*\)", r"\1", message)
