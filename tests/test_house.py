@@ -169,7 +169,8 @@ def test_the_tree_shows_the_roles():
     top = sorted(m for m, path in MODULES.items() if m.count(".") == 1 and not path.endswith("__init__.py"))
     assert len(top) <= TOP_MODULES, top
     roles = {m.split(".")[1] for m, path in MODULES.items() if path.endswith("__init__.py") and m.count(".") == 1}
-    assert roles == {"backends", "child", "front", "model", "results", "run", "store", "system", "tracking"}
+    assert roles == {"backends", "child", "front", "model", "placement", "results", "run", "store", "system",
+                     "tracking"}
     for role in roles:  # each package says what it holds, and names every module in it
         init = os.path.join(PACKAGE, role, "__init__.py")
         doc = ast.get_docstring(ast.parse(open(init).read())) or ""
@@ -190,3 +191,15 @@ def test_the_documented_paths_still_lead_where_they_did():
     assert sweeper.analysis.figures is report.figures
     assert sweeper.importance.importance is importance.importance
     assert sweeper.metrics.MINIMISED is metrics.MINIMISED and sweeper.metrics.MAXIMISED is metrics.MAXIMISED
+
+
+@pytest.mark.unit
+def test_the_machine_wide_placement_stands_below_what_runs_sweeps():
+    """``sweeper.placement`` (the sweeps of one machine, told of each other) imports only
+    errors, model, system and store; run and backends import it, never the other way."""
+    low = ("sweeper.errors", "sweeper.model", "sweeper.system", "sweeper.store", "sweeper.placement")
+    graph = _graph()
+    above = [f"{m} imports {t}" for m in graph if m.startswith("sweeper.placement") for t in sorted(graph[m])
+             if not t.startswith(low)]
+    assert above == []
+    assert any(t.startswith("sweeper.placement") for m in graph if m.startswith("sweeper.run.") for t in graph[m])

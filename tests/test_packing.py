@@ -96,8 +96,7 @@ def test_placement_is_best_fit_waits_when_nothing_fits_and_an_empty_card_takes_a
     full = Card("1", 16384, 9000, ours=((7500, 7500), (1000, 0)))  # room 9000 - 1000 - 512 < 7 GB + 5%
     assert packer.place({}, [full]) is None  # it waits
     crowded = Card("0", 16384, 8000)  # another user holds half of it
-    assert Packer(Needs(hint="10GB"), ["0"]).place({}, [crowded]) is None  # a trial of ours may end first
-    assert Packer(Needs(hint="10GB"), ["0"]).place({}, [crowded], busy=False).gpu == "0"  # none will: it goes
+    assert Packer(Needs(hint="10GB"), ["0"]).place({}, [crowded]) is None  # it waits for room, whoever holds it
     huge = Packer(Needs(hint="40GB"), ["0"])
     spot = huge.place({}, [roomy])
     assert spot.gpu == "0" and spot.reserved_mb == 40960  # nowhere fits: an empty card takes it
@@ -467,9 +466,9 @@ def test_memory_a_trial_leaves_on_its_card_is_said_once_and_counted_as_used(tmp_
     must come back to within TEARDOWN_TOLERANCE_MB of what it was when the trial started;
     what does not within TEARDOWN_S is said once, with the trial's name, and counts as
     used: the next large trial goes to the other card."""
-    from sweeper.run import placement
+    from sweeper.run import leftovers
 
-    monkeypatch.setattr(placement, "TEARDOWN_S", 0.5)
+    monkeypatch.setattr(leftovers, "TEARDOWN_S", 0.5)
     first = {"x": 1, "need_mb": 3000, "leak_mb": leak_mb, "board": machine.board}
     large = [{"x": x, "need_mb": 12000, "board": machine.board} for x in (2, 3)]
     df = sweeper.sweep(sweep_fns.packed, [first, *large], per_gpu="auto", workers=1, out=str(tmp_path),

@@ -206,7 +206,9 @@ def judge(ending: Ending) -> Verdict:
         verdict = exited(ending.exited, list(ending.tail))
         verdict = Verdict(verdict.status, verdict.error, metrics)
     error = verdict.error
-    if verdict.status is Status.OOM:
+    if verdict.status is Status.OOM and ending.exited.crowded:  # others took the memory it was placed with
+        error = f"{error} (not its own: {ending.exited.crowded})"
+    elif verdict.status is Status.OOM:
         place = ending.began
         device = "cpu" if ending.exited.oom_killed else place.device  # the host's memory ran out
         error = f"{error} (hint: {oom_hint(device, place.cap_mb, place.fraction, place.packed, place.alone_mb)})"

@@ -181,6 +181,9 @@ class Exited:
     cap_mb: int | None = None
     #: the kernel's OOM killer ended it (SIGKILL while the memory cgroup's oom_kill count rose)
     oom_killed: str = ""
+    #: processes that are not its sweep's took memory of its card its sweep had reserved, while
+    #: it ran: who, and what follows (an OOM then is theirs, not the trial's: :mod:`sweeper.run.crowd`)
+    crowded: str = ""
     #: a batch scheduler's own time limit ended it (its words: "Slurm's time limit, 00:01:00")
     time_limit: str = ""
     #: its batch scheduler's job id, where :class:`Began` could not say it (it never began)

@@ -83,6 +83,9 @@ PATIENCE = 8
 BREAKER = 3
 #: A prediction with nothing measured: the whole card.
 ALONE = math.inf
+#: MB of room at least that a trial not measured yet starts with on a card to itself: where
+#: others hold more, it waits for them (never a cap of nothing).
+ALONE_MIN_MB = 2048
 
 
 def point_key(params: Mapping[str, Any]) -> str:
@@ -181,11 +184,19 @@ class Card:
     free_mb: int  #: NVML, now
     #: (reserved MB, MB its tree holds now) per trial of ours on the card
     ours: tuple[tuple[float, float], ...] = ()
+    others_mb: float = 0.0  #: what the machine's other sweeps reserved there and do not hold yet
+    share_mb: float = math.inf  #: the most this sweep may reserve more there, by the fair share
+    alone_mb: float = 0.0  #: beside other sweeps: the least room a trial not measured yet starts with
 
     @property
     def room(self) -> float:
         unclaimed = sum(max(0.0, reserved - held) for reserved, held in self.ours)
-        return self.free_mb - unclaimed - MARGIN_MB
+        return min(self.free_mb - unclaimed - self.others_mb - MARGIN_MB, self.share_mb)
+
+    @property
+    def bare(self) -> bool:
+        """Whether nothing of anyone's holds or reserves it (an idle card's driver share aside)."""
+        return not self.ours and not self.others_mb and self.free_mb >= self.total_mb - 2 * MARGIN_MB
 
 
 @dataclass(frozen=True)
@@ -198,17 +209,23 @@ class Spot:
     need: Need
 
 
+def alone_min(card: Card) -> float:
+    """The least room a trial not measured yet takes a card with (a quarter of a small card;
+    beside other sweeps, most of its fair share of the card)."""
+    return max(min(ALONE_MIN_MB, card.total_mb / 4), card.alone_mb)
+
+
 def terms(need: Need, card: Card, overfill: bool = False) -> tuple[int, int] | None:
     """(reserved, cap) MB for a trial with this need on this card, None if it does not fit.
-    ``overfill``: it may go on this card, if none of ours runs there, even where it does not
-    fit (waiting cannot help it: nothing of ours runs anywhere, or no card could ever hold it)."""
-    if need.alone:
-        if card.ours or (card.room <= 0 and not overfill):
+    ``overfill``: it may go on this card where nothing of anyone's is, even where it does not
+    fit (no card could ever hold it: waiting cannot help)."""
+    if need.alone:  # all the card's room, never less than ALONE_MIN_MB: a cap is never cut to nothing
+        if card.ours or card.room < alone_min(card):
             return None
-        reserved = max(card.room, 1.0)
+        reserved = card.room
     else:
         reserved = math.ceil(need.mb * (1 + HEADROOM))
-        if reserved > card.room and (card.ours or not overfill):
+        if reserved > card.room and not (overfill and card.bare):
             return None
         reserved = min(reserved, max(card.room, need.mb))
     floor = 0 if need.alone else math.ceil(min(need.mb, reserved))  # a known need is never capped below
@@ -235,6 +252,8 @@ class Packer(Callback):
         self.waiting: tuple[str, int] | None = None
         #: (card, point): the card kept for it once :data:`PATIENCE` trials passed it, until it starts
         self.draining: tuple[str, str] | None = None
+        #: whether a recorded row is an OOM others caused (:mod:`sweeper.run.crowd`): nothing to learn from
+        self.excused: Callable[[TrialResult], bool] = lambda result: False
 
     def describe(self) -> str:
         """The policy in one line (``--dry-run``)."""
@@ -253,11 +272,11 @@ class Packer(Callback):
                 f"reservation less {CONTEXT_MB} MB for the CUDA context, if more); a first OOM runs again with {OOM_GROWTH:g}x, "
                 f"a second with the largest card to itself; {self.breaker.limit} crashed in a row close a card")
 
-    def place(self, params: dict[str, Any], cards: Iterable[Card], busy: bool = True) -> Spot | None:
+    def place(self, params: dict[str, Any], cards: Iterable[Card]) -> Spot | None:
         """The card where the trial fits with the least room left (best fit), or None: it
-        waits. ``busy``: a trial of the sweep runs somewhere (one may end and make room);
-        when none does, or no card could ever hold it, a card where none of ours runs takes
-        it anyway (it would wait for ever)."""
+        waits, for room this sweep's trials or others' (other sweeps, other processes) hold,
+        however long (the sweep bounds a wait on others: :mod:`sweeper.run.crowd`). Only a
+        trial that no card could ever hold takes a card where nothing is, anyway."""
         need = self.needs.predict(params)
         if need.source == "unmeasured" and need.shape in self.measuring and not self.blind:
             return None  # its shape's first trial is being measured: wait for what it says
@@ -271,7 +290,7 @@ class Packer(Callback):
         mine = self.draining is not None and self.draining[1] == key
         best: tuple[tuple[bool, float], Spot] | None = None
         largest = max((c.total_mb for c in cards), default=0) - MARGIN_MB
-        overfill = not busy or (not need.alone and need.mb * (1 + HEADROOM) > largest)
+        overfill = not need.alone and need.mb * (1 + HEADROOM) > largest
         for card in cards:
             if self.draining is not None and card.gpu == self.draining[0] and not mine:
                 continue
@@ -355,6 +374,8 @@ class Packer(Callback):
         return self.breaker.exhausted
 
     def learn(self, result: TrialResult) -> None:
+        if self.excused(result):
+            return
         if (result.status is Status.OK and result.device.startswith("gpu:") and result.gpu_mem_peak_mb is None
                 and not self.blind):
             self.blind = True

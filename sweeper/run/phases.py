@@ -227,7 +227,7 @@ class TrialState:
         once: nothing after a result changes a verdict), with what the exit measured; else
         judged now. One exit tells more of a verdict: an ``oom`` the kernel's OOM killer then
         ended, whose hint names the host's memory (judged again, the same status)."""
-        if self.early is None or (how.oom_killed and self.early.status is Status.OOM):
+        if self.early is None or ((how.oom_killed or how.crowded) and self.early.status is Status.OOM):
             return self.row(how, now, run_id, constraints)
         return replace(self.early, **self.measures(how))
 

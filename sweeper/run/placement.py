@@ -12,13 +12,13 @@ on what terms. Two policies:
 
 What :class:`SlotPlacement` keeps, by trial id: where an admitted trial is to go (``Spot``),
 what a running one reserved (card and MB, host MB), and, after it ended, its reservation
-until its card's memory is back (``Teardown``)::
+until its card's memory is back (:mod:`sweeper.run.leftovers`)::
 
     engine: admits(spec) ─▶ fits? (host room, free slots, a card with room) ─▶ kept: its spot
     backend: claim(spec)  ─▶ the spec with its own cap; the slots it may take
              first_epoch  ─▶ an unmeasured trial's shape measured; its reservation shrinks
              ended(tid)   ─▶ its reservation stands (tearing) until its card's memory is back,
-                             or TEARDOWN_S passed (said once, counted as used)
+                             or a while passed (said once, counted as used)
              release(tid) ─▶ its terms forgotten (it never ran, or it is gone)
 
 What it needs to know of the backend's trials it reads through :class:`Occupancy`.
@@ -27,15 +27,16 @@ What it needs to know of the backend's trials it reads through :class:`Occupancy
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from sweeper.model import contract
 from sweeper.model.trial import TrialResult, TrialSpec
+from sweeper.placement.neighbours import LOOK_EVERY, Neighbours
+from sweeper.run.crowd import Crowd
 from sweeper.run.hostroom import HostRoom
+from sweeper.run.leftovers import Leftovers, unlisted
 from sweeper.run.packing import Breaker, Card, Packer, Spot
 from sweeper.run.slots import Slot
 from sweeper.system import capping, headroom
@@ -46,15 +47,6 @@ log = logging.getLogger("sweeper")
 
 #: Seconds between NVML reads of the trials' GPU memory, while trials run on GPUs.
 SAMPLE_EVERY = 0.5
-#: Teardown (per_gpu="auto"): a packed trial's reservation is freed once its card's memory
-#: that no process NVML lists holds is within this many MB of what it was when the trial
-#: started (and no leftover process of the sweep holds any there). The driver's own share
-#: of a card moves by tens of MB as contexts come and go; a leaked context is hundreds.
-TEARDOWN_TOLERANCE_MB = 256
-#: Seconds a reservation waits for that; then what did not come back is said once (it is
-#: counted as used anyway: room comes from NVML's free memory) and the reservation is freed.
-#: The driver frees a context within a second of its process's exit.
-TEARDOWN_S = 10.0
 
 
 class Anywhere:
@@ -84,18 +76,6 @@ class Occupancy:
     family: Callable[[int], set[int]] = lambda pid: set()  #: a trial's process and what it started
 
 
-@dataclass
-class Teardown:
-    """A packed trial that ended, its reservation kept until its card's memory is back."""
-
-    name: str  #: the trial's, for the line that says what did not come back
-    gpu: str
-    reserved_mb: int
-    before_mb: int  #: MB of the card no listed process held when the trial started
-    until: float  #: monotonic time after which it is said and freed
-    residue_mb: int = 0  #: what has not come back, at the last look
-
-
 @dataclass(frozen=True)
 class Terms:
     """What a packed trial started with: its own cap, what it reserved, and (a last resort,
@@ -110,12 +90,19 @@ class SlotPlacement:
     """This machine's slots, and the memory trials need on them (see the module docstring)."""
 
     def __init__(self, slots: Sequence[Slot], *, packer: Packer | None = None, host: HostRoom | None = None,
-                 breaker: Breaker | None = None) -> None:
+                 breaker: Breaker | None = None, neighbours: Neighbours | None = None) -> None:
         self.slots = list(slots)
+        #: this sweep's trials beside the machine's other sweeps and processes (room, share, crowded OOMs)
+        self.crowd = Crowd(self.slots, neighbours)
+        self._fixed: dict[str, str] = {}  #: by trial id: the card an admitted trial of a fixed per_gpu goes to
+        self.next_look: float | None = None  #: when to look at the cards again, for a trial waiting on others
+        self._blocked = False  #: this round, a trial waited on others
         #: on GPUs: the cards closed to new trials (where trials crash), under any per_gpu
         self.breaker = breaker if breaker is not None or packer is None else packer.breaker
         #: per_gpu="auto": where each trial goes, by the GPU memory it is predicted to need
         self.packer = packer
+        if packer is not None:  # an OOM others caused teaches it nothing
+            packer.excused = self.crowd.excused_row
         #: workers="auto" or host_memory: whether a trial starts, by the host memory it needs
         self.host_room = host
         self.occupancy: Callable[[], Occupancy] = Occupancy
@@ -127,10 +114,9 @@ class SlotPlacement:
         self.reserved: dict[str, tuple[str, int]] = {}  #: by trial id: (card, MB) of a running trial
         self._totals: dict[str, int] = {}  #: card -> its total MB, as NVML said
         self._read: list[Card] | None = None  #: the cards as NVML told them since the last look
-        self._told: set[int] = set()  #: pids on the cards that were not the sweep's trials, said once
-        self._left: dict[int, str] = {}  #: pid -> card: leftovers of the sweep's trials, killed
-        self._before: dict[str, int] = {}  #: by trial id: MB of its card no listed process held at its start
-        self.tearing: dict[str, Teardown] = {}  #: by trial id: ended, its card's memory not verified back yet
+        #: ended packed trials' reservations until their card's memory is back; leftovers, strangers
+        self.leftovers = Leftovers()
+        self.tearing = self.leftovers.tearing  #: by trial id: ended, its card's memory not verified back yet
         self.sampler: MemorySampler | None = None  #: GPU memory, where NVML sees cards
         self.host = HostSampler()  #: host memory, on every machine
         self.next_sample = 0.0
@@ -141,10 +127,14 @@ class SlotPlacement:
         if any(s.gpu is not None for s in self.slots):
             sampler = MemorySampler()
             self.sampler = sampler if sampler.start() else None
+            if self.crowd.neighbours is not None:
+                self.crowd.neighbours.open()
 
     def close(self) -> None:
         if self.sampler:
             self.sampler.stop()
+        if self.crowd.neighbours is not None:
+            self.crowd.neighbours.close()
 
     # -- what the engine asks -------------------------------------------------------------
 
@@ -164,11 +154,15 @@ class SlotPlacement:
                 return False
         if self.packer is not None:
             free = {s.gpu for s in self.free()}
-            spot = self.packer.place(spec.params, [c for c in self.cards() if c.gpu in free],
-                                     busy=bool(held.taken))
+            cards = [c for c in self.cards() if c.gpu in free]
+            spot = self.packer.place(spec.params, cards)
             if spot is None:
+                self._waits(self.crowd.missed_packed(self.packer, spec.params, cards), held)
                 return False
             self._spots[spec.trial_id] = spot
+            self.crowd.placed(spec.trial_id, spec.name, spot.gpu, spot.reserved_mb, spot.cap_mb)
+        elif self.sampler is not None and not self._fit_fixed(spec, held):
+            return False
         if host is not None and self.host_room is not None:
             self.host_room.commit(host[1])
             self._host_terms[spec.trial_id] = host[0]
@@ -180,14 +174,49 @@ class SlotPlacement:
             return None
         return self.packer.ranked([spec.params for spec in queued])
 
+    def _fit_fixed(self, spec: TrialSpec, held: Occupancy) -> bool:
+        """A fixed per_gpu on GPUs: whether a free slot's card has room for the trial's cap
+        beside what all sweeps reserved, within this sweep's share (:meth:`Crowd.fixed`); its card kept."""
+        read = {c.gpu: (c.total_mb, c.free_mb) for c in self.cards()}
+        assert self.sampler is not None
+        pids = held.pids
+        ours = {g: 0.0 for g in read}
+        for tid, (g, mb) in self.crowd.where.items():
+            ours[g] = ours.get(g, 0.0) + max(0.0, mb - (self.sampler.now.get(pids[tid], 0) if tid in pids else 0))
+        load = {g: sum(1 for s in self.slots if s.index in held.taken and s.gpu == g) for g in read}
+        slot, missed = self.crowd.fixed(self.free(), load, read, ours, self.sampler.listed)
+        if slot is None:
+            self._waits([(s.gpu or "", mb) for s, mb in missed], held)
+            return False
+        if slot.gpu is not None:
+            self._fixed[spec.trial_id] = slot.gpu
+            self.crowd.placed(spec.trial_id, spec.name, slot.gpu, self.crowd.nominal(slot, read.get(slot.gpu, (0,))[0]),
+                              slot.cap_mb)
+        return True
+
+    def _waits(self, missed: list[tuple[str, int]], held: Occupancy) -> None:
+        """A trial that could start waits: said, published and bounded where others hold or are owed the room."""
+        if self.sampler is None or not missed:
+            return
+        ours = set(held.spares) | {q for pid in held.pids.values() for q in held.family(pid)}
+        read = {c.gpu: (c.total_mb, c.free_mb) for c in self.cards()}
+        if self.crowd.blocked(missed, read, self.sampler.listed, ours, running=bool(held.taken)):
+            self._blocked = True
+
     @property
     def exhausted(self) -> str | None:
-        """Why no trial can start any more (every card stopped taking them), else None."""
+        """Why no trial can start any more (every card stopped taking them, or memory other
+        processes hold kept every trial from starting for the longest wait), else None."""
+        if self.crowd.neighbours is not None and self.crowd.neighbours.starved:
+            return self.crowd.neighbours.starved
         return self.breaker.exhausted if self.breaker is not None else None
 
     def again(self, result: TrialResult) -> bool | None:
-        """Whether this attempt runs again on other terms (an OOM of a packed trial), or never
-        (one with the largest card to itself): :meth:`sweeper.run.packing.Packer.again`."""
+        """Whether this attempt runs again on other terms (an OOM others caused; an OOM of a
+        packed trial), or never (one with the largest card to itself):
+        :meth:`sweeper.run.crowd.Crowd.excuse`, :meth:`sweeper.run.packing.Packer.again`."""
+        if self.crowd.excuse(result):
+            return True
         return self.packer.again(result) if self.packer is not None else False
 
     # -- what the backend asks ------------------------------------------------------------
@@ -208,6 +237,9 @@ class SlotPlacement:
         free = self.free()
         if spec.trial_id in self._host_terms:
             self.host_reserved[spec.trial_id] = self._host_terms.pop(spec.trial_id)
+        card = self._fixed.pop(spec.trial_id, None)
+        if card is not None:  # a fixed per_gpu: the card it was admitted to
+            free = [s for s in free if s.gpu == card]
         spot = self._spots.pop(spec.trial_id, None)
         if spot is not None:  # packed: its card, and its own cap in its environment
             free = [s for s in free if s.gpu == spot.gpu]
@@ -216,9 +248,9 @@ class SlotPlacement:
             self.reserved[spec.trial_id] = (spot.gpu, spot.reserved_mb)
             if spot.need.source == "unmeasured":
                 self.unmeasured[spec.trial_id] = spot
-            unlisted = self._unlisted().get(spot.gpu)
-            if unlisted is not None:
-                self._before[spec.trial_id] = unlisted
+            before = unlisted(self._read, self.sampler.listed).get(spot.gpu) if self._read and self.sampler else None
+            if before is not None:
+                self.leftovers.before[spec.trial_id] = before
         return spec, free
 
     def terms(self, spec: TrialSpec) -> Terms | None:
@@ -233,20 +265,24 @@ class SlotPlacement:
     def release(self, trial_id: str) -> None:
         """A trial's terms forgotten: it never got a process, or it is gone."""
         self.reserved.pop(trial_id, None)
-        self._before.pop(trial_id, None)
+        self.leftovers.before.pop(trial_id, None)
         self.unmeasured.pop(trial_id, None)
         self.host_reserved.pop(trial_id, None)
+        self._fixed.pop(trial_id, None)
+        self.crowd.gone(trial_id)
 
     def ended(self, trial_id: str, name: str, pid: int) -> tuple[int | None, int | None]:
         """A trial's process is gone: its peaks (GPU MB, host MB); a packed trial's
         reservation stands until its card's memory is back."""
+        if self.sampler is not None and trial_id in self.crowd.where:  # was its card crowded, at the last?
+            self.sampler.sample(set(self.occupancy().pids.values()))
+            self._watch()
+        self.crowd.ended(trial_id)
         gpu_peak = self.sampler.peaks.pop(pid, None) if self.sampler else None
         host_peak = self.host.peaks.pop(pid, None)
-        packed, before = self.reserved.get(trial_id), self._before.get(trial_id)
-        self.release(trial_id)
-        if packed is not None and before is not None:  # freed once its card's memory is back
-            self.tearing[trial_id] = Teardown(name, packed[0], packed[1], before, time.monotonic() + TEARDOWN_S)
+        if self.leftovers.ended(trial_id, name, self.reserved.get(trial_id)):  # freed once its card's memory is back
             self._read = None  # the next placement reads the card after this exit
+        self.release(trial_id)
         return gpu_peak, host_peak
 
     def forget_pid(self, pid: int) -> None:
@@ -268,11 +304,24 @@ class SlotPlacement:
         new = self.packer.first_epoch(params, spot, held)
         if new is not None and trial_id in self.reserved:
             self.reserved[trial_id] = (spot.gpu, new)
+            self.crowd.resize(trial_id, new)
             self._read = None  # the next placement sees its card's room anew
 
     def stale(self) -> None:
-        """What NVML said holds until trials may have come and gone (the backend's next wait)."""
+        """What NVML said holds until trials may have come and gone (the backend's next wait);
+        the round of placements is over: published, the machine's lock let go."""
         self._read = None
+        if self.crowd.neighbours is not None:
+            self.crowd.neighbours.end_round()
+        self.next_look = time.monotonic() + LOOK_EVERY if self._blocked else None  # (NVML has no event for it)
+        self._blocked = False
+
+    def _watch(self) -> None:
+        """The running trials' cards, looked at for memory others took (:meth:`Crowd.watch`)."""
+        assert self.sampler is not None
+        held = self.occupancy()
+        ours = set(held.spares) | {q for pid in held.pids.values() for q in held.family(pid)}
+        self.crowd.watch(self.sampler.listed, ours, self.sampler.cards(), held.pids)
 
     def sample(self, now: float) -> None:
         """Every SAMPLE_EVERY while trials run or reservations tear down: host and GPU
@@ -283,6 +332,7 @@ class SlotPlacement:
         self.host.sample(pids)
         if self.sampler:
             self.sampler.sample(pids)
+            self._watch()
         if self.tearing:  # looked at again now, not at the next placement only
             self._read = None
             self.cards()
@@ -290,115 +340,35 @@ class SlotPlacement:
         self.next_sample = now + SAMPLE_EVERY
 
     def cards(self) -> list[Card]:
-        """The sweep's cards now: NVML's free memory, and what our trials there reserved and
-        hold (read once between waits; the reservations as they are)."""
-        if self.sampler is None or self.packer is None:
+        """The sweep's cards now: NVML's free memory, what the other sweeps reserved there and
+        do not hold yet, this sweep's share, and what our trials there reserved and hold (read
+        once between waits, in a round of placements; the reservations as they are)."""
+        if self.sampler is None:
             return []
         pids = self.occupancy().pids
         if self._read is None:
+            if self.crowd.neighbours is not None:
+                self.crowd.neighbours.begin_round()
             self.sampler.sample(set(pids.values()))
-            self._others()
+            held = self.occupancy()
+            ours = set(held.spares) | {q for pid in pids.values() for q in held.family(pid)}
+            theirs = self.crowd.neighbours.trial_pids() if self.crowd.neighbours is not None else set()
+            self.leftovers.strangers(self.sampler.listed, ours, {str(i) for i in held.taken}, held.tag, theirs)
+            before = self.sampler.listed
             read = self.sampler.cards()
+            self.sampler.sample(set(pids.values()))  # a process that came or went meanwhile: listed still
+            listed = self.sampler.listed = {**before, **self.sampler.listed}
             self._totals.update({g: total for g, (total, _) in read.items()})
-            self._read = [Card(g, total, free) for g, (total, free) in read.items() if g in self.packer.gpus]
-            self._teardowns()
-        ours: dict[str, list[tuple[float, float]]] = {}
+            self._read = [Card(g, total, free, others_mb=self.crowd.unclaimed(g, listed),
+                               alone_mb=self.crowd.alone(g, total, listed, ours))
+                          for g, (total, free) in read.items() if g in self.crowd.uuid]
+            self.leftovers.check(self._read, listed, self.reserved)
+        mine: dict[str, list[tuple[float, float]]] = {}
         for tid, (gpu, mb) in self.reserved.items():
-            held = self.sampler.now.get(pids[tid], 0) if tid in pids else 0
-            ours.setdefault(gpu, []).append((mb, held))
+            now = self.sampler.now.get(pids[tid], 0) if tid in pids else 0
+            mine.setdefault(gpu, []).append((mb, now))
         for t in self.tearing.values():  # its reservation stands, less what is still used of it
-            ours.setdefault(t.gpu, []).append((t.reserved_mb, t.residue_mb))
-        return [replace(c, ours=tuple(ours.get(c.gpu, ()))) for c in self._read]
-
-    # -- the cards, read ------------------------------------------------------------------
-
-    def _unlisted(self) -> dict[str, int]:
-        """Per card, MB used that no process NVML listed holds (the driver's own share, and
-        contexts whose process is gone), as last read; {} before a read. A card where NVML
-        cannot tell some process's memory is left out: nothing there can be told apart."""
-        if self.sampler is None or self._read is None:
-            return {}
-        listed: dict[str, int] = {}
-        unknown: set[str] = set()
-        for card, mb in self.sampler.listed.values():
-            if mb is None:
-                unknown.add(card)
-            listed[card] = listed.get(card, 0) + (mb or 0)
-        return {c.gpu: c.total_mb - c.free_mb - listed.get(c.gpu, 0) for c in self._read if c.gpu not in unknown}
-
-    def _teardowns(self) -> None:
-        """Ended packed trials whose card's memory is back (within ``TEARDOWN_TOLERANCE_MB``
-        of what no listed process held at their start, no leftover of the sweep's there)
-        have their reservation freed; one past ``TEARDOWN_S`` has it freed too, and what did
-        not come back is said once: counted as used, through NVML's free memory."""
-        if not self.tearing:
-            return
-        unlisted = self._unlisted()
-        assert self.sampler is not None
-        left: dict[str, int] = {}
-        for pid, card in self._left.items():
-            if pid in self.sampler.listed:
-                left[card] = left.get(card, 0) + (self.sampler.listed[pid][1] or 0)
-        self._left = {pid: card for pid, card in self._left.items() if pid in self.sampler.listed}
-        now = time.monotonic()
-        for tid, t in list(self.tearing.items()):
-            if t.gpu not in unlisted:  # NVML cannot read the card, or tell what its processes hold
-                if now >= t.until:
-                    del self.tearing[tid]  # nothing to verify by: freed, unsaid
-                continue
-            t.residue_mb = max(0, unlisted[t.gpu] - t.before_mb) + left.get(t.gpu, 0)
-            if t.residue_mb <= TEARDOWN_TOLERANCE_MB:
-                del self.tearing[tid]
-            elif now >= t.until:
-                del self.tearing[tid]
-                self._not_back(t)
-
-    def _not_back(self, t: Teardown) -> None:
-        """Said once, for this trial: the others on the card measure from it, not blamed for it."""
-        log.warning("sweeper: gpu:%s: %d MB did not come back %.0f s after trial %s ended (used by no "
-                    "process NVML lists, or by a process it left); counted as used", t.gpu,
-                    t.residue_mb, TEARDOWN_S, t.name)
-        for other in self.tearing.values():
-            if other.gpu == t.gpu:
-                other.before_mb += t.residue_mb
-        for rid, (gpu, _) in self.reserved.items():
-            if gpu == t.gpu and rid in self._before:
-                self._before[rid] += t.residue_mb
-
-    def _others(self) -> None:
-        """Processes NVML lists on the sweep's cards that are no running trial's (nor below
-        one, nor a standby): one of this sweep's from a slot no trial runs in (a trial's
-        leftover) is killed, once said (one from a busy slot is its trial's, left alone);
-        another user's is said once, and counts as used through NVML's free memory."""
-        assert self.sampler is not None
-        if not self.sampler.listed:
-            return
-        from sweeper.system import procs
-
-        held = self.occupancy()
-        ours = set(held.spares)
-        for pid in held.pids.values():
-            ours |= held.family(pid)
-        busy = {str(index) for index in held.taken}
-        for pid, (card, mb) in self.sampler.listed.items():
-            if pid in ours or pid in self._told or not os.path.exists(f"/proc/{pid}"):
-                continue  # (not in /proc: gone, or NVML reports the host's pids to this container)
-            tag = procs.tags(pid)
-            if tag.get(contract.SWEEP) == held.tag and tag.get(contract.SLOT) == procs.SLOT_PLACEHOLDER:
-                continue  # the fork server or its probe: the server's own check (ForkServer._held) judges it
-            self._told.add(pid)
-            if tag.get(contract.SWEEP) == held.tag:
-                if tag.get(contract.SLOT) in busy:  # a running trial's detached helper: its trial's
-                    self._told.discard(pid)
-                    continue
-                procs.signal_all([pid], signal.SIGKILL)
-                self._left[pid] = card
-                log.warning("sweeper: gpu:%s: pid %d, left by a trial of this sweep, held %s after its trial "
-                            "ended; killed", card, pid, _amount(mb))
-            else:
-                log.warning("sweeper: gpu:%s: pid %d, not this sweep's, holds %s; counted as used", card, pid,
-                            _amount(mb))
-
-
-def _amount(mb: int | None) -> str:
-    return "an amount NVML cannot tell" if mb is None else f"{mb} MB"
+            mine.setdefault(t.gpu, []).append((t.reserved_mb, t.residue_mb))
+        # the share as this round's placements left it (each placed trial counts at once)
+        return [replace(c, ours=tuple(mine.get(c.gpu, ())), share_mb=self.crowd.share(c.gpu, c.total_mb))
+                for c in self._read]

@@ -47,6 +47,7 @@ from sweeper.run.hostroom import HostRoom
 from sweeper.run.lifecycle import Callback, Callbacks
 from sweeper.run.outputs import TableFiles, Trackers
 from sweeper.run.packing import Breaker, Needs, Packer
+from sweeper.placement.neighbours import Neighbours
 from sweeper.run.placement import Anywhere, SlotPlacement
 from sweeper.run.planning import Plan, keeps, plan
 from sweeper.run.ranking import Ranking
@@ -364,7 +365,9 @@ class Sweep:
         there, or anywhere, for a backend whose cluster places them."""
         if self.backend.places_trials:
             return Anywhere()
-        return SlotPlacement(self.placement.slots, packer=self.packer, host=self.host_room, breaker=self.breaker)
+        neighbours = Neighbours(self.folder.path) if self.breaker is not None else None  # on GPUs: the machine's
+        return SlotPlacement(self.placement.slots, packer=self.packer, host=self.host_room, breaker=self.breaker,
+                             neighbours=neighbours)
 
     def _backend(self, tag: str | None, admission: Admission) -> Backend:
         """Where the trials run: the backend the options name, made by its registered factory."""

@@ -119,6 +119,7 @@ class LocalBackend:
             waits += self.launcher.server.waits()
         now = time.monotonic()
         due = [self.placement.next_sample] if self.running or self.placement.tearing else []
+        due += [self.placement.next_look] if self.placement.next_look is not None else []
         due += [p.watch_at for p in self.running.values() if watched(p)]
         due += [self.pool.recheck_at] if self.pool.recheck_at is not None else []
         due += [self.launcher.server.started + fork.SERVER_WAIT_S] if self.pending and self.launcher.server else []
@@ -240,6 +241,7 @@ class LocalBackend:
         fraction = spec.env.get(contract.MEMORY_FRACTION, slot.env.get(contract.MEMORY_FRACTION))
         terms = self.placement.terms(spec)
         pid = process.process.pid
+        self.placement.crowd.began(spec.trial_id, pid)  # its reservation, published with its process
         if terms is not None:  # packed: its own cap, and what it reserved
             return Began(pid, slot.device, slot.uuid, terms.cap_mb, fraction, reserved_mb=terms.reserved_mb,
                          packed=True, alone_mb=terms.alone_mb, where=f"pid {pid}")
@@ -282,7 +284,8 @@ class LocalBackend:
             # the sweep's problem, not this trial's: no row (it runs next time)
             return events + [("", Broken(str(no_main_guard())))]
         return events + [(p.spec.trial_id, Exited(exitcode, peak_mb=peak, mem_peak_mb=host,
-                                                  oom_killed=_oom_killed(p, exitcode)))]
+                                                  oom_killed=_oom_killed(p, exitcode),
+                                                  crowded=self.placement.crowd.crowded.get(p.spec.trial_id, "")))]
 
     def _forget(self, p: Proc, release: bool = True) -> None:
         """A process let go of: its pipe and pidfd closed; its trial's terms with it, unless

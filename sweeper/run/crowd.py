@@ -1,0 +1,254 @@
+"""A sweep's trials beside the machine's other sweeps and processes, on its cards: what the
+local backend's placement (:class:`sweeper.run.placement.SlotPlacement`) asks of them.
+
+* **Room**: a trial starts on a card only where its reservation (a fixed ``per_gpu``: its cap;
+  ``auto``: its predicted need plus headroom) fits in what NVML says is free, less what this
+  sweep's and the other sweeps' trials there reserved and do not hold yet, and within this
+  sweep's fair share (:mod:`sweeper.placement.share`); else it waits, or takes another card.
+* **Crowded**: a trial that ends ``oom`` while processes that are not this sweep's hold more
+  of its card than this sweep's reservations leave (:func:`sweeper.placement.holders.crowded`,
+  at any sample while it ran, or at its end) was not short of memory itself: its row names
+  them, and it runs again once there is room, as an attempt that spends none of ``--retries``
+  and teaches the packer nothing; :data:`CROWDED_RERUNS` times at most, then it is judged as
+  any ``oom``.
+* **Waiting**: a trial that could start but waits for memory others hold, or a share they are
+  owed, is what the sweep wants (published), said once per cause; with nothing of the sweep
+  running, memory that no sweep's process holds bounds the wait
+  (:class:`~sweeper.placement.neighbours.Neighbours`).
+
+The machine-wide record it reads and writes is :mod:`sweeper.placement`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Mapping, Sequence
+
+from sweeper.model.trial import Status, TrialResult
+from sweeper.placement.holders import Holder, crowded, holders, said
+from sweeper.placement.neighbours import Neighbours
+from sweeper.placement.record import Holding
+from sweeper.run.packing import HEADROOM, MARGIN_MB, Card, Packer, alone_min
+from sweeper.run.slots import Slot
+from sweeper.system.capping import MARGIN
+
+#: Re-runs of one trial after OOMs others caused, at most; then its next OOM is its own.
+CROWDED_RERUNS = 3
+#: MB another sweep's trial may hold beyond its reservation without being blamed: its CUDA
+#: context and handles live outside its framework's cap.
+CONTEXT_SLACK_MB = 1024
+
+#: Share of its fair share of a card a trial not measured yet waits for, beside other sweeps
+#: (its cap is what it gets: too little, and it runs out; the driver's own use leaves less than all).
+ALONE_SHARE = 0.8
+
+#: (card index, MB or None) per pid NVML lists, as the sampler read it.
+Listed = Mapping[int, tuple[str, "int | None"]]
+
+
+class Crowd:
+    """This sweep's trials and the others on its cards (see the module docstring)."""
+
+    def __init__(self, slots: Sequence[Slot], neighbours: Neighbours | None = None) -> None:
+        self.neighbours = neighbours
+        self.uuid = {s.gpu: s.uuid or s.gpu for s in slots if s.gpu is not None}
+        self.per_gpu = Counter(s.gpu or "" for s in slots if s.gpu is not None)
+        self.where: dict[str, tuple[str, int]] = {}  #: by trial id: (card, MB reserved), admitted or running
+        self.evidence: dict[str, str] = {}  #: by trial id: who crowded its card while it ran
+        self.crowded: dict[str, str] = {}  #: by trial id: its last attempt's OOM was others' (the words)
+        self.reruns: Counter[str] = Counter()  #: by trial id: runs again after crowded OOMs
+        self.excused: set[tuple[str, int]] = set()  #: (trial id, attempt): OOMs that were not the trial's
+
+    # -- what others hold and reserve ------------------------------------------------------
+
+    def others(self, gpu: str, listed: Listed, ours: set[int]) -> tuple[int, list[Holder]]:
+        """MB that processes not this sweep's hold on card ``gpu`` (another sweep's trial
+        counted up to its reservation plus its context), and who they are."""
+        found = holders(listed, gpu, ours, self.neighbours.read() if self.neighbours else [], self.uuid.get(gpu, ""))
+        reserved = {h.pid: h.reserved_mb for e in (self.neighbours.others if self.neighbours else [])
+                    for h in e.holdings if h.pid}
+        total = 0
+        for h in found:
+            mb = h.mb or 0
+            if h.sweep and h.pid in reserved and mb <= reserved[h.pid] + CONTEXT_SLACK_MB:
+                mb = min(mb, reserved[h.pid])
+            total += mb
+        return total, found
+
+    def unclaimed(self, gpu: str, listed: Listed) -> int:
+        """MB other sweeps reserved on ``gpu`` and do not hold yet."""
+        if self.neighbours is None:
+            return 0
+
+        def held(pid: int) -> int:
+            from sweeper.system.procs import descendants
+
+            tree = {pid, *descendants(pid)}
+            return sum(mb or 0 for p, (_, mb) in listed.items() if p in tree)
+
+        return self.neighbours.unclaimed(self.uuid.get(gpu, gpu), held)
+
+    def share(self, gpu: str, total_mb: int) -> float:
+        """The most this sweep may reserve more on ``gpu`` by the fair share."""
+        if self.neighbours is None:
+            return math.inf
+        return self.neighbours.share_room(self.uuid.get(gpu, gpu), total_mb, 1)
+
+    def alone(self, gpu: str, total_mb: int, listed: Listed, ours: set[int]) -> float:
+        """The least room a trial not measured yet starts with on ``gpu`` beside other sweeps:
+        most (:data:`ALONE_SHARE`) of its fair share, less what processes that are no sweep's
+        hold there; 0 where no other sweep holds or wants the card (any room, as alone)."""
+        fair = self.neighbours.fair(self.uuid.get(gpu, gpu), total_mb) if self.neighbours is not None else None
+        if fair is None:
+            return 0.0
+        _, found = self.others(gpu, listed, ours)
+        return ALONE_SHARE * (fair - sum(h.mb or 0 for h in found if not h.sweep))
+
+    def nominal(self, slot: Slot, total_mb: int | None) -> int:
+        """What a trial of a fixed ``per_gpu`` reserves: its cap (with memory growth, its share of the card)."""
+        if slot.cap_mb is not None:
+            return slot.cap_mb
+        return int(MARGIN * (total_mb or 0) / max(1, self.per_gpu[slot.gpu or ""]))
+
+    # -- a fixed per_gpu's placement -------------------------------------------------------
+
+    def fixed(self, free: Sequence[Slot], load: Mapping[str, int], cards: Mapping[str, tuple[int, int]],
+              ours_unclaimed: Mapping[str, float], listed: Listed) -> tuple[Slot | None, list[tuple[Slot, int]]]:
+        """A free slot on the least-loaded card where its trial's reservation fits beside what
+        all sweeps reserved and within this sweep's share; else None, and the (slot, MB) that
+        did not fit (a card NVML cannot read takes trials as before: nothing to check)."""
+        missed: list[tuple[Slot, int]] = []
+        seen: set[str | None] = set()
+        for slot in sorted(free, key=lambda s: (load.get(s.gpu or "", 0), s.index)):
+            if slot.gpu in seen:
+                continue
+            seen.add(slot.gpu)
+            if slot.gpu is None or slot.gpu not in cards:
+                return slot, []
+            total, nvml_free = cards[slot.gpu]
+            want = self.nominal(slot, total)
+            room = nvml_free - ours_unclaimed.get(slot.gpu, 0.0) - self.unclaimed(slot.gpu, listed)
+            if want <= min(room, self.share(slot.gpu, total)):
+                return slot, []
+            missed.append((slot, want))
+        return None, missed
+
+    def missed_packed(self, packer: Packer, params: dict, cards: Sequence[Card]) -> list[tuple[str, int]]:
+        """(card, MB it would reserve) for a packed trial that fits nowhere, on each card with a
+        free slot; [] where it waits for this sweep's own (its shape's first trial measuring)."""
+        need = packer.needs.predict(params)
+        if need.source == "unmeasured" and need.shape in packer.measuring and not packer.blind:
+            return []
+        out = []
+        for card in cards:
+            if card.gpu in packer.breaker.closed or (need.alone and card.ours):
+                continue
+            out.append((card.gpu, int(alone_min(card) if need.alone else math.ceil(need.mb * (1 + HEADROOM)))))
+        return out
+
+    def blocked(self, missed: Sequence[tuple[str, int]], cards: Mapping[str, tuple[int, int]], listed: Listed,
+                ours: set[int], running: bool, margin: int = MARGIN_MB) -> bool:
+        """A trial that could start waits, on the cards ``missed`` (card, MB it would reserve).
+        Where this sweep's own reservations are not what keeps it out, others are: said once per
+        cause, published as what the sweep wants, and, with nothing of the sweep running and
+        memory of processes that are no sweep's among the cause, bounded. Whether it waits on others."""
+        words, keys, uuids, strangers = [], [], [], []
+        everywhere = True
+        for gpu, want in missed:
+            if gpu not in cards:
+                continue
+            total, free = cards[gpu]
+            mine = sum(r for g, r in self.where.values() if g == gpu)
+            if want > total - mine - margin:  # this sweep's own trials fill it: they will end
+                continue
+            _, found = self.others(gpu, listed, ours)
+            share, unclaimed = self.share(gpu, total), self.unclaimed(gpu, listed)
+            why = [said(found)] if found else []
+            why += [f"other sweeps reserved {unclaimed} MB there they do not hold yet"] if unclaimed else []
+            owed = ["the fair share lets a sweep that waited longer go first"] if share < want else []
+            why = why + owed or ["memory no process NVML lists holds"]
+            words.append(f"gpu:{gpu} has {free} MB free, a trial here reserves {want} MB: {'; '.join(why)}")
+            keys.append(f"{gpu}:{sorted(h.sweep or h.pid for h in found)}:{bool(owed)}")
+            uuids.append(self.uuid.get(gpu, gpu))
+            alien = [h for h in found if not h.sweep]
+            strangers += alien
+            everywhere = everywhere and (bool(alien) or not found)
+        if not uuids:
+            return False
+        if self.neighbours is not None:
+            self.neighbours.blocked(tuple(uuids), max(w for _, w in missed), "; ".join(words), "|".join(keys))
+            if running or not everywhere:
+                self.neighbours.starving_since = None
+            else:
+                self.neighbours.starving(said(strangers) if strangers else "memory no process NVML lists holds")
+        return True
+
+    # -- this sweep's trials ---------------------------------------------------------------
+
+    def placed(self, trial_id: str, name: str, gpu: str, reserved_mb: int, cap_mb: int | None) -> None:
+        """A trial is admitted to ``gpu``: its reservation is this sweep's (and published)."""
+        self.where[trial_id] = (gpu, reserved_mb)
+        if self.neighbours is not None:
+            self.neighbours.hold(trial_id, Holding(self.uuid.get(gpu, gpu), name, 0, reserved_mb, cap_mb))
+            self.neighbours.admitted()
+
+    def resize(self, trial_id: str, reserved_mb: int) -> None:
+        """A running trial's reservation changed (measured at its first epoch): published so."""
+        if trial_id in self.where:
+            self.where[trial_id] = (self.where[trial_id][0], reserved_mb)
+        if self.neighbours is not None:
+            self.neighbours.resize(trial_id, reserved_mb)
+
+    def began(self, trial_id: str, pid: int) -> None:
+        if self.neighbours is not None:
+            self.neighbours.started(trial_id, pid)
+
+    def gone(self, trial_id: str) -> None:
+        self.where.pop(trial_id, None)
+        self.evidence.pop(trial_id, None)
+        if self.neighbours is not None:
+            self.neighbours.drop(trial_id)
+
+    def watch(self, listed: Listed, ours: set[int], cards: Mapping[str, tuple[int, int]],
+              running: Mapping[str, int]) -> None:
+        """One sample: each running trial whose card others crowd now is noted (who)."""
+        for gpu in {g for tid, (g, _) in self.where.items() if tid in running}:
+            if gpu not in cards:
+                continue
+            mb, found = self.others(gpu, listed, ours)
+            ours_mb = sum(r for tid, (g, r) in self.where.items() if g == gpu and tid in running)
+            if found and crowded(cards[gpu][0], ours_mb, mb):
+                for tid, (g, _) in self.where.items():
+                    if g == gpu and tid in running and tid not in self.evidence:
+                        self.evidence[tid] = f"gpu:{gpu}: {said(found)}"
+
+    def ended(self, trial_id: str) -> str:
+        """A trial's process is gone: the words for its row, where others crowded its card while
+        it ran ("" where not: an OOM of its own). Counted toward the bound."""
+        self.crowded.pop(trial_id, None)
+        why = self.evidence.get(trial_id, "")
+        if not why:
+            return ""
+        self.reruns[trial_id] += 1
+        if self.reruns[trial_id] > CROWDED_RERUNS:
+            words = (f"{why}, more than this sweep's reservations there leave; the {CROWDED_RERUNS + 1}th time, "
+                     "so it counts as its own")
+        else:
+            words = f"{why}, more than this sweep's reservations there leave; it runs again once there is room"
+        self.crowded[trial_id] = words
+        return words
+
+    def excuse(self, result: TrialResult) -> bool:
+        """Whether this attempt ran out of memory for others' sake, within the bound: it runs
+        again, retries or not, and teaches the packer nothing."""
+        if result.status is not Status.OOM or result.trial_id not in self.crowded:
+            return False
+        if self.reruns[result.trial_id] > CROWDED_RERUNS:
+            return False
+        self.excused.add((result.trial_id, result.attempts))
+        return True
+
+    def excused_row(self, result: TrialResult) -> bool:
+        """Whether a recorded row is such an excused attempt (the packer learns nothing of it)."""
+        return (result.trial_id, result.attempts) in self.excused
