@@ -393,3 +393,27 @@ def test_population_based_training_needs_no_optuna(monkeypatch):
     assert [p.name for p in space.params] == ["lr", "act", "epochs"]
     with pytest.raises(SweepError, match="nothing to explore"):
         pbt.explorable({"epochs": 8})
+
+
+@pytest.mark.unit
+def test_each_link_in_a_checkpoint_is_copied_as_it_must_be(tmp_path):
+    from sweeper.run import pbt_checkpoints
+
+    sweep = tmp_path / "sweep"
+    ckpt = sweep / "trials" / "member_0" / "checkpoint"
+    (ckpt / "real").mkdir(parents=True)
+    (ckpt / "real" / "weights").write_text("its own")
+    (ckpt / "weights").symlink_to(ckpt / "real" / "weights")  # absolute, into its own folder
+    data = tmp_path / "data.csv"
+    data.write_text("shared, never written")
+    (ckpt / "data").symlink_to(data)  # outside the sweep
+    target = sweep / ".pbt" / "t1" / "2"
+    pbt_checkpoints.copy(str(ckpt), str(target), "member_0's checkpoint", str(sweep))
+    assert os.readlink(target / "weights") == os.path.join("real", "weights")  # the copy's own file
+    assert (target / "weights").read_text() == "its own" and os.readlink(target / "data") == str(data)
+    (sweep / "trials" / "member_0" / "model.keras").write_text("written on")
+    (ckpt / "model").symlink_to(sweep / "trials" / "member_0" / "model.keras")  # beside its folder
+    with pytest.raises(SweepError, match=r"holds a link, model -> .*save the file itself") as err:
+        pbt_checkpoints.copy(str(ckpt), str(sweep / ".pbt" / "t1" / "4"), "member_0's checkpoint", str(sweep))
+    assert "\n" not in str(err.value) and not (sweep / ".pbt" / "t1" / "4").exists()
+    assert [p.name for p in (sweep / ".pbt" / "t1").iterdir()] == ["2"]  # nothing half-built left

@@ -110,3 +110,37 @@ def test_a_rate_something_else_changes_fails_the_member_in_one_line_unless_decla
     for error in df["error"]:
         assert says in error and "Report(optimizer={'lr': None})" in error and "\n" not in error, error
         assert "epoch 2 trained with the optimizer's learning_rate" in error  # 1: Report set it after the halving
+
+
+#: Report's mapping, tried in a fresh process (Keras never enters the test's own): a member's
+#: parameters set on an SGD optimizer compiled with other values, then one its Adam lacks.
+MAPPED = """import os, sys, numpy as np, keras, sweeper.keras
+from sweeper.child import context
+from sweeper.model import contract
+from sweeper.model.outcome import TrialFailed
+from sweeper.model.trial import TrialSpec
+
+params = {"lr": 0.05, "momentum": 0.7}
+context.set_current(TrialSpec("t1", "member_0", 0, params, 0, sys.argv[1], env={contract.SCHEDULED: "1"}))
+x = np.ones((8, 2), "float32")
+for optimizer in (keras.optimizers.SGD(0.5, momentum=0.0), keras.optimizers.Adam(0.5)):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer, "mse")
+    try:
+        model.fit(x, x[:, :1], epochs=1, verbose=0, callbacks=[sweeper.keras.Report(optimizer={"momentum": "momentum"})])
+        print("set", float(model.optimizer.learning_rate), model.optimizer.momentum)
+    except TrialFailed as exc:
+        print("failed", exc)
+"""
+
+
+def test_reports_mapping_sets_the_optimizers_other_hyperparameters_or_says_it_has_none(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", MAPPED, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stdout.splitlines() if line.startswith(("set", "failed"))]
+    assert said[0].split() == ["set", "0.05000000074505806", "0.7"], said
+    assert said[1].startswith("failed parameter 'momentum' is recorded as the optimizer's momentum") and "Adam has no" in said[1]
