@@ -94,6 +94,9 @@ def test_a_sweep_killed_between_a_copy_and_its_record_resumes_with_the_lineage_r
     for _, c in hist.dropna(subset=["copied_from"]).iterrows():  # every copy's curve goes on from its source's
         source = hist[(hist.trial_id == c.copied_from) & (hist.epoch == c.epoch - 1)]["acc"].item()
         assert c.acc == pytest.approx(source + c.param_lr * (1 - source))
+    for _, member in df.iterrows():  # its segments: every process it ran in, before the kill and after
+        log = (folder / "trials" / member["trial"] / "log.txt").read_text()
+        assert member["segments"] == log.count("=== sweeper: trial"), member["trial"]
     name = df.set_index("trial_id").loc[tid, "trial"]
     (done,) = replay.replay(str(folder), [name])
     assert done.statuses == ("ok",) and all(d.drift() == 0 for d in done.drifts), done.drifts

@@ -105,7 +105,7 @@ def _resumed(spec: TrialSpec, row: TrialResult | None, segments: list[tuple[int,
     """A member to run again, and the epoch it goes on after: from the checkpoint it published
     last (a segment's end, or a copy then), with the parameters in force then; what it trained
     after that (its folder may hold a later epoch than it reported) runs again. Its segments
-    go on counting: its row's, or, where a killed run left none, the starts its schedule holds."""
+    go on counting: its row's, or, where a killed run left none, its log's."""
     tid = spec.trial_id
     last = _published(pbt_folder, tid)
     if last:
@@ -120,8 +120,20 @@ def _resumed(spec: TrialSpec, row: TrialResult | None, segments: list[tuple[int,
         spec = replace(spec, env={**spec.env, contract.RESUMED_EPOCH: str(last)})
     if row is not None:  # run again: its attempts go on counting
         spec = replace(spec, attempt=row.attempts + 1, first_attempt=row.attempts + 1)
-    ran = (row.segments or 1) if row is not None else sum(1 for e, _, _ in segments if e <= last)
-    return replace(spec, ran_before=ran), last
+    return replace(spec, ran_before=(row.segments or 1) if row is not None else _processes(spec)), last
+
+
+def _processes(spec: TrialSpec) -> int:
+    """The processes a member ran in, as its log shows them (each starts with a header): what
+    a killed run, which left the member no row, says of its segments."""
+    from sweeper.store.paths import LOG_HEADER
+
+    head = f"{LOG_HEADER} trial {spec.name} (id {spec.trial_id})"
+    try:
+        with open(spec.log_path, encoding="utf-8", errors="replace") as f:
+            return sum(1 for line in f if line.startswith(head))
+    except OSError:
+        return 0
 
 
 def _published(pbt_folder: str, tid: str) -> int:
