@@ -131,6 +131,13 @@ for optimizer in (keras.optimizers.SGD(0.5, momentum=0.0), keras.optimizers.Adam
         print("set", float(model.optimizer.learning_rate), model.optimizer.momentum)
     except TrialFailed as exc:
         print("failed", exc)
+backup = os.path.join(sys.argv[1], "backup")  # a checkpoint whose optimizer holds rate 0.5
+for callbacks in ([keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)],
+                  [sweeper.keras.Report(), keras.callbacks.BackupAndRestore(backup)]):  # Report first, then the restore
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.5), "mse")
+    model.fit(x, x[:, :1], epochs=1 + len(callbacks), verbose=0, callbacks=callbacks)
+print("restored", float(model.optimizer.learning_rate))
 """
 
 
@@ -143,4 +150,6 @@ def test_reports_mapping_sets_the_optimizers_other_hyperparameters_or_says_it_ha
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stdout.splitlines() if line.startswith(("set", "failed"))]
     assert said[0].split() == ["set", "0.05000000074505806", "0.7"], said
+    said += [line for line in done.stdout.splitlines() if line.startswith("restored")]
+    assert said[2] == "restored 0.05000000074505806", said  # set after the restore, wherever Report stands
     assert said[1].startswith("failed parameter 'momentum' is recorded as the optimizer's momentum") and "Adam has no" in said[1]
