@@ -310,6 +310,9 @@ def test_status_and_the_report_show_schedules_and_lineage_and_replay_follows_one
     names = dict(zip(df["trial_id"], df["trial"]))
     line = next(li for li in said.splitlines() if li.strip().startswith(f"{copy.trial}:"))
     assert f"from epoch {copy.epoch}: lr " in line and f"(copied {names[copy.copied_from]})" in line
+    for member, part in hist.groupby("trial"):  # a change per copy: a segment that went on as it was is no change
+        said_of = next(li for li in said.splitlines() if li.strip().startswith(f"{member}:"))
+        assert said_of.count("from epoch") == part["copied_from"].notna().sum(), said_of
     page = open(report.write_html(str(tmp_path / "pbt")), encoding="utf-8").read()
     assert "<h2>Population-based training</h2>" in page and "x: it copied" in page
     # the copying member's model, replayed from its first epoch as its lineage trained it
