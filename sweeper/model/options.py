@@ -199,7 +199,8 @@ class Options:
     metric: str | Sequence[str] | None = field(default=None, metadata=flag(
         "the metric that ranks trials, or several, comma-separated, optimised at once (default: a validation "
         "metric where there is one, so a Keras `History` ranks by `val_loss`, else the first metric; the summary "
-        "says which it picked, which way and why). A named metric the first ok trial did not return stops the "
+        "says which it picked, which way and why; one whose name does not say which way is better, `value`, "
+        "ranks no trial, and none is called best, until `--mode` is given). A named metric the first ok trial did not return stops the "
         "sweep there (running trials `interrupted`, rows kept; exit 2, `SweepError` from `sweep()`), in one line "
         "naming what that trial returned and the nearest name. The metric and mode are recorded in the sweep "
         "folder: `status`, `report` and `load()` (`df.attrs`) use them. Trials with a NaN metric rank last, and "
@@ -213,7 +214,8 @@ class Options:
     mode: str | Sequence[str] | None = field(default=None, metadata=flag(
         "`max` or `min`, one per metric (`max,min`) (default: from the metric's name where it is one sweeper "
         "knows: `loss`, `mse`, `mae`, ... min; `accuracy`, `auc`, `f1`, `r2`, `neg_mean_squared_error`, ... max; "
-        "any other named metric needs `--mode`, said in one line, exit 2, before anything runs; see [metric names "
+        "any other named metric needs `--mode`, said in one line, exit 2, before anything runs; one picked ranks "
+        "nothing until it is given; see [metric names "
         "sweeper knows](#metric-names-sweeper-knows)). A name close to a known one is taken for a typo unless "
         "`--mode` is given (`--metric val_los: did you mean val_loss?`)", metavar="MODE[,MODE...]"))
     progress: bool = True  #: print a line per finished trial
