@@ -171,11 +171,14 @@ def _subfolders(folder: str) -> list[str]:
 
 
 def _remove_hidden(folder: str, prefix: str) -> None:
+    """Half-built copies in ``folder`` (hidden folders named ``prefix``...), and journal entries
+    a kill left half-written (``<epoch>.copy.tmp<pid>``: never begun, nothing to complete)."""
     for entry in os.listdir(folder):
-        if entry.startswith(prefix or ".") and not entry.endswith(JOURNAL):
-            path = os.path.join(folder, entry)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
+        path = os.path.join(folder, entry)
+        if entry.startswith(prefix or ".") and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif not prefix and f"{JOURNAL}.tmp" in entry:
+            os.remove(path)
 
 
 def published_size(pbt_folder: str) -> str:
