@@ -12,6 +12,7 @@ import sys
 from typing import Any, Callable, NoReturn
 
 from sweeper.errors import SweepError
+from sweeper.front import gpuview, job
 from sweeper.front.messages import show_messages
 from sweeper.model.options import Options
 from sweeper.model.trial import Status
@@ -72,6 +73,8 @@ def status_main(argv: list[str]) -> int:
     print(f"sweeper: {len(results)} of {seen['total'] or '?'} trials finished: {parts or 'none yet'}; "
           f"{len(running)} running")
     _print_running(running, seen["epochs"])
+    for line in gpuview.waiting_lines(folder) if pid else []:  # what it waits for, as its machine-wide record says
+        print(f"sweeper: {line}")
     from sweeper.system.environment import summary
 
     for line in summary(seen["environment"], [r.env for r in results], seen["runs"], seen["last_run"]):
@@ -325,4 +328,5 @@ def export_main(argv: list[str]) -> int:
 #: The words after ``python -m sweeper`` that are commands, not a grid file, and what each runs.
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "status": status_main, "report": report_main, "export": export_main, "replay": replay_main,
+    "run": lambda argv: job.main(argv, program_name()), "gpus": lambda argv: gpuview.main(argv, program_name()),
 }

@@ -108,7 +108,7 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
-def command(pid: int, width: int = 60) -> str:
+def command(pid: int, width: int = 80) -> str:
     """A process's command line as ``ps`` shows it, cut to ``width`` ("" where unreadable)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

@@ -119,6 +119,7 @@ class Neighbours:
         A round that was blocked for room others hold or are owed wants; one that was not, not."""
         if self._blocked is None:
             self.want = None
+            self.waiting = ""
         else:
             cards, mb, _ = self._blocked
             since = self.want.since if self.want is not None else time.time()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from sweeper.model.trial import Status, TrialResult
 from sweeper.placement.holders import Holder, crowded, holders, said
@@ -32,6 +32,9 @@ from sweeper.placement.record import Holding
 from sweeper.run.packing import HEADROOM, MARGIN_MB, Card, Packer, alone_min
 from sweeper.run.slots import Slot
 from sweeper.system.capping import MARGIN
+
+if TYPE_CHECKING:
+    from sweeper.system.gpus import Gpu
 
 #: Re-runs of one trial after OOMs others caused, at most; then its next OOM is its own.
 CROWDED_RERUNS = 3
@@ -252,3 +255,27 @@ class Crowd:
     def excused_row(self, result: TrialResult) -> bool:
         """Whether a recorded row is such an excused attempt (the packer learns nothing of it)."""
         return (result.trial_id, result.attempts) in self.excused
+
+
+def beside(gpus: Sequence["Gpu"]) -> list[str]:
+    """``--dry-run``'s lines on the machine's other sweeps and processes on these cards (as
+    NVML and their records tell it now): who holds what, who waits; [] where nobody does."""
+    from sweeper.placement.machine import Machine
+
+    entries = Machine().read()
+    lines = []
+    for g in gpus:
+        listed: dict[int, tuple[str, int | None]] = {pid: (str(g.index), mb) for pid, mb in g.processes}
+        found = holders(listed, str(g.index), set(), entries, g.uuid)
+        waiting = [e for e in entries if e.wants(g.uuid)]
+        if not found and not waiting and not any(e.on(g.uuid) for e in entries):
+            continue
+        words = [said(found, most=5)] if found else []
+        words += [f"{e.folder} ({e.user}) waits for {e.want.mb} MB" for e in waiting if e.want is not None]
+        reserved = sum(e.reserved(g.uuid) for e in entries)
+        words += [f"other sweeps reserve {reserved} MB"] if reserved else []
+        lines.append(f"gpu:{g.index} is shared: {'; '.join(words)}")
+    if lines:
+        lines.append("this sweep's trials start there as room beside them and its fair share allow, and wait "
+                     "otherwise (python -m sweeper gpus shows the machine)")
+    return lines

@@ -48,6 +48,7 @@ from sweeper.run.lifecycle import Callback, Callbacks
 from sweeper.run.outputs import TableFiles, Trackers
 from sweeper.run.packing import Breaker, Needs, Packer
 from sweeper.placement.neighbours import Neighbours
+from sweeper.run.crowd import beside
 from sweeper.run.placement import Anywhere, SlotPlacement
 from sweeper.run.planning import Plan, keeps, plan
 from sweeper.run.ranking import Ranking
@@ -277,6 +278,7 @@ class Sweep:
                 ledger.close()
         kept = {s.trial_id for s in self.specs if keeps(previous.get(s.trial_id), self.options.skip_failed)}
         notes = [p.describe() for p in (self.packer, self.host_room) if p is not None]
+        notes += beside(self.placement.gpus)  # the machine's other sweeps and processes on its cards
         if self.space is not None:  # its points are asked for as it runs: none to list
             if self.options.search == "pbt":
                 from sweeper.run.pbt import describe as describe_population

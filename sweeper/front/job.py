@@ -1,0 +1,181 @@
+"""``python -m sweeper run [--gpus IDS] [--gpu-memory SIZE] -- CMD ...``: one command as a
+task-spooler user runs it (``ts python eval.py``), beside the machine's sweeps.
+
+It waits for a card where its memory fits beside what every sweep reserved and other
+processes hold, and its turn in the fair share (a sweep beyond its share starts no more
+trials while the job waits: :mod:`sweeper.placement.share`); then it runs the command pinned
+to that card (``CUDA_VISIBLE_DEVICES`` by UUID), its framework's memory capped as a trial's
+is (:func:`sweeper.system.capping.trial_env`: JAX's and PyTorch's fraction, TensorFlow's
+growth, and ``SWEEPER_MEMORY_LIMIT_MB``, which ``sweeper.worker.setup()`` makes TensorFlow's
+exact cap), its output streamed as it comes, and exits with the command's code (128 + the
+signal that ended it). Its record (:mod:`sweeper.placement.record`, kind ``job``) says what it
+holds while it runs, so the sweeps count it. Without a GPU it runs the command at once, on
+the CPU, and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from sweeper.errors import SweepError
+from sweeper.placement.holders import holders, said
+from sweeper.placement.neighbours import LOOK_EVERY, Neighbours
+from sweeper.placement.record import Holding, Kind
+from sweeper.system import capping
+from sweeper.system.gpus import Gpu, inventory
+
+#: The job's card, its memory, and the reservation: (Gpu, MB reserved and capped at).
+Choice = tuple[Gpu, int]
+#: Default share of a card a job reserves without ``--gpu-memory`` (as ``--per-gpu 1``'s cap).
+WHOLE = capping.MARGIN
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"{prog} run", allow_abbrev=False,
+        description="Run one command on a GPU with room, beside the sweeps of this machine: it waits for its "
+                    "card and its turn in their fair share, is pinned to it with its memory capped, streams its "
+                    "output and exits with the command's code.")
+    p.add_argument("--gpus", default="all", help="which cards it may take: all (default) or ids such as 0,2")
+    p.add_argument("--gpu-memory", metavar="SIZE",
+                   help="what the command needs on its card, such as 4GB: its reservation and its cap (default: "
+                        f"{WHOLE:.0%} of a card)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
+    return p
+
+
+def main(argv: list[str], prog: str = "python -m sweeper") -> int:
+    args = parser(prog).parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise SweepError("run needs a command after --, such as: python -m sweeper run -- python eval.py")
+    want = _megabytes(args.gpu_memory)
+    cards = _cards(args.gpus)
+    text = " ".join(command)
+    if not cards:
+        print("sweeper: no GPU here (NVML lists none); running it on the CPU", file=sys.stderr, flush=True)
+        return _run(command, {"CUDA_VISIBLE_DEVICES": "-1"}, None)
+    neighbours = Neighbours(text, Kind.JOB)
+    neighbours.open()
+    try:
+        gpu, mb = _wait(neighbours, cards, want, text)
+        env = {"CUDA_VISIBLE_DEVICES": gpu.uuid, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+               **capping.trial_env(mb, gpu.total_mb)}
+        print(f"sweeper: gpu:{gpu.index}: {text} (cap {mb} MB)", file=sys.stderr, flush=True)
+        return _run(command, env, neighbours)
+    finally:
+        neighbours.close()
+
+
+def _megabytes(value: str | None) -> int | None:
+    if value is None:
+        return None
+    from sweeper.model.options import megabytes
+
+    return megabytes(value, "--gpu-memory")
+
+
+def _cards(which: str) -> list[Gpu]:
+    """The cards the job may take (the user's CUDA_VISIBLE_DEVICES and --gpus), as NVML lists them."""
+    from sweeper.run.slots import choose_gpus, parse_gpus
+
+    ids, known, _ = choose_gpus(parse_gpus(which))
+    return [g for g in known if str(g.index) in ids]
+
+
+def _wait(neighbours: Neighbours, cards: list[Gpu], want: int | None, text: str) -> Choice:
+    """The card the job runs on, once its memory fits there beside the others' and within its
+    share; its reservation published under the machine's lock. Said once per cause meanwhile."""
+    too_big = [g for g in cards if want is not None and want > g.total_mb]
+    if len(too_big) == len(cards):
+        raise SweepError(f"--gpu-memory {want} MB is more than any card here has ({max(g.total_mb for g in cards)} "
+                         "MB); give less")
+    while True:
+        neighbours.begin_round()
+        found = _fits(neighbours, {g.index: g for g in inventory()}, cards, want)
+        if isinstance(found, tuple):
+            gpu, mb = found
+            neighbours.hold("job", Holding(gpu.uuid, text, 0, mb, mb))
+            neighbours.admitted()
+            neighbours.end_round()
+            return found
+        neighbours.end_round()
+        if neighbours.starved:
+            raise SweepError(neighbours.starved.replace("no trial could start", "the job could not start"))
+        time.sleep(LOOK_EVERY)  # NVML says nothing when memory frees: it looks again
+
+
+def _fits(neighbours: Neighbours, now: dict[int, Gpu], cards: list[Gpu], want: int | None) -> Choice | None:
+    """The card with the least room left once the job's memory is on it, or None (said why, published
+    as what the job wants)."""
+    best: tuple[float, Choice] | None = None
+    words, keys, uuids, strangers = [], [], [], []
+    for card in cards:
+        gpu = now.get(card.index)
+        if gpu is None:
+            continue
+        mb = want if want is not None else int(WHOLE * gpu.total_mb)
+        listed: dict[int, tuple[str, int | None]] = {pid: (str(gpu.index), q) for pid, q in gpu.processes}
+        held = _held(listed)
+        room = gpu.free_mb - neighbours.unclaimed(gpu.uuid, held)
+        share = neighbours.share_room(gpu.uuid, gpu.total_mb, mb)
+        if mb <= min(room, share):
+            if best is None or room - mb < best[0]:
+                best = (room - mb, (gpu, mb))
+            continue
+        found = holders(listed, str(gpu.index), set(), neighbours.read(), gpu.uuid)
+        owed = "; the fair share lets a sweep that waited longer go first" if share < mb else ""
+        words.append(f"gpu:{gpu.index} has {gpu.free_mb} MB free, the job reserves {mb} MB: "
+                     f"{said(found) or 'memory others reserved'}{owed}")
+        keys.append(f"{gpu.index}:{sorted(h.sweep or h.pid for h in found)}:{bool(owed)}")
+        uuids.append(gpu.uuid)
+        strangers += [h for h in found if not h.sweep]
+    if best is not None:
+        return best[1]
+    neighbours.blocked(tuple(uuids), max((want or 0), 1), "; ".join(words), "|".join(keys))
+    if strangers and len(strangers) >= len(uuids):
+        neighbours.starving(said(strangers))
+    else:
+        neighbours.starving_since = None
+    return None
+
+
+def _held(listed: dict[int, tuple[str, int | None]]) -> Any:
+    from sweeper.system.procs import descendants
+
+    def held(pid: int) -> int:
+        tree = {pid, *descendants(pid)}
+        return sum(mb or 0 for p, (_, mb) in listed.items() if p in tree)
+
+    return held
+
+
+def _run(command: list[str], env: dict[str, str], neighbours: Neighbours | None) -> int:
+    """The command, its output streamed (inherited), signals passed on; its exit code."""
+    try:
+        child = subprocess.Popen(command, env={**os.environ, **env})
+    except OSError as exc:
+        raise SweepError(f"cannot run {command[0]!r}: {exc.strerror}; check the command after --") from None
+    if neighbours is not None:
+        neighbours.started("job", child.pid)
+        neighbours.publish()
+    passed = {s: signal.signal(s, lambda signum, _frame: child.send_signal(signum))
+              for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while True:
+            try:
+                code = child.wait()
+                break
+            except KeyboardInterrupt:  # Ctrl-C reached the command too (one process group): wait for it
+                continue
+    finally:
+        for s, old in passed.items():
+            signal.signal(s, old)
+    return 128 - code if code < 0 else code
+
