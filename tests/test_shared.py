@@ -186,6 +186,7 @@ def test_a_colleagues_process_makes_trials_wait_not_fail_and_gpus_and_status_say
     seen: list[str] = []
     line = read_until(sweep, "sweeper: waiting:", seen)
     assert f"pid {colleague.pid} (root, " in line and "fake_nvml.py --hold" in line and "holds 10240 MB" in line
+    assert skeleton(line) == skeleton(next(b for b in blocks("text") if b.startswith("sweeper: waiting:"))), line
     view = shared.cli("gpus").stdout
     assert f"pid {colleague.pid} (root): 10240 MB, " in view and "waiting: " + os.path.join(shared.root, "s") in view
     status = shared.cli("status", os.path.join(shared.root, "s")).stdout
@@ -195,6 +196,23 @@ def test_a_colleagues_process_makes_trials_wait_not_fail_and_gpus_and_status_say
     out = finish(sweep, seen)
     assert [r["status"] for r in shared.rows("s")] == ["ok", "ok"], out
     assert out.count("sweeper: waiting:") == 1, out
+
+
+def test_a_sweep_waits_for_a_colleagues_memory_at_most_the_longest_wait_then_names_him(shared):
+    """Nothing of the sweep runs and a stranger's memory never frees: after SWEEPER_MEMORY_WAIT
+    the sweep stops taking trials with one line naming the process (exit 2); nothing is
+    recorded as failed, so the same command runs them later."""
+    colleague = shared.colleague(10240)
+    shared.env["SWEEPER_MEMORY_WAIT"] = "1.5s"
+    sweep = shared.sweep("s", [{"i": i, "need_mb": need(i)} for i in range(2)])
+    out = finish(sweep)
+    assert sweep.returncode == 2, out
+    colleague.kill()
+    colleague.wait()
+    error = [line for line in out.splitlines() if line.startswith("sweeper: error:")]
+    assert len(error) == 1 and "no place left for the 2 trials still queued: no trial could start for 1.5 s" in error[0]
+    assert f"pid {colleague.pid} (root, " in error[0] and "set SWEEPER_MEMORY_WAIT to wait longer" in error[0]
+    assert not os.path.exists(os.path.join(shared.root, "s", "results.csv")) or shared.rows("s") == []
 
 
 def test_memory_a_colleague_takes_while_a_trial_starts_is_not_the_trials_failure(shared):
@@ -208,6 +226,8 @@ def test_memory_a_colleague_takes_while_a_trial_starts_is_not_the_trials_failure
     line = read_until(sweep, "[retry] oom", seen)
     assert f"not its own: gpu:0: pid {colleague.pid} (root, " in line and "holds 9000 MB" in line, line
     assert "it runs again once there is room" in line
+    said = next(b for b in blocks("text") if b.startswith("[retry]"))  # as docs/shared.md shows it
+    assert skeleton(said[said.index("(not its own:"):]) in skeleton(line), line
     colleague.kill()
     colleague.wait()
     out = finish(sweep, seen)
@@ -294,3 +314,65 @@ def test_a_run_job_waits_for_its_share_beside_a_sweep_and_exits_with_its_code(sh
     assert [r["status"] for r in shared.rows("s")] == ["ok"] * 5, out
     began = float(said.split()[4])
     assert any(float(r["t_start"]) > began for r in shared.rows("s")), "the job waited for the whole sweep"
+
+
+def page() -> str:
+    return open(os.path.join(ROOT, "docs", "shared.md"), encoding="utf-8").read()
+
+
+def skeleton(line: str) -> str:
+    """A console line with what differs between machines left out: whose and what command (in
+    parentheses), paths, numbers."""
+    import re
+
+    line = re.sub(r"\((\w+)(, [^()]*)?\)", lambda m: "(U, C)" if m.group(2) else "(U)", line)
+    line = re.sub(r"\S*/\S*", "P", line)
+    return re.sub(r"\d+", "N", line).strip()
+
+
+def blocks(kind: str) -> list[str]:
+    import re
+
+    return re.findall(rf"```{kind}\n(.*?)```", page(), re.S)
+
+
+def test_the_pages_commands_run_as_pasted_and_say_what_it_shows(tmp_path):
+    """docs/shared.md's commands, pasted in a folder with a grid.py and an eval.py (python -m
+    sweeper as on a machine of one 16 GB card): two sweeps at once, a job beside them while they
+    run, and ``gpus``, whose lines are the page's transcript's; every trial and the job end ok."""
+    import shlex
+
+    shared = Shared(str(tmp_path / "machine-root"))
+    from fake_nvml import Card, FakeNvml
+
+    shared.fake = FakeNvml([Card(name="Tesla V100-PCIE-16GB")], board=shared.board)
+    shared.env.update(SWEEPER_FAKE_NVML=shared.fake.to_json(),
+                      PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "grid.py").write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom shared_fns import tf_trial as train\n"
+                                  f"grid = {{'i': [0, 1, 2], 'need_mb': [5000], 'board': [{shared.board!r}], "
+                                  f"'busy_s': [1.0]}}\n")
+    (work / "eval.py").write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nimport fake_nvml\n"
+                                  f"fake_nvml.allocate({shared.board!r}, 4000, 'tensorflow')\nprint('evaluated')\n")
+    lines = [shlex.split(line, comments=True) for line in blocks("bash")[0].splitlines() if line.strip()]
+    assert [words[:3] for words in lines] == [["python", "-m", "sweeper"]] * 4
+
+    def start(words: list[str]) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, os.path.join(HERE, "fake_nvml.py"), *words[3:]], cwd=work,
+                                env=shared.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    sweeps = [start(lines[0]), start(lines[1])]
+    shared.until(lambda: sum(bool(h["pid"]) for r in shared.records() for h in r["holdings"]) == 2)
+    job = start(lines[2])
+    shared.until(lambda: any(r["kind"] == "job" and r["want"] for r in shared.records()))
+    view = subprocess.run([sys.executable, os.path.join(HERE, "fake_nvml.py"), *lines[3][3:]], cwd=work,
+                          env=shared.env, capture_output=True, text=True).stdout
+    shown = {skeleton(line) for line in view.splitlines()}
+    transcript = next(b for b in blocks("text") if b.startswith("gpu:0"))
+    assert {skeleton(line) for line in transcript.splitlines()} <= shown, view
+    out = [finish(p) for p in [*sweeps, job]]
+    assert job.returncode == 0 and "evaluated" in out[2], out[2]
+    for name in ("grid", "colleague"):
+        with open(work / "results" / name / "results.csv") as f:
+            assert [r["status"] for r in csv.DictReader(f)] == ["ok"] * 3, out

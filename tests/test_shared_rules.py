@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -126,3 +127,27 @@ def test_the_fake_maps_what_each_framework_would(framework, env, expect):
     from fake_nvml import mapped
 
     assert mapped(5000, framework, env, 16384, 16000) == expect
+
+
+def test_an_oom_others_caused_runs_again_three_times_at_most_and_teaches_the_packer_nothing():
+    """A trial whose card others crowded while it ran: its OOM is excused (it runs again,
+    retries or not, and its row is no lesson for the packer) three times; the fourth is its own."""
+    from sweeper.model.trial import Status, TrialResult
+    from sweeper.run.crowd import CROWDED_RERUNS, Crowd
+    from sweeper.run.slots import Slot
+
+    crowd = Crowd([Slot(0, "0", uuid="GPU-1", cap_mb=7782)])
+    row = TrialResult(trial_id="t1", name="t1", index=0, params={}, status=Status.OOM, attempts=1)
+    assert crowd.ended("t1") == "" and not crowd.excuse(row)  # nothing crowded it: its own OOM
+    for attempt in range(1, CROWDED_RERUNS + 2):
+        crowd.placed("t1", "t1", "0", 7782, 7782)
+        crowd.evidence["t1"] = "gpu:0: pid 7 (bob, python hog.py) holds 10240 MB"
+        words = crowd.ended("t1")
+        again = replace(row, attempts=attempt)
+        if attempt <= CROWDED_RERUNS:
+            assert "it runs again once there is room" in words and crowd.excuse(again)
+            assert crowd.excused_row(again)
+        else:
+            assert "counts as its own" in words and not crowd.excuse(again) and not crowd.excused_row(again)
+        crowd.gone("t1")
+    assert not crowd.excuse(replace(row, status=Status.CRASHED))

@@ -62,12 +62,25 @@ class Crowd:
         self.crowded: dict[str, str] = {}  #: by trial id: its last attempt's OOM was others' (the words)
         self.reruns: Counter[str] = Counter()  #: by trial id: runs again after crowded OOMs
         self.excused: set[tuple[str, int]] = set()  #: (trial id, attempt): OOMs that were not the trial's
+        self._others: dict[str, tuple[int, list[Holder]]] = {}  #: by card, since the cards were last read
+        self._unclaimed: dict[str, int] = {}  #: by card, since the cards were last read
 
     # -- what others hold and reserve ------------------------------------------------------
+
+    def fresh(self) -> None:
+        """The cards were read again: what others hold and reserve is worked out anew (once
+        per reading, however many queued trials ask)."""
+        self._others.clear()
+        self._unclaimed.clear()
 
     def others(self, gpu: str, listed: Listed, ours: set[int]) -> tuple[int, list[Holder]]:
         """MB that processes not this sweep's hold on card ``gpu`` (another sweep's trial
         counted up to its reservation plus its context), and who they are."""
+        if gpu not in self._others:
+            self._others[gpu] = self._strangers(gpu, listed, ours)
+        return self._others[gpu]
+
+    def _strangers(self, gpu: str, listed: Listed, ours: set[int]) -> tuple[int, list[Holder]]:
         found = holders(listed, gpu, ours, self.neighbours.read() if self.neighbours else [], self.uuid.get(gpu, ""))
         reserved = {h.pid: h.reserved_mb for e in (self.neighbours.others if self.neighbours else [])
                     for h in e.holdings if h.pid}
@@ -83,6 +96,12 @@ class Crowd:
         """MB other sweeps reserved on ``gpu`` and do not hold yet."""
         if self.neighbours is None:
             return 0
+        if gpu not in self._unclaimed:
+            self._unclaimed[gpu] = self._reserved_by_others(gpu, listed)
+        return self._unclaimed[gpu]
+
+    def _reserved_by_others(self, gpu: str, listed: Listed) -> int:
+        assert self.neighbours is not None
 
         def held(pid: int) -> int:
             from sweeper.system.procs import descendants
@@ -216,6 +235,7 @@ class Crowd:
     def watch(self, listed: Listed, ours: set[int], cards: Mapping[str, tuple[int, int]],
               running: Mapping[str, int]) -> None:
         """One sample: each running trial whose card others crowd now is noted (who)."""
+        self.fresh()
         for gpu in {g for tid, (g, _) in self.where.items() if tid in running}:
             if gpu not in cards:
                 continue

@@ -198,8 +198,8 @@ class Engine(Stopping):
             raise self.halted
         if self.admission.exhausted is not None and self._queued():
             raise SweepError(f"no place left for the {self._queued()} trials still queued: "
-                             f"{self.admission.exhausted}; look at those trials' logs, then run the same "
-                             "command again (finished trials are kept)")
+                             f"{self.admission.exhausted}; then run the same command again (finished trials "
+                             "are kept)")
 
     def _queued(self) -> int:
         return len(self.queue) + self.scheduler.remaining

@@ -425,7 +425,7 @@ class Breaker(Callback):
     def exhausted(self) -> str | None:
         """Why no card takes a trial any more, once none does."""
         if self.gpus and all(g in self.closed for g in self.gpus):
-            return "; ".join(f"gpu:{g}: {why}" for g, why in self.closed.items())
+            return "; ".join(f"gpu:{g}: {why}" for g, why in self.closed.items()) + "; look at those trials' logs"
         return None
 
 

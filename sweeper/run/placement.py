@@ -349,6 +349,7 @@ class SlotPlacement:
         if self._read is None:
             if self.crowd.neighbours is not None:
                 self.crowd.neighbours.begin_round()
+            self.crowd.fresh()
             self.sampler.sample(set(pids.values()))
             held = self.occupancy()
             ours = set(held.spares) | {q for pid in pids.values() for q in held.family(pid)}
