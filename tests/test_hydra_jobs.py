@@ -161,3 +161,55 @@ def test_sweepers_advice_is_said_in_the_words_a_multirun_takes():
 
     assert {said: in_hydra_words(said) for said in ADVICE} == {
         said: said if in_hydra is None else in_hydra for said, in_hydra in ADVICE.items()}
+
+
+class _Task:
+    def __call__(self, cfg):
+        return cfg * 2
+
+
+def test_a_task_function_no_name_finds_goes_by_value_and_returns_the_same():
+    """A closure or a callable object (what Hydra's launcher test suites launch in-process) is
+    sent by value; a function a name finds, by its name (and how far ``__wrapped__`` leads)."""
+    import functools
+    import pickle
+
+    from sweeper.front.hydra.sending import by_value, found_by_name
+
+    scale = 3
+
+    def closure(cfg):
+        return cfg * scale
+
+    assert found_by_name(closure) is None and found_by_name(_Task()) is None
+    assert pickle.loads(by_value(closure))(2) == 6 and pickle.loads(by_value(_Task()))(2) == 4
+    assert found_by_name(json.dumps) == ("json", "dumps", 0)
+    wrapped = functools.wraps(json.dumps)(lambda *a, **k: json.dumps(*a, **k))
+    assert found_by_name(wrapped) is None  # its name finds json.dumps, which leads nowhere to it
+    assert found_by_name(test_a_task_function_no_name_finds_goes_by_value_and_returns_the_same)[2] == 0
+
+
+def test_hydras_context_goes_by_name_where_a_plugin_scan_ran_its_module_again(tmp_path, monkeypatch):
+    """Hydra's plugin scan executes a plugin's module again in the process of a second multirun:
+    an object made before holds a class the module no longer has under its name, which plain
+    pickle refuses; the context goes all the same, and loads as the class the module has now."""
+    import importlib
+    import pickle
+    import sys
+
+    from sweeper.front.hydra.sending import context_blob
+
+    (tmp_path / "rescanned_plugin.py").write_text("class Source:\n    def __init__(self):\n        self.path = 'p'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("rescanned_plugin")
+    try:
+        made = module.Source()
+        importlib.util.find_spec("rescanned_plugin").loader.exec_module(module)  # as Hydra's scan does
+        with pytest.raises(pickle.PicklingError, match="not the same object"):
+            pickle.dumps(made)
+        loaded = pickle.loads(context_blob(made, {"a": 1}, {"instances": {}, "omegaconf_resolvers": {}}))
+        assert type(loaded["hydra_context"]) is module.Source and loaded["hydra_context"].path == "p"
+        assert loaded["config"] == {"a": 1}
+    finally:
+        sys.modules.pop("rescanned_plugin", None)
+

@@ -5,6 +5,8 @@
 * :mod:`~sweeper.front.hydra.launcher`: the launches of one multirun, as one sweep (the data flow);
 * :mod:`~sweeper.front.hydra.closing`: the multirun's closing summary, said once, when it may end;
 * :mod:`~sweeper.front.hydra.task`: a job in its trial's process, run as Hydra's launchers run one;
+* :mod:`~sweeper.front.hydra.sending`: what goes to a job's process: the task function (by name, or
+  by value), Hydra's context (plain pickle, classes by name);
 * :mod:`~sweeper.front.hydra.returns`: what Hydra's sweeper gets back for each job, and the check
   that a job kept from an earlier run was made with the config it has now.
 

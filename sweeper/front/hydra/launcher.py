@@ -6,9 +6,10 @@
       │ launch(batch of override lists, initial_job_idx)
       ▼
     Launching.launch ── Book: each job its number, for good          sweeper.front.hydra.jobs
-      │                 context.pkl: Hydra's context, config, singletons (once)
+      │                 context.pkl: Hydra's context, config, singletons (once)  ...hydra.sending
       │                 Definition: the jobs' points (this multirun's earlier batches settled),
-      │                 named by job number; train = HydraTask        sweeper.front.hydra.task
+      │                 named by job number; train = HydraTask (the task function by name, or by
+      │                 value)                                        sweeper.front.hydra.task
       ▼
     sweeper.run.runner.run ── each job a trial: a fresh process on its slot (GPU pinned,
       │                       capped, seeded) that composes the job's config and calls
@@ -42,7 +43,8 @@ from sweeper.front.hydra import settings as launcher_settings
 from sweeper.front.hydra.closing import Closing, hook
 from sweeper.front.hydra.jobs import Book, Job, described
 from sweeper.front.hydra.returns import check_kept, job_return, sources_digest
-from sweeper.front.hydra.task import HydraTask, named
+from sweeper.front.hydra.sending import by_value, context_blob, found_by_name
+from sweeper.front.hydra.task import HydraTask
 from sweeper.model.callables import name_of, source_of
 from sweeper.model.definition import Definition
 from sweeper.model.grid import Points
@@ -158,11 +160,17 @@ class Launching:
         return outcome
 
     def _target(self) -> FunctionTarget:
+        """The task function by its name (its module imported in the job's process, a script
+        loaded as spawn loads it), or by value where no name finds it again."""
         fn = self.task_function
-        module, qualname = fn.__module__, fn.__qualname__
+        found = found_by_name(fn)
+        if found is None:
+            task = HydraTask("", "", 0, self.folder, "", self.context, os.getcwd(), self.sources or "",
+                             by_value=by_value(fn))
+            return FunctionTarget(pickle.dumps(task), name_of(fn), "")
+        module, qualname, depth = found
         script = os.path.abspath(source_of(fn) or "") if module == "__main__" else ""
-        task = HydraTask(module, qualname, _depth(fn), self.folder, script, self.context, os.getcwd(),
-                         self.sources or "")
+        task = HydraTask(module, qualname, depth, self.folder, script, self.context, os.getcwd(), self.sources or "")
         return FunctionTarget(pickle.dumps(task), f"{module}.{qualname}", module)
 
     def _what(self) -> str:
@@ -172,16 +180,11 @@ class Launching:
 
     def _save_context(self, paths: SweepPaths) -> None:
         """What each job's process loads: Hydra's context, the multirun's config and singletons
-        (plain pickle: classes by name, found in the job's process), OmegaConf's resolvers."""
+        (plain pickle: classes by name, found in the job's process), OmegaConf's resolvers
+        (:mod:`sweeper.front.hydra.sending`)."""
         from hydra.core.singleton import Singleton
 
-        state = Singleton.get_state()
-        try:
-            blob = pickle.dumps({"hydra_context": self.hydra_context, "config": self.config,
-                                 "instances": state["instances"], "resolvers": _resolvers(state)})
-        except Exception as exc:  # noqa: BLE001 - whatever the app put in Hydra's config store
-            raise SweepError(f"Hydra's context cannot be sent to the jobs' processes ({exc}); define structured "
-                             "configs at the top level of a module") from None
+        blob = context_blob(self.hydra_context, self.config, Singleton.get_state())
         for old in glob.glob(paths.hydra_context()):  # earlier multiruns' (none runs now: refuse_busy)
             os.remove(old)
         self.context = paths.hydra_context(f"{os.getpid()}-{int(time.time())}")
@@ -241,33 +244,6 @@ def _on_slurm(opts: Any) -> str:
     sbatch = " ".join(own.sbatch()) or "none given"
     return (f"backend slurm: each job a task of an array job, at most {opts.worker_count or DEFAULT_WORKERS} at "
             f"once, {gpu}; sbatch options: {sbatch}")
-
-
-def _depth(fn: Any) -> int:
-    """How many ``__wrapped__`` lead from the name ``fn`` has in its module to ``fn`` (1 under
-    ``@hydra.main``); one line where the name leads elsewhere."""
-    import importlib
-    import sys
-
-    found = named(sys.modules.get(fn.__module__) or importlib.import_module(fn.__module__), fn.__qualname__)
-    for depth in range(8):
-        if found is fn:
-            return depth
-        found = getattr(found, "__wrapped__", None)
-    raise SweepError(f"the task function {fn.__module__}.{fn.__qualname__} cannot be found again by its name; "
-                     "define it at the top level of the app's module, under @hydra.main")
-
-
-def _resolvers(state: Mapping[str, Any]) -> bytes | None:
-    try:
-        import cloudpickle
-    except ImportError:
-        return None
-    try:
-        blob: bytes = cloudpickle.dumps(state["omegaconf_resolvers"])
-    except Exception:  # noqa: BLE001 - the jobs use the resolvers the app registers on import
-        return None
-    return blob
 
 
 #: The words a flag's value may be in sweeper's advice (``--mode max``, ``--gpus none``); any other

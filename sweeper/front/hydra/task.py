@@ -2,11 +2,12 @@
 Hydra's launchers run one (``hydra.core.utils.run_job``).
 
 :class:`HydraTask` is the ``train`` of a Hydra multirun's sweep: pickled by the launcher
-(by reference, a few names), called with the job's point in a fresh trial process, which
-sweeper has pinned to its GPU, capped and seeded. There it
+(by reference, a few names; a task function no name finds, by value:
+:mod:`sweeper.front.hydra.sending`), called with the job's point in a fresh trial process,
+which sweeper has pinned to its GPU, capped and seeded. There it
 
 1. imports the app's module (a script is loaded as ``__main__``, as spawn loads it) and finds
-   the task function under ``@hydra.main``;
+   the task function under ``@hydra.main`` (or loads the one sent by value);
 2. loads the context the launcher left (its own file) (:mod:`sweeper.front.hydra.launcher`): Hydra's
    context, the multirun's config, its singletons (the config store; plain pickle) and
    OmegaConf's resolvers (cloudpickle, as Hydra's joblib launcher sends them);
@@ -29,6 +30,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from sweeper.front.hydra.sending import named
 from sweeper.model.metrics import BadResult, normalise
 from sweeper.store.paths import SweepPaths, atomic, hydra_return_file
 
@@ -45,8 +47,13 @@ class HydraTask:
     context: str  #: the multirun's context file (its own: another multirun never changes it)
     cwd: str  #: Hydra's working directory, where relative paths of its config start
     sources: str  #: what composing read in the launcher (:func:`sweeper.front.hydra.returns.sources_digest`)
+    #: the task function itself, pickled by cloudpickle, where no name finds it again (a closure, a
+    #: callable object: what Hydra's own test suites launch in-process), as Hydra's joblib launcher sends one
+    by_value: bytes = b""
 
     def task_function(self) -> Any:
+        if self.by_value:
+            return pickle.loads(self.by_value)  # cloudpickle's functions load where cloudpickle is installed
         module = sys.modules.get(self.module) or importlib.import_module(self.module)
         if self.file and getattr(module, "__file__", None) != self.file:
             from sweeper.model.target import load_file
@@ -99,14 +106,6 @@ class HydraTask:
             config.hydra.job.id = num
             config.hydra.job.num = num
         return hydra_context, config
-
-
-def named(module: Any, qualname: str) -> Any:
-    """What ``qualname`` names in ``module`` (None where a part of it is missing)."""
-    found = module
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-    return found
 
 
 def config_digest(config: Any) -> str:
