@@ -21,6 +21,10 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # The user's cache (sweeper keeps an empty MLflow store there): the suite's own, not the user's.
 os.environ["XDG_CACHE_HOME"] = _CACHE = tempfile.mkdtemp(prefix="sweeper-test-cache-")
 atexit.register(shutil.rmtree, _CACHE, True)
+# Where sweeps on one machine tell each other what they hold (docs/shared.md): the suite's own,
+# one per test process, so sweeps of tests that run side by side (or a user's) never share cards.
+os.environ["SWEEPER_MACHINE_DIR"] = _MACHINE = tempfile.mkdtemp(prefix="sweeper-test-machine-")
+atexit.register(shutil.rmtree, _MACHINE, True)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
