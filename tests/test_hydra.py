@@ -281,6 +281,40 @@ def test_batches_of_hydras_sweeper_make_one_table_and_a_changed_config_is_refuse
 
 
 @pytest.mark.slow
+def test_a_multirun_again_after_the_apps_code_changed_says_which_kept_jobs_other_code_made(app):
+    """A job ok on record is kept when the app's code changed since it ran, as a resume keeps it,
+    and the multirun says so in one line before any job runs: which jobs, which files, how to run
+    them all again; every later multirun says it again while such a row stands; never said
+    where every kept job ran the code the app has now."""
+    said = "the app's code changed since"
+    first = multirun(app, "lr=0.1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = multirun(app, "lr=0.1")
+    assert again.returncode == 0 and said not in again.stdout + again.stderr, again.stdout
+    script = app / "app" / "app.py"
+    script.write_text(script.read_text().replace("float(cfg.lr) * 10", "float(cfg.lr) * 100"))
+    edited = multirun(app, "lr=0.1,0.02", "hydra.launcher.progress=false")
+    assert edited.returncode == 0, edited.stderr[-3000:]
+    line = ("sweeper: the app's code changed since job #0 on record ran ok (edited: app.py): its row is kept as made, "
+            "as a resume keeps every job ok on record; hydra.launcher.fresh=true runs every job again")
+    assert [t for t in edited.stdout.splitlines() if said in t] == [line], edited.stdout
+    assert runs(app) == ["0 lr=0.1 units=16", "1 lr=0.02 units=16"]  # job 0 kept; job 1 ran the edited app
+    values = [r["value"] for r in recorded(app)[-2:]]
+    assert values == [pytest.approx(1.16), pytest.approx(2.16)]  # job 0's old return (0.1*10), job 1's new (0.02*100)
+    (app / "app" / "helper.py").write_text("SCALE = 1\n")  # a module of the app, beside its script
+    later = multirun(app, "lr=0.1,0.02")
+    assert later.returncode == 0 and len(runs(app)) == 2, later.stderr[-3000:]
+    assert "code changed since 2 jobs (#0, #1) on record ran ok (edited: app.py; added: helper.py): their rows are " \
+           "kept as made" in later.stdout, later.stdout
+    fresh = multirun(app, "lr=0.1,0.02", "hydra.launcher.fresh=true")
+    assert fresh.returncode == 0 and said not in fresh.stdout, fresh.stdout
+    assert sorted(runs(app)[2:]) == ["2 lr=0.1 units=16", "3 lr=0.02 units=16"]
+    assert [r["value"] for r in recorded(app)[-2:]] == [pytest.approx(10.16), pytest.approx(2.16)]
+    settled = multirun(app, "lr=0.1,0.02")
+    assert settled.returncode == 0 and said not in settled.stdout and len(runs(app)) == 4, settled.stdout
+
+
+@pytest.mark.slow
 def test_batches_say_one_summary_at_the_end_and_resume_nothing_of_their_own(app):
     """Hydra's sweeper in batches of 2: each batch's launch line as Hydra logs its own, one
     summary of all 4 jobs when the multirun ends, no batch said to resume the earlier ones; a

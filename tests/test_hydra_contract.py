@@ -12,7 +12,7 @@ it as a user does. Each job still runs in a fresh process of its own.
 One case differs by design: the integration suite's ``test_to_absolute_path_multirun`` runs a
 second multirun into the same ``hydra.sweep.dir`` after editing ``task.py``; Hydra's basic
 launcher writes over the finished job's folder, sweeper resumes (the job is ``ok`` on record,
-so it is kept, and its folder is not written twice), see docs/hydra.md.
+so it is kept and said to be kept, and its folder is not written twice), see docs/hydra.md.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class TestSweeperLauncherIntegration(IntegrationTestSuite):
 
     @pytest.mark.xfail(
         strict=True, raises=AssertionError,
-        reason="a second multirun into the same hydra.sweep.dir resumes (hydra#3328): job 0, ok on record, is kept, "
-               "and its folder is not written again, so the edited task.py never runs (docs/hydra.md)")
+        reason="a second multirun into the same hydra.sweep.dir resumes (hydra#3328): job 0, ok on record, is kept "
+               "and said to be, and its folder is not written again, so the edited task.py never runs (docs/hydra.md)")
     def test_to_absolute_path_multirun(self, tmpdir, task_launcher_cfg, extra_flags) -> None:
         super().test_to_absolute_path_multirun(tmpdir, task_launcher_cfg, extra_flags)

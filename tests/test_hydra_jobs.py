@@ -153,6 +153,8 @@ ADVICE = {
     "give --metric and --mode to choose": "give hydra.launcher.metric and hydra.launcher.mode to choose",
     "3 ok trials did not meet the constraints (feasible=False): not ranked": None,  # no flag
     "run python -m sweeper --search tpe yourself": None,  # not a setting of the launcher
+    "the grid file changed since the last run (3 trials on record)":
+        "the app's script changed since the last run (3 trials on record)",
 }
 
 
@@ -213,3 +215,43 @@ def test_hydras_context_goes_by_name_where_a_plugin_scan_ran_its_module_again(tm
     finally:
         sys.modules.pop("rescanned_plugin", None)
 
+
+def test_the_apps_code_is_its_files_beside_and_below_its_script_never_installed_code(tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    from sweeper.front.hydra.appcode import app_code
+
+    app = tmp_path / "app"
+    (app / "lib").mkdir(parents=True)
+    (app / "sweep").mkdir()
+    (app / "main.py").write_text("import lib.model\n\ndef task(cfg):\n    return cfg\n")
+    (app / "helper.py").write_text("X = 1\n")  # beside: the app's, imported or not
+    (app / "notes.txt").write_text("no code\n")
+    (app / "lib" / "__init__.py").write_text("")
+    (app / "lib" / "model.py").write_text("Y = 2\n")  # below, imported by the app
+    (app / "lib" / "unused.py").write_text("Z = 3\n")  # below, never imported
+    (app / "sweep" / "kept.py").write_text("")  # in the sweep folder
+    monkeypatch.syspath_prepend(str(app))
+    try:
+        main = importlib.import_module("main")
+        code = app_code(main.task, str(app / "sweep"))
+    finally:
+        for name in ("main", "lib", "lib.model"):
+            sys.modules.pop(name, None)
+    assert sorted(code) == ["helper.py", "lib/__init__.py", "lib/model.py", "main.py"]
+    assert all(len(sha) == 16 for sha in code.values())
+    assert app_code(json.dumps, str(tmp_path)) == {} and app_code(pytest.fixture, str(tmp_path)) == {}
+
+
+def test_kept_jobs_other_code_made_are_said_in_one_line_with_what_changed():
+    from sweeper.front.hydra.appcode import changed_line
+
+    now = {"app.py": "b", "new.py": "n"}
+    assert changed_line([("0", now), ("1", dict(now))], now) is None
+    line = changed_line([("0", {"app.py": "a", "old.py": "o"}), ("1", now), ("2", {"app.py": "b"})], now)
+    assert line == ("the app's code changed since 2 jobs (#0, #2) on record ran ok (edited: app.py; added: new.py; "
+                    "gone: old.py): their rows are kept as made, as a resume keeps every job ok on record; "
+                    "hydra.launcher.fresh=true runs every job again")
+    many = changed_line([(str(n), {}) for n in range(7)], now)
+    assert many is not None and "7 jobs (#0, #1, #2, #3, #4 and 2 more)" in many

@@ -8,7 +8,8 @@
 * :mod:`~sweeper.front.hydra.sending`: what goes to a job's process: the task function (by name, or
   by value), Hydra's context (plain pickle, classes by name);
 * :mod:`~sweeper.front.hydra.returns`: what Hydra's sweeper gets back for each job, and the check
-  that a job kept from an earlier run was made with the config it has now.
+  that a job kept from an earlier run was made with the config it has now;
+* :mod:`~sweeper.front.hydra.appcode`: the app's own code, and the kept jobs other code made.
 
 The plugin Hydra finds is ``hydra_plugins/sweeper_launcher`` (a thin class over these). Nothing
 here imports Hydra until a multirun launches.

@@ -7,6 +7,8 @@
       ▼
     Launching.launch ── Book: each job its number, for good          sweeper.front.hydra.jobs
       │                 context.pkl: Hydra's context, config, singletons (once)  ...hydra.sending
+      │                 jobs ok on record: kept if their config is the same (...hydra.returns);
+      │                 those other code made, said in one line       ...hydra.appcode
       │                 Definition: the jobs' points (this multirun's earlier batches settled),
       │                 named by job number; train = HydraTask (the task function by name, or by
       │                 value)                                        sweeper.front.hydra.task
@@ -42,7 +44,8 @@ from sweeper.errors import SweepError
 from sweeper.front.hydra import settings as launcher_settings
 from sweeper.front.hydra.closing import Closing, hook
 from sweeper.front.hydra.jobs import Book, Job, described
-from sweeper.front.hydra.returns import check_kept, job_return, sources_digest
+from sweeper.front.hydra.appcode import app_code, changed_line
+from sweeper.front.hydra.returns import check_kept, job_return, made_with, sources_digest
 from sweeper.front.hydra.sending import by_value, context_blob, found_by_name
 from sweeper.front.hydra.task import HydraTask
 from sweeper.model.callables import name_of, source_of
@@ -85,6 +88,7 @@ class Launching:
         self.earlier: list[Job] = []  #: this multirun's jobs of earlier batches: settled
         self.context = ""  #: the file its jobs load Hydra's context from (its own)
         self.sources: str | None = None  #: what composing its jobs' configs reads, as a digest
+        self.code: dict[str, str] = {}  #: the app's own files, each its digest, when it launched
         self.closing = Closing(in_hydra_words)  #: its summary, said once, when it may end
         self.hooked = False  #: whether Hydra's end of the multirun says it (else each batch does)
 
@@ -114,10 +118,13 @@ class Launching:
             self._save_context(paths)
             self.hooked = hook(self.hydra_context.callbacks, self.closing)  # after the context the jobs load
             self.sources = sources_digest(self.hydra_context.config_loader, self.config, self.folder)
-        if not self.options.fresh:  # each job ok on record: made with the config it has now
+            self.code = app_code(self.task_function, self.folder)
+        changed = None
+        if not self.options.fresh:  # each job ok on record: made with the config it has now; other code said
             settled = {j.key for j in self.earlier}
-            check_kept([j for j in jobs if j.key not in settled], _on_record(self.folder), self.folder, self._compose,
-                       self.sources)
+            unsettled, rows = [j for j in jobs if j.key not in settled], _on_record(self.folder)
+            check_kept(unsettled, rows, self.folder, self._compose, self.sources)
+            changed = changed_line(made_with(unsettled, rows, self.folder), self.code)
         book.save()
         opts = self.options
         log.info(f"sweeper is launching {len(jobs)} jobs ({_where(opts)}), sweep folder {self.folder}")
@@ -126,6 +133,7 @@ class Launching:
         if first and _timed(self.config):
             log.info(f"sweeper: hydra.sweep.dir is made from the time, so the same command makes another folder; "
                      f"to resume this multirun, give it hydra.sweep.dir={self.folder}")
+        self._say(changed)
         outcome = self._run(jobs)
         self.earlier += jobs
         self.options = replace(self.options, fresh=False)  # a later batch of this multirun sets nothing aside
@@ -135,6 +143,14 @@ class Launching:
         rows = {r.key: r for r in outcome.results}
         name = str(self.config.hydra.job.name)
         return [job_return(job, rows.get(job.key), self.folder, name) for job in jobs]
+
+    def _say(self, line: str | None) -> None:
+        """A line of sweeper's own, said whatever ``progress`` (a warning), in the multirun's words."""
+        from sweeper.front.messages import show_messages
+
+        if line:
+            show_messages(self.options.progress)
+            logging.getLogger("sweeper").warning(f"sweeper: {in_hydra_words(line)}")
 
     def _compose(self, job: Job) -> Any:
         """The job's config, as its process will compose it."""
@@ -166,11 +182,12 @@ class Launching:
         found = found_by_name(fn)
         if found is None:
             task = HydraTask("", "", 0, self.folder, "", self.context, os.getcwd(), self.sources or "",
-                             by_value=by_value(fn))
+                             by_value=by_value(fn), code=tuple(self.code.items()))
             return FunctionTarget(pickle.dumps(task), name_of(fn), "")
         module, qualname, depth = found
         script = os.path.abspath(source_of(fn) or "") if module == "__main__" else ""
-        task = HydraTask(module, qualname, depth, self.folder, script, self.context, os.getcwd(), self.sources or "")
+        task = HydraTask(module, qualname, depth, self.folder, script, self.context, os.getcwd(), self.sources or "",
+                         code=tuple(self.code.items()))
         return FunctionTarget(pickle.dumps(task), f"{module}.{qualname}", module)
 
     def _what(self) -> str:
@@ -254,11 +271,13 @@ _VALUE_WORDS = frozenset({"max", "min", "none", "all", "auto", "spawn", "forkser
 def in_hydra_words(message: str) -> str:
     """sweeper's advice in the words a multirun takes: ``--per-gpu`` is ``hydra.launcher.per_gpu``,
     ``--mode max`` is ``hydra.launcher.mode=max`` (a value among the option's choices, or a
-    number), the sweep's folder (``--name``, ``--out``) is ``hydra.sweep.dir``, and the
+    number), the sweep's folder (``--name``, ``--out``) is ``hydra.sweep.dir``, the grid file
+    (the file defining the task function) is the app's script, and the
     keywords of ``sweep()`` said beside a flag (``(mode='max' or 'min')``) are left out."""
     message = re.sub(r"give this (?:run|one) another --name(?: \(name=\.\.\.\))?|choose another --out",
                      "give this multirun another hydra.sweep.dir", message)
     message = message.replace("--fresh (fresh=True)", "hydra.launcher.fresh=true")
+    message = message.replace("the grid file changed since", "the app's script changed since")
     known = set(launcher_settings.defaults())
 
     def setting(match: re.Match[str]) -> str:

@@ -7,9 +7,11 @@ earlier run still is the job asked for.
   ended and where its log is (Hydra's basic sweeper raises it when it reads the value);
 * a job ``ok`` on record is kept only if the config it ran with (its digest, noted in its
   process before the task function ran) is the config it composes to now; else the
-  multirun is refused, in one line, before any job runs. Composing costs Hydra a tenth of
-  a second a job, so a job is composed again only where what composing reads (the config
-  files, the config store, the multirun's own config: :func:`sources_digest`) changed.
+  multirun is refused, in one line, before any job runs. The app's code it ran is noted
+  too (:func:`made_with`): a job kept that other code made is said. Composing costs Hydra
+  a tenth of a second a job, so a job is composed again only where what composing reads
+  (the config files, the config store, the multirun's own config: :func:`sources_digest`)
+  changed.
 """
 
 from __future__ import annotations
@@ -109,6 +111,23 @@ def check_kept(jobs: Iterable[Job], rows: Mapping[str, TrialResult], folder: str
         raise SweepError(f"job #{row.name} ({' '.join(job.overrides)}) is on record in {folder}, but {said}, so its "
                          "row cannot stand for it; give this multirun another hydra.sweep.dir, or "
                          "hydra.launcher.fresh=true")
+
+
+def made_with(jobs: Iterable[Job], rows: Mapping[str, TrialResult], folder: str) -> list[tuple[str, dict[str, str]]]:
+    """Each job ``ok`` on record (its number) with the app's code it ran (the digests its process
+    noted, :mod:`sweeper.front.hydra.appcode`); a job whose return notes none is left out."""
+    out = []
+    for job in jobs:
+        row = rows.get(job.key)
+        if row is None or not row.ok:
+            continue
+        try:
+            code = _load(hydra_return_file(SweepPaths(folder).trial(row.name))).get("code")
+        except Exception:  # noqa: BLE001 - unreadable: check_kept has refused it already
+            continue
+        if isinstance(code, dict):
+            out.append((row.name, code))
+    return out
 
 
 def sources_digest(config_loader: Any, config: Any, sweep_folder: str) -> str | None:

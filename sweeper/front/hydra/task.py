@@ -15,9 +15,9 @@ which sweeper has pinned to its GPU, capped and seeded. There it
    :mod:`sweeper.front.hydra.jobs`), numbers it (its trial's name), notes its digest, and
    calls ``run_job`` in Hydra's working directory: Hydra's job folder,
    ``.hydra/`` files, logging, callbacks and return value, exactly as the basic launcher's;
-4. keeps the job's return (and its config's digest) in the trial's folder for the
-   launcher, raises what the task function raised (the trial is ``error``), and returns
-   its value as metrics.
+4. keeps the job's return (and its config's digest, and the app's code it ran) in the
+   trial's folder for the launcher, raises what the task function raised (the trial is
+   ``error``), and returns its value as metrics.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ class HydraTask:
     #: the task function itself, pickled by cloudpickle, where no name finds it again (a closure, a
     #: callable object: what Hydra's own test suites launch in-process), as Hydra's joblib launcher sends one
     by_value: bytes = b""
+    #: the app's own files and their digests when the multirun launched (:mod:`sweeper.front.hydra.appcode`)
+    code: tuple[tuple[str, str], ...] = ()
 
     def task_function(self) -> Any:
         if self.by_value:
@@ -82,7 +84,8 @@ class HydraTask:
         if ret.status is JobStatus.FAILED:
             raise ret._return_value  # the trial is error, with the task function's traceback
         if trial is not None:
-            keep(ret, {"digest": digest, "sources": self.sources}, hydra_return_file(trial.dir))
+            marks = {"digest": digest, "sources": self.sources, "code": dict(self.code)}
+            keep(ret, marks, hydra_return_file(trial.dir))
         return metrics_of(ret.return_value)
 
     def compose(self, params: dict[str, Any], name: str) -> tuple[Any, Any]:
@@ -138,7 +141,7 @@ def _resolvers(context: dict[str, Any]) -> Any:
     return BaseContainer._resolvers
 
 
-def keep(ret: Any, marks: dict[str, str], path: str) -> None:
+def keep(ret: Any, marks: dict[str, Any], path: str) -> None:
     """The job's return for the launcher: its value pickled, its configs as YAML (their
     content; Hydra re-imports its plugins in this process, so their config classes are not
     the launcher's). A value pickle refuses is said, and None."""
