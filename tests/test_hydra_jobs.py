@@ -151,6 +151,8 @@ ADVICE = {
     "give --per-gpu 2, --gpus none or --timeout 10m":
         "give hydra.launcher.per_gpu=2, hydra.launcher.gpus=none or hydra.launcher.timeout=10m",
     "give --metric and --mode to choose": "give hydra.launcher.metric and hydra.launcher.mode to choose",
+    "did you mean val_accuracy? run again with --metric val_accuracy (metric='val_accuracy'); its rows are kept":
+        "did you mean val_accuracy? run again with hydra.launcher.metric=val_accuracy; its rows are kept",
     "3 ok trials did not meet the constraints (feasible=False): not ranked": None,  # no flag
     "run python -m sweeper --search tpe yourself": None,  # not a setting of the launcher
     "the grid file changed since the last run (3 trials on record)":
@@ -255,3 +257,33 @@ def test_kept_jobs_other_code_made_are_said_in_one_line_with_what_changed():
                     "hydra.launcher.fresh=true runs every job again")
     many = changed_line([(str(n), {}) for n in range(7)], now)
     assert many is not None and "7 jobs (#0, #1, #2, #3, #4 and 2 more)" in many
+
+
+def test_a_failed_batch_is_summarised_at_once_only_where_the_sweeper_stops_there(monkeypatch, capsys):
+    """Hydra's basic sweeper raises on a batch with a failed job, so its summary comes at once;
+    another sweeper may go on (Optuna's within its failure rate): its summary comes once, at the
+    end of the multirun, or as the process exits if the sweeper raised instead."""
+    import atexit
+    import types
+
+    from sweeper.front.hydra import closing as closing_module
+    from sweeper.model.trial import Status
+
+    said: list[str] = []
+    monkeypatch.setattr("sweeper.run.runner.summary", lambda outcome, *ranking: ["summary"])
+    registered: list = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    failed = types.SimpleNamespace(ran=1, results=[types.SimpleNamespace(key="k", status=Status.ERROR)],
+                                   interrupted=None, elapsed_s=0.0)
+    for basic, at_once in ((True, 1), (False, 0)):
+        said.clear()
+        registered.clear()
+        closing = closing_module.Closing(lambda line: said.append(line) or line)
+        closing.started()
+        monkeypatch.setattr(closing_module.dataclasses, "replace", lambda outcome, **changes: outcome)
+        closing.ended(failed, {"k"}, (None, None), hooked=True, basic=basic)
+        assert len(said) == at_once, basic
+        closing.ended(failed, {"k"}, (None, None), hooked=True, basic=basic)  # a second failed batch
+        closing.say()  # the end of the multirun
+        assert len(said) == (2 if basic else 1), basic
+        assert len(registered) == (0 if basic else 1), basic

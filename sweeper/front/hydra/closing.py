@@ -29,20 +29,30 @@ class Closing:
         self.last: Any = None  #: the last batch's outcome (its rows: every job of the multirun so far)
         self.ranking: tuple[str | None, str | None] = (None, None)  #: the metric and mode asked for
         self.unsaid = False  #: a batch ended since the summary was last said
+        self.at_exit = False  #: whether the process's exit says what is unsaid (a failed batch, another sweeper)
 
     def started(self) -> None:
         """A batch begins."""
         if self.began is None:
             self.began = time.monotonic()
 
-    def ended(self, outcome: Any, keys: set[str], ranking: tuple[str | None, str | None], hooked: bool) -> None:
-        """A batch ended (its jobs' keys): said now where the multirun may end here, or where
-        no end of the multirun will be heard (``hooked`` False); else when it ends."""
+    def ended(self, outcome: Any, keys: set[str], ranking: tuple[str | None, str | None], hooked: bool,
+              basic: bool = True) -> None:
+        """A batch ended (its jobs' keys): said now where the multirun may end here (an
+        interrupted batch; a failed one under Hydra's ``basic`` sweeper, which raises on it), or
+        where no end of the multirun will be heard (``hooked`` False); else when it ends. Another
+        sweeper may go on after a failed batch (Optuna's, within its ``max_failure_rate``) or
+        raise, which skips ``on_multirun_end``: what is unsaid is then said as the process exits."""
         self.ran += outcome.ran
         self.last, self.ranking, self.unsaid = outcome, ranking, True
         failed = any(r.key in keys and r.status is not Status.OK for r in outcome.results)
-        if failed or outcome.interrupted is not None or not hooked:
+        if (failed and basic) or outcome.interrupted is not None or not hooked:
             self.say()
+        elif failed and not self.at_exit:
+            import atexit
+
+            atexit.register(self.say)
+            self.at_exit = True
 
     def say(self) -> None:
         """The summary, through the multirun's words, if a batch ended since it was last said."""

@@ -172,7 +172,8 @@ class Launching:
         self.closing.started()
         outcome = runner.run_shown(definition, in_hydra_words, closing=False)
         if opts.progress:
-            self.closing.ended(outcome, {j.key for j in jobs}, (opts.ranked_by, opts.ranked_mode), self.hooked)
+            self.closing.ended(outcome, {j.key for j in jobs}, (opts.ranked_by, opts.ranked_mode), self.hooked,
+                               basic=_basic_sweeper(self.config))
         return outcome
 
     def _target(self) -> FunctionTarget:
@@ -265,6 +266,14 @@ def _on_slurm(opts: Any) -> str:
 
 #: The words a flag's value may be in sweeper's advice (``--mode max``, ``--gpus none``); any other
 #: word after a flag is the sentence's own (``--metric and --mode``).
+def _basic_sweeper(config: Any) -> bool:
+    """Whether the multirun's sweeper is Hydra's basic one (which raises on a batch with a failed job)."""
+    from omegaconf import OmegaConf
+
+    target = OmegaConf.select(config, "hydra.sweeper._target_", default="") or ""
+    return str(target).endswith("BasicSweeper")
+
+
 _VALUE_WORDS = frozenset({"max", "min", "none", "all", "auto", "spawn", "forkserver", "true", "false"})
 
 
@@ -288,5 +297,12 @@ def in_hydra_words(message: str) -> str:
             return f"hydra.launcher.{name}={value}"
         return f"hydra.launcher.{name}" + (f" {value}" if value else "")
 
+    def valued(match: re.Match[str]) -> str:  # --metric val_loss (metric='val_loss'): the word is its value
+        name = match.group(1).replace("-", "_")
+        if name not in known or match.group(3) != name:
+            return match.group(0)
+        return f"hydra.launcher.{name}={match.group(2)}"
+
+    message = re.sub(r"(?<![\w.])--([a-z][a-z-]*) ([\w.-]+) \(([a-z_]+)=[^()]*\)", valued, message)
     message = re.sub(r"(?<![\w.])--([a-z][a-z-]*)(?: ([\w.-]+)\b)?", setting, message)
     return re.sub(r"(hydra\.launcher\.\S+?) \([a-z_]+=[^()]*\)", r"\1", message)
