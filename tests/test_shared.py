@@ -157,8 +157,12 @@ def test_sweeps_at_once_lose_no_trial_to_each_other_and_say_whom_they_wait_for(s
     measured yet gets most of its fair share of the card, not all of it), so none runs out
     of memory, none runs twice, and a sweep that waits says for whose trials, once."""
     auto = "auto" in flags
-    procs = [shared.sweep(f"s{k}", [{"i": i, "need_mb": 5500 if auto else need(i + k)} for i in range(2)], *flags)
+    release = os.path.join(shared.root, "release")  # the first trials hold the card until all sweeps are there
+    procs = [shared.sweep(f"s{k}", [{"i": i, "need_mb": 5500 if auto else need(i + k), "until": release}
+                                    for i in range(2)], *flags)
              for k in range(sweeps)]
+    shared.until(lambda: len(shared.records()) == sweeps and any(r["want"] for r in shared.records()))
+    open(release, "w").close()
     outs = [finish(p) for p in procs]
     for k, out in enumerate(outs):
         rows = shared.rows(f"s{k}")

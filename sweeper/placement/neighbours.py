@@ -141,7 +141,17 @@ class Neighbours:
     def unclaimed(self, card: str, held: Callable[[int], int]) -> int:
         """MB the other sweeps reserved on ``card`` (a UUID) and do not hold yet (``held``:
         what a process's tree holds now, as NVML lists it)."""
-        return sum(max(0, h.reserved_mb - (held(h.pid) if h.pid else 0)) for e in self.others for h in e.on(card))
+        return sum(self.unclaimed_by(card, held).values())
+
+    def unclaimed_by(self, card: str, held: Callable[[int], int]) -> dict[str, int]:
+        """The same, by writer, named as ``folder (user)`` (a job: ``run -- CMD (user)``)."""
+        out: dict[str, int] = {}
+        for e in self.others:
+            mb = sum(max(0, h.reserved_mb - (held(h.pid) if h.pid else 0)) for h in e.on(card))
+            if mb:
+                name = f"{e.folder} ({e.user})" if e.kind is Kind.SWEEP else f"run -- {e.folder} ({e.user})"
+                out[name] = out.get(name, 0) + mb
+        return out
 
     def share_room(self, card: str, total_mb: int, want_mb: int) -> float:
         """The most this sweep may reserve more on ``card`` by the fair share (memory aside)."""

@@ -63,7 +63,7 @@ class Crowd:
         self.reruns: Counter[str] = Counter()  #: by trial id: runs again after crowded OOMs
         self.excused: set[tuple[str, int]] = set()  #: (trial id, attempt): OOMs that were not the trial's
         self._others: dict[str, tuple[int, list[Holder]]] = {}  #: by card, since the cards were last read
-        self._unclaimed: dict[str, int] = {}  #: by card, since the cards were last read
+        self._unclaimed: dict[str, dict[str, int]] = {}  #: by card, since the cards were last read
 
     # -- what others hold and reserve ------------------------------------------------------
 
@@ -96,11 +96,17 @@ class Crowd:
         """MB other sweeps reserved on ``gpu`` and do not hold yet."""
         if self.neighbours is None:
             return 0
+        return sum(self.reserving(gpu, listed).values())
+
+    def reserving(self, gpu: str, listed: Listed) -> dict[str, int]:
+        """MB other sweeps (and jobs) reserved on ``gpu`` and do not hold yet, by who they are."""
+        if self.neighbours is None:
+            return {}
         if gpu not in self._unclaimed:
             self._unclaimed[gpu] = self._reserved_by_others(gpu, listed)
         return self._unclaimed[gpu]
 
-    def _reserved_by_others(self, gpu: str, listed: Listed) -> int:
+    def _reserved_by_others(self, gpu: str, listed: Listed) -> dict[str, int]:
         assert self.neighbours is not None
 
         def held(pid: int) -> int:
@@ -109,7 +115,7 @@ class Crowd:
             tree = {pid, *descendants(pid)}
             return sum(mb or 0 for p, (_, mb) in listed.items() if p in tree)
 
-        return self.neighbours.unclaimed(self.uuid.get(gpu, gpu), held)
+        return self.neighbours.unclaimed_by(self.uuid.get(gpu, gpu), held)
 
     def share(self, gpu: str, total_mb: int) -> float:
         """The most this sweep may reserve more on ``gpu`` by the fair share."""
@@ -185,13 +191,13 @@ class Crowd:
             if want > total - mine - margin:  # this sweep's own trials fill it: they will end
                 continue
             _, found = self.others(gpu, listed, ours)
-            share, unclaimed = self.share(gpu, total), self.unclaimed(gpu, listed)
+            share, reserving = self.share(gpu, total), self.reserving(gpu, listed)
             why = [said(found)] if found else []
-            why += [f"other sweeps reserved {unclaimed} MB there they do not hold yet"] if unclaimed else []
+            why += [f"{who} reserved {mb} MB there, not held yet" for who, mb in reserving.items()]
             owed = ["the fair share lets a sweep that waited longer go first"] if share < want else []
             why = why + owed or ["memory no process NVML lists holds"]
             words.append(f"gpu:{gpu} has {free} MB free, a trial here reserves {want} MB: {'; '.join(why)}")
-            keys.append(f"{gpu}:{sorted(h.sweep or h.pid for h in found)}:{bool(owed)}")
+            keys.append(f"{gpu}:{sorted(str(h.sweep or h.pid) for h in found)}:{sorted(reserving)}:{bool(owed)}")
             uuids.append(self.uuid.get(gpu, gpu))
             alien = [h for h in found if not h.sweep]
             strangers += alien
