@@ -266,11 +266,13 @@ def test_another_users_sweep_reads_this_ones_record_and_never_writes_it():
     os.chmod(root, 0o777)
     try:
         shared = Shared(root)
-        mine = shared.sweep("root-sweep", [{"i": 0, "need_mb": 5000, "busy_s": 1.5}])
+        release = os.path.join(root, "release")  # root's trial holds the card until nobody's sweep waits
+        mine = shared.sweep("root-sweep", [{"i": 0, "need_mb": 5000, "until": release}])
         shared.until(lambda: any(h["pid"] for r in shared.records() for h in r["holdings"]))
         theirs = shared.sweep("nobody-sweep", [{"i": 0, "need_mb": 5000}], user=nobody)
-        shared.until(lambda: len(shared.records()) == 2)
+        shared.until(lambda: any(r["want"] and r["owner"] == 65534 for r in shared.records()))
         owners = sorted(r["owner"] for r in shared.records())
+        open(release, "w").close()
         out_theirs, out_mine = finish(theirs), finish(mine)
         assert owners == [0, 65534]
         assert [r["status"] for r in shared.rows("root-sweep")] == ["ok"], out_mine
@@ -284,12 +286,15 @@ def test_a_second_sweeps_first_trial_starts_before_the_first_runs_its_next_few(s
     """Fair share: a sweep of 6 trials holds the card (two at a time); a second sweep comes and
     waits. As the first one's trials end, the second's first trial starts before the first
     sweep starts more than one other (without a share it would wait for all of them, or run out)."""
-    first = shared.sweep("a", [{"i": i, "need_mb": 5000, "busy_s": 1.0} for i in range(6)], "--per-gpu", "2")
+    release = os.path.join(shared.root, "release")  # the first two hold the card until the second sweep waits
+    first = shared.sweep("a", [{"i": i, "need_mb": 5000, "busy_s": 1.0, "until": release if i < 2 else None}
+                               for i in range(6)], "--per-gpu", "2")
     shared.until(lambda: sum(bool(h["pid"]) for r in shared.records() for h in r["holdings"]) == 2)
     second = shared.sweep("b", [{"i": i, "need_mb": 5000} for i in range(2)], "--per-gpu", "2")
     folder = os.path.join(shared.root, "b")
     wanted = shared.until(lambda: next((r["want"]["since"] for r in shared.records()
                                         if r["folder"] == folder and r["want"]), None))
+    open(release, "w").close()
     outs = finish(second), finish(first)
     b = [r for r in shared.rows("b") if r["status"] == "ok"]
     assert len(b) == 2, outs
@@ -304,16 +309,23 @@ def test_a_run_job_waits_for_its_share_beside_a_sweep_and_exits_with_its_code(sh
     job waits for its turn (the sweep, beyond its share, starts no more trials meanwhile),
     runs pinned to the card with its cap, its output streamed, and exits with its code;
     no trial of the sweep runs out of memory."""
-    sweep = shared.sweep("s", [{"i": i, "need_mb": 5000, "busy_s": 1.0} for i in range(5)], "--per-gpu", "2")
+    release = os.path.join(shared.root, "release")  # the first two hold the card until the job waits
+    sweep = shared.sweep("s", [{"i": i, "need_mb": 5000, "busy_s": 1.0, "until": release if i < 2 else None}
+                               for i in range(5)], "--per-gpu", "2")
     shared.until(lambda: sum(bool(h["pid"]) for r in shared.records() for h in r["holdings"]) == 2)
     script = ("import os, sys, time; sys.path.insert(0, %r); import fake_nvml; "
               "fake_nvml.allocate(%r, 4000, 'tensorflow'); "
               "print('job holds', os.environ['CUDA_VISIBLE_DEVICES'], os.environ['SWEEPER_MEMORY_LIMIT_MB'], "
               "time.time(), flush=True); time.sleep(0.5); sys.exit(7)") % (HERE, shared.board)
-    job = shared.cli("run", "--gpu-memory", "4GB", "--", sys.executable, "-c", script)
+    job = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_nvml.py"), "run", "--gpu-memory", "4GB", "--",
+                            sys.executable, "-c", script], cwd=ROOT, env=shared.env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    shared.until(lambda: any(r["kind"] == "job" and r["want"] for r in shared.records()))
+    open(release, "w").close()
+    stdout, stderr = job.communicate(timeout=180)
     out = finish(sweep)
-    assert job.returncode == 7, job.stderr
-    said = next(line for line in job.stdout.splitlines() if line.startswith("job holds"))
+    assert job.returncode == 7, stderr
+    said = next(line for line in stdout.splitlines() if line.startswith("job holds"))
     assert said.split()[2:4] == [shared.uuid, "4096"]
     assert [r["status"] for r in shared.rows("s")] == ["ok"] * 5, out
     began = float(said.split()[4])
@@ -354,9 +366,10 @@ def test_the_pages_commands_run_as_pasted_and_say_what_it_shows(tmp_path):
                       PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
     work = tmp_path / "work"
     work.mkdir()
+    release = str(tmp_path / "release")  # each sweep's trials hold the card until the job waits
     (work / "grid.py").write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom shared_fns import tf_trial as train\n"
                                   f"grid = {{'i': [0, 1, 2], 'need_mb': [5000], 'board': [{shared.board!r}], "
-                                  f"'busy_s': [1.0]}}\n")
+                                  f"'busy_s': [0.3], 'until': [{release!r}]}}\n")
     (work / "eval.py").write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nimport fake_nvml\n"
                                   f"fake_nvml.allocate({shared.board!r}, 4000, 'tensorflow')\nprint('evaluated')\n")
     lines = [shlex.split(line, comments=True) for line in blocks("bash")[0].splitlines() if line.strip()]
@@ -374,8 +387,9 @@ def test_the_pages_commands_run_as_pasted_and_say_what_it_shows(tmp_path):
                           env=shared.env, capture_output=True, text=True).stdout
     shown = {skeleton(line) for line in view.splitlines()}
     transcript = next(b for b in blocks("text") if b.startswith("gpu:0"))
-    assert {skeleton(line) for line in transcript.splitlines()} <= shown, view
+    open(release, "w").close()
     out = [finish(p) for p in [*sweeps, job]]
+    assert {skeleton(line) for line in transcript.splitlines()} <= shown, view
     assert job.returncode == 0 and "evaluated" in out[2], out[2]
     for name in ("grid", "colleague"):
         with open(work / "results" / name / "results.csv") as f:
