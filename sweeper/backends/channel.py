@@ -55,7 +55,8 @@ class Relay:
                 heard.node = message.node
             elif isinstance(message, Placed):  # it began on its worker: its time starts now
                 events.append((tid, Began(message.pid, message.device, "", message.cap_mb, self.fraction,
-                                          where=f"{message.host}, pid {message.pid}" if message.host else f"pid {message.pid}")))
+                                          where=f"{message.host}, pid {message.pid}" if message.host else f"pid {message.pid}",
+                                          at=message.at)))
             elif isinstance(message, Exiting):
                 heard.exitcode = message.code
             else:

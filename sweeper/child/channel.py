@@ -78,7 +78,7 @@ def _trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
                scratch: _Scratch | None, shared: bool = False) -> dict[str, Any]:
     """:func:`channel_main`'s trial, in its folder: the return value the driver reads."""
     os.environ.update({**spec.env, contract.TRIAL_DIR: spec.dir})
-    channel.put((spec.trial_id, Placed(os.getpid(), spec.device, limit, socket.gethostname())))
+    channel.put((spec.trial_id, Placed(os.getpid(), spec.device, limit, socket.gethostname(), time.time())))
     log: int | None = None
     if shared:
         bootstrap.redirect_output(spec)  # its log.txt, after the attempt's header

@@ -109,6 +109,7 @@ class Placed:
     device: str
     cap_mb: int | None = None
     host: str = ""  #: the worker's host name
+    at: float | None = None  #: when it began there: seconds since the epoch, by that machine's clock
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,9 @@ class Began:
     #: its batch scheduler's job id (Slurm's ``123`` or ``123_4`` for an array task): the
     #: ``job_id`` column; "" where trials are no jobs
     job: str = ""
+    #: when it began, seconds since the epoch, where its process told it (a cluster's node):
+    #: its ``started_at`` and its clock count from then, not from when the driver heard; None: now
+    at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -207,7 +211,16 @@ class Requeued:
     why: str
 
 
-Event = Union[Message, Began, Exited, Broken, Requeued]
+@dataclass(frozen=True)
+class Pending:
+    """A trial started waits in its backend's queue (a batch scheduler's), for ``why``: the
+    scheduler's own word (Slurm's reason: ``Resources``, ``Priority``, ``PartitionConfig``).
+    Told when it changes; not an end."""
+
+    why: str
+
+
+Event = Union[Message, Began, Exited, Broken, Requeued, Pending]
 
 
 @dataclass(frozen=True)

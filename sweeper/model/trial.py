@@ -289,8 +289,10 @@ class TrialResult:
     metrics: dict[str, float] = field(default_factory=dict, hash=False, metadata=column(Place.METRICS))
     seed: int = field(default=0, metadata=column(Place.BACK))
     device: str = field(default="", metadata=column(Place.BACK))
-    started_at: str = field(default="", metadata=column(Place.BACK))  #: ISO 8601, UTC
-    duration_s: float = field(default=0.0, metadata=column(Place.BACK))
+    #: ISO 8601, UTC: when it began in its process, by its machine's clock ("": it never began)
+    started_at: str = field(default="", metadata=column(Place.BACK))
+    #: seconds from then to its end (None: it never began, as a task cancelled in Slurm's queue)
+    duration_s: float | None = field(default=0.0, metadata=column(Place.BACK))
     error: str = field(default="", metadata=column(Place.BACK))  #: one line; empty when ok
     attempts: int = field(default=1, metadata=column(Place.BACK))
     pid: int = field(default=0, metadata=column(Place.LEDGER))

@@ -69,6 +69,7 @@ from sweeper.model.protocol import (
     Event,
     Exited,
     LoadFailed,
+    Pending,
     Reports,
     Requeued,
     Result,
@@ -78,7 +79,7 @@ from sweeper.model.protocol import (
 from sweeper.model.trial import Status, TrialResult, TrialSpec
 from sweeper.results.constraints import Constraints
 from sweeper.run.lifecycle import Callback
-from sweeper.run.phases import EXIT_GRACE, TERM_GRACE, Due, Phase, TrialState, log_file_age, now_iso
+from sweeper.run.phases import EXIT_GRACE, TERM_GRACE, Due, Phase, TrialState, log_file_age
 from sweeper.run.placement import Anywhere
 from sweeper.run.ranking import Ranking
 from sweeper.run.schedulers import Listed
@@ -235,7 +236,7 @@ class Engine(Stopping):
                 spec = replace(spec, env={**spec.env, contract.RESUMED_EPOCH: str(trial.epoch or 0)})
                 trial.resume(spec, self.clock())
             else:
-                trial = TrialState(spec, now_iso(), self.clock(), segments=spec.ran_before + 1)
+                trial = TrialState(spec, "", self.clock(), segments=spec.ran_before + 1)  # its start: at Began
                 if contract.RESUMED_EPOCH not in spec.env:  # (one its scheduler resumes keeps its epochs)
                     self.store(self.ledger.clear_history, spec.trial_id)  # a new attempt's replace the old
             self.trials[spec.trial_id] = trial
@@ -291,6 +292,8 @@ class Engine(Stopping):
                 self._exited(trial, event)
             elif isinstance(event, Requeued):
                 self._requeued(trial, event)
+            elif isinstance(event, Pending):
+                self.outputs.pending(trial.spec, event.why)
         for trial, answer in answered:  # after the batch: a result that came with it stands
             if trial.phase in (Phase.ENDED, Phase.PAUSED) or trial.stop or trial.result or trial.pausing:
                 continue
@@ -310,14 +313,16 @@ class Engine(Stopping):
         status shows it running."""
         if trial.reached(began, self.clock(), self.timeout, self.stall):
             self.store(self.ledger.mark_running, trial.spec, began, trial.started_at)
-            if self.backend.traits.queues:  # it waited in the backend's queue until now
-                self.outputs.started(trial.spec)
+            if self.backend.traits.queues:  # it waited in the backend's queue until now (its node says since when)
+                self.outputs.started(trial.spec, since=began.at)
 
     def _requeued(self, trial: TrialState, event: Requeued) -> None:
         """It waits in the backend's queue again (said once): no clock, no deadline, until it
         begins again."""
         if trial.requeued():
             log.warning("sweeper: trial %s: %s", trial.spec.name, event.why)
+            self.store(self.ledger.not_running, trial.spec.trial_id)  # status: waiting, not running
+            self.outputs.requeued(trial.spec, event.why)
 
     def _unwritable(self, trial: TrialState, event: Unwritable) -> None:
         """A trial could not write its files: no new trial starts (as for the ledger). One

@@ -3,12 +3,13 @@
 ::
 
     Engine ──begin(to_run, total)──────────────> Callbacks ──> each output, in order:
-           ──started(spec)─────────────────────>               TableFiles   (results.csv, history.csv)
+           ──started(spec, since)──────────────>               TableFiles   (results.csv, history.csv)
            ──reported(spec, epoch, metrics)────>               packing      (what trials need)
            ──history()  (epochs in the ledger)─>               Live         (the console)
            ──recorded(result) (row in ledger)──>               Trackers     (their own process)
            ──finished(result, retrying)────────>
            ──paused(spec, why)─────────────────>
+           ──pending(spec, why), requeued(...)─>  (a batch scheduler's queue)
            ──tick() -> seconds until due───────>
     Sweep  ──end(state)────────────────────────>
 
@@ -34,8 +35,17 @@ class Callback:
     def begin(self, to_run: int, total: int) -> None:
         """The engine starts: ``to_run`` trials to run of ``total`` in the sweep."""
 
-    def started(self, spec: TrialSpec) -> None:
-        """A trial started (an attempt of it)."""
+    def started(self, spec: TrialSpec, since: float | None = None) -> None:
+        """A trial started (an attempt of it); ``since``: when it began in its process, seconds
+        since the epoch, where that was earlier than now (a batch scheduler's task, heard of
+        later; one a killed driver left, taken over)."""
+
+    def pending(self, spec: TrialSpec, why: str) -> None:
+        """A trial started waits in its backend's queue, for ``why`` (the scheduler's word)."""
+
+    def requeued(self, spec: TrialSpec, why: str) -> None:
+        """A trial that began waits in its backend's queue again (its job was requeued): it is
+        not running until it starts again (``started``)."""
 
     def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None:
         """A trial reported epochs; its last one."""
@@ -73,9 +83,17 @@ class Callbacks(Callback):
         for c in self.each:
             c.begin(to_run, total)
 
-    def started(self, spec: TrialSpec) -> None:
+    def started(self, spec: TrialSpec, since: float | None = None) -> None:
         for c in self.each:
-            c.started(spec)
+            c.started(spec, since)
+
+    def pending(self, spec: TrialSpec, why: str) -> None:
+        for c in self.each:
+            c.pending(spec, why)
+
+    def requeued(self, spec: TrialSpec, why: str) -> None:
+        for c in self.each:
+            c.requeued(spec, why)
 
     def reported(self, spec: TrialSpec, epoch: int, metrics: dict[str, Any]) -> None:
         for c in self.each:

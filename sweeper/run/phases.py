@@ -108,7 +108,7 @@ class TrialState:
     """The engine's view of one running trial."""
 
     spec: TrialSpec
-    started_at: str  #: ISO 8601, when it was started
+    started_at: str  #: ISO 8601, when it began in its process (as that process told it); "" until it did
     t0: float  #: monotonic; when it reached its process (from Began), else when started
     sign: float = 0.0  #: monotonic; its last sign of life (Began, an epoch report, a write to its log)
     phase: Phase = Phase.STARTING  #: where it is; moved by :meth:`to` only
@@ -125,6 +125,7 @@ class TrialState:
     ran: float = 0.0  #: seconds it ran in its earlier processes (paused, then given again)
     segments: int = 1  #: the processes it ran in (paused, then given again: one more each time)
     reported: bool = False  #: sent per-epoch reports (then a returned History is not used)
+    restarts: bool = False  #: its backend requeued it: its next Began starts it again, its start anew
     epoch: int | None = None  #: the last epoch it reported
     epoch_metrics: dict[str, Any] = field(default_factory=dict)  #: what it reported then
 
@@ -154,7 +155,11 @@ class TrialState:
                 self.spec = replace(self.spec, device=began.device)
             return False
         self.to(Phase.RUNNING)
-        self.began, self.t0 = began, now
+        wall = time.time()
+        at = began.at if began.at is not None and began.at <= wall else wall  # a clock ahead of ours: ours
+        if not self.started_at or self.restarts:  # (one paused and resumed keeps its first start)
+            self.started_at, self.restarts = iso(at), False
+        self.began, self.t0 = began, now - (wall - at)
         self.sign = self.t0
         self.spec = replace(self.spec, device=began.device)
         if self.due is None:
@@ -168,7 +173,7 @@ class TrialState:
         if self.phase is not Phase.RUNNING or self.stop is not None:
             return False
         self.to(Phase.STARTING)
-        self.began = None
+        self.began, self.restarts = None, True
         self.set_deadline(None, None)
         return True
 
@@ -249,10 +254,13 @@ class TrialState:
             tail = tuple(log_tail(spec.log_path, pid=pid)) if pid else ()  # this attempt's part
         verdict = outcome.judge(outcome.Ending(began, how, trial.result, trial.stop, trial.why, tail,
                                                trial.epoch_metrics))
-        duration = (trial.t1 if trial.t1 is not None else now) - trial.t0
+        duration: float | None = (trial.t1 if trial.t1 is not None else now) - trial.t0
         if trial.stop is None and trial.result is not None and trial.result.duration_s is not None:
             duration = trial.result.duration_s
-        duration += trial.ran
+        elif not trial.started_at:  # it never began (cancelled while it waited in a queue): no duration
+            duration = None
+        if duration is not None:
+            duration += trial.ran
         row = TrialResult(
             trial_id=spec.trial_id, name=spec.name, index=spec.index, params=spec.params,
             status=verdict.status, metrics=verdict.metrics, seed=spec.seed,
@@ -276,4 +284,9 @@ def log_file_age(spec: TrialSpec) -> float | None:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso(time.time())
+
+
+def iso(seconds: float) -> str:
+    """Seconds since the epoch as ISO 8601, UTC, to the millisecond (``...Z``)."""
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -164,7 +164,8 @@ def kept_and_todo(specs: Sequence[TrialSpec], previous: Mapping[str, TrialResult
         elif spec.key in settled:  # settled but never started (the sweep stopped first): not run now
             continue
         elif old is not None:  # run again: its attempts go on counting (its log says which)
-            todo.append(replace(spec, attempt=old.attempts + 1, first_attempt=old.attempts + 1))
+            attempt = old.attempts if old.duration_s is None else old.attempts + 1  # one that never began was none
+            todo.append(replace(spec, attempt=attempt, first_attempt=attempt))
         else:
             todo.append(spec)
     return kept, todo

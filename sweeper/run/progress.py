@@ -14,6 +14,7 @@ import os
 import statistics
 import sys
 import time
+from collections import Counter
 from typing import Any, Callable
 
 from sweeper.model.metrics import default_metric, direction
@@ -24,6 +25,12 @@ from sweeper.store.paths import log_tail
 
 def _fmt(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _ago(since: float | None) -> float:
+    """Seconds since ``since`` (seconds since the epoch, as another machine told it; never
+    negative: its clock may run ahead of ours); 0 for None."""
+    return 0.0 if since is None else max(0.0, time.time() - since)
 
 
 def _duration(seconds: float) -> str:
@@ -49,8 +56,8 @@ class Tally:
         self.running: dict[str, float] = {}  #: trial id -> when its attempt started
         self.t0 = clock()
 
-    def started(self, spec: TrialSpec) -> None:
-        self.running[spec.trial_id] = self.clock()
+    def started(self, spec: TrialSpec, since: float | None = None) -> None:
+        self.running[spec.trial_id] = self.clock() - _ago(since)
 
     def ended(self, result: TrialResult) -> None:
         """An attempt ended (its trial may run again)."""
@@ -60,7 +67,8 @@ class Tally:
         """A trial finished (no retry follows)."""
         self.done += 1
         self.counts[result.status.value] = self.counts.get(result.status.value, 0) + 1
-        self.durations.append(result.duration_s)
+        if result.duration_s is not None:  # (one that never started has none)
+            self.durations.append(result.duration_s)
         if not result.ranked or not result.metrics:  # an infeasible trial is never the best
             return
         if self.metric is None:  # none named: as the summary ranks (and says), a validation metric first
@@ -106,8 +114,11 @@ class PlainLines(Callback):
     def begin(self, to_run: int, total: int) -> None:
         self.tally.to_run = to_run
 
-    def started(self, spec: TrialSpec) -> None:
-        self.tally.started(spec)
+    def started(self, spec: TrialSpec, since: float | None = None) -> None:
+        self.tally.started(spec, since)
+
+    def requeued(self, spec: TrialSpec, why: str) -> None:
+        self.tally.running.pop(spec.trial_id, None)  # it waits again: not running, no clock (said in the log)
 
     def paused(self, spec: TrialSpec, why: str) -> None:
         self.tally.running.pop(spec.trial_id, None)
@@ -135,13 +146,16 @@ class PlainLines(Callback):
         tail = f"  {shown}" if shown else f"  {result.error}"
         again = f"  (attempt {result.attempts} failed; attempt {result.attempts + 1} starts)" if retrying else ""
         lost = "" if kept else "  NOT RECORDED: the ledger could not keep it; the next run runs it again"
-        return f"{head}{tail}  ({result.duration_s:.1f}s, {result.device}){again}{lost}"
+        ran = "never started" if result.duration_s is None else f"{result.duration_s:.1f}s, {result.device}"
+        return f"{head}{tail}  ({ran}){again}{lost}"
 
     def close(self) -> None:
         pass
 
 
 def failure_lines(result: TrialResult, lines: int = 4) -> list[str]:
+    if result.duration_s is None:  # it never began (it waited in a queue): no process, no log to point at
+        return []
     if not os.path.exists(result.log):  # its process never wrote one: never point at nothing
         return ["    no log: its process ended before it wrote one"]
     out = [f"    log: {result.log}"]
@@ -160,13 +174,23 @@ class LiveView(PlainLines):
         super().__init__(metric, mode)
         self.console = Console(highlight=False)
         self.running: dict[str, dict[str, Any]] = {}
+        self.waiting: dict[str, str] = {}  #: trial id -> why it waits in its backend's queue (Slurm's reason)
         self.live = Live(console=self.console, refresh_per_second=4, transient=True,
                          get_renderable=self._render, redirect_stdout=False, redirect_stderr=False)
         self.live.start()
 
-    def started(self, spec: TrialSpec) -> None:
-        super().started(spec)
-        self.running[spec.trial_id] = {"spec": spec, "t0": time.monotonic(), "epoch": None, "metrics": {}}
+    def started(self, spec: TrialSpec, since: float | None = None) -> None:
+        super().started(spec, since)
+        self.waiting.pop(spec.trial_id, None)
+        self.running[spec.trial_id] = {"spec": spec, "t0": time.monotonic() - _ago(since), "epoch": None,
+                                       "metrics": {}}
+
+    def pending(self, spec: TrialSpec, why: str) -> None:
+        self.waiting[spec.trial_id] = why
+
+    def requeued(self, spec: TrialSpec, why: str) -> None:
+        super().requeued(spec, why)
+        self.running.pop(spec.trial_id, None)
 
     def paused(self, spec: TrialSpec, why: str) -> None:
         self.running.pop(spec.trial_id, None)
@@ -180,6 +204,7 @@ class LiveView(PlainLines):
 
     def finished(self, result: TrialResult, retrying: bool, kept: bool = True) -> None:
         self.running.pop(result.trial_id, None)
+        self.waiting.pop(result.trial_id, None)
         self.tally.ended(result)
         if not retrying:
             self.tally.add(result)
@@ -222,6 +247,10 @@ class LiveView(PlainLines):
                 Text(f"{latest[0]}={_fmt(latest[1])}" if latest else ""),
             )
         rows.append(trials)
+        if self.waiting:  # in the backend's queue (Slurm's): how many, and why
+            reasons = Counter(self.waiting.values()).most_common()
+            rows.append(Text(f"  {len(self.waiting)} waiting in the queue: "
+                             + ", ".join(f"{why} ({n})" for why, n in reasons), style="cyan"))
         return Group(*rows)
 
     def close(self) -> None:

@@ -115,6 +115,7 @@ _READ: dict[str, Callable[[Any], Any]] = {
     "feasible": lambda value: None if value is None else bool(value),
     "deterministic": lambda value: None if value is None else bool(value),
     "env": lambda value: json.loads(value) if value else {},  # rows from before schema 6: none
+    "duration_s": lambda value: value,  # NULL: the trial never began (it waited in a queue)
 }
 
 

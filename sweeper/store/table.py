@@ -50,7 +50,7 @@ _SOMETIMES: dict[Place, Callable[[TrialResult], bool]] = {
 #: How a field's value is written, where not as it is.
 _WRITTEN: dict[str, Callable[[Any], Any]] = {
     "status": lambda status: status.value,
-    "duration_s": lambda seconds: round(seconds, 3),
+    "duration_s": lambda seconds: None if seconds is None else round(seconds, 3),  # None: it never started
 }
 
 

@@ -397,7 +397,7 @@ class MlflowRuns:
         from mlflow.entities import Metric
 
         due = self._due(attempt.trial_id)
-        end = seconds(result.started_at) + result.duration_s
+        end = seconds(result.started_at) + (result.duration_s or 0.0)  # (None: it never started)
         step = result.epoch_reached or 0
         # at its last epoch and stamped now, after every epoch's point: MLflow shows a run's
         # value at its highest step, then its latest time, so the result is what shows

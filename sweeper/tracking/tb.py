@@ -225,7 +225,7 @@ class TensorBoardFiles:
         pb = _pb()
         api_pb2, metadata, plugin_data_pb2 = pb.api_pb2, pb.metadata, pb.plugin_data_pb2
         events = self._events(attempt)
-        end_time = seconds(result.started_at) + result.duration_s
+        end_time = seconds(result.started_at) + (result.duration_s or 0.0)  # (None: it never started)
         values = [_scalar(k, v) for k, v in numbers(result.metrics).items()]
         if result.epoch_reached is not None:
             values.append(_scalar("epoch_reached", float(result.epoch_reached)))
