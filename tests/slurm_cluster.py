@@ -21,6 +21,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import threading
 import time
 
 CONF = """\
@@ -83,6 +84,16 @@ def missing() -> str:
     return ""
 
 
+def _munge_answers() -> bool:
+    """Whether a munged runs here and answers (a credential made and read back)."""
+    try:
+        made = subprocess.run(["munge", "-n"], capture_output=True)
+        return made.returncode == 0 and subprocess.run(["unmunge"], input=made.stdout,
+                                                       capture_output=True).returncode == 0
+    except OSError:  # (no munge client here: start one)
+        return False
+
+
 def _free_port() -> int:
     with contextlib.closing(socket.socket()) as s:
         s.bind(("", 0))
@@ -112,7 +123,8 @@ def one_node(root: str):
         f.write(GRES.format(root=root) if GPUS else "")
     env = {**os.environ, "SLURM_CONF": conf}
     os.makedirs("/run/munge", exist_ok=True)
-    subprocess.run(["munged", "--force"], capture_output=True)  # one already running is fine
+    if not _munge_answers():  # one running already serves every cluster of the session (none started twice)
+        subprocess.run(["munged", "--force"], capture_output=True)
     daemons = [subprocess.Popen([daemon, "-D"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for daemon in ("slurmctld", "slurmd")]
     old = os.environ.get("SLURM_CONF")
@@ -156,3 +168,36 @@ def until(check, what: str, within: float = 90.0) -> None:
     while not check():
         assert time.monotonic() < deadline, what
         time.sleep(0.1)
+
+
+class Heard:
+    """A driver's output, read as it comes (a thread), so a test can wait for a line of it."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process, self.text = process, ""
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.text += line
+
+    def said(self, words: str) -> bool:
+        return words in self.text
+
+    def end(self, timeout: float = 120) -> str:
+        """Its whole output, once it ended (killed past ``timeout``: the test fails on its code)."""
+        try:
+            self.process.wait(timeout=timeout)
+        finally:
+            self.process.kill()
+            self.reader.join(timeout=10)
+        return self.text
+
+
+def driver(command: list[str], cwd: str | None = None, **env: str) -> Heard:
+    """A sweep's driver (``python -m sweeper ...``) started as a user would, its output heard."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return Heard(subprocess.Popen(command, cwd=cwd or root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env={**os.environ, **env}))

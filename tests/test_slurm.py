@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -15,7 +14,7 @@ import pytest
 import slurm_cluster
 import sweep_fns
 from conftest import MODULE_PROCESS, ROOT, run_cli, write_grid
-from slurm_cluster import sweep_jobs, until
+from slurm_cluster import driver, sweep_jobs, until
 
 import sweeper
 
@@ -87,6 +86,8 @@ def test_a_task_slurm_requeues_runs_again_and_its_row_is_written_once(slurm, tmp
         job = others()[0][0]
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=test"], check=True)
         until(lambda: [job, "PENDING"] == others()[0][:2], "Slurm requeued the task")
+        until(lambda: "0 of 1 trials finished: none yet; 0 running, 1 waiting in Slurm's queue" in run_cli(
+            "status", str(out / "grid")).stdout, "status counts the requeued task waiting, not running", within=60)
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
         for row in sweep_jobs():  # this one, and the time-limit sweep's: now, not in 2 minutes
             subprocess.run(["scontrol", "update", f"jobid={row[0]}", "starttime=now"], capture_output=True)
@@ -218,7 +219,7 @@ def test_ctrl_c_cancels_every_task_within_seconds_and_rows_are_interrupted(slurm
     out = tmp_path / "out"
     grid = write_grid(tmp_path, WAITING.format(xs=[1, 2, 3, 4], release=str(tmp_path / "never")))
     sweep = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(out), "--backend", "slurm",
-                              "--workers", "2", "--quiet"], cwd=ROOT, stdout=subprocess.PIPE,
+                              "--workers", "2"], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
     try:
         until(lambda: started(out / "grid") == 2, "two trials started")
@@ -233,6 +234,8 @@ def test_ctrl_c_cancels_every_task_within_seconds_and_rows_are_interrupted(slurm
     assert sweep.returncode == 130, said
     df = sweeper.load(str(out / "grid"))
     assert df.status.tolist() == ["interrupted"] * 4, said
+    # the two that waited never started: no duration, no log to point at (the two that ran: theirs)
+    assert df.duration_s.isna().sum() == 2 and "no log" not in said and said.count("(never started)") == 2, said
 
 
 def test_a_killed_driver_leaves_its_jobs_and_the_same_command_adopts_them(slurm, tmp_path):
@@ -247,21 +250,14 @@ def test_a_killed_driver_leaves_its_jobs_and_the_same_command_adopts_them(slurm,
     first.wait()
     tasks = {row[0] for row in others()}
     assert len(tasks) == 3, tasks  # left by the killed driver: two running, one pending
-    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1))
-
-    def adopted():  # the second driver marks both running ones running (the first's marks were cleared)
-        with sqlite3.connect(out / "grid" / "ledger.sqlite") as db:
-            return db.execute("SELECT count(*) FROM running WHERE started_at >= ?", (since,)).fetchone()[0] == 2
-
-    second = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    second = driver(command)
     try:
-        until(adopted, "the second driver adopted both running tasks")
-        assert {row[0] for row in others()} == tasks  # nothing submitted again
+        until(lambda: second.said("took over 3 Slurm tasks"), "the second driver took the tasks over (one line)")
+        assert {row[0] for row in others()} == tasks, second.text  # nothing submitted again
         release.touch()
-        said, _ = second.communicate(timeout=120)
     finally:
-        second.kill()
-    assert second.returncode == 0, said
+        said = second.end()
+    assert second.process.returncode == 0, said
     df = sweeper.load(str(out / "grid"))
     assert df.status.tolist() == ["ok"] * 3, said
     assert set(df.job_id) == tasks and {f"{int(j)}_{int(t)}" for j, t in zip(df.job, df.task)} == tasks

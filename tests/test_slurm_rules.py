@@ -133,7 +133,7 @@ class Heard(Callback):
     def __init__(self):
         self.said = []
 
-    def started(self, spec):
+    def started(self, spec, since=None):
         self.said.append(("started", spec.trial_id))
 
     def finished(self, result, retrying, kept=True):
@@ -173,7 +173,7 @@ def test_a_machine_without_slurm_is_told_in_one_line(monkeypatch, tmp_path):
 
 def test_scontrols_lines_are_read_as_each_task_ended():
     """One ``scontrol -o show job <array>`` line per task (Slurm 22.05's words, trimmed)."""
-    from sweeper.backends.slurm.commands import _ended, _task_of
+    from sweeper.backends.slurm.commands import _ended, _tasks_of
 
     lines = {
         "JobId=34 ArrayJobId=32 ArrayTaskId=1 JobName=sweeper-x JobState=FAILED Reason=NonZeroExitCode "
@@ -182,7 +182,84 @@ def test_scontrols_lines_are_read_as_each_task_ended():
             ("32_2", Ended("CANCELLED", -15, "node7")),
         "JobId=36 ArrayJobId=32 ArrayTaskId=3 JobState=TIMEOUT ExitCode=0:0": ("32_3", Ended("TIMEOUT", 0, "")),
         "JobId=40 JobName=plain JobState=COMPLETED ExitCode=0:0": ("40", Ended("COMPLETED", 0, "")),
-        "JobId=32 ArrayJobId=32 ArrayTaskId=4-9%2 JobState=PENDING ExitCode=0:0": ("32", Ended("PENDING", 0, "")),
+        # the array's record of its tasks that never ran: each of them (cancelled while they waited)
+        "JobId=32 ArrayJobId=32 ArrayTaskId=2,4-5%2 JobState=CANCELLED ExitCode=0:0":
+            (["32_2", "32_4", "32_5"], Ended("CANCELLED", 0, "")),
     }
     for line, (task, ended) in lines.items():
-        assert (_task_of(line), _ended(line)) == (task, ended), line
+        assert (_tasks_of(line), _ended(line)) == ([task] if isinstance(task, str) else task, ended), line
+
+
+# Slurm's reasons for a task that waits -> what the sweep says it means ("": it waits on)
+REASONS = [
+    ("Resources", ""),
+    ("Priority", ""),
+    ("JobArrayTaskLimit", ""),
+    ("BeginTime", ""),  # a requeued task, before it may start again
+    ("ReqNodeNotAvail, UnavailableNodes:node3", ""),  # a node that is down may come back
+    ("QOSMaxCpuPerUserLimit", ""),  # the user's other jobs hold the limit: they end
+    ("PartitionConfig", "PartitionConfig: it asks for more than any node of its partition has"),
+    ("PartitionTimeLimit", "PartitionTimeLimit: its time limit is above its partition's"),
+    ("BadConstraints", "BadConstraints: no node has the features it asks for"),
+    ("QOSMaxCpuPerJobLimit", "QOSMaxCpuPerJobLimit: it asks for more than its QOS or account lets one job have"),
+    ("ReqNodeNotAvail, UnavailableNodes:", "ReqNodeNotAvail: no node it may run on is there"),
+]
+
+
+@pytest.mark.parametrize("reason, meaning", REASONS)
+def test_which_pending_reasons_mean_a_task_never_starts(reason, meaning):
+    from sweeper.backends.slurm.rules import never
+
+    said = never(reason)
+    assert said.startswith(meaning) and bool(said) == bool(meaning), said
+
+
+def test_sbatchs_refusal_is_kept_in_its_own_words_and_a_percent_in_a_path_is_a_percent():
+    from sweeper.backends.slurm.commands import pattern, refusal
+
+    assert refusal("sbatch: unrecognized option '--partiton=debug'\nTry \"sbatch --help\" for more information\n") \
+        == "unrecognized option '--partiton=debug'"
+    assert refusal("sbatch: error: invalid partition specified: nosuch\nsbatch: error: Batch job submission failed: "
+                   "Invalid partition name specified\n") == ("invalid partition specified: nosuch; Batch job "
+                                                             "submission failed: Invalid partition name specified")
+    assert pattern("/runs/50%j/grid/.jobs/a") == "/runs/50%%j/grid/.jobs/a"
+    with pytest.raises(SweepError, match="backslash"):
+        from sweeper.backends.slurm.rules import output_folder
+
+        output_folder("/runs/a\\b/grid/.jobs")
+
+
+def test_a_task_that_never_ran_names_no_output_file_and_a_lost_node_names_a_flag_slurm_takes():
+    never_ran = how_it_ended("7_1", "", "/out/.jobs/a_1.out", False, Ended("CANCELLED", 0), None, ran=False)
+    assert never_ran.note == ("Slurm job 7_1 was cancelled from outside the sweep before it started (scancel, or "
+                              "the cluster's administrators)")
+    forgotten = how_it_ended("7_1", "", "/out/.jobs/a_1.out", False, Ended("UNKNOWN"), None, ran=False)
+    assert "before it started" in forgotten.note and ".out" not in forgotten.note
+    lost = how_it_ended("7_1", "node3", "/out/.jobs/a_1.out", False, Ended("NODE_FAIL"), None)
+    assert "--slurm requeue" in lost.note and "no-requeue" not in lost.note
+    assert SlurmOptions(slurm=["requeue", "time=5"]).checked().sbatch() == ["--requeue", "--time=5"]
+    assert SlurmOptions(slurm={"exclusive": True, "requeue": False}).checked().sbatch() == ["--exclusive"]
+    assert SlurmOptions(slurm=["exclusive=user"]).checked().sbatch() == ["--exclusive=user"]
+    with pytest.raises(SweepError, match="sweeper's own"):
+        SlurmOptions(slurm={"comment": "mine"}).checked()
+
+
+def test_the_live_view_says_how_many_trials_wait_in_the_queue_and_why():
+    """Slurm's reasons, told as each changes (Pending): one line under the running trials."""
+    from rich.console import Console
+
+    from sweeper.run.progress import LiveView
+
+    view = LiveView()
+    try:
+        (a, b, c) = plan([{"x": i} for i in range(3)], "/tmp/nowhere", seed=0)
+        view.pending(a, "Resources")
+        view.pending(b, "Resources")
+        view.pending(c, "PartitionConfig")
+        view.started(c, since=None)
+        console = Console(record=True, width=200)
+        console.print(view._render())
+        shown = console.export_text()
+    finally:
+        view.close()
+    assert "2 waiting in the queue: Resources (2)" in shown, shown

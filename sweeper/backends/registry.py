@@ -26,8 +26,9 @@ keyword of another backend's group is refused, naming that backend. Ray's is
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import Field, dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from sweeper.backends.ray_options import RayOptions
 from sweeper.backends.slurm.options import SlurmOptions
@@ -73,6 +74,12 @@ class Registered:
     #: whether each trial process imports the calling script again, as spawn does (then a script's
     #: sweep() outside ``if __name__ == "__main__":`` is refused before anything runs)
     imports_main: bool = False
+    #: a run of the sweep in this folder stopped (Ctrl-C) before its backend took over what an
+    #: earlier run left in a cluster's queue: that cancelled; what was done, in one line ("": nothing)
+    abandon: Callable[[str], str] | None = None
+    #: what a dry run says of where the trials would run (options, the sweep's folder, how many
+    #: to run), for a backend that places them itself; None: this machine's slots are said
+    planned: Callable[[Options, str, int], list[str]] | None = None
 
 
 def _local(launch: Launch) -> Backend:
@@ -104,10 +111,49 @@ def _slurm(launch: Launch) -> Backend:
     return SlurmBackend(launch.target, launch.options)
 
 
+def _slurm_abandon(folder: str) -> str:
+    from sweeper.backends.slurm.outside import abandon
+
+    return abandon(folder)
+
+
+def _slurm_planned(options: Options, folder: str, trials: int) -> list[str]:
+    from sweeper.backends.slurm.outside import planned
+
+    return planned(options, folder, trials)
+
+
+@contextlib.contextmanager
+def abandoning(folder: str) -> Iterator[None]:
+    """While the block runs, a Ctrl-C (KeyboardInterrupt: before the engine takes the signals,
+    or after) also ends what an earlier run of the sweep in ``folder`` left in a cluster's
+    queue (:func:`abandon`)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        abandon(folder)
+        raise
+
+
+def abandon(folder: str) -> None:
+    """A run of the sweep in ``folder`` stopped (Ctrl-C) before its backend took over what an
+    earlier run left in a cluster's queue: those jobs cancelled, by each backend that keeps
+    jobs there (each finds its own in the folder), said in one line each. Nothing outlives
+    a Ctrl-C, whenever it comes."""
+    import logging
+
+    for known in list(_BACKENDS.values()):
+        with contextlib.suppress(Exception):  # (it must not stand in for the Ctrl-C it follows)
+            said = known.abandon(folder) if known.abandon is not None else ""
+            if said:
+                logging.getLogger("sweeper").warning("%s", said)
+
+
 _BACKENDS: dict[str, Registered] = {
     "local": Registered(_local, imports_main=True),
     "ray": Registered(_ray, places_trials=True, options=RayOptions),  # sends a script's train by value
-    "slurm": Registered(_slurm, places_trials=True, options=SlurmOptions, imports_main=True),
+    "slurm": Registered(_slurm, places_trials=True, options=SlurmOptions, imports_main=True, abandon=_slurm_abandon,
+                        planned=_slurm_planned),
 }
 
 

@@ -197,11 +197,19 @@ def _misspelled_command(word: str) -> None:
 
 
 def _sweep(args: argparse.Namespace, flags: dict[str, Any], tags: list[str]) -> int:
-    """Run (or plan) the sweep the command line names."""
+    """Run (or plan) the sweep the command line names. A Ctrl-C while its grid file is read
+    (before the sweep's own handling) ends what an earlier run left in a cluster's queue too."""
     tag = procs.new_tag()  # the sweep's, from its grid reader on
     tags.append(tag)
-    with procs.guarded(tag), contextlib.ExitStack() as cleanup:
-        return _run_sweep(args, flags, tag, cleanup)
+    try:
+        with procs.guarded(tag), contextlib.ExitStack() as cleanup:
+            return _run_sweep(args, flags, tag, cleanup)
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):  # (it must not stand in for the Ctrl-C)
+            early = _early_folder(args, flags)
+            if early is not None and not early[1]:
+                registry.abandon(early[0])
+        raise
 
 
 def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanup: contextlib.ExitStack) -> int:
@@ -249,7 +257,7 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanu
         if listener is not None:
             listener.close()
     if opts.dry_run:
-        print_plan(outcome)
+        print_plan(outcome, opts)
         return EXIT_OK
     for line in runner.summary(outcome, opts.ranked_by, opts.ranked_mode):
         print(line)
@@ -313,27 +321,41 @@ def _refuse_early(args: argparse.Namespace, flags: dict[str, Any]) -> None:
     after the grid file's import (seconds: TensorFlow's with it), where the command line,
     and the grid file's ``options`` as its source plainly shows them, say the folder;
     where they cannot (``options`` built in code), the lock the sweep takes decides later."""
+    early = _early_folder(args, flags)
+    if early is not None:
+        refuse_busy(early[0], dry_run=early[1])
+
+
+def _early_folder(args: argparse.Namespace, flags: dict[str, Any]) -> tuple[str, bool] | None:
+    """The sweep's folder, and whether it is a dry run, where the command line and the grid
+    file's plain ``options`` say them before the file is read; None where they cannot."""
     given: dict[str, Any] | None = {}
     if args.command is not None and (args.grid_file or not args.grid_data):
-        return  # refused as such next
+        return None  # refused as such next
     if args.command is None:
         if not args.grid_file or not args.grid_file.endswith(".py") or not os.path.isfile(args.grid_file):
-            return  # the reader says what is wrong
+            return None  # the reader says what is wrong
         if "out" not in flags or "name" not in flags:  # else the flags decide, whatever the file says
             given = gridfile.plain_options(args.grid_file)
     if given is None:
-        return
+        return None
     said: dict[str, Any] = {**{k: given[k] for k in ("out", "name", "dry_run") if k in given}, **flags}
     out, name = said.get("out", Options.out), said.get("name") or _default_name(args)
     if isinstance(out, str) and isinstance(name, str) and name:
-        refuse_busy(SweepFolder(out, name).path, dry_run=said.get("dry_run") is True)
+        return SweepFolder(out, name).path, said.get("dry_run") is True
+    return None
 
 
-def print_plan(outcome: Outcome) -> None:
-    """The dry run: the GPUs found, the slots and caps, every trial and where it would start
-    (``kept`` for a finished trial that a resume keeps)."""
+def print_plan(outcome: Outcome, options: Options | None = None) -> None:
+    """The dry run: the GPUs found, the slots and caps (or, on a backend that places trials
+    itself, what it would do: Slurm's array and sbatch options), every trial and where it
+    would start (``kept`` for a finished trial that a resume keeps)."""
     out, specs = sys.stdout, outcome.specs
-    for line in plan_lines(outcome.placement):
+    planned = registry.lookup(options.backend).planned if options is not None else None
+    trials = len(specs) - len(outcome.kept)  # (a search's: none yet, asked for as it runs)
+    placed = plan_lines(outcome.placement) if planned is None or options is None else planned(
+        options, outcome.folder, trials)
+    for line in placed:
         out.write(f"sweeper: {line}\n")
     for note in outcome.notes:
         out.write(f"sweeper: {note}\n")

@@ -68,11 +68,17 @@ def status_main(argv: list[str]) -> int:
     for r in results:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
     parts = ", ".join(f"{counts[s.value]} {s.value}" for s in Status if counts.get(s.value))
-    state = f"running (pid {pid})" if pid else "not running"
+    from sweeper.backends.slurm.outside import seen as in_slurm
+
+    queued = in_slurm(folder, driven=bool(pid))  # its tasks in Slurm's queue, where it runs on Slurm
+    state = f"running (pid {pid})" if pid else "not running" + (" (no driver)" if queued.tasks else "")
     print(f"sweeper: {folder}: {state}")
+    waits = f", {queued.waiting} waiting in Slurm's queue" if queued.waiting else ""
     print(f"sweeper: {len(results)} of {seen['total'] or '?'} trials finished: {parts or 'none yet'}; "
-          f"{len(running)} running")
+          f"{len(running) if pid else queued.running} running{waits}")
     _print_running(running, seen["epochs"])
+    for line in queued.lines:
+        print(line)
     for line in gpuview.waiting_lines(folder) if pid else []:  # what it waits for, as its machine-wide record says
         print(f"sweeper: {line}")
     from sweeper.system.environment import summary

@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from sweeper.backends.registry import Launch, lookup
+from sweeper.backends.registry import Launch, abandoning, lookup
 from sweeper.errors import SweepError
 from sweeper.model import contract
 from sweeper.model.definition import Definition
@@ -255,7 +255,7 @@ class Sweep:
             return self.dry_run()
         self.folder.prepare()
         tag = tag or procs.new_tag()
-        with self.folder.locked(tag) as earlier:
+        with self.folder.locked(tag) as earlier, abandoning(self.folder.path):
             _end_leftovers(earlier)
             if self.options.fresh:
                 self.folder.set_aside()

@@ -20,17 +20,18 @@ holds every trial queued ahead, throttled by Slurm itself (``%K``, split at the 
 
 A task Slurm requeues (its node failed, it was preempted) is not final: it is pending
 again, begins again (its clock starts again; said in the log), and its row is written once.
-A trial's ``.job/scheduled`` names its task until a driver sees it end: a driver killed
-meanwhile leaves the tasks running, and the next one adopts them (:meth:`SlurmBackend.start`).
+A task that waits is told to the engine with Slurm's reason (``Pending``: the live view shows
+it); a reason that means it never starts (:func:`~sweeper.backends.slurm.rules.never`), seen
+at two looks in a row, ends it: cancelled, its row ``crashed`` naming the reason and the fix.
+A driver killed meanwhile leaves the tasks queued and running; the next one adopts them
+(:mod:`sweeper.backends.slurm.adoption`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import re
 import select
 import shlex
 import sys
@@ -39,12 +40,25 @@ from typing import TYPE_CHECKING, Any
 
 from sweeper.backends.channel import Relay, finished
 from sweeper.backends.slurm import commands
+from sweeper.backends.slurm.adoption import Left, comment, look, said, uid_of
 from sweeper.backends.slurm.options import SlurmOptions
-from sweeper.backends.slurm.rules import Task, array_size, how_it_ended, named, scheduled, seen_end, unshared
+from sweeper.backends.slurm.rules import (
+    Task,
+    array_size,
+    how_it_ended,
+    job_name,
+    named,
+    never,
+    not_shared,
+    output_folder,
+    seen_end,
+    unseen_failure,
+    unshared,
+)
 from sweeper.child.batch import JobReader, write_job, write_list
 from sweeper.errors import SweepError
 from sweeper.model import contract
-from sweeper.model.protocol import Event, Exited, Placed, Requeued, Traits
+from sweeper.model.protocol import Event, Exited, Pending, Placed, Requeued, Traits
 from sweeper.model.trial import TrialSpec
 from sweeper.store.paths import JobPaths, SweepPaths, atomic
 
@@ -68,8 +82,6 @@ RESULT_GRACE_S = 10.0
 LINGER_S = 30.0
 #: Seconds before a submission that failed, after the first, is tried again.
 RETRY_S = 30.0
-#: States of a task that waits to run (a requeued one too): a signal must never reach it.
-WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
 
 
 class SlurmBackend:
@@ -79,22 +91,10 @@ class SlurmBackend:
         why = commands.missing()
         if why:
             raise SweepError(why)
-        from sweeper.run.slots import parse_gpus
-
         self.target = target
         self.own: SlurmOptions = options.backend_options or SlurmOptions().checked()
-        policy = options.memory_policy()
-        gpus = options.gpus is not None and parse_gpus(options.gpus) != "none"
-        if options.per_gpu not in (None, 1):
-            raise SweepError(f"per_gpu={options.per_gpu!r} shares a GPU between trials of one machine; Slurm gives "
-                             "each job whole GPUs (--gres=gpu:1): leave per_gpu out, or ask for the cluster's GPU "
-                             "sharing yourself (--slurm gres=shard:1)")
-        self.sbatch = self.own.sbatch()
-        if gpus and not self.own.asks_gpus():
-            self.sbatch.append("--gres=gpu:1")
-        # the GPUs Slurm grants are the job's CUDA_VISIBLE_DEVICES; none asked: none used
-        self.env = ({**policy.env(None), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if gpus or self.own.asks_gpus()
-                    else {"CUDA_VISIBLE_DEVICES": "-1"})
+        jobs: tuple[list[str], dict[str, str]] = self.own.jobs(options)
+        self.sbatch, self.env = jobs
         self.traits = Traits(options.worker_count or DEFAULT_WORKERS, stop_word="cancelled", queues=True)
         self.relay = Relay(self.env.get(contract.MEMORY_FRACTION))
         #: what sbatch hands every job: this process's environment, and its imports' paths
@@ -108,7 +108,6 @@ class SlurmBackend:
         self.submit_failing: float | None = None  #: when a later submission failed (retried after RETRY_S)
         self.sweep: SweepPaths | None = None
         self.name = ""  #: every job of the sweep is named so (the one squeue looks for it)
-        self.queued: dict[str, str] | None = None  #: the last look at Slurm's queue
         self.looked = self.read = 0.0
         self.arrays = 0  #: arrays tried (each its own list file)
         self.submitted = 0  #: arrays Slurm took
@@ -116,6 +115,9 @@ class SlurmBackend:
         self.shared = False  #: a file a task wrote was seen here
         self.queue_failing: float | None = None
         self.cancels: dict[str, list[str]] = {}  #: what to tell scancel next: "cancel", "TERM", "KILL" -> task ids
+        self.uid = ""  #: the sweep's uid (its ledger's), which each array's comment carries
+        self.left = Left()  #: what earlier drivers of the sweep left in Slurm's queue
+        self.told: set[str] = set()  #: the reasons never to start said already
 
     # -- the Backend protocol ---------------------------------------------------------
 
@@ -128,19 +130,18 @@ class SlurmBackend:
         if self.sweep is None:
             self._first(spec)
         task = Task(spec, JobReader(spec.dir))
-        adopted = None if spec.trial_id in self.begun else self._adoptable(spec)  # a retry starts anew
-        self.begun.add(spec.trial_id)
-        if adopted is not None:
-            task.job, task.output = adopted
-            task.running = (self.queued or {}).get(task.job) == "RUNNING"
-        else:
+        if spec.trial_id in self.begun or not self.left.take(task):  # (a retry starts anew)
             write_job(spec, self.target, self.env, None)
             self.held.append(spec.trial_id)
+        self.begun.add(spec.trial_id)
         self.tasks[spec.trial_id] = task
         self.relay.watch(spec.trial_id)
         return None  # its Began comes when its task runs
 
     def wait(self, timeout: float | None, wake: int, queued: int) -> list[tuple[str, Event]]:
+        if self.left.adopted:  # the first wait after the trials started: said once
+            log.warning("%s", said(self.left.adopted))
+            self.left.adopted = []
         self._send_cancels()
         events = self._cancel_held()
         self._submit()
@@ -194,9 +195,11 @@ class SlurmBackend:
             if task.job:
                 events += self._heard(tid, task)
         left = [task.job for task in self.tasks.values() if task.job] + list(self.lingering)
+        left += [job for jobs in self.cancels.values() for job in jobs]  # asked, not yet sent
+        left += [job for job in self.left.queued if job not in self.left.taken]  # an earlier run's, of no trial now
         self.cancels.clear()
         if left:
-            commands.cancel(left)
+            commands.cancel(list(dict.fromkeys(left)))
         for p in self.inflight:
             with contextlib.suppress(Exception):
                 p.wait(timeout=commands.COMMAND_S)
@@ -211,15 +214,17 @@ class SlurmBackend:
     # -- submitting ---------------------------------------------------------------------
 
     def _first(self, spec: TrialSpec) -> None:
-        """The sweep's folder and its jobs' name, from its first trial."""
+        """The sweep's folder, its jobs' name, its uid, and what earlier drivers of it left in
+        Slurm's queue, from its first trial."""
         self.sweep = SweepPaths.of_trial(spec.dir)
-        folder = os.path.realpath(self.sweep.folder)
-        base = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.basename(folder))[:24]
-        self.name = f"sweeper-{base}-{hashlib.sha1(folder.encode()).hexdigest()[:8]}"
+        output_folder(self.sweep.jobs)
+        self.name = job_name(self.sweep.folder)
         self.max_array = commands.max_array_size()
         if self.max_array < 1:
             raise SweepError("this cluster has job arrays turned off (MaxArraySize=0 in its slurm.conf); sweeper "
                              "submits trials as arrays: ask its administrators, or use another backend")
+        self.uid = uid_of(self.sweep.folder)
+        self.left = look(self.name, self.uid, self.sweep.jobs)
 
     def _jobs_folder(self) -> str:
         assert self.sweep is not None
@@ -267,14 +272,17 @@ class SlurmBackend:
                 pass
 
     def _array(self, tids: list[str], k: int) -> tuple[str, str]:
-        """One array job of these held trials, throttled to ``k``: its id and its list's path (less ``.txt``)."""
+        """One array job of these held trials, throttled to ``k``: its id and its list's path (less
+        ``.txt``). The list is written first and named in the array's comment: a driver killed
+        before it reads the id leaves an array the next one finds (:mod:`~sweeper.backends.slurm.adoption`)."""
         self.arrays += 1
         listed = os.path.join(self._jobs_folder(), f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{self.arrays}")
         write_list(listed + ".txt", [self.tasks[tid].spec.dir for tid in tids])
         command = (f"exec {shlex.quote(sys.executable)} -m sweeper.child.batch --list "
                    f"{shlex.quote(listed + '.txt')}")
         array = f"0-{len(tids) - 1}" + (f"%{k}" if len(tids) > k else "")
-        return commands.submit(self.sbatch, self.name, listed + "_%a.out", command, array, self.submit_env), listed
+        return commands.submit(self.sbatch, self.name, commands.pattern(listed) + "_%a.out", command, array,
+                               self.submit_env, comment(self.uid, listed)), listed
 
     def _cancel_held(self) -> list[tuple[str, Event]]:
         """Held trials the engine cancelled: never submitted, ended now."""
@@ -351,20 +359,45 @@ class SlurmBackend:
         for tid, task in list(self.tasks.items()):
             if not task.job:
                 continue
-            state = live.get(task.job)
-            if state is not None:
-                task.running = state not in WAITING
-                if task.running and task.seen is None:
-                    task.seen = now
-                if not task.running and task.began and not task.requeued:  # Slurm requeued it
-                    task.requeued = True
-                    events.append((tid, Requeued(f"Slurm requeued job {task.job} (its node failed, or it was "
-                                                 "preempted); it waits in the queue to run again, from the start")))
+            seen = live.get(task.job)
+            if seen is None:
+                gone.append((tid, task))
                 continue
-            gone.append((tid, task))
+            task.running = seen.state not in commands.WAITING
+            if task.running and task.seen is None:
+                task.seen = now
+            if not task.running and task.began and not task.requeued:  # Slurm requeued it
+                task.requeued = True
+                events.append((tid, Requeued(f"Slurm requeued job {task.job} (its node failed, or it was "
+                                             "preempted); it waits in the queue to run again, from the start")))
+            events += self._waits(tid, task, "" if task.running else seen.reason or seen.state)
         events += self._gone(gone, now)
         self._check_shared(now)
         return events
+
+    def _waits(self, tid: str, task: Task, reason: str) -> list[tuple[str, Event]]:
+        """A task's reason to wait (Slurm's, "" while it runs): told when it changes; one that
+        means it never starts, seen at two looks in a row, ends it (cancelled; said once)."""
+        events: list[tuple[str, Event]] = []
+        if reason != task.reason:
+            task.reason = reason
+            if reason:
+                events.append((tid, Pending(reason)))
+        meaning = never(reason) if reason and not task.cancelled else ""
+        if not meaning or task.never != meaning:
+            task.never = meaning  # (the first look that says so: the next one decides)
+            return events
+        del self.tasks[tid]
+        seen_end(task.spec, task.job)
+        self.relay.forget(tid)
+        self.cancels.setdefault("cancel", []).append(task.job)
+        if meaning not in self.told:
+            self.told.add(meaning)
+            log.warning("sweeper: Slurm never starts the sweep's tasks as asked (%s); each is cancelled and "
+                        "recorded crashed: change the --slurm options, then run the same command again", meaning)
+        return events + [(tid, Exited(None, note=f"Slurm never starts job {task.job} as asked: it waits for "
+                                                 f"{meaning}; change that, then run the same command again",
+                                      job=task.job))]
 
     def _gone(self, gone: list[tuple[str, Task]], now: float) -> list[tuple[str, Event]]:
         """Tasks gone from Slurm's queue: their last messages and results; how those with none
@@ -393,12 +426,16 @@ class SlurmBackend:
             return []
         if task.ended.state in ("COMPLETED", "UNKNOWN") and not task.cancelled and now - task.left < RESULT_GRACE_S:
             return []  # it may have returned: its result may be on its way through the file system
+        if not self.shared and unseen_failure(task, task.ended):  # its node could not write in the folder
+            assert self.sweep is not None
+            raise not_shared(task.job, self.sweep.folder)
         del self.tasks[tid]
         seen_end(task.spec, task.job)
         heard = self.relay.forget(tid)
         code = heard.exitcode if heard.exitcode is not None else task.ended.exitcode
+        ran = task.ran or (task.ended.state != "UNKNOWN" and bool(task.ended.node))
         return [(tid, how_it_ended(task.job, task.host or task.ended.node, task.output,
-                                            bool(task.cancelled), task.ended, code))]
+                                   bool(task.cancelled), task.ended, code, ran))]
 
     def _check_shared(self, now: float) -> None:
         """The sweep's folder must be one the nodes share (see :func:`unshared`); once a file of
@@ -407,28 +444,3 @@ class SlurmBackend:
             return
         assert self.sweep is not None
         self.shared = unshared(list(self.tasks.values()), now, self.sweep.folder)
-
-    # -- a killed driver's tasks ----------------------------------------------------------
-
-    def _adoptable(self, spec: TrialSpec) -> tuple[str, str] | None:
-        """The task (its id, its Slurm output file) a killed driver submitted for this trial and
-        left, where it is still in the sweep's queue, or ended with its result written."""
-        marked = scheduled(spec)
-        if marked is None:
-            return None
-        job, output = marked
-        if os.path.exists(JobPaths(spec.dir).returned):
-            return job, output
-        if self.queued is None:  # one look for every trial of the sweep
-            for _ in range(3):
-                self.queued = commands.queue(self.name)
-                if self.queued is not None:
-                    break
-                time.sleep(1.0)
-            else:
-                raise SweepError("Slurm's queue cannot be read (squeue failed), so the jobs a killed sweep left "
-                                 "cannot be told from ended ones; run the same command again once squeue works")
-        if job in self.queued:
-            return job, output
-        seen_end(spec, job)
-        return None

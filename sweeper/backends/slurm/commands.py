@@ -23,8 +23,21 @@ from sweeper.errors import SweepError
 #: job is PENDING again, so it is still in the queue.
 FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
                    "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT"})
+#: States of a task that waits to run (a requeued one too): a signal must never reach it.
+WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
 #: Seconds a command may take before the look counts as failed.
 COMMAND_S = 30.0
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A task of the sweep's as ``squeue`` shows it: its state, why it waits (Slurm's reason
+    code, ``Resources``, ``PartitionConfig``, ...; ``None`` while it runs) and the array's
+    comment (which names the list of trials it runs)."""
+
+    state: str
+    reason: str = ""
+    comment: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,17 +65,33 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Compl
         return None
 
 
-def submit(options: list[str], name: str, output: str, command: str, array: str, env: dict[str, str]) -> str:
+def submit(options: list[str], name: str, output: str, command: str, array: str, env: dict[str, str],
+           comment: str) -> str:
     """``sbatch --parsable``: the array job's id (its tasks get ``env``, Slurm's default
-    ``--export=ALL``). A refusal is a SweepError in Slurm's words."""
-    argv = ["sbatch", "--parsable", *options, f"--job-name={name}", f"--output={output}", f"--array={array}",
-            "--wrap", command]
+    ``--export=ALL``; ``output`` is a file name pattern, its own ``%`` doubled). A refusal is a
+    SweepError in Slurm's words."""
+    argv = ["sbatch", "--parsable", *options, f"--job-name={name}", f"--comment={comment}", f"--output={output}",
+            f"--array={array}", "--wrap", command]
     done = _run(argv, env)
     if done is None or done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or ["(nothing)"])[-1] if done is not None else "it did not answer"
+        said = refusal(done.stderr) if done is not None else "it did not answer"
         raise SweepError(f"Slurm refused the sweep's jobs: sbatch said: {said}; check the --slurm options "
                          "(partition, account, time, ...) against the cluster's (sinfo, sacctmgr show assoc)")
     return done.stdout.strip().split(";")[0]
+
+
+def refusal(stderr: str) -> str:
+    """What sbatch said when it refused, in one line: each line it wrote but its pointer to
+    ``--help``, without its ``sbatch: error:`` prefixes."""
+    lines = [re.sub(r"^(sbatch: )?(error: )?", "", line.strip()) for line in stderr.splitlines()]
+    kept = [line for line in lines if line and not line.startswith("Try ")]
+    return "; ".join(dict.fromkeys(kept)) or "(nothing)"
+
+
+def pattern(path: str) -> str:
+    """A path as sbatch's ``--output`` reads it: its ``%`` doubled (sbatch would expand
+    ``%j``, ``%u``, ... in a folder's name)."""
+    return path.replace("%", "%%")
 
 
 def max_array_size() -> int:
@@ -72,17 +101,18 @@ def max_array_size() -> int:
     return int(found.group(1)) if found else 1001
 
 
-def queue(name: str) -> dict[str, str] | None:
+def queue(name: str) -> dict[str, Queued] | None:
     """The tasks of the jobs named ``name`` (the sweep's) that Slurm still holds, pending,
-    running or ending: task id (``123_4``) -> state. None: the look failed."""
-    done = _run(["squeue", "-h", "-r", "-a", "--name", name, "-o", "%i %T"])
+    running or ending: task id (``123_4``) -> what squeue says of it. None: the look failed."""
+    done = _run(["squeue", "-h", "-r", "-a", "--name", name, "-o", "%i|%T|%r|%k"])
     if done is None or done.returncode != 0:
         return None
     out = {}
     for line in done.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1] not in FINAL:
-            out[parts[0]] = parts[1]
+        parts = line.strip().split("|", 3)
+        if len(parts) == 4 and parts[1] not in FINAL:
+            reason = "" if parts[2] in ("None", "(null)") else parts[2]
+            out[parts[0]] = Queued(parts[1], reason, "" if parts[3] == "(null)" else parts[3])
     return out
 
 
@@ -94,20 +124,26 @@ def ended(tasks: Iterable[str]) -> dict[str, Ended]:
     for array in dict.fromkeys(task.split("_")[0] for task in tasks):
         done = _run(["scontrol", "-o", "show", "job", array])
         for line in (done.stdout if done is not None and done.returncode == 0 else "").splitlines():
-            task = _task_of(line)
-            if task in out:
-                out[task] = _ended(line)
+            for task in _tasks_of(line):
+                if task in out:
+                    out[task] = _ended(line)
     return out
 
 
-def _task_of(line: str) -> str:
-    """An ``scontrol -o show job`` line's task id: ``123_4`` for an array's task, else the job's id
-    (an array's record of tasks still pending, ``ArrayTaskId=5-9%2``, is none of them)."""
-    array, index = re.search(r"\bArrayJobId=(\d+)", line), re.search(r"\bArrayTaskId=(\d+)(?=\s|$)", line)
-    if array and index:
-        return f"{array.group(1)}_{index.group(1)}"
+def _tasks_of(line: str) -> list[str]:
+    """An ``scontrol -o show job`` line's task ids: ``123_4`` for an array's task; each task of
+    an array's record of tasks that never ran (``ArrayTaskId=2,5-7%2``: cancelled while they
+    waited, or waiting still); else the job's id."""
+    array, indices = re.search(r"\bArrayJobId=(\d+)", line), re.search(r"\bArrayTaskId=([\d,-]+)", line)
+    if array and indices:
+        out = []
+        for part in indices.group(1).split(","):
+            low, _, high = part.partition("-")
+            if low.isdigit() and (high.isdigit() or not high):
+                out += [f"{array.group(1)}_{i}" for i in range(int(low), int(high or low) + 1)]
+        return out
     job = re.search(r"\bJobId=(\d+)", line)
-    return job.group(1) if job else ""
+    return [job.group(1)] if job else []
 
 
 def _ended(line: str) -> Ended:

@@ -1,11 +1,13 @@
 """The Slurm backend's decisions that need no Slurm (each a function of what it is given, so
 the tests take them one by one): what a driver knows of a task, how many held trials go in the
 next array, how a task that returned nothing ended, whether the sweep's folder is shared,
-and a task's marks in its trial's folder."""
+which of Slurm's reasons for a task that waits mean it never starts, and a task's marks in
+its trial's folder."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 from dataclasses import dataclass, replace
@@ -38,6 +40,14 @@ class Task:
     ended: commands.Ended | None = None
     cancelled: str = ""  #: "TERM", "KILL" or "cancel": what this sweep asked of it
     requeued: bool = False  #: Slurm requeued it after it began, and it has not begun again (told once)
+    reason: str = ""  #: why it waits, as squeue last said (Slurm's reason code); "" while it runs
+    never: str = ""  #: a reason that means it never starts, seen at the last look (said at the second)
+
+    @property
+    def ran(self) -> bool:
+        """Whether Slurm ever started it: it wrote to its files, a look saw it run, or its
+        output file (made by slurmd as it starts) shows here."""
+        return bool(self.began or self.running or (self.output and os.path.exists(self.output)))
 
 
 def unshared(tasks: list[Task], now: float, folder: str) -> bool:
@@ -48,10 +58,71 @@ def unshared(tasks: list[Task], now: float, folder: str) -> bool:
         return True
     late = [t for t in tasks if t.seen is not None and now - t.seen > SHARED_GRACE_S]
     if late:
-        raise SweepError(f"Slurm ran job {late[0].job}, but nothing it wrote shows in {folder} here: the "
-                         "sweep's folder must be on a file system this machine and the nodes share; give --out "
-                         "a folder there (your home, or the cluster's shared disk)")
+        raise not_shared(late[0].job, folder)
     return False
+
+
+def not_shared(job: str, folder: str) -> SweepError:
+    """The one line for a sweep folder the nodes do not see (or cannot write in)."""
+    return SweepError(f"Slurm ran job {job}, but nothing it wrote shows in {folder} here: the sweep's folder "
+                      "must be on a file system this machine and the nodes share (and may write in); give --out "
+                      "a folder there (your home, or the cluster's shared disk)")
+
+
+def unseen_failure(task: Task, ended: commands.Ended) -> bool:
+    """Whether a task that returned nothing ended as one does whose node could not open its
+    output file in the sweep's folder: Slurm says it FAILED, and neither its output file nor
+    a message of it shows here (slurmd makes the file before anything of the task runs)."""
+    return ended.state == "FAILED" and not task.began and not (task.output and os.path.exists(task.output))
+
+
+#: Slurm's reasons for a task that waits (``squeue %r``) that mean it never starts as asked,
+#: whatever else the queue does, and what to change (Slurm's job reason codes).
+NEVER = {
+    "PartitionConfig": "it asks for more than any node of its partition has (cpus-per-task, mem, gres, ...: "
+                       "compare the --slurm options with sinfo -o '%P %c %m %G')",
+    "PartitionNodeLimit": "it asks for more nodes than its partition has (--slurm nodes=...)",
+    "PartitionTimeLimit": "its time limit is above its partition's (--slurm time=...; sinfo -o '%P %l')",
+    "BadConstraints": "no node has the features it asks for (--slurm constraint=...)",
+    "InvalidAccount": "its account is not one Slurm knows for you (--slurm account=...; sacctmgr show assoc)",
+    "InvalidQOS": "its QOS is not one Slurm knows for you (--slurm qos=...; sacctmgr show assoc)",
+    "AccountNotAllowed": "its partition does not take its account (--slurm account=... or partition=...)",
+    "QOSNotAllowed": "its partition does not take its QOS (--slurm qos=... or partition=...)",
+}
+#: Limits a QOS or an association sets on one job (``QOSMaxCpuPerJobLimit``, ...): a job over
+#: one never starts under it (a limit on all of a user's jobs, ``...PerUser...``, passes).
+_PER_JOB = re.compile(r"^(QOS|Assoc)Max\w*Per(Job|Node)\w*$")
+
+
+def never(reason: str) -> str:
+    """What a task's pending reason means when it means the task never starts (Slurm's words
+    first), else "": ``ReqNodeNotAvail`` only where it names no node that could come back."""
+    code, _, rest = reason.partition(",")
+    code = code.strip()
+    if code in NEVER:
+        return f"{code}: {NEVER[code]}"
+    if _PER_JOB.match(code):
+        return f"{code}: it asks for more than its QOS or account lets one job have (sacctmgr show qos)"
+    if code == "ReqNodeNotAvail" and not rest.partition("UnavailableNodes:")[2].strip():
+        return f"{code}: no node it may run on is there (--slurm nodelist=..., exclude=..., partition=...)"
+    return ""
+
+
+def job_name(folder: str) -> str:
+    """The name of every job of the sweep in this folder (the one ``squeue --name`` looks for):
+    its folder's name and a digest of its real path."""
+    real = os.path.realpath(folder)
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.basename(real))[:24]
+    return f"sweeper-{base}-{hashlib.sha1(real.encode()).hexdigest()[:8]}"
+
+
+def output_folder(jobs: str) -> None:
+    """The folder of the tasks' output files, as sbatch's ``--output`` may name it: ``%`` is
+    doubled (:func:`~sweeper.backends.slurm.commands.pattern`), a backslash is refused."""
+    if "\\" in jobs:
+        raise SweepError(f"the sweep's folder {os.path.dirname(jobs)} has a backslash in its path, which Slurm "
+                         "reads in a job's output file name as 'expand nothing'; give --out (or --name) a path "
+                         "without one")
 
 
 def array_size(held: int, unfinished: int, k: int, max_array: int) -> int:
@@ -64,11 +135,19 @@ def array_size(held: int, unfinished: int, k: int, max_array: int) -> int:
 
 
 def how_it_ended(job: str, node: str, output: str, cancelled: bool, ended: commands.Ended,
-                 code: int | None) -> Exited:
+                 code: int | None, ran: bool = True) -> Exited:
     """How a task that returned nothing ended, in the judge's terms: Slurm's time limit is a
     ``timeout``, its memory limit an ``oom``; a cancel from outside the sweep says so; one the
-    sweep cancelled is judged by the sweep's reason (its timeout, Ctrl-C, a pruner)."""
+    sweep cancelled is judged by the sweep's reason (its timeout, Ctrl-C, a pruner). One that
+    never ran (``ran`` False: cancelled while it waited) says so, and names no output file."""
     on = f" on {node}" if node else ""
+    if not ran and not cancelled and ended.state in ("CANCELLED", "UNKNOWN"):
+        why = ("was cancelled" if ended.state == "CANCELLED"
+               else "left the queue (Slurm no longer says why: cancelled, most likely)")
+        return Exited(None, note=f"Slurm job {job} {why} from outside the sweep before it started (scancel, or the "
+                                 "cluster's administrators)", job=job)
+    if not ran:
+        output = "it never started: no output file"
     if ended.state == "TIMEOUT":
         return Exited(code, time_limit=f"Slurm's time limit (job {job}{on})", job=job)
     if ended.state == "OUT_OF_MEMORY":
@@ -79,8 +158,9 @@ def how_it_ended(job: str, node: str, output: str, cancelled: bool, ended: comma
         return Exited(None, note=f"cancelled: Slurm job {job}{on} was cancelled from outside the sweep "
                                  "(scancel, or the cluster's administrators)", job=job)
     if ended.state in ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL"):
-        return Exited(None, note=f"Slurm job {job} ended {ended.state}{on} and was not requeued "
-                                 "(the cluster's JobRequeue=0, or --slurm no-requeue)", job=job)
+        return Exited(None, note=f"Slurm job {job} ended {ended.state}{on} and was not requeued (the cluster "
+                                 "requeues no job by itself, JobRequeue=0: --slurm requeue asks it to; --retries "
+                                 "submits the trial again)", job=job)
     if ended.state == "UNKNOWN":
         return Exited(code, note=f"Slurm job {job} left the queue and Slurm no longer says how it ended "
                                  f"(see {output})", job=job)
