@@ -2,6 +2,8 @@
 
 * :mod:`~sweeper.front.cli`: ``python -m sweeper grid.py``, and the command line's first word;
   :mod:`~sweeper.front.subcommands`: ``status``, ``report``, ``replay``, ``export``;
+* :mod:`~sweeper.front.job`: ``run -- CMD``, a command on a GPU beside the machine's sweeps;
+  :mod:`~sweeper.front.gpuview`: ``gpus``, the machine's cards and who uses them;
 * :mod:`~sweeper.front.gridfile`: a grid file read without importing it in the parent;
 * :mod:`~sweeper.front.command`: command trials, a script with flags swept as ``train``;
   :mod:`~sweeper.front.shell`: a shell template read as the shell reads it;
