@@ -48,8 +48,9 @@ def parser() -> argparse.ArgumentParser:
         epilog=f"commands: {prog} status <out>/<name> shows a sweep's progress (from another "
         f"terminal too); {prog} report <out>/<name> prints its leaderboard and writes report.html; "
         f"{prog} export <out>/<name> --mlflow [URI] --tensorboard replays a sweep into a tracker; "
-        f"{prog} replay <out>/<name> TRIAL runs a trial again and says how far its metrics drift. "
-        f"Each has its own --help.",
+        f"{prog} replay <out>/<name> TRIAL runs a trial again and says how far its metrics drift; "
+        f"{prog} run -- CMD runs a command on a GPU beside the machine's sweeps; {prog} gpus shows who uses "
+        f"the GPUs. Each has its own --help.",
         allow_abbrev=False,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
