@@ -64,7 +64,11 @@ def main(argv: list[str], prog: str = "python -m sweeper") -> int:
     neighbours = Neighbours(text, Kind.JOB)
     neighbours.open()
     try:
-        gpu, mb = _wait(neighbours, cards, want, text)
+        try:
+            gpu, mb = _wait(neighbours, cards, want, text)
+        except KeyboardInterrupt:
+            print("sweeper: interrupted while it waited for a card; the command did not run", file=sys.stderr)
+            return 128 + signal.SIGINT
         env = {"CUDA_VISIBLE_DEVICES": gpu.uuid, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                **capping.trial_env(mb, gpu.total_mb)}
         print(f"sweeper: gpu:{gpu.index}: {text} (cap {mb} MB)", file=sys.stderr, flush=True)
@@ -167,15 +171,31 @@ def _run(command: list[str], env: dict[str, str], neighbours: Neighbours | None)
         neighbours.publish()
     passed = {s: signal.signal(s, lambda signum, _frame: child.send_signal(signum))
               for s in (signal.SIGTERM, signal.SIGHUP)}
+    asked = 0
     try:
         while True:
             try:
                 code = child.wait()
                 break
-            except KeyboardInterrupt:  # Ctrl-C reached the command too (one process group): wait for it
-                continue
+            except KeyboardInterrupt:  # a terminal's Ctrl-C reached the command too (one process group)
+                asked += 1
+                _pass_on(child, asked)
     finally:
         for s, old in passed.items():
             signal.signal(s, old)
     return 128 - code if code < 0 else code
 
+
+def _pass_on(child: subprocess.Popen, asked: int) -> None:
+    """Ctrl-C while the command runs: it had it too where it came from a terminal; where it did
+    not end within 2 s (a SIGINT sent to this process alone), it is passed on; a second
+    Ctrl-C ends it (SIGKILL). The exit code is then the command's, as always."""
+    if asked > 1:
+        child.kill()
+        return
+    try:
+        child.wait(timeout=2.0)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGINT)
+    except KeyboardInterrupt:
+        child.kill()
