@@ -10,6 +10,12 @@ def _run() -> int:
 
         return main()
     except KeyboardInterrupt:
+        try:  # what an earlier run of this sweep left in a cluster's queue ends too
+            from sweeper.front.cli import abandon_early
+
+            abandon_early(sys.argv[1:])
+        except BaseException:
+            pass
         print("sweeper: interrupted; finished trials are kept: run the same command again to resume",
               file=sys.stderr)
         return 130

@@ -188,6 +188,19 @@ def _main(argv: list[str]) -> int:
             procs.end_strays(tags)
 
 
+def abandon_early(argv: list[str]) -> None:
+    """A Ctrl-C while sweeper itself was still being imported: what an earlier run of the
+    sweep this command line names left in a cluster's queue ends too (as in :func:`_sweep`)."""
+    with contextlib.suppress(Exception, SystemExit):  # (it must not stand in for the Ctrl-C)
+        if argv and argv[0] in COMMANDS:
+            return
+        args, _ = parser().parse_known_args(argv)
+        flags = {f.name: getattr(args, f.name) for f, _ in registry.flags() if getattr(args, f.name) is not None}
+        early = _early_folder(args, flags)
+        if early is not None and not early[1]:
+            registry.abandon(early[0])
+
+
 def _misspelled_command(word: str) -> None:
     """A first word that is no file but nearly a command's name (``stauts``): said as that."""
     if word.startswith("-") or word.endswith(".py") or os.path.exists(word):
