@@ -116,7 +116,7 @@ def test_a_task_slurm_never_starts_is_ended_naming_the_reason_and_the_fix(slurm,
 
 def test_status_says_why_tasks_wait_and_counts_each_from_its_start_on_its_node(slurm, tmp_path):
     """One at a time: the second task waits (Slurm's JobArrayTaskLimit, in status) while the
-    first runs 4 s; once it runs, status's clock and its row's started_at count from its start
+    first runs 6 s; once it runs, status's clock and its row's started_at count from its start
     on the node, not from the submission."""
     out, gate = tmp_path / "out", tmp_path / "gate"
     grid = write_grid(tmp_path, GATED.format(xs=[1, 2], gate=str(gate)))
@@ -127,7 +127,7 @@ def test_status_says_why_tasks_wait_and_counts_each_from_its_start_on_its_node(s
         began, (first,) = time.monotonic(), list((out / "grid" / "trials").glob("*/starts"))
         until(lambda: "1 task waits in Slurm's queue: JobArrayTaskLimit" in status(out / "grid"),
               "status says why the second task waits", within=60)
-        until(lambda: time.monotonic() - began > 4, "the first trial ran 4 s")  # (a duration, not a wait for an event)
+        until(lambda: time.monotonic() - began > 6, "the first trial ran 6 s")  # (a duration, not a wait for an event)
         (tmp_path / "gate1").touch()
         until(lambda: len(starts(out / "grid")) == 2, "the second trial started")
         second = next(p for p in (out / "grid" / "trials").glob("*/starts") if p != first)
@@ -141,14 +141,14 @@ def test_status_says_why_tasks_wait_and_counts_each_from_its_start_on_its_node(s
         until(clocked, "status shows the second trial running", within=60)
         since = time.time() - second.stat().st_mtime
         elapsed = int(re.search(r"running .*x=2.*  (\d+)s", shown).group(1))
-        assert abs(elapsed - since) < 3, (elapsed, since, shown)
+        assert abs(elapsed - since) < 4, (elapsed, since, shown)  # (from the submission: 6 s more at least)
         gate.touch()
         said = sweep.end()
     finally:
         sweep.process.kill()
     assert sweep.process.returncode == 0, said
     df = sweeper.load(str(out / "grid")).set_index("param_x")
-    assert (df.loc[2, "started_at"] - df.loc[1, "started_at"]).total_seconds() > 4, df.started_at
+    assert (df.loc[2, "started_at"] - df.loc[1, "started_at"]).total_seconds() > 6, df.started_at
 
 
 def test_sbatchs_own_words_a_percent_in_the_folder_and_a_bare_flag(slurm, tmp_path):
