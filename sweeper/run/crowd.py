@@ -201,7 +201,7 @@ class Crowd:
             uuids.append(self.uuid.get(gpu, gpu))
             alien = [h for h in found if not h.sweep]
             strangers += alien
-            everywhere = everywhere and (bool(alien) or not found)
+            everywhere = everywhere and (bool(alien) or not (found or reserving or owed))  # strangers' doing
         if not uuids:
             return False
         if self.neighbours is not None:
