@@ -29,8 +29,8 @@ def train(params):
     history = model.fit(
         x_train, y_train, validation_data=(x_val, y_val), epochs=params["epochs"],
         batch_size=params["batch_size"], verbose=2,
-        # BackupAndRestore puts back the optimizer's state, rate included; Report sets the
-        # member's own rate again before the first batch, and checks it at each epoch's end
+        # BackupAndRestore puts back the optimizer's state, rate included; Report puts back
+        # the rate build_model compiled before the first batch, and checks it at each epoch's end
         callbacks=[keras.callbacks.BackupAndRestore(sweeper.current_trial().checkpoint),  # saved, then reported
                    sweeper.keras.Report()],
     )

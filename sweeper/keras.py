@@ -1,27 +1,31 @@
 """Keras helpers. ``import sweeper.keras`` imports Keras; ``import sweeper`` does not.
 
 :class:`Report` sends each epoch to the sweep. In a trial whose parameters are recorded
-epoch by epoch (population-based training, and its replay) it also makes the optimizer
-train with the parameters on record: ``BackupAndRestore`` puts back the optimizer's state,
-learning rate included, so after a member took a copy of another's checkpoint the model
-would go on at the other's old rate while ``history.csv`` showed the new one. Report sets
-the member's own values before the first batch, and checks at each epoch's end that the
-rate it trained with is the one recorded, else the trial fails saying why.
+epoch by epoch (population-based training, and its replay) it also holds the optimizer to
+what ``train`` compiled from this segment's parameters: ``BackupAndRestore`` puts back the
+optimizer's state, learning rate included, so after a member took a copy of another's
+checkpoint the model would go on at the other's old rate while ``history.csv`` showed the new
+one. Report notes the optimizer's hyperparameters as compiled (before any callback restores
+anything), puts them back before the first batch, and checks at each epoch's end that the
+epoch trained with them, else the trial fails saying why. Whatever the parameters are called,
+and whatever ``train`` computed from them (``SGD(params["lr"] * 4)``), the rate that trains is
+the one ``train`` compiled.
+
+A pause the sweep answers a report with is raised at the next epoch's start, once every
+callback's ``on_epoch_end`` ran (``BackupAndRestore``'s save among them), wherever Report
+stands in the list of callbacks.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Iterable
 
 import keras
 
 from sweeper.child.context import current_trial, last_epoch, report
-
-#: Which of a trial's parameters are its optimizer's hyperparameters, by the optimizer's
-#: attribute: ``lr`` and ``learning_rate`` are its learning rate. ``Report(optimizer=...)``
-#: adds others (``{"momentum": "momentum"}``), or says one is not the optimizer's (``{"lr": None}``).
-OPTIMIZER: dict[str, str | None] = {"lr": "learning_rate", "learning_rate": "learning_rate"}
+from sweeper.model.outcome import TrialFailed
+from sweeper.model.trial import Status
 
 
 class Report(keras.callbacks.Callback):
@@ -30,89 +34,110 @@ class Report(keras.callbacks.Callback):
         model.fit(x, y, epochs=10, callbacks=[sweeper.keras.Report()])
 
     In population-based training each epoch's parameters are recorded, so the optimizer must
-    train with them: ``optimizer`` maps a parameter's name to the optimizer's attribute it
-    sets (merged over :data:`OPTIMIZER`; ``None``: that parameter is not the optimizer's).
-    Each mapped parameter is set on the optimizer before the first batch (after
-    ``BackupAndRestore`` restored the optimizer's state, wherever either stands in the
-    list), and checked at each epoch's end: a ``LearningRateSchedule``, or a callback that
-    changes the rate, fails the trial in one line saying what to do.
+    train with what ``train`` compiled from them: its hyperparameters as compiled (the
+    learning rate, momentum, ...) are put back before the first batch of each segment (after
+    ``BackupAndRestore`` restored another member's state) and checked at each epoch's end; a
+    callback that changes one fails the trial in one line saying what to do. ``free`` names
+    the optimizer's attributes something else sets on purpose (``["learning_rate"]`` where a
+    ``LearningRateScheduler`` sets the rate from the parameters each epoch): those are
+    neither put back nor checked. In any other sweep Report only reports.
     """
 
-    def __init__(self, optimizer: Mapping[str, str | None] | None = None) -> None:
+    def __init__(self, free: Iterable[str] = ()) -> None:
         super().__init__()
-        self.mapping = {**OPTIMIZER, **dict(optimizer or {})}
+        if isinstance(free, str):
+            free = [free]
+        self.free = frozenset(free)
+        self._held: dict[str, float] = {}  #: the optimizer's hyperparameters as compiled
         self._applied = False
+        self._pause: TrialFailed | None = None  #: the sweep's pause, raised as the next epoch starts
 
-    def _scheduled(self) -> dict[str, tuple[str, Any]]:
-        """The optimizer's attributes to hold, with their values: those of this trial's
-        parameters that map to one, where its parameters are recorded epoch by epoch."""
-        from sweeper.model import contract
-
-        trial = current_trial()
-        if trial is None or trial.env.get(contract.SCHEDULED) != "1":
-            return {}
-        return {name: (attr, trial.params[name]) for name, attr in self.mapping.items()
-                if attr and name in trial.params}
+    def set_model(self, model: Any) -> None:
+        """Called as ``fit`` starts, before any callback's ``on_train_begin`` (a restore)."""
+        super().set_model(model)
+        self._held = compiled(_inner(getattr(model, "optimizer", None)), self.free) if _scheduled() else {}
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         last_epoch(self.params.get("epochs"))  # a scheduler makes no decision at fit's last epoch
-        self._applied = False
+        self._applied, self._pause = False, None
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        if self._applied:  # once, after every callback's on_train_begin (BackupAndRestore's restore)
-            return
-        self._applied = True
-        optimizer = getattr(self.model, "optimizer", None)
-        for name, (attr, value) in self._scheduled().items():
-            _set(optimizer, name, attr, value)
+        if self._pause is not None:  # every callback's on_epoch_end ran: the epoch before is saved
+            pause, self._pause = self._pause, None
+            raise pause
+        if not self._applied:  # once, after every callback's on_train_begin (BackupAndRestore's restore)
+            self._applied = True
+            optimizer = _inner(getattr(self.model, "optimizer", None))
+            for name, value in self._held.items():
+                if not _same(optimizer, name, value):
+                    setattr(optimizer, name, value)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        optimizer = getattr(self.model, "optimizer", None)
-        for name, (attr, value) in self._scheduled().items():
-            _check(optimizer, name, attr, value, epoch + 1)
+        optimizer = _inner(getattr(self.model, "optimizer", None))
+        for name, value in self._held.items():
+            if not _same(optimizer, name, value):
+                _changed(name, float(getattr(optimizer, name)), value, epoch + 1)
         values = {}
         for name, value in (logs or {}).items():
             try:
                 values[name] = float(value)
             except (TypeError, ValueError):
                 continue
-        report(epoch=epoch + 1, **values)
+        try:
+            report(epoch=epoch + 1, **values)
+        except TrialFailed as exc:
+            if exc.status is not Status.INTERRUPTED:  # pruned: it ends here
+                raise
+            self._pause = exc  # a pause: after the other callbacks' on_epoch_end (their saves)
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        self._pause = None  # fit stopped at that epoch (EarlyStopping): nothing is left to pause
 
 
-def _fail(text: str) -> None:
-    from sweeper.model.outcome import TrialFailed
-    from sweeper.model.trial import Status
+def _scheduled() -> bool:
+    """Whether this trial's parameters are recorded epoch by epoch (``SWEEPER_SCHEDULED``)."""
+    from sweeper.model import contract
 
-    raise TrialFailed(Status.ERROR, text)
-
-
-_NOT_MINE = "or, if it is not the optimizer's, say so: sweeper.keras.Report(optimizer={{{name!r}: None}})"
+    trial = current_trial()
+    return trial is not None and trial.env.get(contract.SCHEDULED) == "1"
 
 
-def _set(optimizer: Any, name: str, attr: str, value: Any) -> None:
-    """The optimizer's ``attr`` set to the parameter's value (one line where it cannot be)."""
-    if optimizer is None or not hasattr(optimizer, attr):
-        _fail(f"parameter {name!r} is recorded as the optimizer's {attr} for each epoch, but "
-              f"{type(optimizer).__name__} has no {attr}; compile with an optimizer that has it, "
-              + _NOT_MINE.format(name=name))
+def _inner(optimizer: Any) -> Any:
+    """The optimizer that holds the hyperparameters (a ``LossScaleOptimizer``'s, under mixed precision)."""
+    return getattr(optimizer, "inner_optimizer", None) or optimizer
+
+
+def compiled(optimizer: Any, free: frozenset[str] = frozenset()) -> dict[str, float]:
+    """The optimizer's numeric hyperparameters as they stand (its config's numbers, the rate
+    included where it is a number, not a ``LearningRateSchedule``, whose value follows the
+    restored step count by design), less ``free``."""
+    if optimizer is None:
+        return {}
     try:
-        setattr(optimizer, attr, value)
-    except (TypeError, ValueError, AttributeError) as exc:
-        _fail(f"parameter {name!r} is recorded for each epoch, but the optimizer's {attr} cannot be set to it "
-              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); compile with a number as "
-              f"its {attr} (params[{name!r}]), not a LearningRateSchedule, " + _NOT_MINE.format(name=name))
+        config = optimizer.get_config()
+    except Exception:  # noqa: BLE001 - a rate given as a lambda does not serialise: nothing to hold
+        return {}
+    held = {}
+    for name, value in config.items():
+        if name in free or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        try:
+            held[name] = float(getattr(optimizer, name))
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return held
 
 
-def _check(optimizer: Any, name: str, attr: str, value: Any, epoch: int) -> None:
-    """The epoch trained with the recorded value, else one line saying what changed it."""
-    try:
-        now = float(getattr(optimizer, attr))
-        wanted = float(value)
-    except (TypeError, ValueError, AttributeError):
-        return  # a value that is no number (a choice of name): set, nothing to compare
-    if math.isclose(now, wanted, rel_tol=1e-6):  # (the optimizer holds it as a float32)
-        return
-    _fail(f"epoch {epoch} trained with the optimizer's {attr} {now:.6g}, but its parameters record "
-          f"{name} {wanted:.6g}: something changed the rate (a LearningRateSchedule, a LearningRateScheduler or "
-          f"ReduceLROnPlateau callback); population-based training sets {name} itself, so drop that, "
-          + _NOT_MINE.format(name=name))
+def _same(optimizer: Any, name: str, value: float) -> bool:
+    return math.isclose(float(getattr(optimizer, name)), value, rel_tol=1e-6)  # (held as a float32)
+
+
+def _changed(name: str, now: float, held: float, epoch: int) -> None:
+    """An epoch trained with a hyperparameter other than the one compiled: one line, what to do."""
+    raise TrialFailed(
+        Status.ERROR,
+        f"epoch {epoch} trained with the optimizer's {name} {now:.6g}, but train compiled it as {held:.6g} "
+        f"from this segment's parameters, which history.csv records for the epoch: something changed it (a "
+        f"LearningRateScheduler or ReduceLROnPlateau callback, a callback of yours); population-based training "
+        f"explores the parameters itself, so drop that, or, where that callback sets it from the parameters each "
+        f"epoch, say so: sweeper.keras.Report(free=[{name!r}])")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -44,10 +45,36 @@ keras.Model.fit = _observed
 """
 
 
-def snippet() -> str:
-    """The first Python block of docs/pbt.md, as written."""
+def snippet(swapped: bool = False) -> str:
+    """The first Python block of docs/pbt.md, as written, or with sweeper's callback put before
+    ``BackupAndRestore`` (``swapped``)."""
     text = open(os.path.join(ROOT, "docs", "pbt.md"), encoding="utf-8").read()
-    return re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    if swapped:
+        written = ("callbacks=[keras.callbacks.BackupAndRestore(ckpt),  # saved before the report\n"
+                   "                                sweeper.keras.Report()]")
+        assert written in code, code
+        code = code.replace(written, "callbacks=[sweeper.keras.Report(), keras.callbacks.BackupAndRestore(ckpt)]")
+    return code
+
+
+def trained_as_recorded(folder: Path, epochs: int, scale: float = 1.0, param: str = "param_lr") -> pd.DataFrame:
+    """Each member trained each epoch once, with ``scale`` times the rate ``history.csv`` records
+    for it (at the epoch's first batch and at its end); the history."""
+    hist = pd.read_csv(folder / "history.csv")
+    df = pd.read_csv(folder / "results.csv")
+    for _, row in df.iterrows():
+        with open(folder / "trials" / row["trial"] / "observed.jsonl") as f:
+            seen = [json.loads(line) for line in f]
+        assert [s["epoch"] for s in seen] == list(range(1, epochs + 1)), (row["trial"], seen)  # none twice
+        by_epoch = {s["epoch"]: s for s in seen}
+        mine = hist[hist.trial_id == row["trial_id"]]
+        assert list(mine["epoch"]) == list(range(1, epochs + 1))
+        for _, epoch in mine.iterrows():
+            for when in ("first", "end"):
+                assert by_epoch[epoch.epoch][when] == pytest.approx(scale * epoch[param], rel=1e-6), (
+                    row["trial"], epoch.epoch, when, epoch.copied_from)
+    return hist
 
 
 def test_the_docs_snippet_trains_each_epoch_with_the_rate_history_records(tmp_path):
@@ -58,22 +85,57 @@ def test_the_docs_snippet_trains_each_epoch_with_the_rate_history_records(tmp_pa
     done = run_cli(str(grid), "--out", str(out), "--workers", "2", "--pbt", "population=4", "--pbt", "synch=true",
                    "--quiet", timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    hist = pd.read_csv(out / "grid" / "history.csv")
     df = pd.read_csv(out / "grid" / "results.csv")
     assert list(df["status"]) == ["ok"] * 4
+    hist = trained_as_recorded(out / "grid", 12)
     assert hist["copied_from"].notna().sum() >= 2  # synch: a bottom member copied at each decision
-    for _, row in df.iterrows():
-        seen = {}
-        with open(out / "grid" / "trials" / row["trial"] / "observed.jsonl") as f:
-            for line in f:
-                item = json.loads(line)
-                seen[item["epoch"]] = item  # an epoch trained again (a resume) counts as last trained
-        mine = hist[hist.trial_id == row["trial_id"]]
-        assert list(mine["epoch"]) == list(range(1, 13))
-        for _, epoch in mine.iterrows():
-            for when in ("first", "end"):
-                assert seen[epoch.epoch][when] == pytest.approx(epoch.param_lr, rel=1e-6), (
-                    row["trial"], epoch.epoch, when, epoch.copied_from)
+
+
+def test_report_before_backup_and_restore_trains_no_epoch_twice(tmp_path):
+    """The pause comes after every callback's epoch end, so BackupAndRestore saved the epoch the
+    member paused at, wherever sweeper's callback stands in the list."""
+    pytest.importorskip("sklearn")
+    grid = tmp_path / "grid.py"
+    grid.write_text(snippet(swapped=True) + OBSERVED)
+    out = tmp_path / "out"
+    done = run_cli(str(grid), "--out", str(out), "--workers", "2", "--pbt", "population=2", "--pbt", "synch=true",
+                   "--quiet", timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    df = pd.read_csv(out / "grid" / "results.csv")
+    assert list(df["status"]) == ["ok"] * 2 and list(df["segments"]) == [3, 3]
+    hist = trained_as_recorded(out / "grid", 12)
+    assert hist["copied_from"].notna().sum() == 2  # the bottom member copied the top one at epochs 4 and 8
+
+
+#: A small model whose optimizer ``train`` compiles from a parameter of any name, scaled.
+SCALED = """import keras, numpy as np, sweeper, sweeper.keras
+
+space = {{{name!r}: sweeper.loguniform(1e-3, 1e-1)}}
+options = {{"search": "pbt", "metric": "loss", "mode": "min",
+           "pbt": {{"population": 2, "interval": 2, "synch": True}}}}
+
+
+def train(params):
+    x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(params[{name!r}] * 4, momentum=0.5), "mse")
+    ckpt = sweeper.current_trial().checkpoint
+    return model.fit(x, x[:, :1], epochs=6, verbose=0,
+                     callbacks=[keras.callbacks.BackupAndRestore(ckpt), sweeper.keras.Report()])
+"""
+
+
+@pytest.mark.parametrize("name", ["rate", "lr"])
+def test_the_rate_train_compiled_is_the_one_each_epoch_trains_with_whatever_its_name(tmp_path, name):
+    """A member compiles four times its parameter: after a copy of another member's checkpoint
+    (which holds the other's rate), each epoch trains with four times the recorded value."""
+    grid = tmp_path / "grid.py"
+    grid.write_text(SCALED.format(name=name) + OBSERVED)
+    out = tmp_path / "out"
+    done = run_cli(str(grid), "--out", str(out), "--workers", "2", "--quiet", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    hist = trained_as_recorded(out / "grid", 6, scale=4.0, param=f"param_{name}")
+    assert hist["copied_from"].notna().sum() == 2
 
 
 #: A member whose rate a callback halves each epoch (``{report}``: how it builds sweeper's callback).
@@ -95,8 +157,8 @@ def train(params):
 
 
 @pytest.mark.parametrize("report, says", [
-    ("sweeper.keras.Report()", "something changed the rate"),
-    ("sweeper.keras.Report(optimizer={'lr': None})", None),  # declared: lr is not the optimizer's rate
+    ("sweeper.keras.Report()", "something changed it"),
+    ('sweeper.keras.Report(free=["learning_rate"])', None),  # declared: the callback sets the rate on purpose
 ])
 def test_a_rate_something_else_changes_fails_the_member_in_one_line_unless_declared(tmp_path, report, says):
     grid = tmp_path / "grid.py"
@@ -108,48 +170,74 @@ def test_a_rate_something_else_changes_fails_the_member_in_one_line_unless_decla
         return
     assert done.returncode != 0 and set(df["status"]) == {"error"}, done.stdout + done.stderr
     for error in df["error"]:
-        assert says in error and "Report(optimizer={'lr': None})" in error and "\n" not in error, error
-        assert "epoch 2 trained with the optimizer's learning_rate" in error  # 1: Report set it after the halving
+        assert says in error and "Report(free=['learning_rate'])" in error and "\n" not in error, error
+        assert "epoch 2 trained with the optimizer's learning_rate" in error  # 1: Report put it back after the halving
 
 
-#: Report's mapping, tried in a fresh process (Keras never enters the test's own): a member's
-#: parameters set on an SGD optimizer compiled with other values, then one its Adam lacks.
-MAPPED = """import os, sys, numpy as np, keras, sweeper.keras
+#: Report outside a sweep, in a fresh process (Keras never enters the test's own): for each
+#: optimizer, a checkpoint of one epoch at rate 0.5 restored into the same model compiled with
+#: rate 0.05 (a parameter named ``rate``), Report before BackupAndRestore; the rate the second
+#: epoch trained with.
+HELD = """import os, shutil, sys, numpy as np, keras, sweeper.keras
 from sweeper.child import context
 from sweeper.model import contract
-from sweeper.model.outcome import TrialFailed
 from sweeper.model.trial import TrialSpec
 
-params = {"lr": 0.05, "momentum": 0.7}
-context.set_current(TrialSpec("t1", "member_0", 0, params, 0, sys.argv[1], env={contract.SCHEDULED: "1"}))
 x = np.ones((8, 2), "float32")
-for optimizer in (keras.optimizers.SGD(0.5, momentum=0.0), keras.optimizers.Adam(0.5)):
+
+
+class Seen(keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        self.rate = float(self.model.optimizer.learning_rate)
+
+
+def fit(make, rate, epochs, scheduled):
+    env = {contract.SCHEDULED: "1"} if scheduled else {}
+    context.set_current(TrialSpec("t1", "member_0", 0, {"rate": rate}, 0, sys.argv[1], env=env))
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(optimizer, "mse")
+    model.compile(make(rate), "mse")
+    seen = Seen()
+    model.fit(x, x[:, :1], epochs=epochs, verbose=0, callbacks=[
+        seen, sweeper.keras.Report(), keras.callbacks.BackupAndRestore(os.path.join(sys.argv[1], "backup"))])
+    return seen.rate
+
+
+def second_epoch(make, scheduled=True):
+    shutil.rmtree(os.path.join(sys.argv[1], "backup"), ignore_errors=True)
     try:
-        model.fit(x, x[:, :1], epochs=1, verbose=0, callbacks=[sweeper.keras.Report(optimizer={"momentum": "momentum"})])
-        print("set", float(model.optimizer.learning_rate), model.optimizer.momentum)
-    except TrialFailed as exc:
-        print("failed", exc)
-backup = os.path.join(sys.argv[1], "backup")  # a checkpoint whose optimizer holds rate 0.5
-for callbacks in ([keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)],
-                  [sweeper.keras.Report(), keras.callbacks.BackupAndRestore(backup)]):  # Report first, then the restore
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(keras.optimizers.SGD(0.5), "mse")
-    model.fit(x, x[:, :1], epochs=1 + len(callbacks), verbose=0, callbacks=callbacks)
-print("restored", float(model.optimizer.learning_rate))
+        fit(make, 0.5, 2, scheduled)  # its checkpoint after epoch 1, at rate 0.5 (stopped there)
+    except KeyboardInterrupt:
+        pass
+    return fit(make, 0.05, 2, scheduled)
+
+
+class StopAfterOne(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 0 and context.current_trial().params["rate"] == 0.5:
+            raise KeyboardInterrupt
+
+
+_fit = keras.Model.fit
+keras.Model.fit = lambda self, *a, callbacks=(), **k: _fit(self, *a, callbacks=[*callbacks, StopAfterOne()], **k)
+print("compiled", second_epoch(lambda r: keras.optimizers.SGD(r)))
+print("unscheduled", second_epoch(lambda r: keras.optimizers.SGD(r), scheduled=False))
+print("momentum", second_epoch(lambda r: keras.optimizers.SGD(r * 4, momentum=0.9)))
+print("loss scaled", second_epoch(lambda r: keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(r))))
+print("schedule", second_epoch(lambda r: keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(r, 1, 0.5))))
 """
 
 
-def test_reports_mapping_sets_the_optimizers_other_hyperparameters_or_says_it_has_none(tmp_path):
+def test_report_holds_the_optimizer_as_compiled_after_a_restore_and_only_in_population_based_training(tmp_path):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", MAPPED, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", HELD, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert done.returncode == 0, done.stderr
-    said = [line for line in done.stdout.splitlines() if line.startswith(("set", "failed"))]
-    assert said[0].split() == ["set", "0.05000000074505806", "0.7"], said
-    said += [line for line in done.stdout.splitlines() if line.startswith("restored")]
-    assert said[2] == "restored 0.05000000074505806", said  # set after the restore, wherever Report stands
-    assert said[1].startswith("failed parameter 'momentum' is recorded as the optimizer's momentum") and "Adam has no" in said[1]
+    said = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines() if line.split(" ")[0] in (
+        "compiled", "unscheduled", "momentum", "loss", "schedule"))
+    assert float(said["unscheduled"]) == pytest.approx(0.5)  # as restored: any other sweep's Report only reports
+    assert float(said["compiled"]) == pytest.approx(0.05)  # put back after the restore's 0.5, whatever its name
+    assert float(said["momentum"]) == pytest.approx(0.2)  # four times the parameter, as train compiled it
+    assert float(said["loss scaled"]) == pytest.approx(0.05)  # mixed precision: the inner optimizer's
+    assert float(said["schedule"]) == pytest.approx(0.05 * 0.5)  # a schedule: the one compiled, at the restored step
