@@ -36,7 +36,10 @@ def report(epoch: int | None = None, **metrics: Any) -> None:
     late verdict applies at the next report); a trial the pruner stops raises
     :class:`sweeper.model.outcome.TrialFailed` (status ``pruned``) from this call, so it ends at
     the epoch it was judged at; one the scheduler pauses leaves the same way (it resumes
-    later, in a fresh process).
+    later, in a fresh process). A trial whose parameters are recorded epoch by epoch
+    (population-based training, a replay of one) waits for its answer however long the
+    parent takes (copying a large checkpoint, say): a decision is never skipped, and a pause
+    always lands at the epoch it was decided at.
     """
     if _reporter is not None:
         _reporter.add(epoch, metrics)
@@ -82,15 +85,15 @@ class _Reporter:
         if self._receive is not None:
             self._verdicts(0.0)  # a verdict that came late applies now, before another epoch counts
             self.flush()
-            self._verdicts(VERDICT_WAIT_S)
+            self._verdicts(None if _scheduled() else VERDICT_WAIT_S)
 
-    def _verdicts(self, wait: float) -> None:
-        """Read the verdicts on the batches sent so far (waiting at most ``wait`` s); a stop
-        ends the trial here, as pruned."""
-        deadline = time.monotonic() + wait
+    def _verdicts(self, wait: float | None) -> None:
+        """Read the verdicts on the batches sent so far (waiting at most ``wait`` s; None: until
+        they come, or the parent is gone); a stop ends the trial here, as pruned."""
+        deadline = None if wait is None else time.monotonic() + wait
         while self._answered < self._sent:
-            message = self._receive(max(0.0, deadline - time.monotonic()))
-            if message is None:  # not yet: training goes on, the verdict applies later
+            message = self._receive(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if message is None:  # not yet (or no parent): training goes on, the verdict applies later
                 return
             self._answered += 1
             decision = getattr(getattr(message, "decision", None), "value", "continue")
@@ -136,6 +139,14 @@ class _Reporter:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self.flush()
+
+
+def _scheduled() -> bool:
+    """Whether the running trial's parameters are recorded epoch by epoch (population-based
+    training, a replay of one): its every report must hear its answer at its epoch."""
+    from sweeper.model import contract
+
+    return _current is not None and _current.env.get(contract.SCHEDULED) == "1"
 
 
 _last_epoch: int | None = None

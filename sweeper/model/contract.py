@@ -23,9 +23,9 @@ of its processes, declared once, with what writes it and what reads it.
                                    paused and gives again: its last      go on after it; current_trial()
                                    epoch reported                        .resumed_epoch
     SWEEPER_SCHEDULED              population-based training's members   sweeper.keras.Report: the
-                                   (run.members), a replay of one        optimizer's parameters set
-                                   (run.schedulers.Following): its       and checked each epoch
-                                   parameters are recorded by epoch
+                                   (run.members), a replay of one        optimizer held as compiled;
+                                   (run.schedulers.Following): its       child.context: each report
+                                   parameters are recorded by epoch      waits for its answer
     SWEEPER_PRELOAD_READY, _LIST,  backends.local.server, as the       child.preload, in the
     _PATH, _PROBE_GPU              server starts (_PROBE_GPU: the        server, once (its probe fork
                                    environment of a GPU slot)            pins that card)
