@@ -132,3 +132,59 @@ def fills(params):
         with open(os.path.join(trial.checkpoint, "pad"), "wb") as f:
             f.write(bytes(int(free.f_bavail * free.f_frsize * 0.6)))
     return climb(params)
+
+
+def paced(params):
+    """:func:`climb` for ``epochs`` epochs, member_1 taking 0.2 s an epoch (member_0 none); each
+    segment writes the epoch it resumed after to ``segments.txt`` in its trial's folder."""
+    trial = sweeper.current_trial()
+    with open(os.path.join(trial.dir, "segments.txt"), "a") as f:
+        f.write(f"{trial.resumed_epoch}\n")
+    path = os.path.join(trial.checkpoint, "state.json")
+    state = {"epoch": 0, "acc": 0.0}
+    if os.path.exists(path):
+        with open(path) as f:
+            state = json.load(f)
+    while state["epoch"] < params["epochs"]:
+        state["epoch"] += 1
+        state["acc"] += params["lr"] * (1 - state["acc"])
+        if trial.name == "member_1":
+            time.sleep(0.2)  # (a slower model)
+        with open(path + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(path + ".tmp", path)
+        sweeper.report(acc=state["acc"])
+    return {"acc": state["acc"]}
+
+
+#: Each member's ``rank`` (higher is better) in :func:`ranked`: member_1 top, member_2 bottom.
+RANKS = {"member_0": 2.0, "member_1": 3.0, "member_2": 1.0}
+
+
+def ranked(params):
+    """:func:`climb` for 8 epochs, reporting ``rank`` too (:data:`RANKS`, 0 for a replacement);
+    member_1 dies as its second segment starts; member_0 holds at epoch 3, before its report,
+    where ``hold`` says (once, as :func:`climb`)."""
+    trial = sweeper.current_trial()
+    if trial.name == "member_1" and trial.resumed_epoch > 0:
+        os._exit(3)
+    path = os.path.join(trial.checkpoint, "state.json")
+    state = {"epoch": 0, "acc": 0.0}
+    if os.path.exists(path):
+        with open(path) as f:
+            state = json.load(f)
+    if state["epoch"] != trial.resumed_epoch:
+        raise RuntimeError(f"checkpoint at epoch {state['epoch']}, resumed after {trial.resumed_epoch}")
+    hold = params["hold"]
+    while state["epoch"] < 8:
+        state["epoch"] += 1
+        state["acc"] += params["lr"] * (1 - state["acc"])
+        with open(path + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(path + ".tmp", path)
+        if state["epoch"] == 3 and trial.name == "member_0" and not os.path.exists(hold + ".seen"):
+            open(hold + ".seen", "w").close()  # once: the test's Ctrl-C comes now
+            open(hold, "w").close()
+            time.sleep(60)
+        sweeper.report(acc=state["acc"], rank=RANKS.get(trial.name, 0.0))
+    return {"acc": state["acc"], "rank": RANKS.get(trial.name, 0.0)}

@@ -389,6 +389,83 @@ def test_ctrl_c_with_paused_members_then_the_same_command_resumes_them_from_thei
         assert member["segments"] == log.count("=== sweeper: trial"), member["trial"]
 
 
+def test_a_failed_members_replacement_still_to_make_is_made_by_the_resume(tmp_path):
+    """member_1 (top at epoch 2) dies as its second segment starts; its replacement waits until
+    another member reports an epoch after 2, and member_0 holds at epoch 3 before it does
+    (member_2, the bottom, waits to copy): Ctrl-C then. The same command makes the
+    replacement: the population never shrinks across a resume."""
+    import sqlite3
+
+    hold = tmp_path / "hold"
+    grid = tmp_path / "grid.py"
+    grid.write_text(
+        "import sweeper\nfrom tests.pbt_fns import ranked as train\n"
+        f"space = {{'lr': sweeper.loguniform(0.01, 0.5), 'hold': {str(hold)!r}}}\n"
+        "options = {'search': 'pbt', 'metric': 'rank', 'mode': 'max', 'workers': 3,\n"
+        "           'pbt': {'population': 3, 'interval': 2}}\n")
+    command = [sys.executable, "-m", "sweeper", str(grid), "--out", str(tmp_path / "out"), "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ledger = tmp_path / "out" / "grid" / "ledger.sqlite"
+
+    def crashed() -> bool:
+        if not ledger.exists():
+            return False
+        with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as db:
+            return bool(db.execute("SELECT 1 FROM trials WHERE name = 'member_1' AND status = 'crashed'").fetchall())
+
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (hold.exists() and crashed()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # member_0 holds at epoch 3 (its sentinel), member_1's row says crashed
+        assert hold.exists() and crashed(), proc.communicate(timeout=30)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first = sweeper.load(tmp_path / "out" / "grid").set_index("trial")
+    assert dict(first["status"]) == {"member_0": "interrupted", "member_1": "crashed",
+                                     "member_2": "interrupted"}  # no replacement yet
+    hold.unlink()
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 1 and "3 ok, 1 crashed (3 run this time" in again.stdout, again.stdout + again.stderr
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv").set_index("trial")
+    assert dict(df["status"]) == {"member_0": "ok", "member_1": "crashed", "member_2": "ok",
+                                  "member_1.r1": "ok"}, df["error"]
+    hist = pd.read_csv(tmp_path / "out" / "grid" / "history.csv")
+    new = hist[hist.trial == "member_1.r1"]
+    assert list(new["epoch"]) == list(range(3, 9)) and new.iloc[0].copied_from in set(df["trial_id"])
+
+
+@pytest.mark.unit
+def test_the_published_checkpoints_are_said_removed_only_once_they_are(tmp_path, monkeypatch, caplog):
+    import logging
+
+    pop, specs, _ = population(tmp_path, n=2)
+    for spec in specs:
+        segment(pop, spec, 2, 0.5)
+        pop.paused(spec, 2)
+    while pop.next() is not None:
+        pass
+    published = str(tmp_path / ".pbt")
+    rmdir = os.rmdir
+
+    def refused(path, *args, **kwargs):  # a folder this user may not remove
+        if str(path) in (published, ".pbt"):
+            raise PermissionError(13, "Permission denied")
+        return rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rmdir", refused)
+    with caplog.at_level(logging.INFO, logger="sweeper"):
+        for spec in specs:
+            pop.finished(row(spec, Status.OK), retrying=False)
+    said = [r.getMessage() for r in caplog.records if "published" in r.getMessage()]
+    assert os.path.isdir(published) and len(said) == 1, said
+    assert "could not all be removed" in said[0] and "Permission denied" in said[0] and "are removed" not in said[0]
+
+
 @pytest.mark.unit
 def test_population_based_training_needs_no_optuna(monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)  # as if not installed

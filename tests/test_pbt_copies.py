@@ -21,26 +21,41 @@ from tests import pbt_fns
 pytestmark = pytest.mark.slow
 
 #: Run as ``python -c KILL <grid> <flags>``: the sweep's own driver, with an audit hook (no
-#: seam in sweeper) that SIGKILLs it in the thread that copies, the moment a copy of another
-#: member's checkpoint has replaced a member's own published one (``.pbt/<id>/<epoch>`` renamed
-#: aside, the copy renamed in): before anything else that thread does. It first writes the
-#: member's folder to ``$KILLED_AT``.
+#: seam in sweeper) that SIGKILLs it at the moment ``$KILL_MOMENT`` names, in the thread that
+#: copies, writing first the published folder concerned to ``$KILLED_AT``:
+#:
+#: * ``journal``: a copy's journal entry is in place, nothing copied yet;
+#: * ``landed``: the copy of another member's checkpoint has replaced a member's own published
+#:   one (``.pbt/<id>/<epoch>`` renamed aside, the copy renamed in), its record not yet made;
+#: * ``recorded``: the schedule's row is written, the journal entry not yet removed;
+#: * ``tidy``: every member finished, as ``.pbt/`` is removed.
 KILL = """
 import os, re, runpy, signal, sys, threading
-state = {}
+moment, state = os.environ["KILL_MOMENT"], {}
+entry = re.compile(r"/[.]pbt/t[0-9a-f]+/[0-9]+[.]copy$")
+def kill(at):
+    state["done"] = True
+    open(os.environ["KILLED_AT"], "w").write(at)
+    os.kill(os.getpid(), signal.SIGKILL)
 def hook(event, args):
     if state.get("done") or threading.get_ident() != state.get("thread", threading.get_ident()):
         return
     if state.get("landed"):
-        state["done"] = True
-        open(os.environ["KILLED_AT"], "w").write(state["landed"])
-        os.kill(os.getpid(), signal.SIGKILL)
+        kill(state["landed"])
     if event == "os.rename" and len(args) > 1:
         src, dst = str(args[0]), str(args[1])
-        if re.search(r"/[.]pbt/t[0-9a-f]+/[0-9]+$", src) and "/.%s.old." % os.path.basename(src) in dst:
+        if moment == "journal" and entry.search(dst):
+            state["thread"], state["landed"] = threading.get_ident(), dst[:-len(".copy")]
+        elif moment != "landed":
+            return
+        elif re.search(r"/[.]pbt/t[0-9a-f]+/[0-9]+$", src) and "/.%s.old." % os.path.basename(src) in dst:
             state["thread"], state["aside"] = threading.get_ident(), src  # the member's own goes aside
         elif state.get("aside") == dst:
             state["landed"] = dst  # the copy lands: the next step of this thread is killed
+    elif event == "os.remove" and moment == "recorded" and entry.search(str(args[0])):
+        kill(str(args[0])[:-len(".copy")])
+    elif event == "shutil.rmtree" and moment == "tidy" and str(args[0]).endswith("/.pbt"):
+        kill(str(args[0]))
 sys.addaudithook(hook)
 sys.argv = ["sweeper", *sys.argv[1:]]
 runpy.run_module("sweeper", run_name="__main__", alter_sys=True)
@@ -72,15 +87,23 @@ def _leftovers(folder: Path) -> list[str]:
     return found
 
 
-def test_a_sweep_killed_between_a_copy_and_its_record_resumes_with_the_lineage_right(tmp_path):
+def _killed(tmp_path: Path, args: list[str], moment: str) -> Path:
+    """The sweep run by ``KILL``, SIGKILLed at ``moment``; the published folder concerned."""
+    killed_at = tmp_path / "killed_at"
+    first = subprocess.run([sys.executable, "-c", KILL, *args], cwd=ROOT, capture_output=True, text=True,
+                           env={**_env(), "KILLED_AT": str(killed_at), "KILL_MOMENT": moment}, timeout=300)
+    assert first.returncode == -9 and killed_at.exists(), first.stdout + first.stderr
+    return Path(killed_at.read_text())
+
+
+@pytest.mark.parametrize("moment", ["journal", "landed", "recorded"])
+def test_a_sweep_killed_between_a_copy_and_its_record_resumes_with_the_lineage_right(tmp_path, moment):
     from sweeper.results import replay
 
     args = _grid(tmp_path)
-    killed_at = tmp_path / "killed_at"
-    first = subprocess.run([sys.executable, "-c", KILL, *args], cwd=ROOT, capture_output=True, text=True,
-                           env={**_env(), "KILLED_AT": str(killed_at)}, timeout=300)
-    assert first.returncode == -9 and killed_at.exists(), first.stdout + first.stderr
-    tid, epoch = Path(killed_at.read_text()).parent.name, int(Path(killed_at.read_text()).name)
+    killed_at = _killed(tmp_path, args, moment)
+    tid, epoch = killed_at.parent.name, int(killed_at.name)
+    assert Path(f"{killed_at}.copy").exists()  # the copy's journal entry: the resume completes it
     again = subprocess.run([sys.executable, "-m", "sweeper", *args], cwd=ROOT, capture_output=True, text=True,
                            env=_env(), timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -105,11 +128,8 @@ def test_a_sweep_killed_between_a_copy_and_its_record_resumes_with_the_lineage_r
 
 def test_what_a_killed_copy_half_built_is_removed_by_the_resume(tmp_path):
     args = _grid(tmp_path)
-    killed_at = tmp_path / "killed_at"
-    subprocess.run([sys.executable, "-c", KILL, *args], cwd=ROOT, capture_output=True, text=True,
-                   env={**_env(), "KILLED_AT": str(killed_at)}, timeout=300)
+    landed = _killed(tmp_path, args, "landed")
     folder = tmp_path / "out" / "grid"
-    landed = Path(killed_at.read_text())
     assert len(list(landed.parent.glob(f".{landed.name}.old.*"))) == 1  # the kill left the old one aside
     for where in (landed.parent, folder / "trials" / "member_0"):  # and, as a kill mid-copy would, half a copy
         (where / ".checkpoint.deadbeef" if where.name == "member_0" else where / f".{landed.name}.deadbeef").mkdir()
@@ -120,6 +140,56 @@ def test_what_a_killed_copy_half_built_is_removed_by_the_resume(tmp_path):
     assert _leftovers(folder) == []
     said = [line for line in again.stdout.splitlines() if "published" in line]
     assert said and "removed" in said[0] and "trials/<member>/checkpoint" in said[0], again.stdout
+
+
+def test_a_finished_sweep_killed_as_it_tidied_is_tidied_by_the_same_command(tmp_path):
+    args = _grid(tmp_path)
+    pbt = _killed(tmp_path, args, "tidy")
+    folder = tmp_path / "out" / "grid"
+    assert pbt == folder / ".pbt" and pbt.is_dir()
+    before = sweeper.load(folder)  # (from the ledger: results.csv is written a moment later)
+    assert list(before["status"]) == ["ok"] * 4
+    again = subprocess.run([sys.executable, "-m", "sweeper", *[a for a in args if a != "--quiet"]], cwd=ROOT,
+                           capture_output=True, text=True, env=_env(), timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert not pbt.exists() and _leftovers(folder) == []
+    said = [line for line in again.stdout.splitlines() if "published" in line]
+    assert len(said) == 1 and "are removed" in said[0], again.stdout
+    after = pd.read_csv(folder / "results.csv")  # nothing ran again
+    assert list(after["segments"]) == list(before["segments"]) and list(after["acc"]) == list(before["acc"])
+
+
+#: Run as ``python -c SLOW <grid> <flags>``: the sweep's own driver, on a disk where its first
+#: copy of a checkpoint (a member's, published as its first segment ends) takes 8 s.
+SLOW = """
+import runpy, sys, time
+state = {}
+def hook(event, args):
+    if event == "shutil.copytree" and "/.pbt/" in str(args[1]) and not state:
+        state["slow"] = True
+        time.sleep(8)
+sys.addaudithook(hook)
+sys.argv = ["sweeper", *sys.argv[1:]]
+runpy.run_module("sweeper", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_member_hears_its_pause_at_the_epoch_it_was_decided_however_slow_the_copies(tmp_path):
+    """While the parent copies member_0's checkpoint, member_1 (slower) reports epoch 1, then
+    must hear each answer before it trains on: its pause comes at epoch 2, never later."""
+    grid = tmp_path / "grid.py"
+    grid.write_text("import sweeper\nfrom tests.pbt_fns import paced as train\n"
+                    "space = {'lr': sweeper.loguniform(0.01, 0.5), 'epochs': 4}\n"
+                    "options = {'search': 'pbt', 'metric': 'acc', 'workers': 2, "
+                    "'pbt': {'population': 2, 'interval': 2}}\n")
+    done = subprocess.run([sys.executable, "-c", SLOW, str(grid), "--out", str(tmp_path / "out")], cwd=ROOT,
+                          capture_output=True, text=True, env=_env(), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "where its pause was decided" not in done.stdout + done.stderr
+    folder = tmp_path / "out" / "grid"
+    for name in ("member_0", "member_1"):  # a segment after each decision's epoch, 2 and 4 (its loop's last)
+        resumed = (folder / "trials" / name / "segments.txt").read_text().split()
+        assert resumed == ["0", "2", "4"], (name, resumed)
 
 
 def test_a_full_disk_while_a_checkpoint_is_published_is_one_line(tmp_path, small_disk):

@@ -26,11 +26,17 @@ def run_pbt(tmp_path: Any, fn: Any, epochs: int = 8, **how: Any) -> pd.DataFrame
 
 
 def test_decisions_go_on_after_a_member_finished_early(tmp_path):
-    df = run_pbt(tmp_path, pbt_fns.stops_early, epochs=12).set_index("trial")
+    df = run_pbt(tmp_path, pbt_fns.stops_early, epochs=12, synch=True).set_index("trial")
     assert df.loc["member_0", "epoch_reached"] == 3 and set(df["status"]) == {"ok"}
     # the others paused at every decision's epoch, 2 to 12 (a plain loop does not say its last
     # epoch: it pauses there too, and its seventh process returns at once)
     assert [df.loc[f"member_{i}", "segments"] for i in (1, 2, 3)] == [7, 7, 7]
+    # and the bottom one copied a top one at each of them but the last (synch: all compared),
+    # on record at the epoch after it
+    hist = pd.read_csv(tmp_path / "pbt" / "history.csv")
+    copies = hist.dropna(subset=["copied_from"])
+    assert sorted(copies["epoch"]) == [3, 5, 7, 9, 11], copies
+    assert "member_0" not in set(copies[copies.epoch > 3]["trial"]) and set(copies["copied_from"]) <= set(df["trial_id"])
 
 
 def test_a_replay_of_a_member_that_copied_follows_its_lineage_with_each_segments_seed(tmp_path):

@@ -4,8 +4,10 @@ on record from epoch 0; on a resume, each member on record as it was left: a fin
 kept, one interrupted (Ctrl-C, or a sweep killed) given again with its last parameters, from
 its checkpoint, its epochs going on after its last one reported, its segments going on
 counting; what it scored at each decision and the checkpoints published then, read back, so
-the population goes on as it was. A resume first completes the copies a killed run left
-under way (:mod:`sweeper.run.pbt_checkpoints`' journal) and removes its half-built ones.
+the population goes on as it was; one that failed with no replacement on record (the run
+stopped before it was made) gets one as the run starts. A resume first completes the copies
+a killed run left under way (:mod:`sweeper.run.pbt_checkpoints`' journal) and removes its
+half-built ones.
 Every member's spec says its parameters are recorded by epoch (``SWEEPER_SCHEDULED``: the
 Keras callback holds the optimizer to them).
 """
@@ -13,6 +15,7 @@ Keras callback holds the optimizer to them).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
@@ -82,7 +85,18 @@ def members(space: Any, how: PbtSettings, *, metric: str, mode: str, folder: str
                             restart=sum(len(s) for s in schedule.values()))
     population.members = {m.spec.trial_id: m for m in restored}
     population.replaced = sum(1 for m in restored if ".r" in m.spec.name)
+    population.orphans = _orphans(restored, kept)
     return population, specs, todo, kept
+
+
+def _orphans(restored: list[Member], kept: Mapping[str, TrialResult]) -> list[Member]:
+    """Members on record that failed for good and have no replacement on record (``member_3``
+    without a ``member_3.r<k>``): a run stopped between the failure and the replacement's
+    first record."""
+    names = {m.spec.name for m in restored}
+    failed = [m for m in restored if m.spec.trial_id in kept
+              and kept[m.spec.trial_id].status not in (Status.OK, Status.PRUNED, Status.INTERRUPTED)]
+    return [m for m in failed if not any(re.fullmatch(re.escape(m.spec.name) + r"\.r\d+", n) for n in names)]
 
 
 def _complete(pbt_folder: str, folder: str, note: Callable[[str, int, dict[str, Any], str], None]) -> None:
@@ -110,7 +124,7 @@ def _resumed(spec: TrialSpec, row: TrialResult | None, segments: list[tuple[int,
     last = _published(pbt_folder, tid)
     if last:
         pbt_checkpoints.copy(os.path.join(pbt_folder, tid, str(last)), spec.checkpoint,
-                             f"trial {spec.name}'s checkpoint at epoch {last}", folder)
+                             f"trial {spec.name}'s checkpoint at epoch {last}", folder, durable=False)
     else:
         _empty(spec.checkpoint)
     ledger.clear_history_after(tid, last)

@@ -21,7 +21,9 @@ Tune's ``PopulationBasedTraining``, whose names and defaults the settings keep):
 
 Where Ray Tune's users got hurt, this holds: no member is exploited that has no checkpoint (a
 member that pauses without one stops the sweep, saying how to save one); a member that fails
-is replaced, so the population never shrinks; in synchronous mode the last member to reach
+is replaced, so the population never shrinks (a resume makes a replacement a stopped run did
+not); a member waits for the answer to each report, so no decision is skipped however long a
+copy takes; in synchronous mode the last member to reach
 an epoch releases the others, and a member that finished or failed never holds them; bounds
 and settings are checked before anything runs; a checkpoint is copied only from a folder
 published at a segment's end, into a folder no process is writing, and a copy and its record
@@ -64,6 +66,7 @@ class Member:
     released: bool = False  #: synchronous mode: every live member reached its epoch
     noted: int = 0  #: the latest epoch its schedule has a segment's start at
     last: int | None = None  #: its fit's last epoch, where its reports say it (Keras's ``epochs``)
+    decided: int = 0  #: the epoch its last pause was decided at
 
 
 @dataclass
@@ -89,7 +92,9 @@ class Population:
     ``epoch`` on (``copied_from``: the member whose checkpoint it took then, or ""), at each
     segment's start; ``make_spec(params, name)`` gives a new trial (a replacement) its spec.
     ``restart``: how many rows its schedules held as this run began (a resume explores with
-    draws of its own)."""
+    draws of its own). ``orphans``: members a killed or interrupted run left failed with no
+    replacement on record; each gets one as this run starts, so the population never shrinks
+    across a resume."""
 
     waits = True  #: each report waits for its answer: a member hears its pause at the epoch
 
@@ -110,14 +115,23 @@ class Population:
         self.lineage: list[tuple[str, int, str]] = []  #: (member, epoch, the member it copied)
         self.seen = 0  #: the latest epoch any member reported
         self.interrupted = False  #: a member was interrupted: its published checkpoints stay for the resume
+        self.orphans: list[Member] = []  #: failed members on record with no replacement (a resume's)
 
     # -- the engine's questions -------------------------------------------------------------
 
     def ahead(self) -> list[TrialSpec]:
+        """The members to start, as the run starts; a resume's failed members without a
+        replacement get one now, and where every member is over, what is published goes."""
         for spec in self.first:
             member = self.members[spec.trial_id]
             member.state = "queued"
             self._starts(member)
+        orphans, self.orphans = self.orphans, []
+        for member in orphans:
+            self._replace(member)
+        if orphans:
+            self._settle()
+        self._tidy()
         return [self.members[spec.trial_id].spec for spec in self.first]
 
     @property
@@ -161,12 +175,16 @@ class Population:
         if member.last is not None and epoch >= member.last:  # its last epoch: nothing to train after a decision
             return Answer()
         member.scores[epoch] = self._score(last["metrics"].get(self.metric))
+        member.decided = epoch
         return Answer(Decision.PAUSE, f"its segment ends at epoch {epoch} (population-based training)")
 
     def paused(self, spec: TrialSpec, epoch: int | None) -> None:
         member = self.members[spec.trial_id]
         member.spec = spec
         at = int(epoch or 0)
+        if at != member.decided:  # (a member waits for each answer: never, unless its loop outran the pause)
+            log.warning("sweeper: population-based training: trial %s paused after epoch %d, not at epoch %d "
+                        "where its pause was decided; it goes on from epoch %d", spec.name, at, member.decided, at)
         self._publish(member, at)
         member.at, member.state = at, "waiting"
         self._settle()
@@ -328,17 +346,17 @@ class Population:
         entry = pbt_checkpoints.begin(self.folder, job)
         target = os.path.join(self.folder, job.trial_id, str(job.epoch))
         what = f"a checkpoint of epoch {job.epoch} for trial {member.spec.name}"
-        self.copy(job.source, target, what)
-        self.copy(target, member.spec.checkpoint, what)
+        self.copy(job.source, target, what)  # durable before the record: what a resume goes on from
+        self.copy(target, member.spec.checkpoint, what, durable=False)  # (a resume copies it again from there)
         member.published[job.epoch] = target
         self.lineage.append((job.trial_id, job.epoch, job.copied_from))
         self.note(job.trial_id, job.epoch, job.params, job.copied_from)
         member.noted = job.epoch
         pbt_checkpoints.end(entry)
 
-    def copy(self, source: str, target: str, what: str) -> None:
+    def copy(self, source: str, target: str, what: str, durable: bool = True) -> None:
         """``target`` becomes a copy of ``source``, whole or not at all (:func:`pbt_checkpoints.copy`)."""
-        pbt_checkpoints.copy(source, target, what, self.sweep)
+        pbt_checkpoints.copy(source, target, what, self.sweep, durable=durable)
 
     def _forget(self) -> None:
         """Published checkpoints no decision can ask for again: each member keeps those at or
@@ -353,16 +371,22 @@ class Population:
 
     def _tidy(self) -> None:
         """Every member over, none interrupted: the published checkpoints go (no decision and no
-        resume can ask for one again); each member's own checkpoint folder stays as train left it."""
+        resume can ask for one again); each member's own checkpoint folder stays as train left it.
+        A sweep killed before or during this is tidied by the same command (:meth:`ahead`)."""
         if self.interrupted or self.pending or any(m.state != "done" for m in self.members.values()):
             return
         if not os.path.isdir(self.folder):
             return
-        size = pbt_checkpoints.published_size(self.folder)
-        shutil.rmtree(self.folder, ignore_errors=True)
         from sweeper.store.paths import SweepPaths
 
+        size = pbt_checkpoints.published_size(self.folder)
         pbt_checkpoints.tidy(self.folder, SweepPaths(self.sweep).trials)
+        why = pbt_checkpoints.remove(self.folder)
+        if why is not None:
+            log.warning("sweeper: population-based training: every member finished, but the checkpoints published "
+                        "for its decisions (%s in %s) could not all be removed (%s); nothing needs them: remove "
+                        "that folder yourself", size, self.folder, why)
+            return
         log.info("sweeper: population-based training: every member finished, so the checkpoints published for "
                  "its decisions (%s in .pbt/) are removed; each member's own checkpoint folder "
                  "(trials/<member>/checkpoint) stays as train left it", size)

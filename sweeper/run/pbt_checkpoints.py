@@ -10,7 +10,10 @@ killed run or a finished sweep leaves, tidied::
     .<name>.<hex>                           a copy half-built beside its place (a killed run's):
                                             removed as a resume starts, and at the end
 
-A copy is built beside its place, then renamed in, so a folder is whole or absent. A link in
+A copy is built beside its place, then renamed in, so a folder is whole or absent; a
+published one, and a journal entry, are fsynced with their folders before the step after
+them (the rename, the record, the entry's removal), so a power cut leaves each whole or
+absent too, and never a record whose copy is not on disk. A link in
 a checkpoint to a file in the same folder, absolute or not, points in the copy to the copy's
 own file (as it stood, a link would read the other member's later state); one to a file
 elsewhere in the sweep folder is refused in one line; one outside the sweep (a dataset, say)
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +57,7 @@ def begin(pbt_folder: str, job: Copying) -> str:
         with paths.atomic(path) as f:
             json.dump({"epoch": job.epoch, "source": job.source, "params": job.params,
                        "copied_from": job.copied_from}, f, sort_keys=True)
+        _sync_up(os.path.dirname(path), 2)  # its name, and its member's folder in .pbt/
     except OSError as exc:
         raise SweepError(f"population-based training could not write {path}: {exc.strerror or exc}; "
                          "free space on its disk and run the same command again to resume") from None
@@ -60,11 +65,13 @@ def begin(pbt_folder: str, job: Copying) -> str:
 
 
 def end(path: str) -> None:
-    """The copy and its record are both made: its journal entry goes."""
+    """The copy and its record are both made: its journal entry goes (durably: before anything
+    the copy read from may be removed)."""
     try:
         os.remove(path)
     except FileNotFoundError:
         pass
+    _sync_dir(os.path.dirname(path))
 
 
 def unfinished(pbt_folder: str) -> list[tuple[str, Copying]]:
@@ -82,10 +89,11 @@ def unfinished(pbt_folder: str) -> list[tuple[str, Copying]]:
     return sorted(found, key=lambda item: item[1].epoch)
 
 
-def copy(source: str, target: str, what: str, sweep: str) -> None:
+def copy(source: str, target: str, what: str, sweep: str, durable: bool = True) -> None:
     """``target`` becomes a copy of ``source`` (``what``: how a line names it; ``sweep``: the
     sweep folder), built beside it, then renamed into place; links as the module says; a full
-    disk said in one line."""
+    disk said in one line. ``durable``: on disk, its files and folders fsynced, before the
+    rename, and the rename itself before this returns."""
     parent = os.path.dirname(target)
     building = os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex[:8]}")
     try:
@@ -95,6 +103,8 @@ def copy(source: str, target: str, what: str, sweep: str) -> None:
         for rel, points in inside:  # a link into its own folder: to the copy's own file
             os.remove(os.path.join(building, rel))
             os.symlink(points, os.path.join(building, rel))
+        if durable:
+            _sync_tree(building)
     except (OSError, shutil.Error) as exc:
         shutil.rmtree(building, ignore_errors=True)
         raise SweepError(f"population-based training could not copy {what} ({_size(source)}) to {target}: "
@@ -104,8 +114,41 @@ def copy(source: str, target: str, what: str, sweep: str) -> None:
         old = os.path.join(parent, f".{os.path.basename(target)}.old.{uuid.uuid4().hex[:8]}")
         os.rename(target, old)
     os.rename(building, target)
+    if durable:
+        _sync_up(parent, 3)  # the rename; and the folders a first copy made (.pbt/<member>, .pbt)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _sync_tree(folder: str) -> None:
+    """Every file and folder under ``folder`` (itself included) on disk (a link is a name: its
+    folder's fsync holds it)."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        _sync_dir(root)
+
+
+def _sync_dir(folder: str) -> None:
+    """The names in ``folder`` on disk (a rename, a removal, a new entry)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_up(folder: str, levels: int) -> None:
+    """``folder`` and the ``levels - 1`` folders above it, fsynced (a name in each made durable)."""
+    for _ in range(levels):
+        _sync_dir(folder)
+        folder = os.path.dirname(folder)
 
 
 def _links(source: str, sweep: str) -> list[tuple[str, str]]:
@@ -179,6 +222,15 @@ def _remove_hidden(folder: str, prefix: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
         elif not prefix and f"{JOURNAL}.tmp" in entry:
             os.remove(path)
+
+
+def remove(folder: str) -> str | None:
+    """``folder`` removed, as far as it can be; why not, in a few words (None: it is gone)."""
+    failed: list[str] = []
+    shutil.rmtree(folder, onerror=lambda _f, path, exc: failed.append(f"{path}: {_why(exc[1])}"))
+    if not os.path.lexists(folder):
+        return None
+    return failed[0] if failed else "it is still there"
 
 
 def published_size(pbt_folder: str) -> str:

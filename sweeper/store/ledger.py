@@ -308,11 +308,12 @@ class Ledger:
     @_writes
     def set_schedule(self, trial_id: str, epoch: int, params: dict[str, Any], copied_from: str) -> None:
         """A trial's parameters from after ``epoch`` on (0: from its start), and the trial whose
-        checkpoint it copied then ("" where none)."""
-        with self._fast:
-            self._fast.execute("BEGIN IMMEDIATE")
-            self._fast.execute("INSERT OR REPLACE INTO schedule VALUES (?,?,?,?)",
-                               (trial_id, int(epoch), json.dumps(params, sort_keys=True), copied_from))
+        checkpoint it copied then ("" where none); durable (fsync) before it returns: a copy's
+        journal entry is removed only once its row survives a power cut."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("INSERT OR REPLACE INTO schedule VALUES (?,?,?,?)",
+                             (trial_id, int(epoch), json.dumps(params, sort_keys=True), copied_from))
 
     def schedule(self) -> dict[str, list[tuple[int, dict[str, Any], str]]]:
         """Each trial's schedule (population-based training): (epoch, params from after it, the
