@@ -223,3 +223,13 @@ def test_a_link_in_a_checkpoint_to_another_file_of_the_sweep_is_refused_in_one_l
                       workers=2, out=str(tmp_path), name="pbt", progress=False, pbt={"population": 2, "interval": 2})
     said = str(err.value)
     assert "holds a link, weights.bin ->" in said and "save the file itself" in said and "\n" not in said
+
+
+def test_the_fsync_benchmark_runs_as_docs_pbt_md_gives_it(tmp_path):
+    pytest.importorskip("sklearn")
+    done = subprocess.run([sys.executable, "bench/pbt_fsync.py", "--folder", str(tmp_path), "--repeats", "1"],
+                          cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stdout.splitlines() if line.startswith(("publish", "a schedule row"))]
+    assert len(said) == 4 and all("durable" in line for line in said), done.stdout
+    assert list(tmp_path.iterdir()) == []  # it leaves nothing behind
