@@ -241,3 +241,40 @@ def test_report_holds_the_optimizer_as_compiled_after_a_restore_and_only_in_popu
     assert float(said["momentum"]) == pytest.approx(0.2)  # four times the parameter, as train compiled it
     assert float(said["loss scaled"]) == pytest.approx(0.05)  # mixed precision: the inner optimizer's
     assert float(said["schedule"]) == pytest.approx(0.05 * 0.5)  # a schedule: the one compiled, at the restored step
+
+
+#: member_0's fit stops after epoch 2, a decision's epoch (as EarlyStopping would), its callback
+#: after sweeper's (which has heard the pause by then).
+STOPS = """import keras, numpy as np, sweeper, sweeper.keras
+
+space = {"lr": sweeper.loguniform(1e-3, 1e-1)}
+options = {"search": "pbt", "metric": "loss", "mode": "min", "pbt": {"population": 2, "interval": 2}}
+
+
+class Stop(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == 2 and sweeper.current_trial().name == "member_0":
+            self.model.stop_training = True
+
+
+def train(params):
+    x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(params["lr"]), "mse")
+    ckpt = sweeper.current_trial().checkpoint
+    return model.fit(x, x[:, :1], epochs=6, verbose=0,
+                     callbacks=[keras.callbacks.BackupAndRestore(ckpt), sweeper.keras.Report(), Stop()])
+"""
+
+
+def test_a_member_whose_fit_stops_at_a_decisions_epoch_finishes_there(tmp_path):
+    grid = tmp_path / "grid.py"
+    grid.write_text(STOPS)
+    done = run_cli(str(grid), "--out", str(tmp_path / "out"), "--workers", "2", "--quiet", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv").set_index("trial")
+    assert list(df["status"]) == ["ok", "ok"]
+    assert df.loc["member_0", "epoch_reached"] == 2
+    log = (tmp_path / "out" / "grid" / "trials" / "member_0" / "log.txt").read_text()
+    assert log.count("=== sweeper: trial") == 1  # one process: never paused, never resumed
+    assert df.loc["member_1", "epoch_reached"] == 6
