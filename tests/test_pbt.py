@@ -402,7 +402,7 @@ def test_a_failed_members_replacement_still_to_make_is_made_by_the_resume(tmp_pa
         "import sweeper\nfrom tests.pbt_fns import ranked as train\n"
         f"space = {{'lr': sweeper.loguniform(0.01, 0.5), 'hold': {str(hold)!r}}}\n"
         "options = {'search': 'pbt', 'metric': 'rank', 'mode': 'max', 'workers': 3,\n"
-        "           'pbt': {'population': 3, 'interval': 2}}\n")
+        "           'pbt': {'population': 3, 'interval': 2, 'synch': True}}\n")  # (all ranked at 2)
     command = [sys.executable, "-m", "sweeper", str(grid), "--out", str(tmp_path / "out"), "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ledger = tmp_path / "out" / "grid" / "ledger.sqlite"
