@@ -818,3 +818,50 @@ def test_making_the_local_store_leaves_no_connection_to_its_part_file(tmp_path):
     for name in ("a", "b"):  # made by MLflow's migrations, then copied from their template
         _create_whole(str(tmp_path / name / "mlflow.db"))
         assert os.path.exists(tmp_path / name / "mlflow.db") and open_parts() == []
+
+
+class _Seen:
+    """A tracker that notes the attempts it is shown (the Tracker protocol, nothing written)."""
+
+    label, flag, hint = "a test's tracker", "--none", ""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def begin(self, sweep):
+        return {}
+
+    def start(self, attempt, held):
+        self.started.append(attempt.trial_id)
+
+    def metrics_known(self, names): pass
+    def epochs(self, attempt, rows, last): pass
+    def finish(self, attempt, result, final): pass
+    def flush(self): pass
+    def end(self, state): pass
+
+
+@pytest.mark.unit
+def test_a_running_trial_whose_parameters_come_after_the_ledgers_last_change_is_shown(tmp_path):
+    """A running mark has no parameters: the trackers' process asks the sweep for them, and the
+    answer may come after the ledger's last change (the other trials done, this one training
+    on): the next look shows the trial, without waiting for another change."""
+    from sweeper.model.protocol import Began
+    from sweeper.run.planning import plan
+    from sweeper.store.ledger import Ledger
+    from sweeper.tracking import SweepInfo
+    from sweeper.tracking.mirror import Mirror
+
+    folder = str(tmp_path / "w")
+    os.makedirs(folder)
+    spec = plan([{"lr": 0.1}], folder, seed=0)[0]
+    ledger = Ledger(folder)
+    told: dict = {}
+    seen = _Seen()
+    mirror = Mirror(folder, [seen], SweepInfo(name="w", folder=folder, uid="u"), told.get)
+    ledger.mark_running(spec, Began(7, "cpu"), "2026-01-01T00:00:00.000Z")
+    assert mirror.sync() and seen.started == []  # running, its parameters not known here yet
+    told[spec.trial_id] = spec  # the sweep's answer; the ledger does not change again
+    assert mirror.sync() and seen.started == [spec.trial_id]
+    assert not mirror.sync()  # shown: nothing more to look at
+    ledger.close()

@@ -9,7 +9,7 @@
                                                                              │ finish (outcome not yet told)
                                                                              │ flush (one write per look)
                                                                              v
-                                                       TensorBoard files, MLflow runs
+                                          TensorBoard files, MLflow runs, an Optuna study
 
 Each look reads only what changed: the rows recorded since the last look (and a few
 seconds before, in case the clock stepped back), the running marks and each trial's
@@ -18,7 +18,8 @@ changed, not the size of the sweep.
 
 While a sweep runs, :class:`Background` runs :meth:`Mirror.sync` in a thread of the
 trackers' own process (:mod:`sweeper.tracking.process`), about once a second and only
-when the ledger changed; ``export`` runs it once in the foreground.
+when the ledger changed (or a running trial it left out, its parameters not yet told by the
+sweep, is to be shown); ``export`` runs it once in the foreground.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class Mirror:
         self._since: float | None = None  # rows recorded from then on are read again; None: all
         self._stamps: dict[str, float] = {}  # each row's time as last read: unchanged, not read again
         self._earlier: dict[str, TrialResult] = {}  # a running trial's row of an earlier attempt
+        self._unplaced = False  # a running trial was left out, its parameters not known yet: look again
 
     def sync(self) -> bool:
         """Send what the trackers are missing; False when the ledger did not change."""
@@ -73,7 +75,7 @@ class Mirror:
             for tracker in list(self.trackers):
                 self._guard(tracker, lambda t: self.held.__setitem__(id(t), t.begin(self.info)))
         version = self._ledger.changed()
-        if version == self._seen:
+        if version == self._seen and not self._unplaced:
             return False
         self._seen = version
         results, running, last = self._read()
@@ -113,6 +115,7 @@ class Mirror:
         self.recorded.update(results)
         self._earlier.update((tid, results[tid]) for tid in marked if tid in results)
         running = {}
+        self._unplaced = False
         for row in marks:
             tid = row["trial_id"]
             earlier = self._earlier.get(tid)
@@ -120,8 +123,9 @@ class Mirror:
                 running[tid] = attempt_running(row, earlier.params, earlier.seed, earlier.log)
                 continue
             spec = self.specs(tid)
-            if spec is None:  # running, its parameters unknown here: shown once its row is recorded
+            if spec is None:  # running, its parameters unknown here yet: shown once told (or recorded)
                 results.pop(tid, None)
+                self._unplaced = True
                 continue
             running[tid] = attempt_running(row, spec.params, spec.seed, spec.log_path)
         for tid in [t for t in self._earlier if t not in marked]:
@@ -183,7 +187,10 @@ class Mirror:
             step(tracker)
         except Exception as exc:  # a tracker's own errors are many and its own
             self.trackers.remove(tracker)
-            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            if self.strict and isinstance(exc, SweepError):  # sweeper's own line, as it is
+                raise
+            said = str(exc).splitlines()[0][:300] if str(exc) else ""
+            why = said if isinstance(exc, SweepError) else f"{type(exc).__name__}: {said}"
             if self.strict:
                 raise SweepError(f"{tracker.label} failed ({why})") from None
             log.warning("sweeper: warning: %s failed (%s); the sweep goes on without it and the ledger "
