@@ -555,7 +555,7 @@ def test_a_tracker_that_is_not_installed_names_its_extra(tmp_path, flag, extra):
 
 def test_export_needs_a_tracker_and_a_sweep_folder(tmp_path):
     proc = run_cli("export", str(tmp_path))
-    assert proc.returncode == 2 and "export needs --tensorboard, --mlflow [URI] and/or --optuna URL" in proc.stderr
+    assert proc.returncode == 2 and "export needs --tensorboard, --mlflow [URI] and/or --optuna [URL]" in proc.stderr
     proc = run_cli("export", str(tmp_path), "--tensorboard")
     assert proc.returncode == 2 and "is not a sweep folder" in proc.stderr
 

@@ -248,8 +248,10 @@ def test_what_a_killed_trackers_process_left_half_made_is_removed(tmp_path):
 
     (tmp_path / "tensorboard").mkdir()
     left = [tmp_path / "mlflow.db.4242.139653509265088.part", tmp_path / "mlflow.db.4242.part",
-            tmp_path / "tensorboard" / "state.json.tmp4242"]
-    kept = [tmp_path / "mlflow.db.4243.139653509265088.part", tmp_path / "mlflow.db", tmp_path / "results.csv"]
+            tmp_path / "tensorboard" / "state.json.tmp4242",
+            tmp_path / "optuna.journal.lock", tmp_path / "optuna.journal.lock0c5e.rename"]  # Optuna's, mid-write
+    kept = [tmp_path / "mlflow.db.4243.139653509265088.part", tmp_path / "mlflow.db", tmp_path / "results.csv",
+            tmp_path / "optuna.journal"]
     for path in left + kept:
         path.write_text("")
     process = TrackerProcess.__new__(TrackerProcess)  # the tidying alone: no process started

@@ -174,6 +174,8 @@ def _main(argv: list[str]) -> int:
     _check_unknown(p, unknown)
     if isinstance(args.mlflow, str) and args.mlflow.endswith(".py") and not args.grid_file:
         args.grid_file, args.mlflow = args.mlflow, True  # --mlflow grid.py: the file, not a URI
+    if isinstance(args.optuna, str) and args.optuna.endswith(".py") and not args.grid_file:
+        args.grid_file, args.optuna = args.optuna, True  # --optuna grid.py: the file, not a storage
     flags = {f.name: getattr(args, f.name) for f, _ in registry.flags()}
     flags = {k: v for k, v in flags.items() if v is not None}
     registry.options(flags, where="the command line", partial=True)  # the grid file may name the backend

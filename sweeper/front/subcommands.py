@@ -281,33 +281,35 @@ def export_main(argv: list[str]) -> int:
     from sweeper.tracking.mirror import Mirror
 
     p = Parser(prog=f"{program_name()} export", allow_abbrev=False,
-                description="Show a sweep in TensorBoard and/or MLflow, from its ledger: runs and files "
-                            "an earlier export or the sweep itself wrote are updated, never duplicated.")
+                description="Show a sweep in TensorBoard, MLflow and/or an Optuna study, from its ledger: "
+                            "runs and files an earlier export or the sweep itself wrote are updated, never "
+                            "duplicated; an Optuna study is written anew.")
     p.add_argument("folder", help="a sweep folder, <out>/<name> (e.g. results/digits_mlp)")
     p.add_argument("--tensorboard", action="store_true", help="event files in <out>/<name>/tensorboard")
     p.add_argument("--mlflow", nargs="?", const=True, metavar="URI",
                    help="a tracking URI or a folder (a SQLite store in it; default: a local store in "
                         "<out>/<name>/mlflow.db)")
-    p.add_argument("--optuna", metavar="URL",
-                   help="an Optuna storage, e.g. sqlite:///study.db: the sweep as a study named after its "
-                        "folder (for optuna-dashboard and Optuna's plots)")
+    p.add_argument("--optuna", nargs="?", const=True, metavar="URL",
+                   help="an Optuna storage, e.g. sqlite:///study.db, or a journal file (default: "
+                        "<out>/<name>/optuna.journal): the sweep as a study named after its folder (for "
+                        "optuna-dashboard and Optuna's plots)")
     p.add_argument("--mode", choices=list(MODES), help="the study's direction, where the sweep recorded none "
                    "and its metric's name does not say it")
     args = p.parse_args(argv)
     if not args.tensorboard and not args.mlflow and not args.optuna:
-        raise SweepError("export needs --tensorboard, --mlflow [URI] and/or --optuna URL; e.g. "
+        raise SweepError("export needs --tensorboard, --mlflow [URI] and/or --optuna [URL]; e.g. "
                          f"{program_name()} export {args.folder} --mlflow http://localhost:5000")
     folder = sweep_folder(args.folder)
     running = holder(folder)
     if running:  # its trials' attempts change under an export: only the sweep itself shows them right
         raise SweepError(f"a sweep (pid {running}) is running in {folder}; export it when it has ended, "
-                         "or start the sweep with --tensorboard / --mlflow to see it live")
+                         "or start the sweep with --tensorboard / --mlflow / --optuna to see it live")
     if args.optuna:
-        from sweeper.results import studies
+        from sweeper.tracking import optuna_study
 
-        name, n = studies.export(folder, args.optuna, args.mode)
-        print(f"sweeper: {n} trials written to the Optuna study {name!r} in {args.optuna}")
-        print(f"sweeper: optuna-dashboard {args.optuna}  (pip install optuna-dashboard)")
+        name, n, where = optuna_study.export(folder, chosen.optuna_storage(args.optuna, folder), args.mode)
+        print(f"sweeper: {n} trials written to the Optuna study {name!r} in {where}")
+        print(f"sweeper: optuna-dashboard {where}  (pip install optuna-dashboard)")
         if not args.tensorboard and not args.mlflow:
             return EXIT_OK
     opts = Options(tensorboard=args.tensorboard, mlflow=args.mlflow).checked()

@@ -282,6 +282,10 @@ class Options:
         "an MLflow run per trial, nested in one per sweep; `URI`: a server, a database, or a folder (a SQLite "
         "store in it); without `URI`, a local store in `<out>/<name>/mlflow.db`, which needs `sweeper[mlflow]` "
         "(see [TensorBoard and MLflow](trackers.md))", nargs="?", const=True, metavar="URI"))
+    optuna: bool | str | None = field(default=None, metadata=flag(
+        "the sweep as an Optuna study, kept current as it runs, for `optuna-dashboard`; `URL`: an Optuna storage "
+        "(`sqlite:///study.db`) or a journal file (`*.journal`); without `URL`, `<out>/<name>/optuna.journal` (see "
+        "[a live Optuna study](trackers.md#a-live-optuna-study))", nargs="?", const=True, metavar="URL"))
 
     @classmethod
     def names(cls) -> list[str]:

@@ -80,7 +80,7 @@ class TableFiles(Callback):
 
 
 class Trackers(Callback):
-    """TensorBoard and MLflow, kept current from the ledger by a process of their own (a
+    """TensorBoard, MLflow and an Optuna study, kept current from the ledger by a process of their own (a
     thread each there, so a slow server holds up neither the sweep nor the other): their
     work never shares the engine's interpreter. Here, only their labels and hints; at the
     end the process is told how the sweep ended and waited for."""
@@ -107,8 +107,10 @@ class Trackers(Callback):
 
         domains = tracking.domains_of_space(space) if space is not None else tracking.domains_of_points(
             s.params for s in plan.specs)
+        several = options.objectives
         info = tracking.SweepInfo(name=os.path.basename(folder), folder=folder, uid=plan.uid, domains=domains,
-                                  metric=options.ranked_by or "", mode=plan.mode, search=str(options.search or ""))
+                                  metric=options.ranked_by or "", mode=plan.mode, search=str(options.search or ""),
+                                  objectives=tuple(zip(several.metrics, several.modes)) if several else ())
         known: dict[str, TrialSpec] = {}
 
         def spec_of(tid: str) -> TrialSpec | None:  # a running trial with no row yet, asked by the
@@ -116,5 +118,5 @@ class Trackers(Callback):
                 known.update((s.trial_id, s) for s in list(plan.specs))
             return known.get(tid)
 
-        return cls([TrackerProcess(folder, {"tensorboard": options.tensorboard, "mlflow": options.mlflow}, trackers,
-                                   info, spec_of)])
+        chosen_ = {"tensorboard": options.tensorboard, "mlflow": options.mlflow, "optuna": options.optuna}
+        return cls([TrackerProcess(folder, chosen_, trackers, info, spec_of)])

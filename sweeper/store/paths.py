@@ -8,6 +8,7 @@ A sweep folder, ``<out>/<name>/``::
     report.html                  written by ``sweeper report``
     tensorboard/<trial name>/    with --tensorboard: event files (HParams, per-epoch scalars)
     mlflow.db, mlartifacts/      with --mlflow and no URI: the local MLflow store
+    optuna.journal               with --optuna and no URL: the sweep as an Optuna study
     .lock                        held by the sweep running here; holds its pid and tag
     .jobs/                       with a batch backend (Slurm): its array lists, Slurm's own output
     .pbt/<trial id>/<epoch>/     with search="pbt": each member's checkpoint as a segment left it
@@ -52,6 +53,7 @@ OLD_STANDBY = ".standby"
 TENSORBOARD = "tensorboard"
 MLFLOW_DB = "mlflow.db"
 MLFLOW_ARTIFACTS = "mlartifacts"
+OPTUNA_JOURNAL = "optuna.journal"
 
 #: A Hydra launcher's own files in its sweep folder (``hydra.sweep.dir``): the job book (each
 #: job's number and overrides), the Hydra context its jobs' processes load; and in each trial's
@@ -131,6 +133,11 @@ class SweepPaths:
     @property
     def mlflow_artifacts(self) -> str:
         return os.path.abspath(os.path.join(self.folder, MLFLOW_ARTIFACTS))
+
+    @property
+    def optuna_journal(self) -> str:
+        """``--optuna`` without a URL: an Optuna journal file (``optuna-dashboard`` opens it)."""
+        return os.path.abspath(os.path.join(self.folder, OPTUNA_JOURNAL))
 
     def trial(self, name: str) -> str:
         """A trial's own folder."""

@@ -1,4 +1,5 @@
-"""Trackers: a sweep shown where users already look (TensorBoard's HParams dashboard, MLflow).
+"""Trackers: a sweep shown where users already look (TensorBoard's HParams dashboard, MLflow,
+an Optuna study for optuna-dashboard).
 
 Fed from the ledger, never by the trial processes: what a tracker shows is
 what the ledger holds, crashed, timed-out and pruned trials included, for function and
@@ -12,8 +13,10 @@ there instead of adding to it. :mod:`sweeper.tracking.chosen` makes the trackers
 options ask for; :mod:`sweeper.tracking.mirror` decides what to send;
 while a sweep runs it does so in a process of its own (:mod:`sweeper.tracking.process`),
 so the trackers' work never shares the engine's interpreter. The trackers themselves:
-:mod:`sweeper.tracking.tb` (TensorBoard) and :mod:`sweeper.tracking.mlflow_runs` (MLflow,
-through its public client only).
+:mod:`sweeper.tracking.tb` (TensorBoard), :mod:`sweeper.tracking.mlflow_runs` (MLflow,
+through its public client only) and :mod:`sweeper.tracking.optuna_study` (an Optuna study,
+through Optuna's public API only; also what ``export --optuna`` writes), with
+:mod:`sweeper.tracking.optuna_terms`: a trial, its parameters and its outcome in Optuna's terms.
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ class Domain:
     values: tuple[Any, ...] = ()
     low: float | None = None
     high: float | None = None
+    #: a search's own distribution, as Optuna's JSON (``distribution_to_json``); "" for listed values
+    optuna: str = ""
+    #: True: some points of the sweep lack the parameter (a grid given as a list of dicts)
+    partial: bool = False
 
     @functools.cached_property
     def kind(self) -> str:
@@ -89,6 +96,8 @@ class SweepInfo:
     metric: str = ""
     mode: str = ""
     search: str = ""
+    #: several metrics optimised at once, each with its mode (``(("acc", "max"), ("size", "min"))``)
+    objectives: tuple[tuple[str, str], ...] = ()
 
 
 class Tracker(Protocol):
@@ -167,8 +176,11 @@ def domains_of_points(points: Iterable[Mapping[str, Any]]) -> dict[str, Domain]:
     seen: dict[str, list[Any]] = {}
     hashed: dict[str, set[tuple[type, Any]]] = {}
     listed: dict[str, list[Any]] = {}  # unhashable values (lists): compared one by one
-    for p in points:
+    count: dict[str, int] = {}  # in how many points each parameter is
+    n = 0
+    for n, p in enumerate(points, 1):
         for k, v in p.items():
+            count[str(k)] = count.get(str(k), 0) + 1
             values = seen.setdefault(str(k), [])
             try:
                 key = (type(v), v)
@@ -181,20 +193,22 @@ def domains_of_points(points: Iterable[Mapping[str, Any]]) -> dict[str, Domain]:
                     continue
                 others.append(v)
             values.append(v)
-    return {k: Domain(values=tuple(_sorted(vs))) for k, vs in seen.items()}
+    return {k: Domain(values=tuple(_sorted(vs)), partial=count[k] < n) for k, vs in seen.items()}
 
 
 def domains_of_space(space: Any) -> dict[str, Domain]:
     """A search's parameters: ranges for distributions, the choices for lists."""
+    from optuna.distributions import distribution_to_json
+
     from sweeper.run.search import distributions
 
     dists, fixed = distributions(space)
     out: dict[str, Domain] = {}
     for name, dist in dists.items():
         if hasattr(dist, "choices"):
-            out[name] = Domain(values=tuple(_sorted(list(dist.choices))))
+            out[name] = Domain(values=tuple(_sorted(list(dist.choices))), optuna=distribution_to_json(dist))
         else:
-            out[name] = Domain(low=float(dist.low), high=float(dist.high))
+            out[name] = Domain(low=float(dist.low), high=float(dist.high), optuna=distribution_to_json(dist))
     for name, value in fixed.items():
         out[name] = Domain(values=(value,))
     return out

@@ -1,5 +1,5 @@
 """The trackers a sweep's options ask for, and where each writes (``--tensorboard``,
-``--mlflow [URI]``). Apart from :mod:`sweeper.tracking` so that the shared records there
+``--mlflow [URI]``, ``--optuna [URL]``). Apart from :mod:`sweeper.tracking` so that the shared records there
 import no tracker: a tracker's module imports them, never the other way round."""
 
 from __future__ import annotations
@@ -13,15 +13,48 @@ from sweeper.tracking import Tracker
 
 #: The optional extra that brings each tracker's package, by option.
 EXTRAS = {"tensorboard": ("tensorboard", "sweeper[tensorboard]", "--tensorboard"),
-          "mlflow": ("mlflow", "sweeper[mlflow]", "--mlflow")}
+          "mlflow": ("mlflow", "sweeper[mlflow]", "--mlflow"),
+          "optuna": ("optuna", "sweeper[search]", "--optuna")}
 
 
 def check(options: Any) -> None:
-    """A tracker asked for whose package is missing is bad input, before anything runs."""
+    """A tracker asked for whose package is missing, or an Optuna storage that is neither a
+    URL nor a journal file, is bad input, before anything runs."""
     for option, (module, extra, flag) in EXTRAS.items():
         if getattr(options, option) and importlib.util.find_spec(module) is None:
             raise SweepError(f"{option}=... ({flag}) needs the {module} package, which is not installed; "
                              f"pip install '{extra}'")
+    if getattr(options, "optuna", None) not in (None, False):
+        optuna_storage(options.optuna, ".")
+
+
+#: How a journal file's name ends, for ``--optuna PATH`` (Optuna's own examples use ``.log``).
+JOURNAL_ENDINGS = (".journal", ".log")
+
+
+def optuna_storage(value: Any, folder: str) -> str:
+    """Where ``--optuna [URL]`` (or ``optuna=...``) writes: a database URL as it is
+    (``sqlite:///study.db``, ``postgresql://...``), or the absolute path of a journal file:
+    ``<sweep>/optuna.journal`` without a URL, else the file named (``*.journal``, ``*.log``, or
+    one that exists and is no SQLite database). Anything else is one line saying what to give."""
+    from sweeper.store.paths import SweepPaths
+
+    if value is True:
+        return SweepPaths(folder).optuna_journal
+    text = str(value) if isinstance(value, str) else ""
+    if "://" in text:
+        return text
+    path = os.path.abspath(os.path.expanduser(text)) if text else ""
+    if path and (path.endswith(JOURNAL_ENDINGS) or (os.path.isfile(path) and not _sqlite(path))):
+        return path
+    raise SweepError(f"--optuna {value}: Optuna cannot open that storage; give a database URL such as "
+                     "sqlite:///study.db, or a journal file such as study.journal (optuna=True: one in the "
+                     "sweep folder)")
+
+
+def _sqlite(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(16) == b"SQLite format 3\x00"
 
 
 def mlflow_store(value: Any, folder: str) -> tuple[str, str | None]:
@@ -61,5 +94,10 @@ def make(options: Any, folder: str) -> list[Tracker]:
         from sweeper.tracking.mlflow_runs import MlflowRuns
 
         out.append(MlflowRuns(*mlflow_store(options.mlflow, folder), folder))
+    if getattr(options, "optuna", None):
+        from sweeper.tracking.optuna_study import OptunaStudy
+
+        flag = "--optuna" if options.optuna is True else f"--optuna {options.optuna}"
+        out.append(OptunaStudy(optuna_storage(options.optuna, folder), folder, flag))
     return out
 

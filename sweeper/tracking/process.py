@@ -1,4 +1,4 @@
-"""The trackers' own process: TensorBoard and MLflow kept current outside the sweep's interpreter.
+"""The trackers' own process: TensorBoard, MLflow and Optuna kept current outside the sweep's interpreter.
 
 ::
 
@@ -79,7 +79,7 @@ class TrackerProcess:
 
     ``trackers``: the parent's own copies (their labels, flags and hints, for messages;
     they send nothing); the process makes its own from ``options`` (``tensorboard``,
-    ``mlflow``). ``specs`` finds a trial's spec by id, for a running trial the process
+    ``mlflow``, ``optuna``). ``specs`` finds a trial's spec by id, for a running trial the process
     cannot place from the ledger (called from the thread that reads the process)."""
 
     def __init__(self, folder: str, options: Mapping[str, Any], trackers: list[Tracker], info: SweepInfo,
@@ -106,8 +106,8 @@ class TrackerProcess:
                         ", ".join(t.label for t in self.all), exc, folder, " ".join(t.flag for t in self.all))
             return
         header = {"parent": os.getpid(), "folder": folder, "tensorboard": bool(options.get("tensorboard")),
-                  "mlflow": options.get("mlflow"), "info": _info_json(info), "nice": NICE,
-                  "level": log.getEffectiveLevel()}
+                  "mlflow": options.get("mlflow"), "optuna": options.get("optuna"), "info": _info_json(info),
+                  "nice": NICE, "level": log.getEffectiveLevel()}
         self._reader = threading.Thread(target=self._read, args=(header,), name="sweeper-trackers", daemon=True)
         self._reader.start()
 
@@ -256,8 +256,12 @@ class TrackerProcess:
 
     def _tidy(self, pid: int) -> None:
         """What a killed process left half made in the sweep folder: the local MLflow
-        store's part file (``mlflow.db.<pid>.<thread>.part``), the TensorBoard state's temporary file."""
-        for pattern in (f"*.{pid}.part", f"*.{pid}.*.part", os.path.join("tensorboard", f"*.tmp{pid}")):
+        store's part file (``mlflow.db.<pid>.<thread>.part``), the TensorBoard state's temporary file,
+        the lock Optuna takes on the sweep's journal while it writes (no other process writes there)."""
+        from sweeper.store.paths import OPTUNA_JOURNAL
+
+        for pattern in (f"*.{pid}.part", f"*.{pid}.*.part", os.path.join("tensorboard", f"*.tmp{pid}"),
+                        f"{OPTUNA_JOURNAL}.lock*"):
             for path in glob.glob(os.path.join(glob.escape(self.folder), pattern)):
                 with contextlib.suppress(OSError):
                     os.remove(path)
@@ -285,14 +289,16 @@ def _count(progress: tuple[int, int] | None, total: int | None) -> str:
 
 def _info_json(info: SweepInfo) -> dict[str, Any]:
     return {"name": info.name, "folder": info.folder, "uid": info.uid, "metric": info.metric, "mode": info.mode,
-            "search": info.search,
-            "domains": {k: [list(d.values), d.low, d.high] for k, d in info.domains.items()}}
+            "search": info.search, "objectives": [list(o) for o in info.objectives],
+            "domains": {k: [list(d.values), d.low, d.high, d.optuna, d.partial] for k, d in info.domains.items()}}
 
 
 def _info(data: Mapping[str, Any]) -> SweepInfo:
-    domains = {k: Domain(values=tuple(values), low=low, high=high) for k, (values, low, high) in data["domains"].items()}
+    domains = {k: Domain(values=tuple(values), low=low, high=high, optuna=optuna, partial=partial)
+               for k, (values, low, high, optuna, partial) in data["domains"].items()}
     return SweepInfo(name=data["name"], folder=data["folder"], uid=data["uid"], domains=domains,
-                     metric=data["metric"], mode=data["mode"], search=data["search"])
+                     metric=data["metric"], mode=data["mode"], search=data["search"],
+                     objectives=tuple((m, d) for m, d in data["objectives"]))
 
 
 # -- the process's side -------------------------------------------------------------------
@@ -362,7 +368,8 @@ def main() -> int:
             channel.send({"need": [tid]})
         return spec
 
-    trackers = make(SimpleNamespace(tensorboard=header["tensorboard"], mlflow=header["mlflow"]), folder)
+    trackers = make(SimpleNamespace(tensorboard=header["tensorboard"], mlflow=header["mlflow"],
+                                    optuna=header.get("optuna")), folder)
     mirrors = [Mirror(folder, [t], _info(header["info"]), specs) for t in trackers]
     told: dict[int, tuple[int, int]] = {}
 
