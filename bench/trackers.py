@@ -1,15 +1,19 @@
-"""Trackers against no tracker: the same instant trials with and without ``--tensorboard`` / ``--mlflow``.
+"""Trackers against no tracker: the same instant trials with and without ``--tensorboard`` / ``--mlflow`` /
+``--optuna``.
 
     python bench/trackers.py                  # 3,000 trials, 3 repeats (~15 min on 2 cores)
     python bench/trackers.py --quick          # 500 trials, 1 repeat (~2 min)
     python bench/trackers.py --n 1000 --repeats 5 --out /tmp/trackers.json
+    python bench/trackers.py --only plain,--optuna --repeats 4   # the Optuna study alone
 
 Each run is ``sweeper.sweep(trials.noop, {"x": range(n)})`` (bench/trials.py: a trial that
 returns at once; default workers, no progress display, a fresh folder), in a fresh
 driver process (this file with ``--run``), timed from just before ``sweep()`` to its
 return: the trackers' end included (the sweep waits for the last outcomes to be sent).
 Configurations: plain, ``tensorboard=True``, ``mlflow=True`` (the local SQLite store in
-the sweep folder) and both. They are interleaved within a repeat, the order rotating per
+the sweep folder), both, and ``optuna=True`` (the journal file in the sweep folder; with
+``mode="max"``, as an Optuna study needs a direction and the trials' one number, ``t_start``,
+does not say it). They are interleaved within a repeat, the order rotating per
 repeat, to spread the noise of a shared machine; figures are medians over repeats.
 
 Columns: wall s (median), vs plain (median wall / plain's median wall), of which end wait
@@ -19,7 +23,7 @@ trackers' process; less noisy than wall on a shared machine), of which trackers 
 trackers' process's own, as it reports it in a debug line), and per tracker the trials
 it shows by the sweep's end, read back after it with each tool's own reader (TensorBoard:
 runs with a session end, by its event multiplexer; MLflow: trial runs that ended, by its
-client), the fewest over repeats. A sweep that left some unsent says so in one line,
+client; Optuna: trials that ended, by ``optuna.load_study`` on the journal), the fewest over repeats. A sweep that left some unsent says so in one line,
 naming the export that finishes them: shown in the last column (the count of runs with one).
 """
 
@@ -39,7 +43,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CONFIGS = {"plain": {}, "--tensorboard": {"tensorboard": True}, "--mlflow": {"mlflow": True},
-           "--tensorboard --mlflow": {"tensorboard": True, "mlflow": True}}
+           "--tensorboard --mlflow": {"tensorboard": True, "mlflow": True}, "--optuna": {"optuna": True, "mode": "max"}}
 
 
 # -- one run (a fresh driver process) --------------------------------------------------------
@@ -74,6 +78,8 @@ def run_one(config: str, n: int) -> dict[str, Any]:
             result["tensorboard_shown"] = tensorboard_shown(folder)
         if options.get("mlflow"):
             result["mlflow_shown"] = mlflow_shown(folder)
+        if options.get("optuna"):
+            result["optuna_shown"] = optuna_shown(folder)
     lines = said.getvalue().splitlines()
     result["export_lines"] = [ln for ln in lines if "export" in ln]
     result["trackers_cpu_s"] = next((float(ln.split("used ")[1].split(" s")[0]) for ln in lines
@@ -112,6 +118,16 @@ def mlflow_shown(folder: str) -> int:
             return ended
 
 
+def optuna_shown(folder: str) -> int:
+    """Trials that ended, as Optuna reads the sweep's journal (each trial's latest attempt)."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = optuna.storages.JournalStorage(JournalFileBackend(os.path.join(folder, "optuna.journal")))
+    study = optuna.load_study(study_name="bench", storage=storage)
+    return len({t.user_attrs.get("trial_id") for t in study.get_trials(deepcopy=False) if t.state.is_finished()})
+
+
 # -- the harness -------------------------------------------------------------------------------
 
 def measure(config: str, n: int, timeout: float, env: dict[str, str]) -> dict[str, Any]:
@@ -135,11 +151,11 @@ def table(results: dict[str, list[dict[str, Any]]], n: int) -> str:
     ok = {c: [r for r in rs if "error" not in r] for c, rs in results.items()}
     plain = statistics.median(r["wall_s"] for r in ok["plain"]) if ok.get("plain") else None
     head = ["trackers", "wall s", "vs plain", "of which end wait", "CPU s", "of which trackers",
-            "TensorBoard shows", "MLflow shows", "export line"]
+            "TensorBoard shows", "MLflow shows", "Optuna shows", "export line"]
     rows = []
     for config, runs in ok.items():
         if not runs:
-            rows.append([config, "-", "-", "-", "-", "-", "-", "-",
+            rows.append([config, "-", "-", "-", "-", "-", "-", "-", "-",
                          "; ".join(str(r.get("error")) for r in results[config])])
             continue
         wall = statistics.median(r["wall_s"] for r in runs)
@@ -147,7 +163,7 @@ def table(results: dict[str, list[dict[str, Any]]], n: int) -> str:
         theirs = [r["trackers_cpu_s"] for r in runs if r.get("trackers_cpu_s") is not None]
         waits = [r["end_wait_s"] for r in runs if r.get("end_wait_s") is not None]
         shown = []
-        for key in ("tensorboard_shown", "mlflow_shown"):
+        for key in ("tensorboard_shown", "mlflow_shown", "optuna_shown"):
             got = [r[key] for r in runs if key in r]
             shown.append(f"{min(got):,}/{n:,}" if got else "-")
         said = sum(1 for r in runs if r.get("export_lines"))
