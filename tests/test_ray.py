@@ -134,8 +134,12 @@ def test_trackers_are_fed_from_the_ledger_on_ray_too(tmp_path):
     from test_tracking import local_uri, mlflow_runs, tb_sessions
 
     df = sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.3]}, backend="ray", gpus="none", tensorboard=True,
-                       mlflow=True, out=str(tmp_path), name="t", progress=False)
+                       mlflow=True, optuna=True, out=str(tmp_path), name="t", progress=False)
     assert df.status.tolist() == ["ok", "error"]
+    from test_optuna_mirror import studies
+
+    study = studies(tmp_path / "t" / "optuna.journal")["t"]  # an Optuna study too, each epoch in it
+    assert sorted((t.state.name, len(t.intermediate_values)) for t in study.trials) == [("COMPLETE", 3), ("FAIL", 3)]
     _, sessions = tb_sessions(tmp_path / "t")
     assert {s["status"] for s in sessions.values()} == {"STATUS_SUCCESS", "STATUS_FAILURE"}
     assert all(len(s["scalars"]["epoch/loss"]) == 3 for s in sessions.values())
