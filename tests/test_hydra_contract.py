@@ -73,3 +73,21 @@ class TestSweeperLauncherIntegration(IntegrationTestSuite):
                "and said to be, and its folder is not written again, so the edited task.py never runs (docs/hydra.md)")
     def test_to_absolute_path_multirun(self, tmpdir, task_launcher_cfg, extra_flags) -> None:
         super().test_to_absolute_path_multirun(tmpdir, task_launcher_cfg, extra_flags)
+
+
+
+def test_a_later_sweep_in_the_same_process_says_its_own_flags(hydra_sweep_runner, hydra_restore_singletons,
+                                                             tmp_path, capsys) -> None:
+    """The multirun's words (``hydra.launcher.mlflow``) are for that multirun's lines only: a
+    ``sweep()`` run after it in the same process is told ``--mlflow`` (the launcher's log filter
+    stayed on sweeper's handlers, and every later warning named a setting no one could give)."""
+    import logging
+
+    with hydra_sweep_runner(calling_file=None, calling_module="hydra.test_utils.a_module", task_function=None,
+                            config_path="configs", config_name="compose.yaml",
+                            overrides=["hydra/launcher=sweeper", *SETTINGS], temp_dir=tmp_path / "multirun") as swept:
+        assert swept.returns is not None and len(swept.returns[0]) == 1
+    assert logging.getLogger("sweeper").handlers, "the launch shows sweeper's lines through a handler"
+    capsys.readouterr()
+    logging.getLogger("sweeper").warning("sweeper: replay it later with: python -m sweeper export x --mlflow")
+    assert "export x --mlflow" in capsys.readouterr().out

@@ -162,9 +162,18 @@ class Launching:
 
         opts = self.options
         show_messages(opts.progress)
-        for handler in logging.getLogger("sweeper").handlers:  # its lines in a multirun's words
-            if not any(isinstance(f, _HydraWords) for f in handler.filters):
-                handler.addFilter(_HydraWords())
+        words = _HydraWords()  # its lines in a multirun's words, while this launch runs (not a later sweep's)
+        handlers = [h for h in logging.getLogger("sweeper").handlers
+                    if not any(isinstance(f, _HydraWords) for f in h.filters)]
+        for handler in handlers:
+            handler.addFilter(words)
+        try:
+            return self._launched(jobs, opts, runner)
+        finally:
+            for handler in handlers:
+                handler.removeFilter(words)
+
+    def _launched(self, jobs: list[Job], opts: Any, runner: Any) -> Any:
         every = list({j.key: j for j in [*self.earlier, *jobs]}.values())
         definition = Definition(self._target(), opts, Points(j.params for j in every), None,
                                 source_of(self.task_function), self._what(), names=tuple(str(j.num) for j in every),
