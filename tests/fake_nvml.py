@@ -186,12 +186,22 @@ def no_driver() -> Exception:
 
 
 def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (in ``/proc``, not a zombie)."""
+    """Whether ``pid`` is a live process (in ``/proc``, not a zombie; where ``/proc`` hides
+    another user's processes, ``hidepid``, one that ``kill(pid, 0)`` finds: NVML lists a
+    process whoever looks)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
+    except IndexError:
         return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except PermissionError:
+            return True
+        except OSError:
+            return False
+        return True
 
 
 # -- used by trials (tests/sweep_fns.py) ---------------------------------------------------
@@ -258,9 +268,11 @@ def allocate(board: str, mb: int, framework: str = "exact") -> None:
     """Take ``mb`` of this process's card (its context, then ``mb - CONTEXT_MB`` through an
     allocator) as ``framework`` does (:func:`mapped`): it fails, with TensorFlow's OOM message
     and nothing held, when what it maps at start does not fit in the card's free memory (as
-    the fake NVML of ``SWEEPER_FAKE_NVML`` counts it, others' holdings included) or its need
-    is over its allocator's limit; else it holds what it mapped until the parent has seen it
-    (:func:`hold`)."""
+    the fake NVML of ``SWEEPER_FAKE_NVML`` counts it, others' holdings included); a need over
+    its allocator's limit fails too, once a framework's allocator has grown to that limit (it
+    holds its context and all its cap, as TensorFlow's and JAX's do when they run out within
+    their cap, until the parent has seen it; ``exact``: at once, nothing held); else it holds
+    what it mapped until the parent has seen it (:func:`hold`)."""
     import fcntl
 
     uuid = os.environ["CUDA_VISIBLE_DEVICES"]
@@ -273,14 +285,19 @@ def allocate(board: str, mb: int, framework: str = "exact") -> None:
         mem = fake.nvmlDeviceGetMemoryInfo(card)
         free = (mem.free >> 20) + fake.used_by_trials(uuid).get(os.getpid(), 0)
         take, limit = mapped(mb, framework, dict(os.environ), card.total_mb, free)
-        if limit is not None and want > limit:
+        capped = limit is not None and want > limit
+        if capped and framework == "exact":
             raise ResourceExhaustedError(f"OOM when allocating tensor of {want} MB: the allocator is capped at "
                                          f"{limit} MB")
-        if max(take, mb) > free:
+        take = CONTEXT_MB + limit if capped and limit is not None else max(take, mb)
+        if take > free:
             raise ResourceExhaustedError(f"OOM when allocating tensor of {want} MB: the card has {free} MB free, "
-                                         f"{max(take, mb)} MB asked")
-        occupy(board, uuid, max(take, mb))
-    hold(board, max(take, mb))
+                                         f"{take} MB asked")
+        occupy(board, uuid, take)
+    hold(board, take)
+    if capped:
+        raise ResourceExhaustedError(f"OOM when allocating tensor of {want} MB: the allocator is capped at "
+                                     f"{limit} MB")
 
 
 def occupy(board: str, uuid: str, mb: int, pid: int | None = None) -> None:

@@ -64,8 +64,8 @@ def lines(gpus: list[Gpu], entries: list[Entry]) -> list[str]:
             mb = "? MB" if other.mb is None else f"{other.mb} MB"
             out.append(f"  pid {other.pid} ({other.user or '?'}): {mb}" + (f", {other.command}" if other.command else ""))
             shown += 1
-        for e in entries:
-            if e.want is not None and e.wants(g.uuid):
+        for e in entries:  # (a want its writer stopped refreshing is not shown: nobody keeps room for it)
+            if e.want is not None and e.wants(g.uuid, now):
                 out.append(f"  waiting: {_who(e)} wants {e.want.mb} MB, for {now - e.want.since:.0f} s")
                 shown += 1
         if not shown:

@@ -8,10 +8,11 @@ trial's script) is named by that sweep's record (:mod:`sweeper.placement.record`
 is a *stranger*: a colleague's job, a notebook, a ``run --`` job's command.
 
 An out-of-memory is not the trial's own when, at its end, the card's memory held by
-processes that are not this sweep's was more than the card less what this sweep reserved
+processes that are not this sweep's (each at what it holds: another sweep's trial that grew
+past its reservation counts all of it) was more than the card less what this sweep reserved
 there, the trial's own reservation included (:func:`crowded`): the trial was placed where its
-cap fitted beside what the others held and reserved, and something else took memory since.
-A trial's own excess (a need over its cap) leaves that sum where it was.
+reservation fitted beside what the others held and reserved, and something else took memory
+since. A trial's own excess (a need over its cap) leaves that sum where it was.
 """
 
 from __future__ import annotations

@@ -2,15 +2,21 @@
 of them when it places a trial (:class:`Neighbours`, which :class:`sweeper.run.placement.SlotPlacement`
 and ``run --`` ask).
 
-Each round of placements (the engine's fill, between two waits) runs under the machine's
-lock, on one fresh reading of the others' records::
+Each round of placements (the engine's fill, between two waits) starts from one fresh
+reading of the others' records; each decision in it is made under the machine's lock, and
+no more than the decision::
 
-    first admit of a round ─▶ lock, read the others ─▶ each placement: others' unclaimed
-        reservations (reserved, not yet held) are taken from the card's room; the fair share
-        (:mod:`sweeper.placement.share`) bounds what more this sweep may reserve there
-    the wait after it      ─▶ publish: what this sweep holds and wants now ─▶ unlock
+    first admit of a round ─▶ read the others
+    each decision          ─▶ lock; read them again where their folder changed; others'
+        unclaimed reservations (reserved, not yet held) are taken from the card's room; the
+        fair share (:mod:`sweeper.placement.share`) bounds what more this sweep may reserve
+        there ─▶ a trial admitted: its reservation published ─▶ unlock
+    the wait after it      ─▶ publish what this sweep wants now (no lock: a want reserves nothing)
 
-so a reservation is published before another sweep can read the card again.
+so a reservation is published before another sweep can decide on the card again, and a
+sweep's launches, ledger writes and results are never made under the lock. A sweep that waits
+rewrites its record every few seconds (:data:`~sweeper.placement.record.HEARTBEAT_S`), so one
+that stopped (Ctrl-Z) is soon no longer waited for.
 
 A trial that could start but does not, for room others hold or a share they are owed, is
 said once per cause (the console's one line, not one per trial); the same line is the
@@ -23,18 +29,19 @@ Other sweeps need no such bound: the share gives each its turn.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import time
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Iterator
 
 from sweeper.errors import SweepError
 from sweeper.placement import share
 from sweeper.placement.liveness import user_name
 from sweeper.placement.machine import Machine
-from sweeper.placement.record import Entry, Holding, Kind, Want
+from sweeper.placement.record import HEARTBEAT_S, Entry, Holding, Kind, Want
 
 log = logging.getLogger("sweeper")
 
@@ -77,8 +84,9 @@ class Neighbours:
         self.waiting = ""  #: why a trial that could start does not, said once per cause
         self._blocked: tuple[tuple[str, ...], int, str] | None = None  #: this round's first block
         self._said: set[str] = set()
-        self._round: object | None = None  #: the lock, held for this round
+        self.generation = 0  #: how many times the others were read: what is worked out from them is kept until then
         self._published: Entry | None = None
+        self._written = 0.0  #: monotonic time of the last write
         self.starving_since: float | None = None  #: nothing of ours runs and strangers' memory blocks
         self.starved: str | None = None  #: why the sweep stops taking trials, once it does
         self.next_look = 0.0
@@ -98,25 +106,34 @@ class Neighbours:
                      self.nice, tuple(self.holdings.values()), self.want, self.waiting, time.time())
 
     def publish(self) -> None:
-        """This sweep's record, written where it changed."""
+        """This sweep's record, written where it changed, and every :data:`HEARTBEAT_S` while it waits."""
         entry = self.entry()
-        if replace(entry, written=0.0) != self._published:
+        beat = self.want is not None and time.monotonic() - self._written >= HEARTBEAT_S
+        if replace(entry, written=0.0) != self._published or beat:
             self._published = replace(entry, written=0.0)
+            self._written = time.monotonic()
             self.machine.publish(entry)
 
     # -- a round of placements -------------------------------------------------------------
 
-    def begin_round(self) -> None:
-        """The first placement of a round: the machine's lock, and the others read afresh."""
-        if self._round is None:
-            lock = self.machine.locked()
-            lock.__enter__()
-            self._round = lock
-            self.others = self.machine.read()
+    def read_round(self) -> None:
+        """The first placement of a round: the others read afresh."""
+        self.others = self.machine.read()
+        self.generation += 1
+
+    @contextlib.contextmanager
+    def deciding(self) -> Iterator[None]:
+        """One decision, under the machine's lock: the others read again where their records
+        changed since, and what it reserved published before the lock is let go."""
+        with self.machine.locked():
+            if self.machine.changed():
+                self.read_round()
+            yield
+            self.publish()
 
     def end_round(self) -> None:
-        """The round is over: what this sweep holds and wants is published; the lock let go.
-        A round that was blocked for room others hold or are owed wants; one that was not, not."""
+        """The round is over: what this sweep wants is published. A round that was blocked for
+        room others hold or are owed wants; one that was not, not."""
         if self._blocked is None:
             self.want = None
             self.waiting = ""
@@ -126,14 +143,9 @@ class Neighbours:
             self.want = Want(cards, mb, since)
         self._blocked = None
         self.publish()
-        if self._round is not None:
-            lock, self._round = self._round, None
-            lock.__exit__(None, None, None)  # type: ignore[attr-defined]
 
     def read(self) -> list[Entry]:
-        """The others' records: this round's reading, else read now (outside a round)."""
-        if self._round is None:
-            self.others = self.machine.read()
+        """The others' records, as last read."""
         return self.others
 
     # -- what a placement asks -------------------------------------------------------------
@@ -153,13 +165,16 @@ class Neighbours:
                 out[name] = out.get(name, 0) + mb
         return out
 
-    def share_room(self, card: str, total_mb: int, want_mb: int) -> float:
-        """The most this sweep may reserve more on ``card`` by the fair share (memory aside)."""
+    def share_room(self, card: str, total_mb: int, want_mb: int, free_mb: float = math.inf,
+                   drainable_mb: float = math.inf) -> float:
+        """The most this sweep may reserve more on ``card`` by the fair share, where ``free_mb``
+        is the room there now and ``drainable_mb`` what it would be with no sweep's trial on it
+        (:func:`sweeper.placement.share.room`)."""
         mine = sum(h.reserved_mb for h in self.holdings.values() if h.card == card)
         me = share.Party("", share.weight(self.nice), mine, want_mb,
                          self.want.since if self.want is not None else time.time())
         parties = self._parties(card)
-        return share.room(total_mb, me, [p for p in parties if p.active] + [me])
+        return share.room(total_mb, me, [p for p in parties if p.active] + [me], free_mb, drainable_mb)
 
     def fair(self, card: str, total_mb: int) -> float | None:
         """This sweep's fair share of ``card`` in MB, where another sweep holds or wants some of
@@ -171,9 +186,11 @@ class Neighbours:
         return share.share_mb(total_mb, me, [*parties, me])
 
     def _parties(self, card: str) -> list[share.Party]:
+        """The others on ``card``, as the share sees them (a want not refreshed lately counts for nothing)."""
+        now = time.time()
         return [share.Party(f"{e.life.pid}-{e.life.start}", share.weight(e.nice), e.reserved(card),
-                            e.want.mb if e.want is not None and e.wants(card) else None,
-                            e.want.since if e.want is not None and e.wants(card) else math.inf)
+                            e.want.mb if e.want is not None and e.wants(card, now) else None,
+                            e.want.since if e.want is not None and e.wants(card, now) else math.inf)
                 for e in self.others]
 
     def blocked(self, cards: tuple[str, ...], mb: int, why: str, cause: str) -> None:

@@ -7,7 +7,13 @@ started yet has pid 0) and what it waits for (:class:`Want`: the cards it could 
 next trial on, what that trial reserves, since when). It is JSON, written whole and renamed
 into place (:mod:`sweeper.placement.machine`), so a reader sees the old record or the new,
 never half of one; one a reader cannot make sense of (another version's, a damaged file)
-is skipped, as if its writer were gone.
+is skipped, as if its writer were gone. Its words (folder, user, trial names, why it
+waits) are another user's text: read with control characters escaped, so a line that
+shows them stays one line.
+
+A writer that waits rewrites its record every :data:`HEARTBEAT_S` (``written``); a want
+whose record was not rewritten for :data:`WANT_STALE_S` counts for nothing (its writer is
+stopped, Ctrl-Z, or stuck): nobody keeps room for it, nobody lets it go first.
 """
 
 from __future__ import annotations
@@ -16,10 +22,15 @@ import enum
 import json
 from dataclasses import asdict, dataclass
 
+from sweeper.model.text import printable
 from sweeper.placement.liveness import Life
 
 #: The format's version: a record of another is skipped (its writer sees ours alike).
-VERSION = 1
+VERSION = 2
+#: Seconds between rewrites of a waiting writer's record, however little changed.
+HEARTBEAT_S = 5.0
+#: A want not rewritten for this long counts for nothing (its writer does not run on).
+WANT_STALE_S = 30.0
 
 
 class Kind(enum.Enum):
@@ -71,8 +82,14 @@ class Entry:
     def reserved(self, card: str) -> int:
         return sum(h.reserved_mb for h in self.on(card))
 
-    def wants(self, card: str) -> bool:
-        return self.want is not None and card in self.want.cards
+    def wants(self, card: str, now: float | None = None) -> bool:
+        """Whether it waits for ``card``, by a want refreshed within :data:`WANT_STALE_S` of
+        ``now`` (None: any want)."""
+        return self.want is not None and card in self.want.cards and (now is None or not self.stale(now))
+
+    def stale(self, now: float) -> bool:
+        """Whether its record was last rewritten too long before ``now`` for its want to count."""
+        return now - self.written > WANT_STALE_S
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -88,9 +105,10 @@ class Entry:
                 return None
             want = data.pop("want")
             return cls(life=Life(**data.pop("life")), kind=Kind(data.pop("kind")),
-                       holdings=tuple(Holding(**h) for h in data.pop("holdings")),
+                       holdings=tuple(Holding(**{**h, "name": printable(str(h["name"]))}) for h in data.pop("holdings")),
                        want=None if want is None else Want(tuple(want["cards"]), int(want["mb"]),
                                                            float(want["since"])),
-                       **data)
+                       user=printable(str(data.pop("user"))), folder=printable(str(data.pop("folder"))),
+                       waiting=printable(str(data.pop("waiting"))), **data)
         except (ValueError, TypeError, KeyError, AttributeError):
             return None

@@ -9,12 +9,17 @@ slots.
 
 The rule is work-conserving and never stops a running trial:
 
-* a writer may always start a trial within its share (what it holds there, plus the new
-  trial, at most its share), where the memory is free;
 * beyond its share only while no other writer is *entitled* and has waited longer: one that
   wants the card for a trial that would be within its own share, or that holds nothing
   there (a trial larger than a share still gets its turn). Capacity nobody else waits for
-  is lent; it comes back as the borrower's trials end, since the borrower starts no more.
+  is lent; it comes back as the borrower's trials end, since the borrower starts no more;
+* within its share (what it holds there, plus the new trial, at most its share), where the
+  memory is free, but never with room such a waiter needs: where an entitled writer that
+  waited longer cannot start yet (its trial is larger than what is free), the others leave
+  it what it waits for, and the card drains for it as their trials end. A trial larger
+  than a share (a job that wants a whole card beside a sweep of two per card) gets its turn
+  so, not after the other writer's last trial. Room that no sweep's trial ending would give
+  (processes that are no sweep's hold it) is not waited for.
 
 Among writers that are all beyond their shares (trials larger than a share: three sweeps
 of ``--per-gpu 2`` on one card), the one waiting longest goes first: turns, in order.
@@ -63,13 +68,17 @@ def entitled(total_mb: int, party: Party, parties: list[Party]) -> bool:
     return party.reserved_mb == 0 or party.reserved_mb + party.want_mb <= share_mb(total_mb, party, parties)
 
 
-def room(total_mb: int, me: Party, parties: list[Party]) -> float:
-    """The most ``me`` may reserve more on the card by the share (memory aside): unlimited
-    while no other entitled writer has waited longer, else what is left of its share (<= 0:
-    nothing). ``me.since``: when it began waiting (now, if it does not yet)."""
+def room(total_mb: int, me: Party, parties: list[Party], free_mb: float = math.inf,
+         drainable_mb: float = math.inf) -> float:
+    """The most ``me`` may reserve more on the card by the share: unlimited while no other
+    entitled writer has waited longer, else what is left of its share, less the room those
+    writers wait for (<= 0: nothing). ``free_mb``: the card's room now; ``drainable_mb``: its
+    room with no sweep's trial on it (a waiter larger than that is not waited for).
+    ``me.since``: when it began waiting (now, if it does not yet)."""
     others = [p for p in parties if p.key != me.key]
     everyone = [*others, me]
     ahead = [p for p in others if entitled(total_mb, p, everyone) and (p.since, p.key) < (me.since, me.key)]
     if not ahead:
         return math.inf
-    return share_mb(total_mb, me, everyone) - me.reserved_mb
+    owed = sum(p.want_mb or 0 for p in ahead if (p.want_mb or 0) <= drainable_mb)
+    return min(share_mb(total_mb, me, everyone) - me.reserved_mb, free_mb - owed)

@@ -14,7 +14,8 @@
   :mod:`~sweeper.run.pbt_checkpoints`: its checkpoints on disk, published, copied (a copy and its record one
   step, through a journal a resume completes), tidied;
 * :mod:`~sweeper.run.slots`, :mod:`~sweeper.run.packing`, :mod:`~sweeper.run.hostroom`: this machine's
-  slots; trials packed on GPUs by memory; host memory as a resource;
+  slots; trials packed on GPUs by memory; host memory as a resource; :mod:`~sweeper.run.breaker`: a card
+  where trials crash, closed;
 * :mod:`~sweeper.run.placement`: the placement the engine asks which trial may start now, and where;
   :mod:`~sweeper.run.crowd`: its trials beside the machine's other sweeps and processes (room, the fair
   share, an OOM others caused); :mod:`~sweeper.run.leftovers`: what trials leave on their cards;

@@ -6,8 +6,12 @@ What a trial needs is *predicted* (:class:`Needs`), in this order:
    as NVML counts it: CUDA context and libraries included), or what points alike in
    ``memory_keys`` needed since, if more (an OOM of the shape); after an OOM, 1.5 times
    what it was given (its cap plus :data:`CONTEXT_MB`) or held, whichever is more, and
-   after a second OOM the largest card to itself (:meth:`Packer.again`: both run again,
-   retries or not; an OOM there ends the trial, no card can hold it);
+   after a second OOM the largest card to itself, once it is *bare* (nothing of anyone's on
+   it; :meth:`Packer.again`: both run again, retries or not; an OOM there ends the trial, no
+   card can hold it). A guess after an OOM is the point's (and its shape's), never "the
+   largest so far" of every other point. A trial not measured yet that ran out beside other
+   sweeps, with less than a bare card's room, is still not measured: it runs again once a
+   card is bare;
 2. the user's hint, ``gpu_memory="6GB"`` or a function of the point;
 3. points that agree on the parameters named ``memory_keys``: the most any of them held;
 4. without ``memory_keys``: the most any trial of the sweep held;
@@ -40,8 +44,11 @@ to itself goes only on a card where none of ours runs, and gets what is free the
 Its framework's *cap* is the reservation less :data:`CONTEXT_MB` (the CUDA context lives
 outside TensorFlow's allocator and JAX's fraction), but never below the prediction; the
 framework grows to it (:func:`sweeper.system.capping.trial_env`), so a peak is a need, not a cap.
+A trial not measured yet reserves at most its fair share beside other sweeps, but is capped
+by the card's room (it grows only as far as it needs): a share is no reason to fail. Its cap is
+never below :data:`MIN_CAP_MB`, except on a card too small to give that, bare.
 
-A card where trials crash is closed, under any ``per_gpu`` (:class:`Breaker`).
+A card where trials crash is closed, under any ``per_gpu`` (:mod:`sweeper.run.breaker`).
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from sweeper.model.trial import Status, TrialResult
+from sweeper.run.breaker import Breaker
 from sweeper.run.lifecycle import Callback
 
 log = logging.getLogger("sweeper")
@@ -79,13 +87,13 @@ OOM_GROWTH = 1.5
 #: Trials that may start past one that fits nowhere before a card is drained for it (draining
 #: idles a card; most waits end sooner by themselves, as trials end).
 PATIENCE = 8
-#: Trials in a row ending ``crashed`` on one card before it takes no new one.
-BREAKER = 3
 #: A prediction with nothing measured: the whole card.
 ALONE = math.inf
-#: MB of room at least that a trial not measured yet starts with on a card to itself: where
-#: others hold more, it waits for them (never a cap of nothing).
-ALONE_MIN_MB = 2048
+#: MB a trial not measured yet is capped at, at least: less trains nothing of note.
+MIN_CAP_MB = 1024
+#: MB of room at least that a trial not measured yet starts with on a card to itself (its
+#: context and :data:`MIN_CAP_MB`): where others hold more, it waits (never a cap of nothing).
+ALONE_MIN_MB = CONTEXT_MB + MIN_CAP_MB
 
 
 def point_key(params: Mapping[str, Any]) -> str:
@@ -100,6 +108,7 @@ class Need:
     mb: float
     source: str  #: "hint", "same point", "memory_keys", "largest so far", "unmeasured", "oom twice"
     shape: str = ""  #: unmeasured: the shape its measurement will tell (memory_keys' values)
+    bare: bool = False  #: it waits for a card where nothing of anyone's is, and takes all its room
 
     @property
     def alone(self) -> bool:
@@ -120,6 +129,8 @@ class Needs:
         self.by_shape: dict[str, float] = {}
         self.largest: float | None = None
         self.ooms: dict[str, int] = {}  #: point -> OOMs so far
+        #: points not measured yet that ran out beside other sweeps: each waits for a bare card
+        self.bare: set[str] = set()
 
     def _shape(self, params: Mapping[str, Any]) -> str:
         return point_key({k: params.get(k) for k in self.keys or ()})
@@ -131,7 +142,9 @@ class Needs:
     def predict(self, params: dict[str, Any]) -> Need:
         key = point_key(params)
         if self.ooms.get(key, 0) >= 2:
-            return Need(ALONE, "oom twice")
+            return Need(ALONE, "oom twice", bare=True)
+        if key in self.bare:
+            return Need(ALONE, "unmeasured", self.shape_of(params), bare=True)
         shape = self.by_shape.get(self._shape(params)) if self.keys is not None else None
         if key in self.by_point:  # what an alike point needed since counts too (an OOM of the shape)
             return Need(max(self.by_point[key], shape or 0.0), "same point")
@@ -157,8 +170,9 @@ class Needs:
     def learn(self, result: TrialResult) -> None:
         """What a finished attempt says of its point's need (nothing, where it was not measured)."""
         key = point_key(result.params)
+        self.bare.discard(key)
         peak = result.mem_peak_mb if self.host else result.gpu_mem_peak_mb
-        need = float(peak) if peak else None
+        measured = need = float(peak) if peak else None
         if result.status is Status.OOM:
             self.ooms[key] = self.ooms.get(key, 0) + 1
             given = result.gpu_mem_cap_mb + CONTEXT_MB if result.gpu_mem_cap_mb and not self.host else 0
@@ -172,7 +186,8 @@ class Needs:
         if self.keys is not None:
             shape = self._shape(result.params)
             self.by_shape[shape] = max(need, self.by_shape.get(shape, 0.0))
-        self.largest = max(need, self.largest or 0.0)
+        if measured is not None:  # (a guess after an OOM is its point's, not every other point's)
+            self.largest = max(measured, self.largest or 0.0)
 
 
 @dataclass(frozen=True)
@@ -189,9 +204,15 @@ class Card:
     alone_mb: float = 0.0  #: beside other sweeps: the least room a trial not measured yet starts with
 
     @property
-    def room(self) -> float:
+    def physical(self) -> float:
+        """What a trial may take here, the share aside: free, less what is reserved and not held, less the margin."""
         unclaimed = sum(max(0.0, reserved - held) for reserved, held in self.ours)
-        return min(self.free_mb - unclaimed - self.others_mb - MARGIN_MB, self.share_mb)
+        return self.free_mb - unclaimed - self.others_mb - MARGIN_MB
+
+    @property
+    def room(self) -> float:
+        """What a trial may reserve here: :attr:`physical`, within this sweep's share."""
+        return min(self.physical, self.share_mb)
 
     @property
     def bare(self) -> bool:
@@ -210,27 +231,29 @@ class Spot:
 
 
 def alone_min(card: Card) -> float:
-    """The least room a trial not measured yet takes a card with (a quarter of a small card;
-    beside other sweeps, most of its fair share of the card)."""
-    return max(min(ALONE_MIN_MB, card.total_mb / 4), card.alone_mb)
+    """The least room a trial not measured yet takes a card with (beside other sweeps, most
+    of its fair share of the card)."""
+    return max(ALONE_MIN_MB, card.alone_mb)
 
 
 def terms(need: Need, card: Card, overfill: bool = False) -> tuple[int, int] | None:
     """(reserved, cap) MB for a trial with this need on this card, None if it does not fit.
     ``overfill``: it may go on this card where nothing of anyone's is, even where it does not
     fit (no card could ever hold it: waiting cannot help)."""
-    if need.alone:  # all the card's room, never less than ALONE_MIN_MB: a cap is never cut to nothing
-        if card.ours or card.room < alone_min(card):
+    if need.alone:  # the card's room: at least ALONE_MIN_MB (on a smaller card, bare), never a cap of nothing
+        whole = card.bare and card.share_mb >= card.physical  # the card to itself, nobody ahead of it
+        small = card.physical < alone_min(card) and card.total_mb - 2 * MARGIN_MB < ALONE_MIN_MB
+        if card.ours or not (whole if need.bare or small else card.room >= alone_min(card)):
             return None
-        reserved = card.room
+        reserved = card.physical if need.bare or small else card.room
+        return int(reserved), int(max(card.physical - CONTEXT_MB, card.physical // 2))
     else:
         reserved = math.ceil(need.mb * (1 + HEADROOM))
         if reserved > card.room and not (overfill and card.bare):
             return None
         reserved = min(reserved, max(card.room, need.mb))
-    floor = 0 if need.alone else math.ceil(min(need.mb, reserved))  # a known need is never capped below
-    cap = max(floor, math.floor(reserved - CONTEXT_MB))
-    return int(reserved), int(cap)
+    floor = math.ceil(min(need.mb, reserved))  # a known need is never capped below
+    return int(reserved), int(max(floor, math.floor(reserved - CONTEXT_MB)))
 
 
 class Packer(Callback):
@@ -254,6 +277,8 @@ class Packer(Callback):
         self.draining: tuple[str, str] | None = None
         #: whether a recorded row is an OOM others caused (:mod:`sweeper.run.crowd`): nothing to learn from
         self.excused: Callable[[TrialResult], bool] = lambda result: False
+        #: points started not measured yet beside other sweeps, with less than a bare card's room
+        self.cramped: set[str] = set()
 
     def describe(self) -> str:
         """The policy in one line (``--dry-run``)."""
@@ -288,7 +313,7 @@ class Packer(Callback):
         if self.draining is not None and self.draining[0] in self.breaker.closed:
             self.draining = None
         mine = self.draining is not None and self.draining[1] == key
-        best: tuple[tuple[bool, float], Spot] | None = None
+        best: tuple[tuple[bool, float], Spot, Card] | None = None
         largest = max((c.total_mb for c in cards), default=0) - MARGIN_MB
         overfill = not need.alone and need.mb * (1 + HEADROOM) > largest
         for card in cards:
@@ -300,7 +325,7 @@ class Packer(Callback):
             left = card.room - fit[0]
             rank = (left < 0, abs(left))
             if best is None or rank < best[0]:
-                best = (rank, Spot(card.gpu, fit[0], fit[1], need))
+                best = (rank, Spot(card.gpu, fit[0], fit[1], need), card)
         if best is None:
             if self.waiting is None or self.waiting[0] == key and self.draining is None:
                 passed = self.waiting[1] if self.waiting is not None else 0
@@ -314,6 +339,9 @@ class Packer(Callback):
             self.waiting = (self.waiting[0], self.waiting[1] + 1)
         if need.source == "unmeasured":
             self.measuring.add(need.shape)
+            card = best[2]  # beside other sweeps, capped below what a bare card gives: an OOM measures nothing
+            if card.alone_mb and card.physical < card.total_mb - 2 * MARGIN_MB:
+                self.cramped.add(key)
         return best[1]
 
     def ranked(self, queued: Sequence[dict[str, Any]]) -> list[int]:
@@ -376,6 +404,13 @@ class Packer(Callback):
     def learn(self, result: TrialResult) -> None:
         if self.excused(result):
             return
+        key = point_key(result.params)
+        if key in self.cramped:
+            self.cramped.discard(key)
+            if result.status is Status.OOM:  # still not measured: it waits for a bare card
+                self.needs.bare.add(key)
+                self.measuring.discard(self.needs.shape_of(result.params))
+                return
         if (result.status is Status.OK and result.device.startswith("gpu:") and result.gpu_mem_peak_mb is None
                 and not self.blind):
             self.blind = True
@@ -384,48 +419,3 @@ class Packer(Callback):
                         "not measured run one per card; give --gpu-memory or --per-gpu N", result.name)
         self.needs.learn(result)
         self.measuring.discard(self.needs.shape_of(result.params))
-
-
-class Breaker(Callback):
-    """Closes a card where trials crash, under any ``per_gpu`` (``"auto"``, a number, or the
-    one per card of ``gpus`` alone): :data:`BREAKER` trials in a row ending ``crashed`` on
-    one card (no ``ok`` between) and it takes no new trial, said in one line; the others
-    take them; when no card is left, :attr:`exhausted` says why and the sweep stops taking
-    trials. An ``oom`` neither counts nor resets: it says what a trial needs against what it
-    was given, not that the card fails (packed, it runs again on other terms; under a fixed
-    ``per_gpu`` the larger points of a grid, often in a row, would close sound cards)."""
-
-    def __init__(self, gpus: Sequence[str], limit: int = BREAKER) -> None:
-        self.gpus = list(gpus)  #: the cards the sweep may use
-        self.limit = limit
-        self.failures: dict[str, int] = {}  #: card -> trials ending crashed in a row
-        self.closed: dict[str, str] = {}  #: card -> why it takes no new trial
-
-    def recorded(self, result: TrialResult) -> None:
-        self.learn(result)
-
-    def learn(self, result: TrialResult) -> None:
-        gpu = result.device.removeprefix("gpu:") if result.device.startswith("gpu:") else None
-        if gpu is None or gpu in self.closed:
-            return
-        if result.status is Status.CRASHED:
-            self.failures[gpu] = self.failures.get(gpu, 0) + 1
-            if self.failures[gpu] >= self.limit:
-                self._close(gpu, f"{self.limit} trials in a row crashed there (the last: {result.name})")
-        elif result.status.succeeded:
-            self.failures[gpu] = 0
-
-    def _close(self, gpu: str, why: str) -> None:
-        self.closed[gpu] = why
-        left = [g for g in self.gpus if g not in self.closed]
-        log.warning("sweeper: gpu:%s takes no new trial: %s; %s", gpu, why,
-                    f"the sweep goes on on gpu:{', gpu:'.join(left)}" if left else "no GPU is left")
-
-    @property
-    def exhausted(self) -> str | None:
-        """Why no card takes a trial any more, once none does."""
-        if self.gpus and all(g in self.closed for g in self.gpus):
-            return "; ".join(f"gpu:{g}: {why}" for g, why in self.closed.items()) + "; look at those trials' logs"
-        return None
-
-

@@ -26,10 +26,11 @@ What it needs to know of the backend's trials it reads through :class:`Occupancy
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from sweeper.model import contract
 from sweeper.model.trial import TrialResult, TrialSpec
@@ -37,7 +38,7 @@ from sweeper.placement.neighbours import LOOK_EVERY, Neighbours
 from sweeper.run.crowd import Crowd
 from sweeper.run.hostroom import HostRoom
 from sweeper.run.leftovers import Leftovers, unlisted
-from sweeper.run.packing import Breaker, Card, Packer, Spot
+from sweeper.run.packing import MARGIN_MB, Breaker, Card, Packer, Spot
 from sweeper.run.slots import Slot
 from sweeper.system import capping, headroom
 from sweeper.system.gpus import MemorySampler
@@ -114,6 +115,7 @@ class SlotPlacement:
         self.reserved: dict[str, tuple[str, int]] = {}  #: by trial id: (card, MB) of a running trial
         self._totals: dict[str, int] = {}  #: card -> its total MB, as NVML said
         self._read: list[Card] | None = None  #: the cards as NVML told them since the last look
+        self._ours: set[int] = set()  #: the pids of this sweep's trials and standbys, at that look
         #: ended packed trials' reservations until their card's memory is back; leftovers, strangers
         self.leftovers = Leftovers()
         self.tearing = self.leftovers.tearing  #: by trial id: ended, its card's memory not verified back yet
@@ -152,21 +154,33 @@ class SlotPlacement:
             host = self.host_room.fits(spec.params, headroom.available_mb(), ours)
             if host is None:
                 return False
-        if self.packer is not None:
-            free = {s.gpu for s in self.free()}
-            cards = [c for c in self.cards() if c.gpu in free]
-            spot = self.packer.place(spec.params, cards)
-            if spot is None:
-                self._waits(self.crowd.missed_packed(self.packer, spec.params, cards), held)
+        with self._deciding():
+            if self.packer is not None:
+                free = {s.gpu for s in self.free()}
+                cards = [c for c in self.cards() if c.gpu in free]
+                spot = self.packer.place(spec.params, cards)
+                if spot is None:
+                    self._waits(self.crowd.missed_packed(self.packer, spec.params, cards), held)
+                    return False
+                self._spots[spec.trial_id] = spot
+                self.crowd.placed(spec.trial_id, spec.name, spot.gpu, spot.reserved_mb, spot.cap_mb)
+            elif self.sampler is not None and not self._fit_fixed(spec, held):
                 return False
-            self._spots[spec.trial_id] = spot
-            self.crowd.placed(spec.trial_id, spec.name, spot.gpu, spot.reserved_mb, spot.cap_mb)
-        elif self.sampler is not None and not self._fit_fixed(spec, held):
-            return False
         if host is not None and self.host_room is not None:
             self.host_room.commit(host[1])
             self._host_terms[spec.trial_id] = host[0]
         return True
+
+    @contextlib.contextmanager
+    def _deciding(self) -> Iterator[None]:
+        """One decision on the cards, under the machine's lock where other sweeps may share them
+        (:meth:`sweeper.placement.neighbours.Neighbours.deciding`): what it reserves is published
+        before the lock is let go, and nothing else happens under it."""
+        if self.crowd.neighbours is None or self.sampler is None:
+            yield
+            return
+        with self.crowd.neighbours.deciding():
+            yield
 
     def ranked(self, queued: Sequence[TrialSpec]) -> list[int] | None:
         """Packed: the trials whose shape is not measured yet first (see :mod:`sweeper.run.packing`)."""
@@ -180,13 +194,16 @@ class SlotPlacement:
         read = {c.gpu: (c.total_mb, c.free_mb) for c in self.cards()}
         assert self.sampler is not None
         pids = held.pids
+        now = {tid: self.sampler.now.get(pids[tid], 0) for tid in self.crowd.where if tid in pids}
+        self.crowd.measure(now)
         ours = {g: 0.0 for g in read}
         for tid, (g, mb) in self.crowd.where.items():
-            ours[g] = ours.get(g, 0.0) + max(0.0, mb - (self.sampler.now.get(pids[tid], 0) if tid in pids else 0))
+            ours[g] = ours.get(g, 0.0) + max(0.0, mb - now.get(tid, 0))
         load = {g: sum(1 for s in self.slots if s.index in held.taken and s.gpu == g) for g in read}
-        slot, missed = self.crowd.fixed(self.free(), load, read, ours, self.sampler.listed)
-        if slot is None:
-            self._waits([(s.gpu or "", mb) for s, mb in missed], held)
+        mine = set(held.spares) | {q for pid in pids.values() for q in held.family(pid)}
+        slot, missed = self.crowd.fixed(self.free(), load, read, ours, self.sampler.listed, mine)
+        if slot is None:  # (a reservation here has its margin in it: the card's whole is its limit)
+            self._waits([(s.gpu or "", mb) for s, mb in missed], held, margin=0)
             return False
         if slot.gpu is not None:
             self._fixed[spec.trial_id] = slot.gpu
@@ -194,13 +211,12 @@ class SlotPlacement:
                               slot.cap_mb)
         return True
 
-    def _waits(self, missed: list[tuple[str, int]], held: Occupancy) -> None:
+    def _waits(self, missed: list[tuple[str, int]], held: Occupancy, margin: int = MARGIN_MB) -> None:
         """A trial that could start waits: said, published and bounded where others hold or are owed the room."""
         if self.sampler is None or not missed:
             return
-        ours = set(held.spares) | {q for pid in held.pids.values() for q in held.family(pid)}
         read = {c.gpu: (c.total_mb, c.free_mb) for c in self.cards()}
-        if self.crowd.blocked(missed, read, self.sampler.listed, ours, running=bool(held.taken)):
+        if self.crowd.blocked(missed, read, self.sampler.listed, self._ours, running=bool(held.taken), margin=margin):
             self._blocked = True
 
     @property
@@ -277,8 +293,8 @@ class SlotPlacement:
         if self.sampler is not None and trial_id in self.crowd.where:  # was its card crowded, at the last?
             self.sampler.sample(set(self.occupancy().pids.values()))
             self._watch()
-        self.crowd.ended(trial_id)
         gpu_peak = self.sampler.peaks.pop(pid, None) if self.sampler else None
+        self.crowd.ended(trial_id, gpu_peak)
         host_peak = self.host.peaks.pop(pid, None)
         if self.leftovers.ended(trial_id, name, self.reserved.get(trial_id)):  # freed once its card's memory is back
             self._read = None  # the next placement reads the card after this exit
@@ -309,7 +325,7 @@ class SlotPlacement:
 
     def stale(self) -> None:
         """What NVML said holds until trials may have come and gone (the backend's next wait);
-        the round of placements is over: published, the machine's lock let go."""
+        the round of placements is over: what the sweep waits for, published."""
         self._read = None
         if self.crowd.neighbours is not None:
             self.crowd.neighbours.end_round()
@@ -321,6 +337,8 @@ class SlotPlacement:
         assert self.sampler is not None
         held = self.occupancy()
         ours = set(held.spares) | {q for pid in held.pids.values() for q in held.family(pid)}
+        if self.packer is None:  # a fixed per_gpu: what its trials hold beyond their cap
+            self.crowd.measure({tid: self.sampler.now.get(pid, 0) for tid, pid in held.pids.items()})
         self.crowd.watch(self.sampler.listed, ours, self.sampler.cards(), held.pids)
 
     def sample(self, now: float) -> None:
@@ -348,28 +366,48 @@ class SlotPlacement:
         pids = self.occupancy().pids
         if self._read is None:
             if self.crowd.neighbours is not None:
-                self.crowd.neighbours.begin_round()
+                self.crowd.neighbours.read_round()
             self.crowd.fresh()
-            self.sampler.sample(set(pids.values()))
             held = self.occupancy()
-            ours = set(held.spares) | {q for pid in pids.values() for q in held.family(pid)}
-            theirs = self.crowd.neighbours.trial_pids() if self.crowd.neighbours is not None else set()
-            self.leftovers.strangers(self.sampler.listed, ours, {str(i) for i in held.taken}, held.tag, theirs)
-            before = self.sampler.listed
-            read = self.sampler.cards()
-            self.sampler.sample(set(pids.values()))  # a process that came or went meanwhile: listed still
-            listed = self.sampler.listed = {**before, **self.sampler.listed}
-            self._totals.update({g: total for g, (total, _) in read.items()})
-            self._read = [Card(g, total, free, others_mb=self.crowd.unclaimed(g, listed),
-                               alone_mb=self.crowd.alone(g, total, listed, ours))
-                          for g, (total, free) in read.items() if g in self.crowd.uuid]
-            self.leftovers.check(self._read, listed, self.reserved)
+            self._ours = set(held.spares) | {q for pid in pids.values() for q in held.family(pid)}
+            self._read = self._read_cards(held, self._ours)
+        listed, ours = self.sampler.listed, self._ours
         mine: dict[str, list[tuple[float, float]]] = {}
         for tid, (gpu, mb) in self.reserved.items():
             now = self.sampler.now.get(pids[tid], 0) if tid in pids else 0
             mine.setdefault(gpu, []).append((mb, now))
         for t in self.tearing.values():  # its reservation stands, less what is still used of it
             mine.setdefault(t.gpu, []).append((t.reserved_mb, t.residue_mb))
-        # the share as this round's placements left it (each placed trial counts at once)
-        return [replace(c, ours=tuple(mine.get(c.gpu, ())), share_mb=self.crowd.share(c.gpu, c.total_mb))
-                for c in self._read]
+        out = []
+        for c in self._read:  # others' reservations and the share as they are now (each placed trial counts at once)
+            c = replace(c, ours=tuple(mine.get(c.gpu, ())), others_mb=self.crowd.unclaimed(c.gpu, listed),
+                        alone_mb=self.crowd.alone(c.gpu, c.total_mb, listed, ours))
+            out.append(replace(c, share_mb=self.crowd.share(c.gpu, c.total_mb, 1, c.physical,
+                                                            self.crowd.drainable(c.gpu, c.free_mb, listed, ours))))
+        return out
+
+    def _read_cards(self, held: Occupancy, ours: set[int]) -> list[Card]:
+        """NVML's cards now, between two samples of what each process holds: a process that
+        maps memory between the sample and the card's free memory is counted as holding the
+        least either sample saw, so its memory is counted once, as not held (its reservation's)."""
+        assert self.sampler is not None
+        pids = set(held.pids.values())
+        self.sampler.sample(pids)
+        theirs = self.crowd.neighbours.trial_pids() if self.crowd.neighbours is not None else set()
+        self.leftovers.strangers(self.sampler.listed, ours, {str(i) for i in held.taken}, held.tag, theirs)
+        before, before_now = self.sampler.listed, self.sampler.now
+        read = self.sampler.cards()
+        self.sampler.sample(pids)  # a process that came or went meanwhile: listed still
+        after = self.sampler.listed
+        self.sampler.listed = {pid: (card, _least(before.get(pid, (card, 0))[1], after.get(pid, (card, 0))[1]))
+                               for pid, (card, _) in {**before, **after}.items()}
+        self.sampler.now = {pid: min(mb, before_now.get(pid, 0)) for pid, mb in self.sampler.now.items()}
+        self._totals.update({g: total for g, (total, _) in read.items()})
+        cards = [Card(g, total, free) for g, (total, free) in read.items() if g in self.crowd.uuid]
+        self.leftovers.check(cards, self.sampler.listed, self.reserved)
+        return cards
+
+
+def _least(a: int | None, b: int | None) -> int | None:
+    """The lesser of two samples of what a process held (None where NVML could not tell either)."""
+    return None if a is None or b is None else min(a, b)
