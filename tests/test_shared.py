@@ -150,15 +150,16 @@ def need(i: int) -> int:
 
 
 @pytest.mark.parametrize("sweeps,flags", [(2, ["--per-gpu", "2"]), (3, ["--per-gpu", "2"]), (2, ["--per-gpu", "auto"]),
-                                          (3, ["--per-gpu", "auto", "--gpu-memory", "5500MB"])])
+                                          (3, ["--per-gpu", "auto"])])
 def test_sweeps_at_once_lose_no_trial_to_each_other_and_say_whom_they_wait_for(shared, sweeps, flags):
     """Sweeps started together on one 16 GB card, trials of 5-6 GB: each trial starts only where
     its cap fits beside what the other sweeps' trials reserved (per_gpu auto: a trial not
-    measured yet gets most of its fair share of the card, not all of it), so none runs out
-    of memory, none runs twice, and a sweep that waits says for whose trials, once."""
+    measured yet reserves most of its fair share of the card, and may grow into the card's
+    room: three sweeps' shares are smaller than a 6 GB trial), so none runs out of memory,
+    none runs twice, and a sweep that waits says for whose trials, once."""
     auto = "auto" in flags
     release = os.path.join(shared.root, "release")  # the first trials hold the card until all sweeps are there
-    procs = [shared.sweep(f"s{k}", [{"i": i, "need_mb": 5500 if auto else need(i + k), "until": release}
+    procs = [shared.sweep(f"s{k}", [{"i": i, "need_mb": 6144 if auto else need(i + k), "until": release}
                                     for i in range(2)], *flags)
              for k in range(sweeps)]
     shared.until(lambda: len(shared.records()) == sweeps and any(r["want"] for r in shared.records()))
@@ -200,6 +201,43 @@ def test_a_colleagues_process_makes_trials_wait_not_fail_and_gpus_and_status_say
     out = finish(sweep, seen)
     assert [r["status"] for r in shared.rows("s")] == ["ok", "ok"], out
     assert out.count("sweeper: waiting:") == 1, out
+
+
+def test_a_colleagues_cuda_context_beside_two_trials_per_card_makes_one_wait_not_fail(shared):
+    """A process that is no sweep's holds 400 MB (an idle notebook's CUDA context) beside
+    ``--per-gpu 2``: each trial maps its cap and a context beside it, so two no longer fit
+    and the second waits, said once naming the process; every trial ends ok, first time."""
+    colleague = shared.colleague(400)
+    sweep = shared.sweep("s", [{"i": i, "need_mb": need(i)} for i in range(3)], "--per-gpu", "2")
+    out = finish(sweep)
+    colleague.kill()
+    colleague.wait()
+    assert sweep.returncode == 0, out
+    assert [(r["status"], r["attempts"]) for r in shared.rows("s")] == [("ok", "1")] * 3, out
+    waits = [line for line in out.splitlines() if line.startswith("sweeper: waiting:")]
+    assert len(waits) == 1 and f"pid {colleague.pid} (root, " in waits[0], out
+
+
+def test_a_trial_larger_than_its_share_gets_its_turn_beside_a_sweep_of_two_per_card(shared):
+    """A sweep of ``--per-gpu 2`` fills the card; a sweep of the default per_gpu (a trial that
+    takes the whole card, more than its share) comes and waits. The first sweep's trials,
+    each within its share, start no more while it waits: the card drains for it, and its
+    trial runs before the first sweep's next ones (it waited for all of them)."""
+    release = os.path.join(shared.root, "release")  # the first two hold the card until the second sweep waits
+    first = shared.sweep("a", [{"i": i, "need_mb": 5000, "until": release if i < 2 else None} for i in range(5)],
+                         "--per-gpu", "2")
+    shared.until(lambda: sum(bool(h["pid"]) for r in shared.records() for h in r["holdings"]) == 2)
+    second = shared.sweep("b", [{"i": 0, "need_mb": 5000}])
+    folder = os.path.join(shared.root, "b")
+    wanted = shared.until(lambda: next((r["want"]["since"] for r in shared.records()
+                                        if r["folder"] == folder and r["want"]), None))
+    open(release, "w").close()
+    outs = finish(second), finish(first)
+    assert [r["status"] for r in shared.rows("b")] == ["ok"], outs
+    begun = float(shared.rows("b")[0]["t_start"])
+    passed = [r for r in shared.rows("a") if wanted < float(r["t_start"]) < begun]
+    assert len(passed) <= 1, (len(passed), outs)
+    assert [r["status"] for r in shared.rows("a")] == ["ok"] * 5, outs
 
 
 def test_a_sweep_waits_for_a_colleagues_memory_at_most_the_longest_wait_then_names_him(shared):
@@ -330,6 +368,27 @@ def test_a_run_job_waits_for_its_share_beside_a_sweep_and_exits_with_its_code(sh
     assert [r["status"] for r in shared.rows("s")] == ["ok"] * 5, out
     began = float(said.split()[4])
     assert any(float(r["t_start"]) > began for r in shared.rows("s")), "the job waited for the whole sweep"
+
+
+def test_a_run_job_passes_one_interrupt_on_to_its_command_never_two(shared):
+    """``run --`` started with no terminal (a script, a scheduler) gets a SIGINT sent to its
+    process group, as a Ctrl-C is: its command, in a group of its own, gets it once, passed on,
+    and has all the time it takes to stop (a checkpoint's save): no second SIGINT comes. The
+    job exits with the command's code."""
+    script = ("import signal, sys, time\n"
+              "got = []\n"
+              "signal.signal(signal.SIGINT, lambda s, f: got.append(time.monotonic()))\n"
+              "print('ready', flush=True)\n"
+              "while not got:\n    signal.pause()\n"
+              "while time.monotonic() - got[0] < 2.5:  # a graceful stop that takes a while\n    time.sleep(0.05)\n"
+              "print('interrupts', len(got), flush=True)\nsys.exit(3)\n")
+    job = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_nvml.py"), "run", "--", sys.executable, "-c",
+                            script], cwd=ROOT, env=shared.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    read_until(job, "ready", [])
+    os.killpg(job.pid, signal.SIGINT)
+    stdout, stderr = job.communicate(timeout=60)
+    assert job.returncode == 3 and "interrupts 1" in stdout, (stdout, stderr)
 
 
 def page() -> str:
