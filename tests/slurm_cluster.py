@@ -201,3 +201,21 @@ def driver(command: list[str], cwd: str | None = None, **env: str) -> Heard:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return Heard(subprocess.Popen(command, cwd=cwd or root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, env={**os.environ, **env}))
+
+
+def overriding(folder: str, constants: dict[str, object], hooks: str = "") -> dict[str, str]:
+    """An environment whose Python processes (a driver, its grid reader, the tasks it submits:
+    they inherit its ``PYTHONPATH``) set module constants as they start, through a
+    ``sitecustomize.py`` in ``folder``: ``{"sweeper.backends.slurm.rules.NEVER_AFTER_S": 1.0}``,
+    a threshold of minutes made seconds for a test. A constant an older sweeper lacks is set
+    all the same (harmless). ``hooks``: more lines of Python for it to run."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "sitecustomize.py"), "w") as f:
+        f.write("import importlib\n"
+                f"for _path, _value in {constants!r}.items():\n"
+                "    _module, _, _name = _path.rpartition('.')\n"
+                "    try:\n"
+                "        setattr(importlib.import_module(_module), _name, _value)\n"
+                "    except ImportError:\n"
+                "        pass\n" + hooks)
+    return {"PYTHONPATH": os.pathsep.join([folder, *filter(None, [os.environ.get("PYTHONPATH")])])}

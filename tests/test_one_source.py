@@ -86,7 +86,7 @@ def test_the_flags_keep_their_order_and_the_cli_only_flags_stand_around_them():
     start = order.index(names[0])
     assert order[start:start + len(names)] == names
     assert order[:start] == ["help", "version", "grid_file", "command", "grid_data", "shell"]
-    assert order[start + len(names):] == ["quiet"]
+    assert order[start + len(names):] == ["quiet", "detach"]  # how the command runs, not what the sweep is
 
 
 @pytest.mark.unit

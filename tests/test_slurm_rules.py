@@ -8,7 +8,7 @@ import pytest
 
 from sweeper.backends.slurm.commands import Ended
 from sweeper.backends.slurm.options import SlurmOptions
-from sweeper.backends.slurm.rules import SHARED_GRACE_S, Task, array_size, how_it_ended, unshared
+from sweeper.backends.slurm.rules import Task, array_size, how_it_ended, unseen_failure
 from sweeper.errors import SweepError
 from sweeper.model import outcome
 from sweeper.model.protocol import Began, Exited, Result, Traits
@@ -64,19 +64,21 @@ def test_what_slurm_says_of_a_task_is_judged_as_sweepers_own(ended, stop, status
     assert verdict.status is status and words in verdict.error, verdict
 
 
-def test_a_sweep_folder_the_nodes_do_not_share_stops_the_sweep_in_one_line(tmp_path):
-    """Slurm ran a task; its output file (slurmd makes it as the task starts) never shows here."""
+def test_a_sweep_folder_the_nodes_do_not_share_is_told_by_a_task_that_ended_unseen(tmp_path):
+    """Slurm ran a task (its node named) and it ended, and its output file (slurmd makes it as
+    the task starts) never showed here: the folder is not the nodes'. One that waited, or whose
+    file showed, or that wrote a message, is no sign of that."""
     from sweeper.child.batch import JobReader
     from sweeper.run.planning import plan
 
     (spec,) = plan([{"x": 1}], str(tmp_path), seed=0)
     task = Task(spec, JobReader(spec.dir), job="7_0", output=str(tmp_path / "a_0.out"), seen=100.0)
-    assert unshared([task], 100.0 + SHARED_GRACE_S - 1, "/sweep") is False  # not yet: a slow file system
-    with pytest.raises(SweepError, match="Slurm ran job 7_0, but nothing it wrote shows in /sweep here: the "
-                                         "sweep's folder must be on a file system this machine and the nodes share"):
-        unshared([task], 100.0 + SHARED_GRACE_S + 1, "/sweep")
+    for state in ("FAILED", "COMPLETED"):
+        assert unseen_failure(task, Ended(state, 1, "node3"))
+    assert not unseen_failure(task, Ended("CANCELLED", 0, ""))  # cancelled while it waited
+    assert not unseen_failure(task, Ended("FAILED", 1, ""))  # no node ran it
     (tmp_path / "a_0.out").touch()
-    assert unshared([task], 100.0 + SHARED_GRACE_S + 1, "/sweep") is True
+    assert not unseen_failure(task, Ended("FAILED", 1, "node3"))
 
 
 def test_slurm_options_are_sbatchs_and_gpus_asked_there_stand():
@@ -197,12 +199,16 @@ REASONS = [
     ("JobArrayTaskLimit", ""),
     ("BeginTime", ""),  # a requeued task, before it may start again
     ("ReqNodeNotAvail, UnavailableNodes:node3", ""),  # a node that is down may come back
+    ("ReqNodeNotAvail, Reserved for maintenance", ""),  # a maintenance window ahead: it ends
+    ("ReqNodeNotAvail, May be reserved for other job", ""),
+    ("ReqNodeNotAvail, UnavailableNodes:", ""),  # what many sites show before a maintenance
+    ("PartitionNodeLimit", ""),  # said too where the partition's nodes are down or drained
     ("QOSMaxCpuPerUserLimit", ""),  # the user's other jobs hold the limit: they end
+    ("DependencyNeverSatisfied", "DependencyNeverSatisfied: a job it depends on ended as it must not"),
     ("PartitionConfig", "PartitionConfig: it asks for more than any node of its partition has"),
     ("PartitionTimeLimit", "PartitionTimeLimit: its time limit is above its partition's"),
     ("BadConstraints", "BadConstraints: no node has the features it asks for"),
     ("QOSMaxCpuPerJobLimit", "QOSMaxCpuPerJobLimit: it asks for more than its QOS or account lets one job have"),
-    ("ReqNodeNotAvail, UnavailableNodes:", "ReqNodeNotAvail: no node it may run on is there"),
 ]
 
 
@@ -263,3 +269,159 @@ def test_the_live_view_says_how_many_trials_wait_in_the_queue_and_why():
     finally:
         view.close()
     assert "2 waiting in the queue: Resources (2)" in shown, shown
+
+
+def test_a_reason_that_means_never_is_acted_on_once_it_stood_for_minutes_or_slurms_sizes_confirm_it(tmp_path):
+    """InvalidAccount while an administrator edits the accounts passes: two looks seconds apart
+    are no proof; NEVER_AFTER_S of it, look after look, is. A reason that passed meanwhile counts
+    anew. PartitionConfig that Slurm's sizes confirm (more CPUs than any node) is ended at the
+    second look."""
+    from sweeper.backends.slurm.rules import NEVER_AFTER_S, gives_up, never
+    from sweeper.child.batch import JobReader
+
+    (spec,) = plan([{"x": 1}], str(tmp_path), seed=0)
+    task = Task(spec, JobReader(spec.dir), job="7_0")
+    account = never("InvalidAccount")
+    assert not gives_up(task, account, 0.0, False) and not gives_up(task, account, 2.0, False)
+    assert not gives_up(task, "", 4.0, False)  # it passed
+    assert not gives_up(task, account, 6.0, False)
+    assert not gives_up(task, account, 6.0 + NEVER_AFTER_S - 1, False)
+    assert gives_up(task, account, 6.0 + NEVER_AFTER_S, False)
+    assert NEVER_AFTER_S >= 120, NEVER_AFTER_S  # minutes, not seconds
+    other = Task(spec, JobReader(spec.dir), job="7_1")
+    config = never("PartitionConfig")
+    assert not gives_up(other, config, 0.0, True) and gives_up(other, config, 2.0, True)
+
+
+def test_a_node_clock_behind_ours_never_starts_a_trial_before_it_was_submitted(tmp_path):
+    """A task's node says it began a minute before the driver submitted it (its clock runs
+    behind, as munge lets it by up to five): its start is its submission's; one after stands."""
+    from sweeper.backends.slurm.rules import named
+    from sweeper.child.batch import JobReader
+
+    (spec,) = plan([{"x": 1}], str(tmp_path), seed=0)
+    task = Task(spec, JobReader(spec.dir), job="7_0", host="node3", submitted=1000.0)
+    assert named(task, Began(1, "cpu", at=940.0)).at == 1000.0
+    assert named(task, Began(1, "cpu", at=1010.0)).at == 1010.0
+
+
+def _returned(spec, out, tmp_path, uid="u1", attempt=None):
+    import os
+    import pickle
+
+    from sweeper.child.batch import write_mark
+    from sweeper.store.paths import JobPaths
+
+    os.makedirs(JobPaths(spec.dir).folder, exist_ok=True)
+    write_mark(spec.dir, "7_0", out, uid, spec.attempt if attempt is None else attempt)
+    with open(JobPaths(spec.dir).returned, "wb") as f:
+        pickle.dump({"load_error": "boom"}, f)
+
+
+def test_a_result_read_is_taken_over_by_a_later_driver_until_what_it_made_is_on_record(tmp_path, monkeypatch):
+    """The driver read a task's result and told the engine; killed before the ledger took the
+    row, the next driver takes that result over (else its trial trains again); once the driver
+    waited again (the row recorded), no later driver does."""
+    from sweeper.backends import registry
+    from sweeper.backends.slurm import commands
+    from sweeper.backends.slurm.adoption import Left, found
+    from sweeper.backends.slurm.backend import SlurmBackend
+    from sweeper.child.batch import JobReader
+
+    monkeypatch.setattr(commands, "missing", lambda: "")
+    (spec,) = plan([{"x": 1}], str(tmp_path), seed=0)
+    out = str(tmp_path / "a_0.out")
+    _returned(spec, out, tmp_path)
+    backend = SlurmBackend(None, registry.options({"backend": "slurm"}))
+    task = Task(spec, JobReader(spec.dir), job="7_0", output=out)
+    backend.tasks[spec.trial_id] = task
+    backend.relay.watch(spec.trial_id)
+    assert [type(e).__name__ for _, e in backend._heard(spec.trial_id, task)] == ["LoadFailed"]
+    assert found(spec, Left("u1")) == ("7_0", out)  # a SIGKILL now: the next driver has it
+    backend._unmark()  # what the next wait does first: the engine recorded it meanwhile
+    assert found(spec, Left("u1")) is None
+
+
+def test_a_mark_of_another_ledger_or_of_an_attempt_on_record_is_not_taken_over(tmp_path):
+    """A task's result left by the run before --fresh (another uid) is not this ledger's; one of
+    attempt 1 is not attempt 2's (attempt 1's row is on record); this ledger's for this attempt is."""
+    from dataclasses import replace
+
+    from sweeper.backends.slurm.adoption import Left, found
+
+    (spec,) = plan([{"x": 1}], str(tmp_path), seed=0)
+    out = str(tmp_path / "a_0.out")
+    _returned(spec, out, tmp_path, uid="before-fresh")
+    assert found(spec, Left("u1")) is None
+    _returned(spec, out, tmp_path, attempt=1)
+    assert found(replace(spec, attempt=2), Left("u1")) is None
+    _returned(spec, out, tmp_path, attempt=1)
+    assert found(replace(spec, attempt=1), Left("u1")) == ("7_0", out)
+
+
+def test_slurms_commands_ask_for_the_users_own_jobs_and_a_lost_answer_is_no_refusal(monkeypatch):
+    """squeue reads the user's own jobs (--me: not the whole table, not another user's of the
+    same name); sbatch's words are an answer unless they say it could not reach the controller,
+    or it said nothing, or a signal ended it: then the job may exist."""
+    import subprocess
+
+    from sweeper.backends.slurm import commands
+
+    calls, answers = [], []
+
+    def run(argv, **how):
+        calls.append((argv, how))
+        return answers.pop(0)
+
+    monkeypatch.setattr(commands.subprocess, "run", run)
+    answers.append(subprocess.CompletedProcess([], 0, "12_0|RUNNING|None|sweeper/u/l\n", ""))
+    assert list(commands.queue("sweeper-x-1")) == ["12_0"]
+    assert "--me" in calls[-1][0] and calls[-1][1]["start_new_session"], calls[-1]
+    for code, err, job, answered in [
+        (0, "", "41", True),
+        (1, "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n", "", False),
+        (1, "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)\n", "",
+         False),
+        (-2, "", "", False),  # a signal ended it
+        (1, "", "", False),  # it said nothing
+        (1, "sbatch: error: invalid partition specified: nosuch\n", "", True),
+    ]:
+        answers.append(subprocess.CompletedProcess([], code, "41\n" if code == 0 else "", err))
+        said = commands.submit(["--mem=1G"], "sweeper-x-1", "/o/l_%a.out", "/o/l.sh", "0-1", {}, "sweeper/u/l")
+        assert (said.job, said.answered) == (job, answered), (code, err, said)
+        assert calls[-1][0][-1] == "/o/l.sh" and calls[-1][1]["start_new_session"]
+
+
+def test_an_arrays_script_runs_the_set_up_lines_then_its_trial_and_stops_at_one_that_fails():
+    from sweeper.backends.slurm.submission import script
+
+    lines = script("/s/.jobs/l", "u1", ("module load cuda/12", "source ~/venv/bin/activate")).splitlines()
+    assert lines[0] == "#!/bin/bash" and lines[2:5] == ["set -e", "module load cuda/12", "source ~/venv/bin/activate"]
+    assert lines[5].startswith("exec ") and lines[5].endswith("-m sweeper.child.batch --list /s/.jobs/l.txt --uid u1")
+
+
+def test_set_up_lines_and_a_points_own_sbatch_options_are_checked_and_given_to_its_job():
+    """slurm_setup: lines (a list, or one text of lines); slurm_resources: a function of the
+    point giving a dict of sbatch options, which win over the sweep's and may ask for a GPU."""
+    from sweeper.backends import registry
+    from sweeper.model.grid import ByPoint
+
+    opts = registry.options({"backend": "slurm", "slurm": {"mem": "8G", "time": "10"}, "slurm_setup":
+                             "module load cuda/12\nsource ~/venv/bin/activate",
+                             "slurm_resources": lambda p: {"mem": "32G", "gres": "gpu:1"} if p["units"] > 512 else {}})
+    own = opts.backend_options
+    assert own.slurm_setup == ("module load cuda/12", "source ~/venv/bin/activate")
+    assert own.jobs(opts, {"units": 64}) == (["--mem=8G", "--time=10"], {"CUDA_VISIBLE_DEVICES": "-1"})
+    sbatch, env = own.jobs(opts, {"units": 1024})
+    assert sbatch == ["--mem=32G", "--time=10", "--gres=gpu:1"] and "CUDA_VISIBLE_DEVICES" not in env
+    table = ByPoint.of("slurm_resources", lambda p: {"mem": f"{p['units'] // 16}G"}, [{"units": 64}, {"units": 512}])
+    assert table({"units": 512}) == {"mem": "32G"}
+    with pytest.raises(SweepError, match="slurm_resources, a function in a grid file, .* from sweep"):
+        table({"units": 7})
+    for bad, said in [({"slurm_setup": [1]}, "shell lines"), ({"slurm_resources": {"mem": "1G"}}, "a function"),
+                      ({"slurm_driver": ["time"]}, "--slurm-driver takes KEY=VALUE")]:
+        with pytest.raises(SweepError, match=said):
+            registry.options({"backend": "slurm", **bad})
+    wrong = registry.options({"backend": "slurm", "slurm_resources": lambda p: {"array": "0-3"}})
+    with pytest.raises(SweepError, match="slurm_resources option 'array' is sweeper's own"):
+        wrong.backend_options.jobs(wrong, {"units": 1})

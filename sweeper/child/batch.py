@@ -12,11 +12,12 @@ channel that appends each message to a file, and writes its return value whole::
     JobReader.messages() ◀── <trial>/.job/messages ── each message: a length, a pickle, one write
     JobReader.returned() ◀── <trial>/.job/returned.pkl ── the return value, renamed into place
 
-An array job runs ``python -m sweeper.child.batch --list FILE``: each task the trial on the
-line of ``FILE`` its index names (:func:`write_list`). As it starts, such a task names itself
-in its trial's ``.job/scheduled`` (its id, its output file: :func:`mark_task`), so a driver
-that never learnt the array's id (killed between ``sbatch`` and its answer) is not needed to
-find it.
+An array job runs ``python -m sweeper.child.batch --list FILE --uid UID``: each task the
+trial on the line of ``FILE`` its index names (:func:`write_list`). As it starts, such a task
+names itself in its trial's ``.job/scheduled`` (its id, its output file, the sweep's uid and
+the trial's attempt: :func:`mark_task`), so a driver that never learnt the array's id (killed
+between ``sbatch`` and its answer) is not needed to find it, and a later run of another
+ledger (``--fresh``), or a later attempt, never takes it for its own.
 
 The driver's half (:mod:`sweeper.backends.channel`) makes the engine's events of both;
 how the job ended (its exit code, a kill) is the scheduler's to say.
@@ -126,34 +127,39 @@ def trial_of_task(list_path: str, index: int) -> str:
         return f.read().splitlines()[index]
 
 
-def mark_task(list_path: str, index: int, trial_dir: str) -> None:
+def write_mark(trial_dir: str, job: str, output: str, uid: str, attempt: int) -> None:
+    """The trial's ``.job/scheduled``: the task that runs it (Slurm's ``123_4``), its output
+    file, the sweep's uid (its ledger's) and the attempt it runs."""
+    with paths.atomic(paths.JobPaths(trial_dir).scheduled, fsync=False) as f:
+        f.write(f"{job}\n{output}\n{uid}\n{attempt}\n")
+
+
+def mark_task(list_path: str, index: int, trial_dir: str, uid: str, attempt: int) -> None:
     """An array's task names itself in its trial's ``.job/scheduled``, as the driver does once
-    sbatch answered (Slurm's ``123_4``, and its output file ``<list>_<index>.out``)."""
+    sbatch answered (:func:`write_mark`: output file ``<list>_<index>.out``)."""
     job = os.environ.get("SLURM_ARRAY_JOB_ID")
     if not job:
         return
     try:
-        with paths.atomic(paths.JobPaths(trial_dir).scheduled, fsync=False) as f:
-            f.write(f"{job}_{index}\n{list_path.removesuffix('.txt')}_{index}.out\n")
+        write_mark(trial_dir, f"{job}_{index}", f"{list_path.removesuffix('.txt')}_{index}.out", uid, attempt)
     except OSError:  # (its driver, if it lives, knows it anyway)
         pass
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the job whose spec is in ``<trial dir>/.job/``: ``TRIAL_DIR``, or ``--list FILE``
-    (an array job's task: the line of ``FILE`` its ``SLURM_ARRAY_TASK_ID`` names)."""
+    """Run the job whose spec is in ``<trial dir>/.job/``: ``TRIAL_DIR``, or ``--list FILE
+    --uid UID`` (an array job's task: the line of ``FILE`` its ``SLURM_ARRAY_TASK_ID`` names)."""
     from sweeper.child.channel import channel_main
 
     args = sys.argv[1:] if argv is None else argv
-    if args[0] == "--list":
-        index = int(os.environ["SLURM_ARRAY_TASK_ID"])
-        trial_dir = trial_of_task(args[1], index)
-        mark_task(args[1], index, trial_dir)
-    else:
-        trial_dir = args[0]
+    listed = args[1] if args[0] == "--list" else ""
+    index = int(os.environ["SLURM_ARRAY_TASK_ID"]) if listed else 0
+    trial_dir = trial_of_task(listed, index) if listed else args[0]
     job = paths.JobPaths(trial_dir)
     with open(job.spec, "rb") as f:
         spec, target, env, sweep, main = pickle.load(f)
+    if listed:
+        mark_task(listed, index, trial_dir, args[3] if args[2:3] == ["--uid"] else "", spec.attempt)
     import multiprocessing.spawn
 
     multiprocessing.spawn.prepare(main)  # the driver's script as __mp_main__ (its __main__ block does not run)

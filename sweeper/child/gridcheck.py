@@ -64,6 +64,7 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
         check_signature(train, f"{name}")
     options = _options_of(module, name)
     points, space = _points_of(module, name, options, options.get("seed", 0) if seed is None else seed)
+    options = _evaluated(options, [dict(p) for p in points])
     if command is not None:
         from sweeper.front.command import Command
 
@@ -88,6 +89,22 @@ def _options_of(module: Any, name: str) -> dict[str, Any]:
     # nearest name: sweeper.backends.registry.options); this process knows no backend
     Options.build({k: v for k, v in options.items() if k in Options.names()}, where=name)
     return options
+
+
+#: Options that may be a function of the point in a grid file: evaluated here for each point,
+#: as the parent never imports the file (:class:`~sweeper.model.grid.ByPoint`).
+POINT_FUNCTIONS = ("slurm_resources",)
+
+
+def _evaluated(options: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The grid file's options, each function of the point among them evaluated for its points."""
+    from sweeper.model.grid import ByPoint
+
+    out = dict(options)
+    for key in POINT_FUNCTIONS:
+        if callable(out.get(key)):
+            out[key] = ByPoint.of(key, out[key], points)
+    return out
 
 
 def _points_of(module: Any, name: str, options: dict[str, Any], seed: int) -> tuple[Any, Any]:

@@ -2,6 +2,7 @@
 
 * :mod:`~sweeper.front.cli`: ``python -m sweeper grid.py``, and the command line's first word;
   :mod:`~sweeper.front.subcommands`: ``status``, ``report``, ``replay``, ``export``;
+  :mod:`~sweeper.front.detach`: ``--detach``, a Slurm sweep's driver submitted as a job of its own;
 * :mod:`~sweeper.front.job`: ``run -- CMD``, a command on a GPU beside the machine's sweeps;
   :mod:`~sweeper.front.gpuview`: ``gpus``, the machine's cards and who uses them;
 * :mod:`~sweeper.front.gridfile`: a grid file read without importing it in the parent;

@@ -61,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shell", action="store_true", help=_help(OWN_FLAGS["shell"]))
     add_option_flags(p)
     p.add_argument("--quiet", action="store_true", help=_help(OWN_FLAGS["quiet"]))
+    p.add_argument("--detach", action="store_true", help=_help(OWN_FLAGS["detach"]))
     return p
 
 
@@ -74,6 +75,9 @@ OWN_FLAGS = {
     "shell": "with `--command`: run it through `/bin/sh` (values reach it as environment variables, never as "
              "shell text; see [command trials](commands.md))",
     "quiet": "print only the final summary (and warnings)",
+    "detach": "with `--backend slurm`: submit the sweep's driver as a small Slurm job of its own (this command, "
+              "less `--detach`) and return, so you may log out; `status` and `report` work meanwhile, `scancel` of "
+              "its job stops the sweep (see [Slurm](slurm.md#a-detached-sweep---detach))",
 }
 
 
@@ -179,6 +183,10 @@ def _main(argv: list[str]) -> int:
     flags = {f.name: getattr(args, f.name) for f, _ in registry.flags()}
     flags = {k: v for k, v in flags.items() if v is not None}
     registry.options(flags, where="the command line", partial=True)  # the grid file may name the backend
+    if args.detach:
+        from sweeper.front.detach import detach
+
+        return detach(argv, _early_folder(args, flags), flags, args.grid_file)
     show_messages(not args.quiet)
     tags: list[str] = []  #: the sweep's, once its grid reader has one
     # from the grid reader on: an orphan of any process of the sweep comes back to this

@@ -62,20 +62,22 @@ def status_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     folder = sweep_folder(args.folder)
     pid = holder(folder)
-    seen = _status_read(folder, bool(pid), args.metric, args.mode)
+    from sweeper.backends.slurm.outside import seen as in_slurm
+
+    queued = in_slurm(folder, driven=bool(pid))  # its tasks in Slurm's queue, its driver anywhere (on Slurm)
+    live = bool(pid or queued.driver)
+    seen = _status_read(folder, live, args.metric, args.mode)
     results, running = seen["results"], seen["running"]
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
     parts = ", ".join(f"{counts[s.value]} {s.value}" for s in Status if counts.get(s.value))
-    from sweeper.backends.slurm.outside import seen as in_slurm
-
-    queued = in_slurm(folder, driven=bool(pid))  # its tasks in Slurm's queue, where it runs on Slurm
-    state = f"running (pid {pid})" if pid else "not running" + (" (no driver)" if queued.tasks else "")
+    state = (f"running ({queued.driver or f'pid {pid}'})" if live
+             else "not running" + (" (no driver)" if queued.tasks else ""))
     print(f"sweeper: {folder}: {state}")
     waits = f", {queued.waiting} waiting in Slurm's queue" if queued.waiting else ""
     print(f"sweeper: {len(results)} of {seen['total'] or '?'} trials finished: {parts or 'none yet'}; "
-          f"{len(running) if pid else queued.running} running{waits}")
+          f"{len(running) if live else queued.running} running{waits}")
     _print_running(running, seen["epochs"])
     for line in queued.lines:
         print(line)

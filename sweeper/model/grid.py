@@ -10,6 +10,8 @@ them. Points are what a sweep runs, stores and identifies by :func:`point_key`.
   distributions and fixed values.
 * :class:`uniform`, :class:`loguniform` and :class:`randint` are small
   distributions for :func:`sample`, so scipy is not needed.
+* :class:`ByPoint` is a function of the point evaluated ahead for each point (a grid
+  file's, in the process that reads it), to be called as the function was.
 
 Both read their dicts through :class:`sweeper.model.space.Space`, where the rules about
 a space's values live. numpy is imported only inside the functions that draw random
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from sweeper.errors import SweepError
 from sweeper.model.distributions import loguniform, randint, uniform
@@ -123,6 +126,35 @@ def point_key(params: Mapping[str, Any]) -> str:
         for name, value in params.items()
     }
     return canonical_json(point)
+
+
+@dataclass(frozen=True)
+class ByPoint:
+    """A function of the point (an option such as ``slurm_resources``) evaluated ahead for each
+    point where the function cannot travel: a grid file's, read in a process of its own (the
+    sweep's parent never imports the file). Called as the function was: its value for that
+    point; a point it was not evaluated for (a search's) is one line naming the way that works."""
+
+    option: str
+    values: dict[str, Any] = field(default_factory=dict)  #: by the point's key
+
+    @classmethod
+    def of(cls, option: str, function: Callable[[dict[str, Any]], Any], points: list[dict[str, Any]]) -> ByPoint:
+        values = {}
+        for point in points:
+            try:
+                values[point_key(point)] = function(dict(point))
+            except Exception as exc:  # noqa: BLE001 (the user's function: its error, in one line)
+                raise SweepError(f"{option} raised {type(exc).__name__}: {exc} for the point {point}; fix it") from None
+        return cls(option, values)
+
+    def __call__(self, params: Mapping[str, Any]) -> Any:
+        key = point_key(params)
+        if key not in self.values:
+            raise SweepError(f"{self.option}, a function in a grid file, is evaluated for the file's points as it is "
+                             f"read; {dict(params)} is none of them (a search asks for its points as it runs): give "
+                             f"{self.option} from sweep() in a script, where it is called for each point")
+        return self.values[key]
 
 
 # --------------------------------------------------------------------------

@@ -16,15 +16,21 @@ task that returned nothing ended is Slurm's to say (``squeue``, ``scontrol``: no
 At most ``K`` (``workers``) tasks are unfinished at a time: the first submission's array
 holds every trial queued ahead, throttled by Slurm itself (``%K``, split at the cluster's
 ``MaxArraySize``); later ones (retries, a search's next points, the rest past
-``MaxArraySize``) go once fewer than ``K`` are unfinished, as many as fill it, in one array.
+``MaxArraySize``, points with sbatch options of their own) go once fewer than ``K`` are
+unfinished, as many as fill it, in one array (:mod:`~sweeper.backends.slurm.submission`).
 
 A task Slurm requeues (its node failed, it was preempted) is not final: it is pending
 again, begins again (its clock starts again; said in the log), and its row is written once.
 A task that waits is told to the engine with Slurm's reason (``Pending``: the live view shows
-it); a reason that means it never starts (:func:`~sweeper.backends.slurm.rules.never`), seen
-at two looks in a row, ends it: cancelled, its row ``crashed`` naming the reason and the fix.
-A driver killed meanwhile leaves the tasks queued and running; the next one adopts them
-(:mod:`sweeper.backends.slurm.adoption`).
+it); a reason that means it never starts (:func:`~sweeper.backends.slurm.rules.never`), where
+Slurm's own sizes confirm it or it stands for ``NEVER_AFTER_S``, ends it: cancelled, its row
+``crashed`` naming the reason and the fix. A task that ran and ended before its trial began
+(an import that fails on the node, a set-up line) is told as begun when its output file
+showed, and ended naming that file. A driver killed meanwhile leaves the tasks queued and
+running; the next one adopts them (:mod:`sweeper.backends.slurm.adoption`); whatever an
+earlier run left that no trial of this one takes is cancelled once the first trials started.
+The driver beats in the folder (:mod:`~sweeper.backends.slurm.driver`) for other machines to
+see; a task's mark in its trial's folder goes once the engine has recorded what it made of it.
 """
 
 from __future__ import annotations
@@ -33,34 +39,34 @@ import contextlib
 import logging
 import os
 import select
-import shlex
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 from sweeper.backends.channel import Relay, finished
-from sweeper.backends.slurm import commands
-from sweeper.backends.slurm.adoption import Left, comment, look, said, uid_of
+from sweeper.backends.slurm import commands, driver
+from sweeper.backends.slurm.adoption import Left, cancelled, look, said, uid_of
 from sweeper.backends.slurm.options import SlurmOptions
 from sweeper.backends.slurm.rules import (
     Task,
-    array_size,
+    appeared,
+    gives_up,
     how_it_ended,
     job_name,
+    last_line,
     named,
     never,
     not_shared,
     output_folder,
     seen_end,
     unseen_failure,
-    unshared,
 )
-from sweeper.child.batch import JobReader, write_job, write_list
+from sweeper.backends.slurm.submission import Submitter, submit_env
+from sweeper.child.batch import JobReader, write_job
 from sweeper.errors import SweepError
 from sweeper.model import contract
-from sweeper.model.protocol import Event, Exited, Pending, Placed, Requeued, Traits
+from sweeper.model.protocol import Began, Event, Exited, Pending, Placed, Requeued, Traits
 from sweeper.model.trial import TrialSpec
-from sweeper.store.paths import JobPaths, SweepPaths, atomic
+from sweeper.store.paths import SweepPaths
 
 if TYPE_CHECKING:
     from sweeper.model.options import Options
@@ -80,8 +86,6 @@ RESULT_GRACE_S = 10.0
 #: Seconds a task may stay in Slurm's queue after its result came before it is cancelled (a
 #: thread of train's that keeps its process alive).
 LINGER_S = 30.0
-#: Seconds before a submission that failed, after the first, is tried again.
-RETRY_S = 30.0
 
 
 class SlurmBackend:
@@ -91,33 +95,28 @@ class SlurmBackend:
         why = commands.missing()
         if why:
             raise SweepError(why)
-        self.target = target
+        self.target, self.options = target, options
         self.own: SlurmOptions = options.backend_options or SlurmOptions().checked()
-        jobs: tuple[list[str], dict[str, str]] = self.own.jobs(options)
-        self.sbatch, self.env = jobs
+        self.own.jobs(options)  # (a mistake in the options is said now, before the first trial)
         self.traits = Traits(options.worker_count or DEFAULT_WORKERS, stop_word="cancelled", queues=True)
-        self.relay = Relay(self.env.get(contract.MEMORY_FRACTION))
-        #: what sbatch hands every job: this process's environment, and its imports' paths
-        self.submit_env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.relay = Relay(self.own.jobs(options)[1].get(contract.MEMORY_FRACTION))
         self.tasks: dict[str, Task] = {}  #: by trial id: started here and not yet told ended
-        self.held: list[str] = []  #: trial ids started, not yet submitted
         #: task id -> when its result came: told ended, still in Slurm's queue (it counts in ``workers``)
         self.lingering: dict[str, float] = {}
         self.begun: set[str] = set()  #: trial ids started by this driver (a retry adopts no task)
         self.inflight: list[Any] = []  #: scancel commands sent, not yet reaped
-        self.submit_failing: float | None = None  #: when a later submission failed (retried after RETRY_S)
         self.sweep: SweepPaths | None = None
+        self.submitter: Submitter | None = None  #: made with the sweep's folder, at its first trial
         self.name = ""  #: every job of the sweep is named so (the one squeue looks for it)
         self.looked = self.read = 0.0
-        self.arrays = 0  #: arrays tried (each its own list file)
-        self.submitted = 0  #: arrays Slurm took
-        self.max_array = 0
         self.shared = False  #: a file a task wrote was seen here
         self.queue_failing: float | None = None
         self.cancels: dict[str, list[str]] = {}  #: what to tell scancel next: "cancel", "TERM", "KILL" -> task ids
         self.uid = ""  #: the sweep's uid (its ledger's), which each array's comment carries
         self.left = Left()  #: what earlier drivers of the sweep left in Slurm's queue
+        self.tidied = False  #: what the earlier drivers left and no trial took is cancelled
         self.told: set[str] = set()  #: the reasons never to start said already
+        self.unmark: list[tuple[TrialSpec, str]] = []  #: tasks told ended: their marks go once that is on record
 
     # -- the Backend protocol ---------------------------------------------------------
 
@@ -127,21 +126,23 @@ class SlurmBackend:
     def start(self, spec: TrialSpec) -> None:
         """Hold the trial until it may be submitted; or adopt the task a killed driver left for
         it (still queued or running, or ended with its result written): no trial trains twice."""
-        if self.sweep is None:
+        if self.submitter is None:
             self._first(spec)
+        assert self.submitter is not None
         task = Task(spec, JobReader(spec.dir))
         if spec.trial_id in self.begun or not self.left.take(task):  # (a retry starts anew)
-            write_job(spec, self.target, self.env, None)
-            self.held.append(spec.trial_id)
+            sbatch, env = self.own.jobs(self.options, spec.params)
+            write_job(spec, self.target, env, None)
+            self.submitter.hold(spec.trial_id, spec.dir, sbatch)
         self.begun.add(spec.trial_id)
         self.tasks[spec.trial_id] = task
         self.relay.watch(spec.trial_id)
         return None  # its Began comes when its task runs
 
     def wait(self, timeout: float | None, wake: int, queued: int) -> list[tuple[str, Event]]:
-        if self.left.adopted:  # the first wait after the trials started: said once
-            log.warning("%s", said(self.left.adopted))
-            self.left.adopted = []
+        self._unmark()
+        if not self.tidied:  # the first wait after the trials started: what no trial took goes
+            self._tidy()
         self._send_cancels()
         events = self._cancel_held()
         self._submit()
@@ -158,6 +159,12 @@ class SlurmBackend:
             self.looked = now
             events += self._look(now)
         return events
+
+    def _unmark(self) -> None:
+        """The marks of the tasks told ended at the last wait go: what the engine made of them is on record."""
+        for spec, job in self.unmark:
+            seen_end(spec, job)
+        self.unmark.clear()
 
     def drain(self, trial_id: str) -> list[tuple[str, Event]]:
         task = self.tasks.get(trial_id)
@@ -189,7 +196,8 @@ class SlurmBackend:
 
     def close(self) -> list[tuple[str, Event]]:
         """Every task of the sweep still in Slurm's queue cancelled, at once (none outlives the
-        sweep); the trials that ended meanwhile told."""
+        sweep), an array whose answer was lost too; the trials that ended meanwhile told."""
+        self._unmark()
         events: list[tuple[str, Event]] = []
         for tid, task in list(self.tasks.items()):
             if task.job:
@@ -197,17 +205,17 @@ class SlurmBackend:
         left = [task.job for task in self.tasks.values() if task.job] + list(self.lingering)
         left += [job for jobs in self.cancels.values() for job in jobs]  # asked, not yet sent
         left += [job for job in self.left.queued if job not in self.left.taken]  # an earlier run's, of no trial now
+        if self.submitter is not None and self.submitter.doubted:  # an array sbatch did not answer for: by its uid
+            left += [t for t, q in (commands.queue(self.name) or {}).items() if q.comment.startswith(f"sweeper/{self.uid}/")]
         self.cancels.clear()
         if left:
             commands.cancel(list(dict.fromkeys(left)))
         for p in self.inflight:
             with contextlib.suppress(Exception):
                 p.wait(timeout=commands.COMMAND_S)
-        for task in self.tasks.values():
-            if task.job:
-                seen_end(task.spec, task.job)
+        if self.sweep is not None:
+            driver.stop(self.sweep.jobs)
         self.tasks.clear()
-        self.held.clear()
         self.lingering.clear()
         return events
 
@@ -215,80 +223,69 @@ class SlurmBackend:
 
     def _first(self, spec: TrialSpec) -> None:
         """The sweep's folder, its jobs' name, its uid, and what earlier drivers of it left in
-        Slurm's queue, from its first trial."""
+        Slurm's queue, from its first trial: another ledger's cancelled at once; a live driver
+        elsewhere (another login node, a detached one) refused."""
         self.sweep = SweepPaths.of_trial(spec.dir)
         output_folder(self.sweep.jobs)
+        os.makedirs(self.sweep.jobs, exist_ok=True)
+        other = driver.elsewhere(self.sweep.jobs)
+        if other is not None:
+            raise SweepError(f"another driver runs this sweep now ({other}; its heartbeat in {self.sweep.jobs} is "
+                             f"{other.age:.0f}s old); stop it first (Ctrl-C there, or scancel its job), or give "
+                             "this run another --name")
+        driver.beat(self.sweep.jobs)
         self.name = job_name(self.sweep.folder)
-        self.max_array = commands.max_array_size()
-        if self.max_array < 1:
+        max_array = commands.max_array_size()
+        if max_array < 1:
             raise SweepError("this cluster has job arrays turned off (MaxArraySize=0 in its slurm.conf); sweeper "
                              "submits trials as arrays: ask its administrators, or use another backend")
         self.uid = uid_of(self.sweep.folder)
         self.left = look(self.name, self.uid, self.sweep.jobs)
+        if self.left.strays:
+            commands.cancel(self.left.strays)
+            log.warning("%s", cancelled(self.left.strays, "they ran for another ledger of it (--fresh set it aside)"))
+        self.submitter = Submitter(self.name, self.uid, self.sweep.jobs, self.traits.capacity, max_array,
+                                   submit_env(), self.own.slurm_setup)
 
-    def _jobs_folder(self) -> str:
-        assert self.sweep is not None
-        return self.sweep.jobs
+    def _tidy(self) -> None:
+        """Said once: what this run took over; what earlier runs left that no trial of this run
+        took, cancelled now (it would hold nodes for nothing until the sweep ends)."""
+        self.tidied = True
+        if self.left.adopted:
+            log.warning("%s", said(self.left.adopted))
+            self.left.adopted = []
+        untaken = [job for job in self.left.queued if job not in self.left.taken]
+        if untaken:
+            self.cancels.setdefault("cancel", []).extend(untaken)
+            self.left.queued = {}
+            log.warning("%s", cancelled(untaken, "no trial of this run is theirs"))
 
     def _unfinished(self) -> int:
         return sum(1 for t in self.tasks.values() if t.job) + len(self.lingering)
 
     def _submit(self) -> None:
-        """Held trials to Slurm, as one array, as far as ``workers`` allows (see the module's docstring)."""
-        if not self.held:
-            return
-        if self.submit_failing is not None and time.monotonic() - self.submit_failing < RETRY_S:
-            return
-        k = self.traits.capacity
-        n = array_size(len(self.held), self._unfinished(), k, self.max_array)
-        if not n:
-            return
-        submitted: tuple[str, str] | None = None
-        try:
-            submitted = self._array(self.held[:n], k)
-        except SweepError as exc:
-            if n > k:  # a cluster's limit on submitted tasks (MaxSubmitJobs): workers at a time
-                with contextlib.suppress(SweepError):
-                    submitted, n = self._array(self.held[:k], k), k
-            if submitted is None:
-                if not self.submitted:  # the first: the options are wrong, say so at once
-                    raise
-                if self.submit_failing is None:  # later: the controller may be busy; the trials wait
-                    log.warning("sweeper: %s; trying again every %gs", exc, RETRY_S)
-                self.submit_failing = time.monotonic()
-                return
-        job, listed = submitted
-        self.submitted += 1
-        self.submit_failing = None
-        batch, self.held = self.held[:n], self.held[n:]
-        for i, tid in enumerate(batch):  # every task's id first: close() cancels them, whatever follows
-            self.tasks[tid].job, self.tasks[tid].output = f"{job}_{i}", f"{listed}_{i}.out"
-        for tid in batch:
-            task = self.tasks[tid]
-            try:  # (a full disk here costs only the adoption of this task by a later driver)
-                with atomic(JobPaths(task.spec.dir).scheduled, fsync=False) as f:
-                    f.write(f"{task.job}\n{task.output}\n")
-            except OSError:
-                pass
-
-    def _array(self, tids: list[str], k: int) -> tuple[str, str]:
-        """One array job of these held trials, throttled to ``k``: its id and its list's path (less
-        ``.txt``). The list is written first and named in the array's comment: a driver killed
-        before it reads the id leaves an array the next one finds (:mod:`~sweeper.backends.slurm.adoption`)."""
-        self.arrays += 1
-        listed = os.path.join(self._jobs_folder(), f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{self.arrays}")
-        write_list(listed + ".txt", [self.tasks[tid].spec.dir for tid in tids])
-        command = (f"exec {shlex.quote(sys.executable)} -m sweeper.child.batch --list "
-                   f"{shlex.quote(listed + '.txt')}")
-        array = f"0-{len(tids) - 1}" + (f"%{k}" if len(tids) > k else "")
-        return commands.submit(self.sbatch, self.name, commands.pattern(listed) + "_%a.out", command, array,
-                               self.submit_env, comment(self.uid, listed)), listed
+        """Held trials to Slurm, as arrays, as far as ``workers`` allows: each task's id, output
+        file and submission time, and its mark in its trial's folder."""
+        assert self.submitter is not None
+        for array, job in self.submitter.due(self._unfinished()):
+            for i, tid in enumerate(array.tids):
+                task = self.tasks.get(tid)
+                if task is None:  # ended meanwhile (its answer was lost, the engine cancelled it): its task goes
+                    self.cancels.setdefault("cancel", []).append(f"{job}_{i}")
+                    continue
+                task.job, task.output, task.submitted = f"{job}_{i}", array.output(i), array.at
+                if task.cancelled:
+                    self.cancels.setdefault("cancel", []).append(task.job)
+            attempts = [self.tasks[t].spec.attempt if t in self.tasks else 0 for t in array.tids]
+            array.mark(job, self.uid, attempts)
 
     def _cancel_held(self) -> list[tuple[str, Event]]:
-        """Held trials the engine cancelled: never submitted, ended now."""
+        """Trials the engine cancelled before Slurm took them: ended now (one whose array's
+        answer was lost: its task, once found, is cancelled)."""
+        assert self.submitter is not None
         events: list[tuple[str, Event]] = []
-        for tid in [t for t in self.held if self.tasks[t].cancelled]:
-            self.held.remove(tid)
+        for tid in [t for t, task in self.tasks.items() if task.cancelled and not task.job]:
+            self.submitter.drop(tid)
             del self.tasks[tid]
             self.relay.forget(tid)
             events.append((tid, Exited(None, note="cancelled before Slurm ran it")))
@@ -306,13 +303,14 @@ class SlurmBackend:
         if not waiting:
             return
         try:
-            present = os.listdir(self._jobs_folder())
+            present = os.listdir(self.sweep.jobs if self.sweep is not None else "")
         except OSError:
             return
         for name in present:
             task = waiting.get(name)
             if task is not None:
                 task.running = self.shared = True
+                task.appeared = task.appeared or time.time()
 
     def _heard(self, tid: str, task: Task) -> list[tuple[str, Event]]:
         """What a task wrote since the last read: its messages, and its result once it wrote it
@@ -330,7 +328,7 @@ class SlurmBackend:
         self.shared = True
         heard = self.relay.forget(tid)
         del self.tasks[tid]
-        seen_end(task.spec, task.job)  # its result is read: no later driver adopts it (nor replays it)
+        self.unmark.append((task.spec, task.job))  # its result is read: no later driver adopts it once recorded
         self.lingering[task.job] = time.monotonic()
         ended = finished(task.spec, out, heard.exitcode if heard.exitcode is not None else 0)
         return events + [(t, named(task, e)) for t, e in ended]
@@ -339,7 +337,9 @@ class SlurmBackend:
 
     def _look(self, now: float) -> list[tuple[str, Event]]:
         """One squeue for the whole sweep: which tasks run, which left the queue; how those that
-        left with no result ended."""
+        left with no result ended. The driver's heartbeat, touched."""
+        if self.sweep is not None:
+            driver.beat(self.sweep.jobs)
         live = commands.queue(self.name)
         if live is None:
             if self.queue_failing is None:
@@ -370,25 +370,26 @@ class SlurmBackend:
                 task.requeued = True
                 events.append((tid, Requeued(f"Slurm requeued job {task.job} (its node failed, or it was "
                                              "preempted); it waits in the queue to run again, from the start")))
-            events += self._waits(tid, task, "" if task.running else seen.reason or seen.state)
+            events += self._waits(tid, task, "" if task.running else seen.reason or seen.state, now)
         events += self._gone(gone, now)
-        self._check_shared(now)
         return events
 
-    def _waits(self, tid: str, task: Task, reason: str) -> list[tuple[str, Event]]:
+    def _waits(self, tid: str, task: Task, reason: str, now: float) -> list[tuple[str, Event]]:
         """A task's reason to wait (Slurm's, "" while it runs): told when it changes; one that
-        means it never starts, seen at two looks in a row, ends it (cancelled; said once)."""
+        means it never starts ends it (cancelled; said once), where Slurm's sizes confirm it at
+        once, else once it stood for ``NEVER_AFTER_S``."""
         events: list[tuple[str, Event]] = []
         if reason != task.reason:
             task.reason = reason
             if reason:
                 events.append((tid, Pending(reason)))
         meaning = never(reason) if reason and not task.cancelled else ""
-        if not meaning or task.never != meaning:
-            task.never = meaning  # (the first look that says so: the next one decides)
+        seen_before = bool(meaning) and task.never == meaning
+        confirmed = seen_before and reason.startswith("PartitionConfig") and commands.beyond_partition(task.job)
+        if not gives_up(task, meaning, now, confirmed):
             return events
         del self.tasks[tid]
-        seen_end(task.spec, task.job)
+        self.unmark.append((task.spec, task.job))
         self.relay.forget(tid)
         self.cancels.setdefault("cancel", []).append(task.job)
         if meaning not in self.told:
@@ -409,38 +410,38 @@ class SlurmBackend:
         left = [(tid, task) for tid, task in gone if self.tasks.get(tid) is task]  # no result came
         asked = [task.job for _, task in left if task.ended is None
                  and not (task.cancelled and not task.running and not task.began)]
-        said = commands.ended(asked) if asked else {}
+        said_ = commands.ended(asked) if asked else {}
         for tid, task in left:
             if task.seen is None:
                 task.seen = now
             if task.ended is None:
-                task.ended, task.left = said.get(task.job, commands.Ended("CANCELLED")), now
+                task.ended, task.left = said_.get(task.job, commands.Ended("CANCELLED")), now
             events += self._left(tid, task, now)
         return events
 
     def _left(self, tid: str, task: Task, now: float) -> list[tuple[str, Event]]:
-        """A task gone from Slurm's queue with no result: told ended once Slurm says how."""
+        """A task gone from Slurm's queue with no result: told ended once Slurm says how. One
+        that ran and ended before its trial began is told begun first, when its output file
+        showed, and its end names that file."""
         assert task.ended is not None and task.left is not None
         if task.ended.state not in commands.FINAL and task.ended.state != "UNKNOWN":
             task.ended = None  # scontrol sees it still (squeue may not show every partition): not ended
             return []
         if task.ended.state in ("COMPLETED", "UNKNOWN") and not task.cancelled and now - task.left < RESULT_GRACE_S:
             return []  # it may have returned: its result may be on its way through the file system
-        if not self.shared and unseen_failure(task, task.ended):  # its node could not write in the folder
+        if not self.shared and unseen_failure(task, task.ended):  # its node works in another folder
             assert self.sweep is not None
             raise not_shared(task.job, self.sweep.folder)
         del self.tasks[tid]
-        seen_end(task.spec, task.job)
+        self.unmark.append((task.spec, task.job))
         heard = self.relay.forget(tid)
         code = heard.exitcode if heard.exitcode is not None else task.ended.exitcode
         ran = task.ran or (task.ended.state != "UNKNOWN" and bool(task.ended.node))
-        return [(tid, how_it_ended(task.job, task.host or task.ended.node, task.output,
-                                   bool(task.cancelled), task.ended, code, ran))]
-
-    def _check_shared(self, now: float) -> None:
-        """The sweep's folder must be one the nodes share (see :func:`unshared`); once a file of
-        a task showed here, it is."""
-        if self.shared:
-            return
-        assert self.sweep is not None
-        self.shared = unshared(list(self.tasks.values()), now, self.sweep.folder)
+        host = task.host or task.ended.node
+        events: list[tuple[str, Event]] = []
+        if ran and not task.began:  # it ran: its attempt counts, from when its output file showed
+            task.host = host
+            events.append((tid, named(task, Began(0, "", where="", at=appeared(task)))))
+        early = last_line(task.output) if ran and not task.began and not task.cancelled else None
+        return events + [(tid, how_it_ended(task.job, host, task.output, bool(task.cancelled), task.ended, code,
+                                            ran, early))]

@@ -2,9 +2,14 @@
 what they print. Only ``sbatch``, ``squeue``, ``scontrol`` and ``scancel``: no ``sacct``
 (many clusters keep no accounting).
 
-A command that cannot run at all (not installed, the controller unreachable at submission)
-is a :class:`~sweeper.errors.SweepError` in one line; a look at the queue that fails is None
-(the caller looks again later: a controller that restarts must not look like every job ended).
+A command that cannot run at all (not installed) is a :class:`~sweeper.errors.SweepError` in
+one line; a look at the queue that fails is None (the caller looks again later: a controller
+that restarts must not look like every job ended); a submission is :class:`Submitted`, answered
+or not (an ``sbatch`` that timed out, or said it could not reach the controller, may have
+created the job all the same: its caller looks for it before it concludes anything).
+
+Every command runs in a session of its own: a Ctrl-C at the terminal reaches the sweep, which
+decides what to do, never an ``sbatch`` half-way through its answer.
 """
 
 from __future__ import annotations
@@ -27,6 +32,21 @@ FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY
 WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
 #: Seconds a command may take before the look counts as failed.
 COMMAND_S = 30.0
+#: What sbatch says when it could not tell whether the controller took the job (a lost
+#: answer, a controller that restarts): no refusal, the job may exist.
+_UNANSWERED = re.compile(r"timed out|unable to contact|connection refused|zero bytes|temporarily unavailable|"
+                         r"communication|socket|try again", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What ``sbatch`` gave: the job's id ("" where it gave none), what it said (its error
+    lines, in one line), and whether that is an answer (False: it timed out, a signal ended
+    it, or it could not reach the controller; the job may exist all the same)."""
+
+    job: str
+    said: str = ""
+    answered: bool = True
 
 
 @dataclass(frozen=True)
@@ -60,24 +80,34 @@ def missing() -> str:
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str] | None:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_S, env=env)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_S, env=env,
+                              start_new_session=True)
     except (OSError, subprocess.TimeoutExpired):
         return None
 
 
-def submit(options: list[str], name: str, output: str, command: str, array: str, env: dict[str, str],
-           comment: str) -> str:
-    """``sbatch --parsable``: the array job's id (its tasks get ``env``, Slurm's default
-    ``--export=ALL``; ``output`` is a file name pattern, its own ``%`` doubled). A refusal is a
-    SweepError in Slurm's words."""
+def submit(options: list[str], name: str, output: str, script: str, array: str, env: dict[str, str],
+           comment: str) -> Submitted:
+    """``sbatch --parsable`` of ``script`` as an array (``array``: its indices; "": a job of its
+    own), its tasks given ``env`` (Slurm's default ``--export=ALL``; ``output`` is a file name
+    pattern, its own ``%`` doubled): what it gave."""
     argv = ["sbatch", "--parsable", *options, f"--job-name={name}", f"--comment={comment}", f"--output={output}",
-            f"--array={array}", "--wrap", command]
+            *([f"--array={array}"] if array else []), script]
     done = _run(argv, env)
-    if done is None or done.returncode != 0:
-        said = refusal(done.stderr) if done is not None else "it did not answer"
-        raise SweepError(f"Slurm refused the sweep's jobs: sbatch said: {said}; check the --slurm options "
-                         "(partition, account, time, ...) against the cluster's (sinfo, sacctmgr show assoc)")
-    return done.stdout.strip().split(";")[0]
+    if done is None:
+        return Submitted("", f"no answer within {COMMAND_S:g}s", answered=False)
+    job = done.stdout.strip().split(";")[0]
+    if done.returncode == 0 and re.fullmatch(r"\d+", job):
+        return Submitted(job)
+    said = refusal(done.stderr)
+    answered = done.returncode > 0 and said != "(nothing)" and not _UNANSWERED.search(said)
+    return Submitted("", said if done.returncode >= 0 else f"{said} (ended by signal {-done.returncode})", answered)
+
+
+def refused(said: str) -> SweepError:
+    """Slurm's refusal of the sweep's jobs, in its words (sbatch's), naming what to check."""
+    return SweepError(f"Slurm refused the sweep's jobs: sbatch said: {said}; check the --slurm options "
+                      "(partition, account, time, ...) against the cluster's (sinfo, sacctmgr show assoc)")
 
 
 def refusal(stderr: str) -> str:
@@ -104,7 +134,7 @@ def max_array_size() -> int:
 def queue(name: str) -> dict[str, Queued] | None:
     """The tasks of the jobs named ``name`` (the sweep's) that Slurm still holds, pending,
     running or ending: task id (``123_4``) -> what squeue says of it. None: the look failed."""
-    done = _run(["squeue", "-h", "-r", "-a", "--name", name, "-o", "%i|%T|%r|%k"])
+    done = _run(["squeue", "-h", "-r", "-a", "--me", "--name", name, "-o", "%i|%T|%r|%k"])
     if done is None or done.returncode != 0:
         return None
     out = {}
@@ -114,6 +144,29 @@ def queue(name: str) -> dict[str, Queued] | None:
             reason = "" if parts[2] in ("None", "(null)") else parts[2]
             out[parts[0]] = Queued(parts[1], reason, "" if parts[3] == "(null)" else parts[3])
     return out
+
+
+def beyond_partition(task: str) -> bool:
+    """Whether a waiting task asks for more CPUs or memory on a node than any node of its
+    partition has, as ``scontrol`` and ``sinfo`` tell it (False where they cannot tell)."""
+    job = _run(["scontrol", "-o", "show", "job", task])
+    line = job.stdout if job is not None and job.returncode == 0 else ""
+    partition = re.search(r"\bPartition=(\S+)", line)
+    cpus, nodes = re.search(r"\bNumCPUs=(\d+)", line), re.search(r"\bNumNodes=(\d+)", line)
+    if partition is None or cpus is None:
+        return False
+    per_node = -(-int(cpus.group(1)) // max(1, int(nodes.group(1)) if nodes else 1))
+    memory = re.search(r"\bMinMemory(Node|CPU)=(\d+(?:\.\d+)?)([KMGT]?)", line)
+    mb = 0.0
+    if memory is not None:
+        mb = float(memory.group(2)) * {"K": 1 / 1024, "G": 1024.0, "T": 1024.0 ** 2}.get(memory.group(3), 1.0)
+        mb *= per_node if memory.group(1) == "CPU" else 1
+    sizes = _run(["sinfo", "-h", "-N", "-p", partition.group(1), "-o", "%c %m"])
+    nodes_seen = [line.split() for line in (sizes.stdout if sizes is not None and sizes.returncode == 0 else "")
+                  .splitlines()]
+    known = [(int(c), float(m)) for c, m in (n for n in nodes_seen if len(n) == 2) if c.isdigit() and
+             m.replace(".", "", 1).isdigit()]
+    return bool(known) and (per_node > max(c for c, _ in known) or mb > max(m for _, m in known))
 
 
 def ended(tasks: Iterable[str]) -> dict[str, Ended]:
@@ -169,6 +222,7 @@ def cancel(tasks: Iterable[str], signal: str | None = None, wait: bool = True) -
             _run(argv)
             continue
         with contextlib.suppress(OSError):
-            started.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            started.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                            start_new_session=True))
     return started
 
