@@ -20,7 +20,10 @@ Scenarios (one per bullet of the issue's "Why", and the tests' list):
 * ``two-auto``: two sweeps at once, ``--per-gpu auto``, 6 GB trials of 4 s;
 * ``three-fixed``, ``three-auto``: three sweeps at once;
 * ``fair``: a sweep of 12 trials, then 2 s later a sweep of 3: how many of the first sweep's
-  trials start between the second's launch and its first trial's start.
+  trials start between the second's launch and its first trial's start;
+* ``context``: one sweep, ``--per-gpu 2``, beside a process holding 400 MB (an idle
+  notebook's CUDA context) the whole time: two trials, each its cap and its context, no
+  longer fit at once; the ideal counts one at a time.
 
 Columns: the rows' statuses (all sweeps), OOM rows, the smallest ``gpu_mem_cap_mb`` any row
 started with, the makespan (first launch to last exit, start-up included) against the
@@ -58,6 +61,7 @@ SCENARIOS: dict[str, tuple[int, int, str | None, tuple[int, int], float, tuple[i
     "three-fixed": (3, 4, "2", (5120, 6144), 3.0, None, 1),
     "three-auto": (3, 4, "auto", (6144, 6144), 4.0, None, 1),
     "fair": (2, 0, "2", (5120, 6144), 2.0, None, 1),
+    "context": (1, 4, "2", (5120, 6144), 3.0, (400, 0.0), 1),  # (a hold of 0 s: the whole run)
 }
 
 GRID = """\
@@ -75,12 +79,14 @@ def train(params):
 """
 
 
-def capacity(per_gpu: str | None, need_mb: int) -> int:
+def capacity(per_gpu: str | None, need_mb: int, held_mb: int = 0) -> int:
     """Trials one card holds at once under ``per_gpu``, of this need (auto: its need plus 5%
-    headroom beside 512 MB margin)."""
+    headroom beside 512 MB margin), beside ``held_mb`` a colleague holds all along (a fixed
+    per_gpu's trial maps its cap, 95% of the card over per_gpu, and a 300 MB context)."""
     if per_gpu == "auto":
-        return max(1, int((CARD_MB - 512) // (need_mb * 1.05)))
-    return int(per_gpu or 1)
+        return max(1, int((CARD_MB - 512 - held_mb) // (need_mb * 1.05)))
+    slots = int(per_gpu or 1)
+    return max(1, min(slots, int((CARD_MB - held_mb) // (0.95 * CARD_MB / slots + 300))))
 
 
 def launch(sweeper_path: str | None, env: dict[str, str], grid: str, out: str, name: str,
@@ -146,7 +152,8 @@ def scenario(name: str, sweeper_path: str | None) -> dict:
         t0 = time.monotonic()
         if colleague is not None:
             held = subprocess.Popen([sys.executable, os.path.join(TESTS, "fake_nvml.py"), "--hold", board,
-                                     fake.cards[0].uuid, str(colleague[0]), str(colleague[1])],
+                                     fake.cards[0].uuid, str(colleague[0]),
+                                     *([str(colleague[1])] if colleague[1] else [])],
                                     stdout=subprocess.PIPE, text=True)
             assert held.stdout is not None and held.stdout.readline().strip() == "holding"
         procs, launched = [], []
@@ -165,7 +172,8 @@ def scenario(name: str, sweeper_path: str | None) -> dict:
     statuses = Counter(r["status"] for r in everything)
     caps = [int(float(r["gpu_mem_cap_mb"])) for r in everything if r.get("gpu_mem_cap_mb")]
     need_mid = (low + high) // 2
-    ideal = sum(sizes) * busy / (capacity(per_gpu, need_mid) * cards) + (colleague[1] if colleague else 0.0)
+    always = colleague[0] if colleague and not colleague[1] else 0
+    ideal = sum(sizes) * busy / (capacity(per_gpu, need_mid, always) * cards) + (colleague[1] if colleague else 0.0)
     return {"statuses": dict(statuses), "ooms": statuses.get("oom", 0), "rows": len(everything),
             "expected": sum(sizes), "min_cap": min(caps) if caps else None, "wall": wall, "ideal": ideal,
             "shares": shares(per_sweep), "again": sum(int(r["attempts"]) - 1 for r in everything),
@@ -203,8 +211,9 @@ def main() -> None:
           f"{'ideal':>7}{'ratio':>7}  {'shares':<18}{'fair':>5}")
     for name, by_side in results.items():
         n, trials, per_gpu, _, busy, colleague, cards = SCENARIOS[name]
-        print(f"{name}: {n} sweep(s), per_gpu {per_gpu or 'default'}" + (f", colleague {colleague[0]} MB for "
-                                                                        f"{colleague[1]:g} s" if colleague else ""))
+        held = "" if not colleague else f", colleague {colleague[0]} MB for " + (f"{colleague[1]:g} s" if colleague[1]
+                                                                               else "the whole run")
+        print(f"{name}: {n} sweep(s), per_gpu {per_gpu or 'default'}{held}")
         for label, rs in by_side.items():
             print(line(label, rs))
     if args.json:
