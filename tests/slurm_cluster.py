@@ -24,6 +24,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 CONF = """\
 ClusterName=sweeper
 SlurmctldHost={host}
@@ -219,3 +221,20 @@ def overriding(folder: str, constants: dict[str, object], hooks: str = "") -> di
                 "    except ImportError:\n"
                 "        pass\n" + hooks)
     return {"PYTHONPATH": os.pathsep.join([folder, *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A one-node Slurm of the test module's own (imported by a module, it is that module's)."""
+    with one_node(str(tmp_path_factory.mktemp("slurm"))) as conf:
+        yield conf
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(slurm):
+    """Every test leaves Slurm's queue without a job of sweeper's."""
+    yield
+    left = sweep_jobs()
+    if left:
+        subprocess.run(["scancel", *(row[0] for row in left)], capture_output=True)
+    assert not left, left

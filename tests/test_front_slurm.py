@@ -11,16 +11,10 @@ import sys
 import pytest
 import slurm_cluster
 from conftest import HERE, ROOT
-from slurm_cluster import sweep_jobs
+from slurm_cluster import slurm, sweep_jobs  # noqa: F401 (slurm: a fixture)
 
 pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"),
               pytest.mark.slurm]
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    with slurm_cluster.one_node(str(tmp_path_factory.mktemp("slurm"))) as conf:
-        yield conf
 
 
 def test_a_script_calling_sweep_at_its_top_level_submits_nothing(slurm, tmp_path):

@@ -16,7 +16,7 @@ import time
 import pytest
 import slurm_cluster
 from conftest import ROOT, run_cli, write_grid
-from slurm_cluster import Heard, driver, overriding, sweep_jobs, until
+from slurm_cluster import Heard, driver, nothing_left, overriding, slurm, until  # noqa: F401 (slurm, nothing_left: fixtures)
 from test_slurm_says import GATED, starts, status, tasks
 
 import sweeper
@@ -26,22 +26,6 @@ pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_clu
 
 #: GATED, with the trial's value scaled by a constant of the file (its code, changed between runs).
 SCALED = GATED.replace("return {{'x': float(params['x'])}}", "return {{'y': float(params['x']) * SCALE}}")
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    with slurm_cluster.one_node(str(tmp_path_factory.mktemp("slurm"))) as conf:
-        yield conf
-
-
-@pytest.fixture(autouse=True)
-def nothing_left(slurm):
-    """Every test leaves Slurm's queue without a job of sweeper's."""
-    yield
-    left = sweep_jobs()
-    if left:
-        subprocess.run(["scancel", *(row[0] for row in left)], capture_output=True)
-    assert not left, left
 
 
 def test_a_maintenance_window_ahead_keeps_the_tasks_waiting_and_they_run_once_it_is_gone(slurm, tmp_path):

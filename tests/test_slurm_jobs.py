@@ -17,7 +17,7 @@ import sys
 import pytest
 import slurm_cluster
 from conftest import ROOT, run_cli, write_grid
-from slurm_cluster import Heard, sweep_jobs, until
+from slurm_cluster import Heard, nothing_left, slurm, sweep_jobs, until  # noqa: F401 (slurm, nothing_left: fixtures)
 from test_slurm_says import GATED, starts, status, tasks
 
 import sweeper
@@ -26,22 +26,6 @@ pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_clu
               pytest.mark.xdist_group("slurm"), pytest.mark.slurm]
 
 PAGE = open(os.path.join(ROOT, "docs", "slurm.md"), encoding="utf-8").read()
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    with slurm_cluster.one_node(str(tmp_path_factory.mktemp("slurm"))) as conf:
-        yield conf
-
-
-@pytest.fixture(autouse=True)
-def nothing_left(slurm):
-    """Every test leaves Slurm's queue without a job of sweeper's."""
-    yield
-    left = sweep_jobs()
-    if left:
-        subprocess.run(["scancel", *(row[0] for row in left)], capture_output=True)
-    assert not left, left
 
 
 def _blocks(after: str, lang: str) -> list[str]:

@@ -17,7 +17,7 @@ import pytest
 import slurm_cluster
 import sweep_fns
 from conftest import ROOT, run_cli, write_grid
-from slurm_cluster import driver, sweep_jobs, until
+from slurm_cluster import driver, nothing_left, slurm, sweep_jobs, until  # noqa: F401 (slurm, nothing_left: fixtures)
 
 import sweeper
 
@@ -35,22 +35,6 @@ GATED = (
     "        time.sleep(0.05)\n"
     "    return {{'x': float(params['x'])}}\n"
     "grid = {{'x': {xs}, 'gate': [{gate!r}]}}\n")
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    with slurm_cluster.one_node(str(tmp_path_factory.mktemp("slurm"))) as conf:
-        yield conf
-
-
-@pytest.fixture(autouse=True)
-def nothing_left(slurm):
-    """Every test leaves Slurm's queue without a job of sweeper's."""
-    yield
-    left = sweep_jobs()
-    if left:
-        subprocess.run(["scancel", *(row[0] for row in left)], capture_output=True)
-    assert not left, left
 
 
 def starts(folder) -> dict[str, list[str]]:

@@ -38,7 +38,8 @@ from sweeper.placement.neighbours import LOOK_EVERY, Neighbours
 from sweeper.run.crowd import Crowd
 from sweeper.run.hostroom import HostRoom
 from sweeper.run.leftovers import Leftovers, unlisted
-from sweeper.run.packing import MARGIN_MB, Breaker, Card, Packer, Spot
+from sweeper.run.breaker import Breaker
+from sweeper.run.packing import MARGIN_MB, Card, Packer, Spot
 from sweeper.run.slots import Slot
 from sweeper.system import capping, headroom
 from sweeper.system.gpus import MemorySampler

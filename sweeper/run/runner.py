@@ -46,7 +46,8 @@ from sweeper.run.engine import Engine
 from sweeper.run.hostroom import HostRoom
 from sweeper.run.lifecycle import Callback, Callbacks
 from sweeper.run.outputs import TableFiles, Trackers
-from sweeper.run.packing import Breaker, Needs, Packer
+from sweeper.run.breaker import Breaker
+from sweeper.run.packing import Needs, Packer
 from sweeper.placement.neighbours import Neighbours
 from sweeper.run.crowd import beside
 from sweeper.run.placement import Anywhere, SlotPlacement

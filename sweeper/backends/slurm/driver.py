@@ -17,6 +17,7 @@ import socket
 import time
 from dataclasses import dataclass
 
+from sweeper.placement.liveness import exists
 from sweeper.store.paths import atomic
 
 #: Seconds after its last beat that a driver of another machine counts as gone: it beats every
@@ -68,7 +69,7 @@ def heard(jobs: str) -> Driver | None:
     if len(words) < 2 or not words[1].isdigit():
         return None
     driver = Driver(words[0], int(words[1]), words[2] if len(words) > 2 else "", max(age, 0.0))
-    if age >= STALE_S or (driver.host == socket.gethostname() and not _alive(driver.pid)):
+    if age >= STALE_S or (driver.host == socket.gethostname() and not exists(driver.pid)):
         return None
     return driver
 
@@ -86,12 +87,3 @@ def stop(jobs: str) -> None:
         with contextlib.suppress(OSError):
             os.remove(os.path.join(jobs, NAME))
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
