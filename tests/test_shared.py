@@ -190,7 +190,12 @@ def test_a_colleagues_process_makes_trials_wait_not_fail_and_gpus_and_status_say
     sweep = shared.sweep("s", points)
     seen: list[str] = []
     line = read_until(sweep, "sweeper: waiting:", seen)
-    assert f"pid {colleague.pid} (root, " in line and "fake_nvml.py --hold" in line and "holds 10240 MB" in line
+    from sweeper.placement.liveness import command
+
+    # its command as ps shows it, cut to the line's width (where the checkout's path is long, before fake_nvml.py)
+    shown = command(colleague.pid)
+    assert shown.startswith(sys.executable[:40]), shown
+    assert f"pid {colleague.pid} (root, {shown}) holds 10240 MB" in line, (line, shown)
     assert skeleton(line) == skeleton(next(b for b in blocks("text") if b.startswith("sweeper: waiting:"))), line
     view = shared.cli("gpus").stdout
     assert f"pid {colleague.pid} (root): 10240 MB, " in view and "waiting: " + os.path.join(shared.root, "s") in view
