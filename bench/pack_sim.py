@@ -140,7 +140,7 @@ def main() -> None:
         return
     methods = args.methods.split(",")
     results: dict[str, list[dict]] = {m: [] for m in methods}
-    from sweeper.run.packing import HEADROOM, MARGIN_MB
+    from sweeper.placement.packing import HEADROOM, MARGIN_MB
 
     bounds: list[tuple[float, float, float]] = []
     for seed in range(args.seeds):

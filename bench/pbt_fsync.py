@@ -24,7 +24,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sweeper.run import pbt_checkpoints  # noqa: E402
+from sweeper.search import pbt_checkpoints  # noqa: E402
 from sweeper.store.ledger import Ledger  # noqa: E402
 
 

@@ -467,7 +467,7 @@ def _reached(curve: list[float | None], target: float, mode: str) -> int | None:
 
 def _spearman(xs: list[float], ys: list[float]) -> float | None:
     """Spearman's rank correlation (sweeper's own, which the settled pruner uses); None under 3 pairs."""
-    from sweeper.run.pruners import spearman
+    from sweeper.search.pruners import spearman
 
     return spearman(xs, ys) if len(xs) >= 3 else None
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from sweeper.api import SweepInterrupted, load, sweep
     from sweeper.child.context import current_trial, report
     from sweeper.errors import SweepError
-    from sweeper.front.command import Command, flags
+    from sweeper.child.command import Command, flags
     from sweeper.model.distributions import loguniform, randint, uniform
     from sweeper.model.grid import Points, expand, sample
     from sweeper.model.options import Options
@@ -34,7 +34,7 @@ _WHERE = {
     "SweepInterrupted": "api", "load": "api", "sweep": "api",
     "current_trial": "child.context", "report": "child.context",
     "SweepError": "errors",
-    "Command": "front.command", "flags": "front.command",
+    "Command": "child.command", "flags": "child.command",
     "Points": "model.grid", "expand": "model.grid", "sample": "model.grid",
     "loguniform": "model.distributions", "randint": "model.distributions", "uniform": "model.distributions",
     "Options": "model.options",

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from sweeper.backends import registry
-from sweeper.front.command import Command
+from sweeper.child.command import Command
 from sweeper.front.messages import show_messages
 from sweeper.model import mainguard
 from sweeper.model.callables import source_of

@@ -7,7 +7,7 @@ from typing import Any
 
 from sweeper.model.protocol import Answer, Decision
 from sweeper.model.trial import TrialResult
-from sweeper.run.schedulers import Listed
+from sweeper.search.schedulers import Listed
 
 
 class Pausing(Listed):

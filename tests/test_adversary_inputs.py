@@ -170,7 +170,7 @@ BAD_PRUNERS = [  # text, words its line must have
 @pytest.mark.unit
 @pytest.mark.parametrize("text,words", BAD_PRUNERS, ids=range(len(BAD_PRUNERS)))
 def test_every_malformed_pruner_text_is_one_line(text, words):
-    from sweeper.run.pruners import pruner
+    from sweeper.search.pruners import pruner
 
     with pytest.raises(SweepError) as caught:
         pruner(text)
@@ -182,7 +182,7 @@ def test_every_malformed_pruner_text_is_one_line(text, words):
 def test_well_formed_pruner_texts_still_build():
     import optuna
 
-    from sweeper.run.pruners import pruner
+    from sweeper.search.pruners import pruner
 
     assert isinstance(pruner("asha(min_resource=2, reduction_factor=3)"), optuna.pruners.SuccessiveHalvingPruner)
     patient = pruner("patient(asha(min_resource=1), patience=2)")

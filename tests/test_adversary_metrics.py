@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_cli, write_grid
 from sweeper.results.query import leaderboard_lines
-from sweeper.results.constraints import parse
+from sweeper.model.constraints import parse
 from sweeper.model.metrics import direction
 from sweeper.store.table import dataframe
 from sweeper.model.trial import Status, TrialResult

@@ -24,8 +24,8 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import run_fake_cli, write_grid
-from sweeper.run.packing import CONTEXT_MB, MARGIN_MB, Card, Needs, Packer
-from sweeper.run.hostroom import HostRoom
+from sweeper.placement.packing import CONTEXT_MB, MARGIN_MB, Card, Needs, Packer
+from sweeper.placement.hostroom import HostRoom
 from sweeper.model.trial import Status, TrialResult
 
 

@@ -11,7 +11,7 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import run_cli, write_grid
-from sweeper.results.constraints import Constraints, parse
+from sweeper.model.constraints import Constraints, parse
 from sweeper.errors import SweepError
 from sweeper.model.trial import Status, TrialResult
 
@@ -92,7 +92,7 @@ def test_a_search_tells_its_sampler_the_constraint_values():
     import optuna
 
     from sweeper.run.planning import plan
-    from sweeper.run.search import CONSTRAINTS_ATTR, Search
+    from sweeper.search.sampling import CONSTRAINTS_ATTR, Search
 
     search = Search({"a": sweeper.uniform(0.0, 4.0)}, search="tpe", prune=None, trials=3, seed=0, metric="score",
                     mode="max", make_spec=lambda p, i: plan([p], "/tmp/unused", 0)[0],

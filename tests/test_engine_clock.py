@@ -30,10 +30,10 @@ from sweeper.run.stops import Interrupted
 from sweeper.run.phases import Phase
 from sweeper.store.ledger import Ledger
 from sweeper.model.protocol import Answer, Began, Decision, Exited, Reports, Result, Traits
-from sweeper.run.lifecycle import Callback, Callbacks
+from sweeper.model.lifecycle import Callback, Callbacks
 from pausing import Pausing
 from sweeper.run.planning import plan
-from sweeper.run.schedulers import Listed
+from sweeper.search.schedulers import Listed
 from sweeper.model.trial import Status, TrialResult
 
 pytestmark = pytest.mark.unit
@@ -707,7 +707,7 @@ def test_a_trial_moved_to_a_new_process_goes_back_to_starting_and_its_clock_rest
     assert paths(moves) == [["STARTING", "RUNNING", "STARTING", "RUNNING", "STOPPING", "ENDED"]]
 
 
-# -- what the outputs hear (sweeper.run.lifecycle) ---------------------------------------------------
+# -- what the outputs hear (sweeper.model.lifecycle) ---------------------------------------------------
 
 class Heard(Callback):
     """Every call an output gets, in order."""

@@ -22,7 +22,7 @@ from sweeper.model.grid import expand, sample
 from sweeper.store.ledger import Ledger
 from sweeper.model.options import Options
 from sweeper.run.planning import Plan, plan
-from sweeper.run.progress import PlainLines, Tally
+from sweeper.front.progress import PlainLines, Tally
 from sweeper.store.table import READ_CSV
 from sweeper.model.trial import Status, TrialResult, TrialSpec, params_key
 

@@ -432,7 +432,7 @@ def test_the_probe_pins_the_first_card_of_the_sweep_under_a_small_cap(fake_nvml)
     with a cap as a packed trial's), and that on the CPU there is no GPU probe."""
     from sweeper.system import capping
     from sweeper.model import contract
-    from sweeper.run.slots import parse_gpus, place
+    from sweeper.placement.slots import parse_gpus, place
 
     env = fork.probe_env(place(parse_gpus("1"), capping.resolve(2, None, False), None).slots)
     assert env is not None

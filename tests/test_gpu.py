@@ -20,7 +20,7 @@ from conftest import run_fake_cli, write_grid
 from sweeper.system.capping import MemoryPolicy, resolve
 from sweeper.system.gpus import inventory
 from sweeper.model.outcome import oom_hint
-from sweeper.run.slots import parse_gpus, pick, place
+from sweeper.placement.slots import parse_gpus, pick, place
 
 
 # -- slot accounting ----------------------------------------------------------------------

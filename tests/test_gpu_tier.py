@@ -259,7 +259,7 @@ def test_free_skips_a_card_another_process_holds(tmp_path, cards):
     try:
         assert holder.stdout.readline().strip() == "held"
         from sweeper.system.capping import MemoryPolicy
-        from sweeper.run.slots import place
+        from sweeper.placement.slots import place
 
         if len(cards) == 1:
             with pytest.raises(sweeper.SweepError, match="no free GPU"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 
 import pytest
 
@@ -169,8 +170,8 @@ def test_the_tree_shows_the_roles():
     top = sorted(m for m, path in MODULES.items() if m.count(".") == 1 and not path.endswith("__init__.py"))
     assert len(top) <= TOP_MODULES, top
     roles = {m.split(".")[1] for m, path in MODULES.items() if path.endswith("__init__.py") and m.count(".") == 1}
-    assert roles == {"backends", "child", "front", "model", "placement", "results", "run", "store", "system",
-                     "tracking"}
+    assert roles == {"backends", "child", "front", "model", "placement", "results", "run", "search", "store",
+                     "system", "tracking"}
     for role in roles:  # each package says what it holds, and names every module in it
         init = os.path.join(PACKAGE, role, "__init__.py")
         doc = ast.get_docstring(ast.parse(open(init).read())) or ""
@@ -203,3 +204,88 @@ def test_the_machine_wide_placement_stands_below_what_runs_sweeps():
              if not t.startswith(low)]
     assert above == []
     assert any(t.startswith("sweeper.placement") for m in graph if m.startswith("sweeper.run.") for t in graph[m])
+
+
+def _layers() -> dict[str, set[str]]:
+    """docs/layout.md's table of layers: each package and the packages it may import."""
+    text = open(os.path.join(ROOT, "docs", "layout.md")).read()
+    table = text[text.index("## The layers"):]
+    allowed: dict[str, set[str]] = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].isdigit() and cells[1].isidentifier():
+            allowed[cells[1]] = {p.strip() for p in cells[2].split(",")}
+    return allowed
+
+
+def _package(module: str) -> str | None:
+    """The package a module of sweeper's lives in, or None for a top module."""
+    parts = module.split(".")
+    if len(parts) > 2 or (len(parts) == 2 and MODULES[module].endswith("__init__.py")):
+        return parts[1]
+    return "errors" if module == "sweeper.errors" else None
+
+
+#: Imports against the table that a change in progress has still to take out: each names
+#: the import and why it is there. The list only shrinks (a test below fails on one gone).
+AGAINST_THE_TABLE: set[str] = {
+    "sweeper.model.options imports sweeper.placement.slots",
+    "sweeper.model.options imports sweeper.results.query",
+    "sweeper.model.options imports sweeper.system.capping",
+    "sweeper.model.target imports sweeper.child.command",
+    "sweeper.model.trial imports sweeper.store.paths",
+    "sweeper.run.runner imports sweeper.front.progress",
+    "sweeper.front.replay imports sweeper.api",
+    "sweeper.front.subcommands imports sweeper.api",
+}
+
+
+def _against_the_table() -> set[str]:
+    allowed = _layers()
+    out = set()
+    for m, targets in _graph().items():
+        here = _package(m)
+        if here is None or here == "errors":
+            continue
+        for t in targets:
+            there = _package(t)
+            if there is not None and there != here and there not in allowed[here] and there != "errors":
+                out.add(f"{m} imports {t}")
+            if there is None and t != "sweeper":
+                out.add(f"{m} imports {t}")  # a package importing a top module (the API) runs up the house
+    return out
+
+
+@pytest.mark.unit
+def test_the_layer_table_names_every_package_once():
+    packages = {m.split(".")[1] for m, p in MODULES.items() if p.endswith("__init__.py") and m.count(".") == 1}
+    assert set(_layers()) == packages
+
+
+@pytest.mark.unit
+def test_every_import_goes_down_the_table_of_layers():
+    assert sorted(_against_the_table() - AGAINST_THE_TABLE) == []
+
+
+@pytest.mark.unit
+def test_an_import_taken_out_is_struck_from_the_list_of_those_against_the_table():
+    assert sorted(AGAINST_THE_TABLE - _against_the_table()) == []
+
+
+@pytest.mark.unit
+def test_no_package_imports_another_in_a_circle():
+    graph: dict[str, set[str]] = {p: set() for p in _layers()}
+    for m, targets in _graph().items():
+        here = _package(m)
+        if here in graph:
+            graph[here] |= {there for t in targets if (there := _package(t)) in graph and there != here
+                            and f"{m} imports {t}" not in AGAINST_THE_TABLE}
+    assert circles(graph) == []
+
+
+@pytest.mark.unit
+def test_the_layer_checker_names_an_import_that_runs_up_the_table(monkeypatch):
+    graph = _graph()
+    graph["sweeper.model.trial"] = graph["sweeper.model.trial"] | {"sweeper.run.engine"}
+    monkeypatch.setattr(sys.modules[__name__], "_graph", lambda: graph)
+    assert "sweeper.model.trial imports sweeper.run.engine" in _against_the_table()

@@ -19,7 +19,7 @@ from sweeper.results import report as analysis
 from sweeper.store import table
 from sweeper.errors import SweepError
 from sweeper.store.ledger import Ledger
-from sweeper.results.objectives import Objectives, nondominated
+from sweeper.model.objectives import Objectives, nondominated
 from sweeper.model.options import Options
 from sweeper.model.trial import Status, TrialResult
 

@@ -104,7 +104,7 @@ def test_parsed_flags_build_options_and_the_choices_are_the_ones_checked():
     with pytest.raises(SweepError, match="backend must be a backend's name"):
         Options(backend="").checked()
     with pytest.raises(SweepError, match="mode must be 'max' or 'min' \\(one per metric\\), got 'nope'"):
-        Options(mode="nope").checked()  # a list of them for several metrics: checked by sweeper.results.objectives
+        Options(mode="nope").checked()  # a list of them for several metrics: checked by sweeper.model.objectives
 
 
 # -- the table's columns from TrialResult -------------------------------------------------

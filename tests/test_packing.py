@@ -20,7 +20,7 @@ from conftest import run_fake_cli, write_grid
 from sweeper.errors import SweepError
 from sweeper.model.options import Options, megabytes
 from sweeper.model.protocol import Began
-from sweeper.run.packing import CONTEXT_MB, EARLY_HEADROOM, HEADROOM, MARGIN_MB, PATIENCE, Card, Needs, Packer, terms
+from sweeper.placement.packing import CONTEXT_MB, EARLY_HEADROOM, HEADROOM, MARGIN_MB, PATIENCE, Card, Needs, Packer, terms
 from sweeper.model.trial import Status, TrialResult
 
 
@@ -466,7 +466,7 @@ def test_memory_a_trial_leaves_on_its_card_is_said_once_and_counted_as_used(tmp_
     must come back to within TEARDOWN_TOLERANCE_MB of what it was when the trial started;
     what does not within TEARDOWN_S is said once, with the trial's name, and counts as
     used: the next large trial goes to the other card."""
-    from sweeper.run import leftovers
+    from sweeper.placement import leftovers
 
     monkeypatch.setattr(leftovers, "TEARDOWN_S", 0.5)
     first = {"x": 1, "need_mb": 3000, "leak_mb": leak_mb, "board": machine.board}
@@ -495,8 +495,8 @@ def test_the_fork_servers_probe_on_a_card_is_not_taken_for_a_leftover(machine, c
     from sweeper.system import capping, procs
     from sweeper.model import contract
     from sweeper.backends.local.backend import LocalBackend
-    from sweeper.run.placement import SlotPlacement
-    from sweeper.run.slots import parse_gpus, place
+    from sweeper.placement.policy import SlotPlacement
+    from sweeper.placement.slots import parse_gpus, place
 
     slots = place(parse_gpus("0"), capping.resolve("auto", None, False), None).slots
     placement = SlotPlacement(slots, packer=Packer(Needs(), ["0"]))

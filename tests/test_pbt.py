@@ -1,4 +1,4 @@
-"""Population-based training (sweeper.run.pbt): its settings and exploration, each decision
+"""Population-based training (sweeper.search.pbt): its settings and exploration, each decision
 of its scheduler played by hand (no processes), and whole sweeps of real processes: pauses,
 copies of checkpoints, a member that dies, a Ctrl-C and the same command again."""
 
@@ -22,7 +22,7 @@ from sweeper.model import contract
 from sweeper.model.protocol import Decision
 from sweeper.model.space import Space
 from sweeper.model.trial import Status, TrialResult
-from sweeper.run import pbt
+from sweeper.search import pbt
 from sweeper.run.planning import plan
 from tests import pbt_fns
 
@@ -299,7 +299,8 @@ def scheduled_sweep(tmp_path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def test_status_and_the_report_show_schedules_and_lineage_and_replay_follows_one(tmp_path, capsys):
     from sweeper.front.subcommands import status_main
-    from sweeper.results import replay, report
+    from sweeper.results import report
+    from sweeper.front import replay
 
     df, hist = scheduled_sweep(tmp_path)
     capsys.readouterr()
@@ -477,7 +478,7 @@ def test_population_based_training_needs_no_optuna(monkeypatch):
 
 @pytest.mark.unit
 def test_each_link_in_a_checkpoint_is_copied_as_it_must_be(tmp_path):
-    from sweeper.run import pbt_checkpoints
+    from sweeper.search import pbt_checkpoints
 
     sweep = tmp_path / "sweep"
     ckpt = sweep / "trials" / "member_0" / "checkpoint"

@@ -98,7 +98,7 @@ def _killed(tmp_path: Path, args: list[str], moment: str) -> Path:
 
 @pytest.mark.parametrize("moment", ["journal", "landed", "recorded"])
 def test_a_sweep_killed_between_a_copy_and_its_record_resumes_with_the_lineage_right(tmp_path, moment):
-    from sweeper.results import replay
+    from sweeper.front import replay
 
     args = _grid(tmp_path)
     killed_at = _killed(tmp_path, args, moment)

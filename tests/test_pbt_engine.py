@@ -18,7 +18,7 @@ from sweeper.model import contract
 from sweeper.model.protocol import Answer, Began, Decision, Exited, Reports, Result, Traits
 from sweeper.model.space import Space
 from sweeper.model.trial import Status
-from sweeper.run import pbt
+from sweeper.search import pbt
 from sweeper.run.engine import Engine
 from sweeper.run.planning import plan
 from sweeper.store.ledger import Ledger

@@ -40,7 +40,7 @@ def test_decisions_go_on_after_a_member_finished_early(tmp_path):
 
 
 def test_a_replay_of_a_member_that_copied_follows_its_lineage_with_each_segments_seed(tmp_path):
-    from sweeper.results import replay
+    from sweeper.front import replay
 
     df = run_pbt(tmp_path, pbt_fns.noisy, synch=True)
     assert set(df["status"]) == {"ok"}

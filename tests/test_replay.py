@@ -20,7 +20,7 @@ from conftest import HERE, ROOT, run_cli, run_fake_cli, write_grid
 from sweeper.store import table
 from sweeper.errors import SweepError
 from sweeper.store.ledger import Ledger
-from sweeper.results.replay import Drift, chosen, drifts, replay
+from sweeper.front.replay import Drift, chosen, drifts, replay
 from sweeper.model.trial import Status, TrialResult
 
 EXPERIMENTS = os.path.join(ROOT, "experiments")

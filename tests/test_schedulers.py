@@ -1,5 +1,5 @@
 """The one interface the engine asks which trial runs next and what each report is answered
-(sweeper.model.protocol.Scheduler; sweeper.run.schedulers): a pause, end to end in real
+(sweeper.model.protocol.Scheduler; sweeper.search.schedulers): a pause, end to end in real
 processes (the same orderings in fake time are in test_engine_clock.py), and the search's
 scheduler answering with its pruner."""
 
@@ -15,8 +15,8 @@ from sweeper.model.target import FunctionTarget
 from sweeper.model.trial import Status, TrialResult
 from sweeper.run.engine import Engine
 from sweeper.run.planning import plan
-from sweeper.run.schedulers import Searching
-from sweeper.run.slots import place
+from sweeper.search.schedulers import Searching
+from sweeper.placement.slots import place
 from sweeper.store.ledger import Ledger
 from sweeper.system.capping import MemoryPolicy
 from pausing import Pausing

@@ -225,7 +225,7 @@ def test_a_search_counts_only_rows_of_its_own_space(tmp_path, before):
     ("patient(asha(min_resource=2), patience=3)", optuna.pruners.PatientPruner, {"_patience": 3}),
 ])
 def test_a_pruner_is_named_with_optunas_keywords(text, cls, attrs):
-    from sweeper.run.pruners import pruner
+    from sweeper.search.pruners import pruner
 
     built = pruner(text)
     assert type(built) is cls
@@ -250,7 +250,7 @@ def test_a_pruner_is_named_with_optunas_keywords(text, cls, attrs):
     ("hyperband(min_resource=0)", "Optuna's pruner fails with it (ZeroDivisionError"),
 ])
 def test_a_pruner_text_that_is_wrong_says_what_to_write(text, words):
-    from sweeper.run.pruners import pruner
+    from sweeper.search.pruners import pruner
 
     with pytest.raises(sweeper.SweepError) as caught:
         pruner(text)

@@ -10,8 +10,8 @@ import sweeper
 from sweeper.errors import SweepError
 from sweeper.model.trial import Status, TrialResult
 from sweeper.run.planning import plan
-from sweeper.run.pruners import Settled, pruner, settled_epoch, spearman
-from sweeper.run.search import Search
+from sweeper.search.pruners import Settled, pruner, settled_epoch, spearman
+from sweeper.search.sampling import Search
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,7 @@ from sweeper.placement.holders import crowded
 from sweeper.placement.liveness import Life, boot_id, namespace, said_command, started
 from sweeper.placement.machine import Machine
 from sweeper.placement.record import Entry, Holding, Kind, Want
-from sweeper.run.packing import ALONE_MIN_MB, CONTEXT_MB, MARGIN_MB, Card, Needs, terms
+from sweeper.placement.packing import ALONE_MIN_MB, CONTEXT_MB, MARGIN_MB, Card, Needs, terms
 
 pytestmark = pytest.mark.unit
 
@@ -241,8 +241,8 @@ def test_an_oom_others_caused_runs_again_three_times_at_most_and_teaches_the_pac
     """A trial whose card others crowded while it ran: its OOM is excused (it runs again,
     retries or not, and its row is no lesson for the packer) three times; the fourth is its own."""
     from sweeper.model.trial import Status, TrialResult
-    from sweeper.run.crowd import CROWDED_RERUNS, Crowd
-    from sweeper.run.slots import Slot
+    from sweeper.placement.crowd import CROWDED_RERUNS, Crowd
+    from sweeper.placement.slots import Slot
 
     crowd = Crowd([Slot(0, "0", uuid="GPU-1", cap_mb=7782)])
     row = TrialResult(trial_id="t1", name="t1", index=0, params={}, status=Status.OOM, attempts=1)
@@ -278,8 +278,8 @@ def test_a_fixed_per_gpus_reservation_holds_the_cuda_context_and_blames_others_b
     """Under --per-gpu 2 a trial reserves its cap and the context beside it, so a colleague's
     400 MB (an idle notebook's context) keeps the second trial waiting; an OOM beside it is the
     colleague's; an OOM at the trial's own cap is never excused."""
-    from sweeper.run.crowd import Crowd
-    from sweeper.run.slots import Slot
+    from sweeper.placement.crowd import Crowd
+    from sweeper.placement.slots import Slot
 
     slots = [Slot(i, "0", uuid="GPU-1", cap_mb=7782) for i in range(2)]
     crowd = Crowd(slots)
@@ -301,7 +301,7 @@ def test_a_first_trial_beside_other_sweeps_is_capped_by_the_cards_room_not_its_s
     that ran out twice does, and no guess after an OOM becomes every other point's prediction.
     On a small card it is never capped below MIN_CAP_MB, nor to nothing."""
     from sweeper.model.trial import Status, TrialResult
-    from sweeper.run.packing import MIN_CAP_MB
+    from sweeper.placement.packing import MIN_CAP_MB
 
     alone = Needs().predict({})
     reserved, cap = terms(alone, Card("0", 16384, 16000, share_mb=5461, alone_mb=4000))

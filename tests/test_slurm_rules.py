@@ -14,7 +14,7 @@ from sweeper.model import outcome
 from sweeper.model.protocol import Began, Exited, Result, Traits
 from sweeper.model.trial import Status
 from sweeper.run.engine import Engine
-from sweeper.run.lifecycle import Callback
+from sweeper.model.lifecycle import Callback
 from sweeper.run.planning import plan
 from sweeper.store.ledger import Ledger
 
@@ -254,7 +254,7 @@ def test_the_live_view_says_how_many_trials_wait_in_the_queue_and_why():
     """Slurm's reasons, told as each changes (Pending): one line under the running trials."""
     from rich.console import Console
 
-    from sweeper.run.progress import LiveView
+    from sweeper.front.progress import LiveView
 
     view = LiveView()
     try:

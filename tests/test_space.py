@@ -254,7 +254,7 @@ def test_each_mistake_in_what_is_asked_is_refused_in_one_line(given, ask, needle
 @pytest.mark.unit
 def test_the_callers_say_what_the_space_says():
     optuna = pytest.importorskip("optuna")
-    from sweeper.run.search import distributions
+    from sweeper.search.sampling import distributions
 
     given = {"lr": loguniform(1e-4, 1e-1), "units": randint(16, 129), "act": ["relu", "tanh"], "epochs": 3}
     assert distributions(given) == Space.searched(given).optuna() == (

@@ -70,7 +70,7 @@ def test_sweep_ranks_nothing_until_mode_is_given(tmp_path, capsys):
 @pytest.mark.unit
 def test_the_live_view_shows_no_best_of_a_metric_whose_direction_is_unknown():
     from sweeper.model.trial import Status, TrialResult
-    from sweeper.run.progress import Tally
+    from sweeper.front.progress import Tally
 
     def result(value: float) -> TrialResult:
         return TrialResult(f"t{value:g}", f"x={value:g}", 0, {"x": value}, Status.OK, {"value": value})

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from sweeper.model.options import Flag, Options
     from sweeper.model.protocol import Admission, Backend
     from sweeper.model.target import Target
-    from sweeper.run.slots import Placement
+    from sweeper.placement.slots import Placement
 
 #: The entry-point group another package declares its backends in.
 GROUP = "sweeper.backends"
@@ -53,7 +53,7 @@ class Launch:
     options: Options  #: the sweep's options, checked
     placement: Placement  #: this machine's slots; empty for a backend that places trials itself
     #: the placement policy the engine asks before it starts a trial (this machine's slots:
-    #: :class:`sweeper.run.placement.SlotPlacement`, which the local backend asks too)
+    #: :class:`sweeper.placement.policy.SlotPlacement`, which the local backend asks too)
     admission: Admission
     tag: str | None = None  #: the mark every process of this sweep carries (:mod:`sweeper.system.procs`)
     early: ForkServer | None = None  #: the local backend's: a fork server the CLI started early
@@ -84,7 +84,7 @@ class Registered:
 
 def _local(launch: Launch) -> Backend:
     from sweeper.backends.local import LocalBackend
-    from sweeper.run.placement import SlotPlacement
+    from sweeper.placement.policy import SlotPlacement
 
     options = launch.options
     placement = launch.admission if isinstance(launch.admission, SlotPlacement) else None
@@ -96,7 +96,7 @@ def _local(launch: Launch) -> Backend:
 
 def _ray(launch: Launch) -> Backend:
     from sweeper.backends.ray import RayBackend
-    from sweeper.run.slots import parse_gpus
+    from sweeper.placement.slots import parse_gpus
 
     options = launch.options
     own: RayOptions = options.backend_options or RayOptions()

@@ -9,6 +9,8 @@
 * :mod:`sweeper.child.capping`: each framework's cap, as the parent decided it;
 * :mod:`sweeper.child.context`: ``current_trial()`` and ``report()``, from inside ``train``
   (and the reporter the bootstrap starts);
+* :mod:`sweeper.child.command`: command trials, a script with flags swept as ``train``;
+  :mod:`sweeper.child.shell`: a shell template read as the shell reads it;
 * :mod:`sweeper.child.gridcheck`: a grid file checked where it will run;
 * :mod:`sweeper.child.preload`: what a sweep's fork server imports once, before its forks.
 

@@ -154,7 +154,7 @@ _last_epoch: int | None = None
 
 def last_epoch(epochs: int | None) -> None:
     """The trial's last epoch, where its loop knows it (Keras's ``fit(epochs=...)``): sent with
-    each report, so a scheduler makes no decision there (:mod:`sweeper.run.pbt`)."""
+    each report, so a scheduler makes no decision there (:mod:`sweeper.search.pbt`)."""
     global _last_epoch
     _last_epoch = int(epochs) if isinstance(epochs, int) and not isinstance(epochs, bool) else None
 

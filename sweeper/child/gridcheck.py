@@ -66,7 +66,7 @@ def _examine(path: str, seed: int | None) -> dict[str, Any]:
     points, space = _points_of(module, name, options, options.get("seed", 0) if seed is None else seed)
     options = _evaluated(options, [dict(p) for p in points])
     if command is not None:
-        from sweeper.front.command import Command
+        from sweeper.child.command import Command
 
         command = Command.of(command, shell)
         command.check(points or [dict.fromkeys(space or {}, 0)])

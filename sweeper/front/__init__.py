@@ -6,8 +6,8 @@
 * :mod:`~sweeper.front.job`: ``run -- CMD``, a command on a GPU beside the machine's sweeps;
   :mod:`~sweeper.front.gpuview`: ``gpus``, the machine's cards and who uses them;
 * :mod:`~sweeper.front.gridfile`: a grid file read without importing it in the parent;
-* :mod:`~sweeper.front.command`: command trials, a script with flags swept as ``train``;
-  :mod:`~sweeper.front.shell`: a shell template read as the shell reads it;
+* :mod:`~sweeper.front.replay`: ``replay``, a trial run again, and how far each metric drifts;
+* :mod:`~sweeper.front.progress`: the console's live view, or one plain line per trial;
 * :mod:`~sweeper.front.messages`: sweeper's own lines, for the CLI and ``sweep()`` alike;
 * :mod:`~sweeper.front.optionsdoc`: the table of flags in docs/options.md, made from their texts;
 * :mod:`~sweeper.front.hydra`: sweeper as a Hydra launcher (``hydra/launcher=sweeper``): its

@@ -14,7 +14,7 @@ from sweeper import __version__
 from sweeper.backends import registry
 from sweeper.errors import SweepError
 from sweeper.front import gridfile
-from sweeper.front.command import Command
+from sweeper.child.command import Command
 from sweeper.front.messages import show_messages
 from sweeper.front.subcommands import (
     COMMANDS,
@@ -30,8 +30,8 @@ from sweeper.model.grid import Points
 from sweeper.model.option_texts import brief, filled
 from sweeper.model.options import Options
 from sweeper.model.target import FileTarget, FunctionTarget, describe
-from sweeper.run.progress import choose_view
-from sweeper.run.slots import Placement
+from sweeper.front.progress import choose_view
+from sweeper.placement.slots import Placement
 from sweeper.store.folder import SweepFolder, refuse_busy
 from sweeper.system import procs
 
@@ -264,7 +264,7 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanu
     registry.options(grid.options, where=os.path.basename(grid.path), partial=True)  # flags may name the backend
     given = {**grid.options, **flags}
     if flags.get("pbt") is not None:  # --pbt KEY=VALUE changes its own key of the file's pbt={...}
-        from sweeper.run.pbt_settings import overridden
+        from sweeper.search.pbt_settings import overridden
 
         given["pbt"] = overridden(grid.options.get("pbt"), flags["pbt"])
     opts = registry.options(given, where="the command line")
@@ -305,7 +305,7 @@ def _early_server(flags: dict[str, Any], path: str, tag: str, cleanup: contextli
     import logging
 
     from sweeper.backends.local.fork import early_server
-    from sweeper.run.slots import parse_gpus, place
+    from sweeper.placement.slots import parse_gpus, place
 
     sweeper_log = logging.getLogger("sweeper")
     quiet = sweeper_log.disabled
@@ -331,7 +331,7 @@ def _early_server(flags: dict[str, Any], path: str, tag: str, cleanup: contextli
 def _default_name(args: argparse.Namespace) -> str:
     """The sweep folder's name where neither --name nor the grid file's options give one:
     the grid file's stem; for --command, the script it runs (``train`` for ``python
-    train.py ...``, :meth:`~sweeper.front.command.Command.script_name`), else the --grid file's stem."""
+    train.py ...``, :meth:`~sweeper.child.command.Command.script_name`), else the --grid file's stem."""
     if args.command is not None:
         script = Command.of(args.command, args.shell).script_name()
         if script:

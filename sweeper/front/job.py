@@ -10,7 +10,7 @@ TensorFlow only grows (``TF_FORCE_GPU_ALLOW_GROWTH``) unless the script calls
 ``sweeper.worker.setup()``, which makes ``SWEEPER_MEMORY_LIMIT_MB`` its exact cap; nothing caps
 PyTorch (``SWEEPER_MEMORY_FRACTION`` is there for the script to apply). A command that takes
 more than it said can push the sweeps' trials out of memory; their OOM is then not theirs
-(:mod:`sweeper.run.crowd`). Its output streams as it comes, and it exits with the command's
+(:mod:`sweeper.placement.crowd`). Its output streams as it comes, and it exits with the command's
 code (128 + the signal that ended it). Its record (:mod:`sweeper.placement.record`, kind
 ``job``) says what it holds while it runs, so the sweeps count it. Without a GPU it runs the
 command at once, on the CPU, and says so.
@@ -96,7 +96,7 @@ def _megabytes(value: str | None) -> int | None:
 
 def _cards(which: str) -> list[Gpu]:
     """The cards the job may take (the user's CUDA_VISIBLE_DEVICES and --gpus), as NVML lists them."""
-    from sweeper.run.slots import choose_gpus, parse_gpus
+    from sweeper.placement.slots import choose_gpus, parse_gpus
 
     ids, known, _ = choose_gpus(parse_gpus(which))
     return [g for g in known if str(g.index) in ids]
@@ -127,9 +127,9 @@ def _wait(neighbours: Neighbours, cards: list[Gpu], want: int | None, text: str)
 
 def _fits(neighbours: Neighbours, now: dict[int, Gpu], cards: list[Gpu], want: int | None) -> Choice | None:
     """The card with the least room left once the job's memory is on it, or None (said why, published
-    as what the job wants). It reserves its cap and a context (:func:`sweeper.run.crowd.default_context`);
+    as what the job wants). It reserves its cap and a context (:func:`sweeper.placement.crowd.default_context`);
     a card where nothing is (no process NVML lists, no reservation) takes it where its cap fits."""
-    from sweeper.run.crowd import default_context
+    from sweeper.placement.crowd import default_context
 
     best: tuple[float, Choice] | None = None
     words, keys, uuids, strangers, wanted = [], [], [], [], [1]

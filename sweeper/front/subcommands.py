@@ -16,7 +16,7 @@ from sweeper.front import gpuview, job
 from sweeper.front.messages import show_messages
 from sweeper.model.options import Options
 from sweeper.model.trial import Status
-from sweeper.results.objectives import MODES
+from sweeper.model.objectives import MODES
 from sweeper.store.folder import default_uid, holder, sweep_folder
 from sweeper.system import procs
 
@@ -245,7 +245,7 @@ def report_main(argv: list[str]) -> int:
 
 def replay_main(argv: list[str]) -> int:
     """Run trials of a sweep again as they ran; per metric the drift; exit 1 beyond --tol."""
-    from sweeper.results import replay
+    from sweeper.front import replay
 
     p = Parser(prog=f"{program_name()} replay", allow_abbrev=False,
                 description="Run trials of a sweep again as they ran (same parameters, seed, start method, "

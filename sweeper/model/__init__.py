@@ -13,6 +13,9 @@
 * :mod:`~sweeper.model.options`: a sweep's knobs, checked once; :mod:`~sweeper.model.option_texts`:
   what each means, written once for ``--help`` and docs/options.md;
 * :mod:`~sweeper.model.metrics`: what ``train`` returned, as a row's metrics;
+  :mod:`~sweeper.model.objectives`, :mod:`~sweeper.model.constraints`: several objectives and the Pareto
+  front; what a trial must meet to be ranked;
+* :mod:`~sweeper.model.lifecycle`: what a sweep's outputs hear from it (the ``Callback``);
 * :mod:`~sweeper.model.target`, :mod:`~sweeper.model.callables`: ``train`` named so a fresh process finds it;
   :mod:`~sweeper.model.mainguard`: a script's ``sweep()`` outside ``if __name__ == "__main__":``, read from its source;
 * :mod:`~sweeper.model.text`: text made safe for a console line or a CSV field.

@@ -63,7 +63,7 @@ def shape(*, grid: Any = ABSENT, space: Any = ABSENT, samples: Any = None, searc
 
     * a grid and a space both: refused;
     * a search: the space searched (``sweep()``'s grid is its space; a file's grid, already
-      points, is refused by the search's check, :func:`sweeper.run.search.check`);
+      points, is refused by the search's check, :func:`sweeper.search.sampling.check`);
     * a space with ``samples = N``: N points drawn from it (:func:`sweeper.model.grid.sample`);
     * a space alone: refused, samples or a search missing, unless ``later`` (the grid file's
       reader, before the command line's ``--search`` is known): then the space as it is;

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from sweeper.errors import SweepError
 from sweeper.model.metrics import direction, nearest_known
-from sweeper.results.objectives import Objectives
-from sweeper.results.objectives import given as objectives_given
-from sweeper.run.slots import parse_gpus
+from sweeper.model.objectives import Objectives
+from sweeper.model.objectives import given as objectives_given
+from sweeper.placement.slots import parse_gpus
 from sweeper.system.capping import MemoryPolicy, resolve
 
 if TYPE_CHECKING:  # Optuna is imported only by a search, in the function that runs it
@@ -122,7 +122,7 @@ class Options:
     out: str = field(default="results", metadata=flag("where sweep folders go (default `{default}`)",
                                                       metavar="DIR"))
     #: trials at once (default: GPU slots, else the CPU count); "auto": as many as measured
-    #: idle cores and host memory allow (:class:`sweeper.run.hostroom.HostRoom`)
+    #: idle cores and host memory allow (:class:`sweeper.placement.hostroom.HostRoom`)
     workers: int | str | None = field(default=None, metadata=flag(
         "trials at once (default: the GPU slots, or the CPU count without GPUs; with `--backend slurm`, 32); "
         "`auto`: as many as measured idle cores and the host memory each is predicted to need allow (see "
@@ -157,7 +157,7 @@ class Options:
         "as `0,2` or `GPU-5f3c...` (see [GPUs](gpus.md)). Ids where no GPU can be found are refused (`all` falls "
         "back to the CPU and says so)"))
     #: trials sharing one GPU (default: 1, or int(1 / memory_fraction)); "auto": as many as
-    #: the memory they measurably need allows (:mod:`sweeper.run.packing`)
+    #: the memory they measurably need allows (:mod:`sweeper.placement.packing`)
     per_gpu: int | str | None = field(default=None, metadata=flag(
         "trials sharing one GPU (default 1); `auto`: as many as fit by the memory each is predicted to need, "
         "measured as the sweep runs (see [GPUs](gpus.md) and [packing](" + _PACKING + "))", type=_count_or_auto,
@@ -195,7 +195,7 @@ class Options:
         action="store_true"))
     #: metric that ranks trials (default: :func:`sweeper.model.metrics.default_metric`, val_loss first);
     #: several (["val_accuracy", "params"]): objectives optimised at once, their Pareto front
-    #: marked (:mod:`sweeper.results.objectives`)
+    #: marked (:mod:`sweeper.model.objectives`)
     metric: str | Sequence[str] | None = field(default=None, metadata=flag(
         "the metric that ranks trials, or several, comma-separated, optimised at once (default: a validation "
         "metric where there is one, so a Keras `History` ranks by `val_loss`, else the first metric; the summary "
@@ -257,7 +257,7 @@ class Options:
         "`\"asha(min_resource='auto')\"` cuts from the epoch where the search's finished trials show the "
         "ranking settles (see [search](search.md))"))
     #: with search="pbt": population-based training's settings (population, interval,
-    #: quantile, resample, factors, synch, burn_in: :mod:`sweeper.run.pbt`), a dict in code,
+    #: quantile, resample, factors, synch, burn_in: :mod:`sweeper.search.pbt`), a dict in code,
     #: ``KEY=VALUE`` flags on the command line
     pbt: Any = field(default=None, metadata=flag(
         "with `--search pbt`: a setting of population-based training, as `KEY=VALUE`: `population=8`, "
@@ -266,7 +266,7 @@ class Options:
         "[population-based training](pbt.md))", action="append", metavar="KEY=VALUE"))
     #: bounds a trial's results must meet to be ranked ({"params": ("<=", 1e6)}, the text
     #: "params<=1e6,val_accuracy>=0.9", or a function of the row giving values that must be
-    #: <= 0); a search's sampler is told them (:mod:`sweeper.results.constraints`)
+    #: <= 0); a search's sampler is told them (:mod:`sweeper.model.constraints`)
     constraints: Any = field(default=None, metadata=flag(
         "bounds a trial must meet to be ranked, such as `'params<=1e6,val_accuracy>=0.9'` (quoted for the shell): rows gain `feasible`, and "
         "a search's sampler is told each trial's values (TPE and GP use them). In code: `constraints={\"params\": "
@@ -363,7 +363,7 @@ class Options:
                              f"'http://localhost:5000', got {self.mlflow!r}")
         parse_gpus(self.gpus)
         self.memory_policy()
-        from sweeper.results.constraints import parse as constraints
+        from sweeper.model.constraints import parse as constraints
 
         constraints(self.constraints)
         return self

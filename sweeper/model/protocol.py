@@ -16,8 +16,8 @@ process: its clock starts) and :class:`Exited` (its process is gone; what is kno
 
 And the seams the engine (:mod:`sweeper.run.engine`) runs trials through: a
 :class:`Backend` (where trials run: :mod:`sweeper.backends`), an :class:`Admission`
-(which queued trial may start now: :mod:`sweeper.run.placement`), and a :class:`Scheduler`
-(which trial runs next, and what each report is answered: :mod:`sweeper.run.schedulers`).
+(which queued trial may start now: :mod:`sweeper.placement.policy`), and a :class:`Scheduler`
+(which trial runs next, and what each report is answered: :mod:`sweeper.search.schedulers`).
 
 Small frozen records, picklable by reference, so both ends agree on every field. Light:
 trial processes import it.
@@ -186,7 +186,7 @@ class Exited:
     #: the kernel's OOM killer ended it (SIGKILL while the memory cgroup's oom_kill count rose)
     oom_killed: str = ""
     #: processes that are not its sweep's took memory of its card its sweep had reserved, while
-    #: it ran: who, and what follows (an OOM then is theirs, not the trial's: :mod:`sweeper.run.crowd`)
+    #: it ran: who, and what follows (an OOM then is theirs, not the trial's: :mod:`sweeper.placement.crowd`)
     crowded: str = ""
     #: a batch scheduler's own time limit ended it (its words: "Slurm's time limit, 00:01:00")
     time_limit: str = ""
@@ -276,7 +276,7 @@ class Backend(Protocol):
 
 class Admission(Protocol):
     """Which queued trial may start now, in what order, and whether one runs again on other
-    terms: the placement policy the engine asks (:mod:`sweeper.run.placement`)."""
+    terms: the placement policy the engine asks (:mod:`sweeper.placement.policy`)."""
 
     def admits(self, spec: TrialSpec) -> bool:
         """Whether this trial may start now. A policy packing trials by memory says no while
@@ -300,7 +300,7 @@ class Admission(Protocol):
 class Scheduler(Protocol):
     """Which trial runs next, and what each report is answered: the one interface the engine
     asks, behind which a grid, a search's sampler and its pruner sit
-    (:mod:`sweeper.run.schedulers`). A trial it paused (:attr:`Decision.PAUSE`) is its to
+    (:mod:`sweeper.search.schedulers`). A trial it paused (:attr:`Decision.PAUSE`) is its to
     give again from :meth:`next`; one it never gives again is recorded ``interrupted`` when
     the sweep ends (it runs on resume)."""
 

@@ -79,7 +79,7 @@ class FileTarget:
     def load(self) -> Callable[..., Any]:
         value = getattr(load_file(self.path), self.attr)
         if self.attr == "command":
-            from sweeper.front.command import Command
+            from sweeper.child.command import Command
 
             return Command.of(value, self.shell)
         return value
@@ -126,7 +126,7 @@ _KEPT = ("start_method", "deterministic", "per_gpu", "memory_fraction", "memory_
 
 def record(target: Target, options: Any) -> str:
     """How to run the sweep's trials again, as the ledger keeps it (``target``), for
-    :mod:`sweeper.results.replay`."""
+    :mod:`sweeper.front.replay`."""
     if isinstance(target, FileTarget):
         what: dict[str, Any] = {"kind": "file", "path": os.path.abspath(target.path), "attr": target.attr,
                                 "shell": target.shell}
@@ -172,7 +172,7 @@ def describe(what: Any) -> str:
     the function that builds its argv). Recorded in the ledger: a row is reused only for
     the same description (see :mod:`sweeper.run.runner`).
     """
-    from sweeper.front.command import Command
+    from sweeper.child.command import Command
 
     if isinstance(what, Command):
         return what.describe()

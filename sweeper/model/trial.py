@@ -387,7 +387,7 @@ JOB_COLUMNS = csv_columns(Place.JOB)
 SEGMENT_COLUMNS = csv_columns(Place.SEGMENTS)
 #: Present when the sweep has several objectives: whether the row is on their Pareto front,
 #: judged from all the rows as the table is written, so no field of one result
-#: (:mod:`sweeper.results.objectives`).
+#: (:mod:`sweeper.model.objectives`).
 PARETO_COLUMNS = ("pareto",)
 #: Every fixed column ``results.csv`` may have (neither a hyperparameter nor a metric), in its order.
 RESULT_COLUMNS = tuple(csv_name(f) for f in CSV_FIELDS

@@ -1,5 +1,5 @@
 """A sweep among the others on its machine: what it publishes of itself, and what it reads
-of them when it places a trial (:class:`Neighbours`, which :class:`sweeper.run.placement.SlotPlacement`
+of them when it places a trial (:class:`Neighbours`, which :class:`sweeper.placement.policy.SlotPlacement`
 and ``run --`` ask).
 
 Each round of placements (the engine's fill, between two waits) starts from one fresh

@@ -4,11 +4,8 @@
   leaderboard, the failures (the closing summary, ``status`` and ``report`` ask it alike);
 * :mod:`~sweeper.results.report`: ``report.html``, from the folder read back (:mod:`~sweeper.results.reading`);
   :mod:`~sweeper.results.plots`: its figures;
-* :mod:`~sweeper.results.objectives`, :mod:`~sweeper.results.constraints`: several objectives and the
-  Pareto front; what a trial must meet to be ranked;
 * :mod:`~sweeper.results.importance`: which parameters mattered (fANOVA);
 * :mod:`~sweeper.results.studies`: a sweep's rows as an Optuna study (``export``);
-* :mod:`~sweeper.results.replay`: a trial run again, and how far each metric drifts;
 * :mod:`~sweeper.results.schedules`: population-based training's schedules and lineage, read back.
 
 Each reads a sweep's rows from its ledger (:mod:`sweeper.store.ledger`).

@@ -2,7 +2,7 @@
 member's parameters against epochs and its lineage, as lines for ``status`` and as a figure
 for the report (:mod:`sweeper.results.report`), with its members' learning curves by member
 in place of the figures that draw a metric by a parameter's one value, and each member's
-effective schedule, its lineage followed back, for ``replay`` (:mod:`sweeper.results.replay`).
+effective schedule, its lineage followed back, for ``replay`` (:mod:`sweeper.front.replay`).
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 The engine owns what does not depend on where trials run: the queue, retries, deadlines,
 the stop signals (Ctrl-C, SIGTERM, SIGHUP), recording in the ledger, and telling the sweep's
-outputs (:class:`sweeper.run.lifecycle.Callback`: the CSVs, the console, a search) what happened.
+outputs (:class:`sweeper.model.lifecycle.Callback`: the CSVs, the console, a search) what happened.
 Where and how a trial runs is a backend's (:class:`~sweeper.model.protocol.Backend`, found by
 name in :mod:`sweeper.backends.registry`); which queued trial may start now, and in what
 order, the placement's it asks (:class:`~sweeper.model.protocol.Admission`:
-:mod:`sweeper.run.placement`).
+:mod:`sweeper.placement.policy`).
 
 Data flow of one sweep::
 
@@ -37,7 +37,7 @@ It is judged once: when its result comes (recorded then, durable, in case its pr
 exits cleanly), else when its process is gone; nothing after a result changes a verdict.
 
 Which trial runs next, and what each batch of per-epoch reports is answered, is the
-:class:`~sweeper.model.protocol.Scheduler`'s (:mod:`sweeper.run.schedulers`: a grid, a search and its
+:class:`~sweeper.model.protocol.Scheduler`'s (:mod:`sweeper.search.schedulers`: a grid, a search and its
 pruner): a free place asks it for the next trial; a trial answered STOP is stopped as
 ``pruned`` and cancelled like a timed-out one (SIGTERM, then SIGKILL after the grace), so its
 GPU memory is freed at once; one answered PAUSE leaves its process the same way, unrecorded
@@ -77,12 +77,12 @@ from sweeper.model.protocol import (
     Unwritable,
 )
 from sweeper.model.trial import Status, TrialResult, TrialSpec
-from sweeper.results.constraints import Constraints
-from sweeper.run.lifecycle import Callback
+from sweeper.model.constraints import Constraints
+from sweeper.model.lifecycle import Callback
 from sweeper.run.phases import EXIT_GRACE, TERM_GRACE, Due, Phase, TrialState, log_file_age
-from sweeper.run.placement import Anywhere
+from sweeper.placement.policy import Anywhere
 from sweeper.run.ranking import Ranking
-from sweeper.run.schedulers import Listed
+from sweeper.search.schedulers import Listed
 from sweeper.run.stops import Interrupted, Stopping, Streak, catch_signals, load_error
 from sweeper.store.ledger import Ledger, StorageError, storage_error
 
@@ -101,8 +101,8 @@ class Engine(Stopping):
                  run_id: str = "", max_failures: int | None = None, admission: Admission | None = None,
                  ranking: Ranking | None = None) -> None:
         """``admission``: which queued trial may start now (default: any, in the queue's order;
-        :mod:`sweeper.run.placement`); ``outputs``: told each trial's start, reports, record and
-        end (the sweep's :class:`~sweeper.run.lifecycle.Callbacks`); ``stall``: seconds a running trial may
+        :mod:`sweeper.placement.policy`); ``outputs``: told each trial's start, reports, record and
+        end (the sweep's :class:`~sweeper.model.lifecycle.Callbacks`); ``stall``: seconds a running trial may
         go without a sign of life; ``log_age``: seconds since a trial's log was last
         written, None where it has none (default: from the file's modification time);
         ``constraints``: what an ok trial must meet (its row's ``feasible``); ``trial_env``:
@@ -249,7 +249,7 @@ class Engine(Stopping):
 
     def _next_timeout(self, due: float | None) -> float | None:
         """Seconds the loop may wait: until the soonest trial's deadline, or the outputs' next
-        due work (``due``, as their :meth:`~sweeper.run.lifecycle.Callback.tick` said)."""
+        due work (``due``, as their :meth:`~sweeper.model.lifecycle.Callback.tick` said)."""
         times = [t.deadline for t in self.trials.values() if t.deadline is not None]
         soonest = min(times) - self.clock() if times else None
         if due is not None:

@@ -1,5 +1,5 @@
-"""A sweep's outputs, each a :class:`sweeper.run.lifecycle.Callback`: the tables, the ranking,
-the trackers (the console's live view is in :mod:`sweeper.run.progress`).
+"""A sweep's outputs, each a :class:`sweeper.model.lifecycle.Callback`: the tables, the ranking,
+the trackers (the console's live view is in :mod:`sweeper.front.progress`).
 
 ::
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sweeper import tracking
 from sweeper.model.options import Options
 from sweeper.model.trial import TrialResult, TrialSpec
-from sweeper.run.lifecycle import Callback
+from sweeper.model.lifecycle import Callback
 from sweeper.run.planning import Plan
 from sweeper.store import table
 from sweeper.store.ledger import Ledger

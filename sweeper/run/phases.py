@@ -49,7 +49,7 @@ from typing import Any
 from sweeper.model import contract, outcome
 from sweeper.model.protocol import Began, Exited, Result
 from sweeper.model.trial import EXIT_FIELDS, Status, TrialResult, TrialSpec
-from sweeper.results.constraints import Constraints
+from sweeper.model.constraints import Constraints
 from sweeper.store.paths import log_tail
 from sweeper.system import hostmem
 

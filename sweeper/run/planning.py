@@ -14,7 +14,7 @@
                                   Plan: specs, todo, kept rows, notes, the ledger's facts
 
 The plan's :meth:`Plan.scheduler` is what the engine asks for trials
-(:mod:`sweeper.run.schedulers`): the trials to run, or a search's, asked for as places free,
+(:mod:`sweeper.search.schedulers`): the trials to run, or a search's, asked for as places free,
 each asked point a spec of the plan and a row of the ledger's grid.
 
 Ids are made here only (:func:`sweeper.model.trial.new_id`); rows on record are found by
@@ -43,15 +43,15 @@ from sweeper.model.trial import (
     trial_names,
     trial_seed,
 )
-from sweeper.results.constraints import parse as parse_constraints
-from sweeper.run.schedulers import Listed, Searching
+from sweeper.model.constraints import parse as parse_constraints
+from sweeper.search.schedulers import Listed, Searching
 from sweeper.store.folder import SweepFolder, default_uid
 from sweeper.store.ledger import Ledger
 from sweeper.store.paths import SweepPaths
 
 if TYPE_CHECKING:
-    from sweeper.run.pbt import Population
-    from sweeper.run.search import Search
+    from sweeper.search.pbt import Population
+    from sweeper.search.sampling import Search
 
 
 def plan(points: Sequence[Mapping[str, Any]], folder: str, seed: int,
@@ -260,11 +260,11 @@ class Plan:
     @classmethod
     def _population(cls, ledger: Ledger, options: Options, space: Any, folder: SweepFolder,
                     previous: Mapping[str, TrialResult], source_file: str | None) -> Plan:
-        """Population-based training's plan (:mod:`sweeper.run.members`): its members, each a
+        """Population-based training's plan (:mod:`sweeper.search.members`): its members, each a
         trial; one failed for good is replaced by a new trial, which joins the plan's specs
         and the ledger's grid as it is made."""
-        from sweeper.run import pbt
-        from sweeper.run.members import members
+        from sweeper.search import pbt
+        from sweeper.search.members import members
 
         how = pbt.settings(options.pbt)
         specs: list[TrialSpec] = []
@@ -310,7 +310,7 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
             previous: Mapping[str, TrialResult]) -> tuple[Search, list[TrialSpec]]:
     """The study, rebuilt from the ledger, and the specs of the trials on record (kept, or
     interrupted and to run again first)."""
-    from sweeper.run.search import Search
+    from sweeper.search.sampling import Search
 
     fixed: set[str] = set()  #: the space's keys with one value, which names leave out
     taken = set(previous)  #: ids given: a point asked for never takes one on record

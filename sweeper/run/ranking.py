@@ -11,7 +11,7 @@ from typing import Any, Iterable, Sequence
 from sweeper.errors import SweepError
 from sweeper.model.metrics import nearest
 from sweeper.model.trial import Status, TrialResult
-from sweeper.results.objectives import Objectives
+from sweeper.model.objectives import Objectives
 
 log = logging.getLogger("sweeper")
 

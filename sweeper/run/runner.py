@@ -8,13 +8,13 @@ Shared by :func:`sweeper.sweep` and the command line, so both behave the same.
       └─ Sweep ── folder: SweepFolder   made, locked, set aside (--fresh)        sweeper.store.folder
                ── plan:   Plan          specs, names, definition check, resume   sweeper.run.planning
                ── outputs: Callbacks    TableFiles, packing's learning, the      sweeper.run.outputs
-                                        live view, Trackers                      sweeper.run.progress
+                                        live view, Trackers                      sweeper.front.progress
                ── Engine(backend, ledger, outputs) runs what plan.scheduler() gives, records each
                   result, and what it settles of the ranking (Ranking)           sweeper.run.ranking
                └─ Outcome: the rows (grid order), notes, what ran, where to look
 
 A result reaches ``results.csv`` through one path: the engine records it in the ledger,
-then tells the outputs (:meth:`sweeper.run.lifecycle.Callback.recorded`);
+then tells the outputs (:meth:`sweeper.model.lifecycle.Callback.recorded`);
 :class:`sweeper.run.outputs.TableFiles` makes it a row.
 """
 
@@ -40,20 +40,20 @@ from sweeper.model.options import megabytes
 from sweeper.model.protocol import Admission, Backend
 from sweeper.model.target import record
 from sweeper.model.trial import Status, TrialResult, TrialSpec
-from sweeper.results import constraints
-from sweeper.results.objectives import Objectives
+from sweeper.model import constraints
+from sweeper.model.objectives import Objectives
 from sweeper.run.engine import Engine
-from sweeper.run.hostroom import HostRoom
-from sweeper.run.lifecycle import Callback, Callbacks
+from sweeper.placement.hostroom import HostRoom
+from sweeper.model.lifecycle import Callback, Callbacks
 from sweeper.run.outputs import TableFiles, Trackers
-from sweeper.run.breaker import Breaker
-from sweeper.run.packing import Needs, Packer
+from sweeper.placement.breaker import Breaker
+from sweeper.placement.packing import Needs, Packer
 from sweeper.placement.neighbours import Neighbours
-from sweeper.run.crowd import beside
-from sweeper.run.placement import Anywhere, SlotPlacement
+from sweeper.placement.crowd import beside
+from sweeper.placement.policy import Anywhere, SlotPlacement
 from sweeper.run.planning import Plan, keeps, plan
 from sweeper.run.ranking import Ranking
-from sweeper.run.slots import Placement, Slot, parse_gpus, place
+from sweeper.placement.slots import Placement, Slot, parse_gpus, place
 from sweeper.run.stops import Interrupted
 from sweeper.store import table
 from sweeper.store.folder import SweepFolder, refuse_busy
@@ -138,7 +138,7 @@ def run_shown(definition: Definition, words: Callable[[str], str] = str, closing
     """:func:`run` as a front end shows it: the live view (plain lines where no terminal, none
     with ``progress=False``), then the closing summary (its lines through ``words``: a front
     end's own names for the options; none where not ``closing``: the front end says it later)."""
-    from sweeper.run.progress import choose_view
+    from sweeper.front.progress import choose_view
 
     opts = definition.options
     listener = None if opts.dry_run else choose_view(not opts.progress, opts.ranked_by, opts.ranked_mode)
@@ -199,11 +199,11 @@ class Sweep:
         self.space: Any = definition.space
         if definition.points is None:  # a search: trials are asked for as places free
             if options.search == "pbt":
-                from sweeper.run.pbt import check as check_population
+                from sweeper.search.pbt import check as check_population
 
                 mode = check_population(self.space, options.pbt, options)
             else:
-                from sweeper.run.search import check
+                from sweeper.search.sampling import check
 
                 mode = check(self.space, options.search, options.prune, options.trials, options.metric,
                              options.mode)
@@ -282,11 +282,11 @@ class Sweep:
         notes += beside(self.placement.gpus)  # the machine's other sweeps and processes on its cards
         if self.space is not None:  # its points are asked for as it runs: none to list
             if self.options.search == "pbt":
-                from sweeper.run.pbt import describe as describe_population
+                from sweeper.search.pbt import describe as describe_population
 
                 notes.append(describe_population(self.space, self.options))
             else:
-                from sweeper.run.search import describe
+                from sweeper.search.sampling import describe
 
                 notes.append(describe(self.space, self.options, len(previous)))
         return Outcome(self.folder.path, [], self.specs, self.placement, notes, kept=kept)
@@ -317,7 +317,7 @@ class Sweep:
         # a metric the rows kept lack: a search cannot optimise it, so it asks for no trial
         scheduler = plan_.scheduler(asking=ranking.fault is None)
         if self.schedules:  # each point follows a schedule (a population-based member replayed)
-            from sweeper.run.schedulers import Following
+            from sweeper.search.schedulers import Following
 
             scheduler = Following(plan_.todo, {s.index: self.schedules[s.index] for s in plan_.todo
                                                if s.index < len(self.schedules)})
@@ -351,7 +351,7 @@ class Sweep:
 
     def _environment(self, ledger: Ledger, plan_: Plan) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """What this run records of what it runs on, and how to run a trial of it again
-        (:mod:`sweeper.system.environment`, :mod:`sweeper.results.replay`), under an id each row it makes
+        (:mod:`sweeper.system.environment`, :mod:`sweeper.front.replay`), under an id each row it makes
         carries (``env["run"]``): a later run with other code or options leaves an earlier
         row's record as it was. A resume whose packages, commit or scripts changed says so."""
         options = self.options

@@ -13,7 +13,7 @@ total              how many trials the sweep has (grid points, or a search's tri
 grid_fingerprint   the grid file's content hash, to tell a moved file from a changed one
 definition         what made the trials: seed, what ran, the source file (the planner)
 metric, mode       what ranks the trials, once settled (the ranking output, at the first ok result)
-objectives         several metrics at once, as text (:class:`~sweeper.results.objectives.Objectives`)
+objectives         several metrics at once, as text (:class:`~sweeper.model.objectives.Objectives`)
 search             a search's sampler and pruner, in words
 log_scale          the parameters a search drew on a log scale (the report's log axes)
 environment        what the last run ran on (:mod:`sweeper.system.environment`)

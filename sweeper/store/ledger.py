@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 from sweeper.errors import SweepError
 from sweeper.model.protocol import Began
 from sweeper.model.trial import EXIT_FIELDS, TrialResult, TrialSpec, current_id
-from sweeper.results.objectives import Objectives
+from sweeper.model.objectives import Objectives
 from sweeper.store.facts import SweepFacts, encoded, run_key
 from sweeper.store.paths import SweepPaths
 from sweeper.store.schema import (

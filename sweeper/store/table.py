@@ -8,7 +8,7 @@ memory was measured, and, when any trial ran on a GPU, ``gpu_uuid``, ``gpu_mem_c
 ``gpu_mem_peak_mb``, ``gpu_mem_reserved_mb``; ``feasible`` when the sweep has constraints;
 ``deterministic`` when any trial ran with determinism asked for; ``pareto`` when it has
 several objectives (judged as the table is written:
-:mod:`sweeper.results.objectives`).
+:mod:`sweeper.model.objectives`).
 They come from :class:`~sweeper.model.trial.TrialResult`'s fields, each placed by its metadata
 (:class:`~sweeper.model.trial.Place`).
 Rows follow the grid's order. The CSV is written with the standard ``csv`` module (so
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from sweeper.model.metrics import HISTORY_COLUMNS
 from sweeper.model.trial import CSV_FIELDS, Place, TrialResult, csv_name, place_of
-from sweeper.results.objectives import COLUMN as PARETO
-from sweeper.results.objectives import Objectives
+from sweeper.model.objectives import COLUMN as PARETO
+from sweeper.model.objectives import Objectives
 from sweeper.store import paths
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from sweeper.model import contract
 #: Share of a card left unclaimed when the fraction follows from ``per_gpu``.
 MARGIN = 0.95
 #: ``per_gpu="auto"``: at most this many trials share a card (the slots made per card);
-#: how many run there is decided by memory (:mod:`sweeper.run.packing`).
+#: how many run there is decided by memory (:mod:`sweeper.placement.packing`).
 AUTO_PER_GPU = 8
 #: The fork server's probe on a GPU (:mod:`sweeper.child.preload`) runs under this cap, MB.
 PROBE_CAP_MB = 512
@@ -40,7 +40,7 @@ class MemoryPolicy:
     fraction: float | None  #: of the card's total memory; None with growth or auto
     growth: bool = False
     #: ``per_gpu="auto"``: each trial's cap is set when it starts, from the memory it is
-    #: predicted to need (:mod:`sweeper.run.packing`); ``per_gpu`` is then the most per card
+    #: predicted to need (:mod:`sweeper.placement.packing`); ``per_gpu`` is then the most per card
     auto: bool = False
 
     def limit_mb(self, total_mb: int | None) -> int | None:

@@ -200,7 +200,7 @@ def domains_of_space(space: Any) -> dict[str, Domain]:
     """A search's parameters: ranges for distributions, the choices for lists."""
     from optuna.distributions import distribution_to_json
 
-    from sweeper.run.search import distributions
+    from sweeper.search.sampling import distributions
 
     dists, fixed = distributions(space)
     out: dict[str, Domain] = {}

@@ -214,7 +214,7 @@ def finished(optuna: Any, params: Params, goal: Targets, attempt: Attempt, resul
              point: Mapping[str, Any], epochs: Sequence[tuple[int, Mapping[str, Any]]], final: str,
              extra: Mapping[str, Any]) -> Any:
     """A trial seen only once it ended, whole (``Study.add_trial``), with when it ran."""
-    from sweeper.run.search import trial_constraints
+    from sweeper.search.sampling import trial_constraints
 
     steps = intermediate(epochs, goal)
     state, values = outcome(result, goal, steps)

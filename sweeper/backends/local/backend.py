@@ -2,10 +2,10 @@
 tell, cancel, close), tying the parts together: the launcher and its fork server
 (:mod:`.fork`, :mod:`.server`), the standbys (:mod:`.standby`), the reaper
 (:mod:`.reaper`), and the trials' processes and pipes (:mod:`.process`). Which slot a trial
-takes, and on what terms, it asks the sweep's placement (:mod:`sweeper.run.placement`),
+takes, and on what terms, it asks the sweep's placement (:mod:`sweeper.placement.policy`),
 which the engine asked before whether the trial may start at all.
 
-Per slot (one trial's worth of a device, :mod:`sweeper.run.slots`)::
+Per slot (one trial's worth of a device, :mod:`sweeper.placement.slots`)::
 
     start(spec) ─▶ a standby of the slot, a fork, or a spawn process ─▶ spec over its pipe
                    (while the fork server imports: the trial waits, its Began comes later)
@@ -46,8 +46,8 @@ from sweeper.model import contract
 from sweeper.model.protocol import Began, Broken, Event, Exited, Reports, Traits
 from sweeper.model.target import Target
 from sweeper.model.trial import TrialSpec
-from sweeper.run.placement import Occupancy, SlotPlacement
-from sweeper.run.slots import Slot, pick
+from sweeper.placement.policy import Occupancy, SlotPlacement
+from sweeper.placement.slots import Slot, pick
 from sweeper.system import hostmem, procs
 
 log = logging.getLogger("sweeper")

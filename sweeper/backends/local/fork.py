@@ -35,7 +35,7 @@ from sweeper.backends.local.standby import Spare, Standbys, spawn
 from sweeper.child import bootstrap
 from sweeper.model import contract
 from sweeper.model.target import FileTarget, Target
-from sweeper.run.slots import Slot
+from sweeper.placement.slots import Slot
 from sweeper.system import procs
 
 log = logging.getLogger("sweeper")

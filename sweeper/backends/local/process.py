@@ -21,7 +21,7 @@ from sweeper.errors import SweepError
 from sweeper.model import outcome
 from sweeper.model.protocol import Event, Result, TrainStarted
 from sweeper.model.trial import TrialSpec
-from sweeper.run.slots import Slot
+from sweeper.placement.slots import Slot
 
 #: Seconds a process is waited for once it was killed (SIGKILL) or has exited, to reap it
 #: and what it left. (Not the engine's ``TERM_GRACE``, which is how long a trial asked to

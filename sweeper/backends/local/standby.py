@@ -33,7 +33,7 @@ from sweeper.backends.local.process import (
 )
 from sweeper.child import bootstrap
 from sweeper.model.protocol import Broken, Event, LoadFailed, Ready
-from sweeper.run.slots import Slot
+from sweeper.placement.slots import Slot
 from sweeper.system import headroom, procs
 
 #: Standbys per slot at most (spawn ones, while cores are idle).

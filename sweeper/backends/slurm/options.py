@@ -71,7 +71,7 @@ class SlurmOptions:
         its ``slurm_resources``): sbatch's arguments (the checked options; ``--gres=gpu:1`` where
         GPUs are asked for only by ``gpus``), and the trial's environment (the GPUs Slurm grants
         are its ``CUDA_VISIBLE_DEVICES``; none asked for, none used)."""
-        from sweeper.run.slots import parse_gpus
+        from sweeper.placement.slots import parse_gpus
 
         if options.per_gpu not in (None, 1):
             raise SweepError(f"per_gpu={options.per_gpu!r} shares a GPU between trials of one machine; Slurm gives "

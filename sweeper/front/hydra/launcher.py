@@ -262,7 +262,7 @@ def _on_slurm(opts: Any) -> str:
     ``gpus`` or the sbatch options ask), the sbatch options."""
     from sweeper.backends.slurm.backend import DEFAULT_WORKERS
     from sweeper.backends.slurm.options import SlurmOptions
-    from sweeper.run.slots import parse_gpus
+    from sweeper.placement.slots import parse_gpus
 
     own: SlurmOptions = opts.backend_options or SlurmOptions().checked()
     asked = opts.gpus is not None and parse_gpus(opts.gpus) != "none"

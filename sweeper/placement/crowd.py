@@ -1,5 +1,5 @@
 """A sweep's trials beside the machine's other sweeps and processes, on its cards: what the
-local backend's placement (:class:`sweeper.run.placement.SlotPlacement`) asks of them.
+local backend's placement (:class:`sweeper.placement.policy.SlotPlacement`) asks of them.
 
 * **Room**: a trial starts on a card only where its reservation (a fixed ``per_gpu``: its cap
   plus its CUDA context, which TensorFlow maps beside its cap; ``auto``: its predicted need
@@ -34,8 +34,8 @@ from sweeper.model.trial import Status, TrialResult
 from sweeper.placement.holders import Holder, crowded, holders, said
 from sweeper.placement.neighbours import Neighbours
 from sweeper.placement.record import Holding
-from sweeper.run.packing import CONTEXT_MB, HEADROOM, MARGIN_MB, Card, Packer, alone_min
-from sweeper.run.slots import Slot
+from sweeper.placement.packing import CONTEXT_MB, HEADROOM, MARGIN_MB, Card, Packer, alone_min
+from sweeper.placement.slots import Slot
 from sweeper.system.capping import MARGIN
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ Listed = Mapping[int, tuple[str, "int | None"]]
 def default_context(cap_mb: int, total_mb: int, per_card: int = 1) -> int:
     """MB a trial capped at ``cap_mb`` is taken to hold beyond its cap before any was measured:
     its part of what ``per_card`` such caps leave of the card (the margin a fixed ``per_gpu``
-    keeps), at most :data:`~sweeper.run.packing.CONTEXT_MB`; so ``per_card`` of them fit on a
+    keeps), at most :data:`~sweeper.placement.packing.CONTEXT_MB`; so ``per_card`` of them fit on a
     card together, as asked."""
     return max(0, min(CONTEXT_MB, (total_mb - per_card * cap_mb) // max(1, per_card)))
 

@@ -1,6 +1,6 @@
 """Host memory as a resource (``workers="auto"``, ``host_memory``): a trial starts while
 its predicted peak resident memory fits what the machine (and a budget) leaves, predicted
-as GPU packing predicts (:class:`sweeper.run.packing.Needs`, on ``mem_peak_mb``).
+as GPU packing predicts (:class:`sweeper.placement.packing.Needs`, on ``mem_peak_mb``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 from typing import Any, Iterable, Sequence
 
 from sweeper.model.trial import TrialResult
-from sweeper.run.lifecycle import Callback
-from sweeper.run.packing import Need, Needs
+from sweeper.model.lifecycle import Callback
+from sweeper.placement.packing import Need, Needs
 
 log = logging.getLogger("sweeper")
 
@@ -25,7 +25,7 @@ HOST_RESERVE_MB = 1024
 
 class HostRoom(Callback):
     """Host memory as a resource: with ``workers="auto"`` or a ``host_memory`` budget, a
-    trial starts while its predicted peak resident memory (:class:`~sweeper.run.packing.Needs` on ``mem_peak_mb``,
+    trial starts while its predicted peak resident memory (:class:`~sweeper.placement.packing.Needs` on ``mem_peak_mb``,
     the same order as for GPUs) plus :data:`HOST_HEADROOM` fits in ::
 
         room = min(budget - sum over our trials of max(reserved, resident now),

@@ -14,7 +14,7 @@ Under ``shell=True`` no value is ever part of the text ``/bin/sh`` parses: each
 placeholder becomes a reference to an environment variable (``SWEEPER_ARG_0``, ... in
 the order the placeholders first appear; ``{flags}`` one ``SWEEPER_FLAG_<n>`` per
 parameter, or ``SWEEPER_FLAGS`` joined inside quotes) that holds the value, so the shell
-expands it once and never reads it as code. :func:`sweeper.front.shell.shell_pieces` reads the template as
+expands it once and never reads it as code. :func:`sweeper.child.shell.shell_pieces` reads the template as
 the shell will, to write each reference as its context needs.
 """
 
@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from sweeper.child.context import attempt_tail
 from sweeper.errors import SweepError
-from sweeper.front.shell import BARE, DOUBLE, Placeholder, shell_pieces
+from sweeper.child.shell import BARE, DOUBLE, Placeholder, shell_pieces
 from sweeper.model import contract
 from sweeper.model.metrics import BadResult
 from sweeper.model.outcome import TrialFailed, command_exit

@@ -2,7 +2,7 @@
 literal text, and each placeholder with the context it stands in (bare, inside double
 quotes, in a here-document), so that its value, given as an environment variable, stands
 as itself; a placeholder where none could is refused before anything runs
-(:mod:`sweeper.front.command` runs what this reads).
+(:mod:`sweeper.child.command` runs what this reads).
 """
 
 from __future__ import annotations

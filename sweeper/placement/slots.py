@@ -21,7 +21,7 @@ from sweeper.system.capping import MemoryPolicy
 from sweeper.system.gpus import FREE_THRESHOLD_MB, Gpu, allowed_by_environment, inventory, log
 
 #: ``workers="auto"`` on the CPU: at most this many trials per core (how many run is decided
-#: by host memory and measured idle cores: :class:`sweeper.run.hostroom.HostRoom`).
+#: by host memory and measured idle cores: :class:`sweeper.placement.hostroom.HostRoom`).
 AUTO_PER_CORE = 4
 
 

@@ -14,7 +14,7 @@
     Sweep  ──end(state)────────────────────────>
 
 The outputs are told; none writes the ledger or steers the sweep (what runs next is the
-scheduler's, :mod:`sweeper.run.schedulers`; what the folder ranks by, :mod:`sweeper.run.ranking`).
+scheduler's, :mod:`sweeper.search.schedulers`; what the folder ranks by, :mod:`sweeper.run.ranking`).
 
 Every method has a default that does nothing, so an output says only what it hears.
 ``recorded`` comes when a trial's row is in the ledger (a retry's too), ``finished``

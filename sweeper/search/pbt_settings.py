@@ -1,6 +1,6 @@
 """Population-based training's settings (``pbt={...}``, ``--pbt KEY=VALUE``), checked before
 anything runs, each mistake one line; the space it explores, and how a copied member's
-parameters are explored (:mod:`sweeper.run.pbt` is the scheduler that uses them).
+parameters are explored (:mod:`sweeper.search.pbt` is the scheduler that uses them).
 """
 
 from __future__ import annotations

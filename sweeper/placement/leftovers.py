@@ -1,5 +1,5 @@
 """What trials leave on their cards, and what else is there: the local backend's placement
-(:class:`sweeper.run.placement.SlotPlacement`) asks it at each reading of the cards.
+(:class:`sweeper.placement.policy.SlotPlacement`) asks it at each reading of the cards.
 
 * **Teardown verified** (per_gpu="auto"): a packed trial's reservation stands after it ended
   until its card's memory that no process NVML lists holds is back within
@@ -23,7 +23,7 @@ from typing import Iterable, Mapping
 
 from sweeper.model import contract
 from sweeper.placement.liveness import lineage
-from sweeper.run.packing import Card
+from sweeper.placement.packing import Card
 
 log = logging.getLogger("sweeper")
 

@@ -48,7 +48,7 @@ A trial not measured yet reserves at most its fair share beside other sweeps, bu
 by the card's room (it grows only as far as it needs): a share is no reason to fail. Its cap is
 never below :data:`MIN_CAP_MB`, except on a card too small to give that, bare.
 
-A card where trials crash is closed, under any ``per_gpu`` (:mod:`sweeper.run.breaker`).
+A card where trials crash is closed, under any ``per_gpu`` (:mod:`sweeper.placement.breaker`).
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from sweeper.model.trial import Status, TrialResult
-from sweeper.run.breaker import Breaker
-from sweeper.run.lifecycle import Callback
+from sweeper.placement.breaker import Breaker
+from sweeper.model.lifecycle import Callback
 
 log = logging.getLogger("sweeper")
 
@@ -258,7 +258,7 @@ def terms(need: Need, card: Card, overfill: bool = False) -> tuple[int, int] | N
 
 class Packer(Callback):
     """Decides where each trial goes by memory; learns from each row the sweep records
-    (a :class:`~sweeper.run.lifecycle.Callback`), and from the rows a resume keeps."""
+    (a :class:`~sweeper.model.lifecycle.Callback`), and from the rows a resume keeps."""
 
     def __init__(self, needs: Needs, gpus: Sequence[str], breaker: Breaker | None = None) -> None:
         self.needs = needs
@@ -275,7 +275,7 @@ class Packer(Callback):
         self.waiting: tuple[str, int] | None = None
         #: (card, point): the card kept for it once :data:`PATIENCE` trials passed it, until it starts
         self.draining: tuple[str, str] | None = None
-        #: whether a recorded row is an OOM others caused (:mod:`sweeper.run.crowd`): nothing to learn from
+        #: whether a recorded row is an OOM others caused (:mod:`sweeper.placement.crowd`): nothing to learn from
         self.excused: Callable[[TrialResult], bool] = lambda result: False
         #: points started not measured yet beside other sweeps, with less than a bare card's room
         self.cramped: set[str] = set()
@@ -300,7 +300,7 @@ class Packer(Callback):
     def place(self, params: dict[str, Any], cards: Iterable[Card]) -> Spot | None:
         """The card where the trial fits with the least room left (best fit), or None: it
         waits, for room this sweep's trials or others' (other sweeps, other processes) hold,
-        however long (the sweep bounds a wait on others: :mod:`sweeper.run.crowd`). Only a
+        however long (the sweep bounds a wait on others: :mod:`sweeper.placement.crowd`). Only a
         trial that no card could ever hold takes a card where nothing is, anyway."""
         need = self.needs.predict(params)
         if need.source == "unmeasured" and need.shape in self.measuring and not self.blind:

@@ -21,9 +21,9 @@ from typing import Any
 from sweeper.errors import SweepError
 from sweeper.model.metrics import direction
 from sweeper.model.trial import TrialResult, TrialSpec
-from sweeper.results.objectives import Objectives
-from sweeper.results.objectives import given as objectives_given
-from sweeper.run.pruners import Settled, need_optuna, pruner, settled_epoch
+from sweeper.model.objectives import Objectives
+from sweeper.model.objectives import given as objectives_given
+from sweeper.search.pruners import Settled, need_optuna, pruner, settled_epoch
 
 SAMPLERS = ("auto", "tpe", "nsga2", "random", "cmaes", "qmc", "gp")
 #: Samplers that cannot take several objectives.
@@ -156,7 +156,7 @@ def _shown(dist: Any) -> str:
 
 class Search:
     """The study: the points it asks for, its pruner, what it is told (the engine asks it through
-    :class:`sweeper.run.schedulers.Searching`)."""
+    :class:`sweeper.search.schedulers.Searching`)."""
 
     def __init__(self, space: Any, *, search: Any, prune: Any, trials: int, seed: int, metric: str,
                  mode: str, make_spec: Any, constraints: Any = None, objectives: Objectives | None = None) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from sweeper.model.metrics import default_metric, direction
 from sweeper.model.trial import Status, TrialResult, TrialSpec
-from sweeper.run.lifecycle import Callback
+from sweeper.model.lifecycle import Callback
 from sweeper.store.paths import log_tail
 
 

@@ -9,7 +9,7 @@
 
 * :class:`Listed`: a grid's trials (or any list), all known ahead; every report is answered
   CONTINUE;
-* :class:`Searching`: a search (:class:`~sweeper.run.search.Search`): the trials a resume runs
+* :class:`Searching`: a search (:class:`~sweeper.search.sampling.Search`): the trials a resume runs
   again ahead, then a point asked for as each place frees; its pruner answers reports.
 
 A scheduler that pauses (population-based training, a pruner that may change its mind) gives
@@ -25,7 +25,7 @@ from sweeper.model.protocol import Answer, Decision
 from sweeper.model.trial import TrialResult, TrialSpec, keep_names
 
 if TYPE_CHECKING:
-    from sweeper.run.search import Search
+    from sweeper.search.sampling import Search
     from sweeper.store.ledger import Ledger
 
 

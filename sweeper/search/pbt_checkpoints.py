@@ -1,4 +1,4 @@
-"""Population-based training's checkpoints on disk (:mod:`sweeper.run.pbt` decides, this
+"""Population-based training's checkpoints on disk (:mod:`sweeper.search.pbt` decides, this
 copies): a member's checkpoint folder published whole at a segment's end, a published one
 copied into a member that takes it, the copy and its record made one step, and what a
 killed run or a finished sweep leaves, tidied::

@@ -1,4 +1,4 @@
-"""A population's members (``search="pbt"``, :mod:`sweeper.run.pbt`), planned against the
+"""A population's members (``search="pbt"``, :mod:`sweeper.search.pbt`), planned against the
 ledger: on a first run drawn from the space, each named ``member_<i>`` with its parameters
 on record from epoch 0; on a resume, each member on record as it was left: a finished one
 kept, one interrupted (Ctrl-C, or a sweep killed) given again with its last parameters, from
@@ -6,7 +6,7 @@ its checkpoint, its epochs going on after its last one reported, its segments go
 counting; what it scored at each decision and the checkpoints published then, read back, so
 the population goes on as it was; one that failed with no replacement on record (the run
 stopped before it was made) gets one as the run starts. A resume first completes the copies
-a killed run left under way (:mod:`sweeper.run.pbt_checkpoints`' journal) and removes its
+a killed run left under way (:mod:`sweeper.search.pbt_checkpoints`' journal) and removes its
 half-built ones.
 Every member's spec says its parameters are recorded by epoch (``SWEEPER_SCHEDULED``: the
 Keras callback holds the optimizer to them).
@@ -22,8 +22,8 @@ from typing import Any, Callable, Mapping
 from sweeper.errors import SweepError
 from sweeper.model import contract
 from sweeper.model.trial import Status, TrialResult, TrialSpec
-from sweeper.run import pbt_checkpoints
-from sweeper.run.pbt import Member, PbtSettings, Population
+from sweeper.search import pbt_checkpoints
+from sweeper.search.pbt import Member, PbtSettings, Population
 from sweeper.store.paths import SweepPaths
 
 
@@ -32,7 +32,7 @@ def members(space: Any, how: PbtSettings, *, metric: str, mode: str, folder: str
             make_spec: Callable[[dict[str, Any], str], TrialSpec]) -> tuple[Population, list[TrialSpec],
                                                                         list[TrialSpec], dict[str, TrialResult]]:
     """The population, its members' specs, those to run now (in order), and the rows kept."""
-    from sweeper.run.pbt import explorable
+    from sweeper.search.pbt import explorable
 
     read = explorable(space)
     where = SweepPaths(folder)

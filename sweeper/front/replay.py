@@ -242,7 +242,7 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
     from sweeper.model.grid import Points
     from sweeper.model.options import Options
     from sweeper.run import runner
-    from sweeper.run.progress import choose_view
+    from sweeper.front.progress import choose_view
     from sweeper.store.ledger import Ledger
 
     out_root = os.path.abspath(folder.rstrip(os.sep)) + SUFFIX

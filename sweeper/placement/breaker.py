@@ -6,7 +6,7 @@ import logging
 from typing import Sequence
 
 from sweeper.model.trial import Status, TrialResult
-from sweeper.run.lifecycle import Callback
+from sweeper.model.lifecycle import Callback
 
 log = logging.getLogger("sweeper")
 

@@ -1,7 +1,7 @@
 """Pruners by name (``prune="median"``, ``"asha(min_resource=2)"``,
 ``"patient(asha, patience=2)"``): each text read as Optuna's pruner of that name with its
 keywords (and Ray Tune's spellings), refused in one line where Optuna's pruner would fail;
-and Optuna itself, imported on first use. The search that asks them: :mod:`sweeper.run.search`.
+and Optuna itself, imported on first use. The search that asks them: :mod:`sweeper.search.sampling`.
 """
 
 from __future__ import annotations

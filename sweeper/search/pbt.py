@@ -27,7 +27,7 @@ copy takes; in synchronous mode the last member to reach
 an epoch releases the others, and a member that finished or failed never holds them; bounds
 and settings are checked before anything runs; a checkpoint is copied only from a folder
 published at a segment's end, into a folder no process is writing, and a copy and its record
-are one step (:mod:`sweeper.run.pbt_checkpoints`: a journal entry first, which a resume
+are one step (:mod:`sweeper.search.pbt_checkpoints`: a journal entry first, which a resume
 completes); a member that finished early (EarlyStopping) stops no decision; exploration draws
 from a stream of its own, never the one the population was drawn from.
 """
@@ -45,8 +45,8 @@ from sweeper.errors import SweepError
 from sweeper.model.protocol import Answer, Decision
 from sweeper.model.space import Space
 from sweeper.model.trial import Status, TrialResult, TrialSpec
-from sweeper.run import pbt_checkpoints
-from sweeper.run.pbt_settings import PbtSettings, check, describe, explorable, explore, settings
+from sweeper.search import pbt_checkpoints
+from sweeper.search.pbt_settings import PbtSettings, check, describe, explorable, explore, settings
 
 __all__ = ["Member", "PbtSettings", "Population", "check", "describe", "explorable", "explore", "settings"]
 

@@ -7,12 +7,12 @@ on what terms. Two policies:
 * :class:`Anywhere`: every trial may start, in the queue's order (a cluster's scheduler
   places them: Ray, a batch queue; also a local sweep that packs nothing);
 * :class:`SlotPlacement`: this machine's slots, under per_gpu="auto" (memory packing,
-  :mod:`sweeper.run.packing`), workers="auto" or host_memory (host memory), and the
+  :mod:`sweeper.placement.packing`), workers="auto" or host_memory (host memory), and the
   breaker that closes a card where trials crash.
 
 What :class:`SlotPlacement` keeps, by trial id: where an admitted trial is to go (``Spot``),
 what a running one reserved (card and MB, host MB), and, after it ended, its reservation
-until its card's memory is back (:mod:`sweeper.run.leftovers`)::
+until its card's memory is back (:mod:`sweeper.placement.leftovers`)::
 
     engine: admits(spec) ─▶ fits? (host room, free slots, a card with room) ─▶ kept: its spot
     backend: claim(spec)  ─▶ the spec with its own cap; the slots it may take
@@ -35,12 +35,12 @@ from typing import Callable, Iterator, Sequence
 from sweeper.model import contract
 from sweeper.model.trial import TrialResult, TrialSpec
 from sweeper.placement.neighbours import LOOK_EVERY, Neighbours
-from sweeper.run.crowd import Crowd
-from sweeper.run.hostroom import HostRoom
-from sweeper.run.leftovers import Leftovers, unlisted
-from sweeper.run.breaker import Breaker
-from sweeper.run.packing import MARGIN_MB, Card, Packer, Spot
-from sweeper.run.slots import Slot
+from sweeper.placement.crowd import Crowd
+from sweeper.placement.hostroom import HostRoom
+from sweeper.placement.leftovers import Leftovers, unlisted
+from sweeper.placement.breaker import Breaker
+from sweeper.placement.packing import MARGIN_MB, Card, Packer, Spot
+from sweeper.placement.slots import Slot
 from sweeper.system import capping, headroom
 from sweeper.system.gpus import MemorySampler
 from sweeper.system.hostmem import HostSampler
@@ -143,7 +143,7 @@ class SlotPlacement:
 
     def admits(self, spec: TrialSpec) -> bool:
         """Whether the trial may start now: always, unless trials are packed by memory;
-        then while it fits on a card (:mod:`sweeper.run.packing`), where it is to go is kept;
+        then while it fits on a card (:mod:`sweeper.placement.packing`), where it is to go is kept;
         never while every free slot is on a card the breaker closed."""
         if self.breaker is not None and not self.free():
             return False
@@ -184,7 +184,7 @@ class SlotPlacement:
             yield
 
     def ranked(self, queued: Sequence[TrialSpec]) -> list[int] | None:
-        """Packed: the trials whose shape is not measured yet first (see :mod:`sweeper.run.packing`)."""
+        """Packed: the trials whose shape is not measured yet first (see :mod:`sweeper.placement.packing`)."""
         if self.packer is None:
             return None
         return self.packer.ranked([spec.params for spec in queued])
@@ -231,7 +231,7 @@ class SlotPlacement:
     def again(self, result: TrialResult) -> bool | None:
         """Whether this attempt runs again on other terms (an OOM others caused; an OOM of a
         packed trial), or never (one with the largest card to itself):
-        :meth:`sweeper.run.crowd.Crowd.excuse`, :meth:`sweeper.run.packing.Packer.again`."""
+        :meth:`sweeper.placement.crowd.Crowd.excuse`, :meth:`sweeper.placement.packing.Packer.again`."""
         if self.crowd.excuse(result):
             return True
         return self.packer.again(result) if self.packer is not None else False
@@ -310,7 +310,7 @@ class SlotPlacement:
 
     def first_epoch(self, trial_id: str, params: dict, pid: int) -> None:
         """A trial placed unmeasured reported an epoch: what its tree holds now measures its
-        shape (:meth:`sweeper.run.packing.Packer.first_epoch`), and its reservation shrinks."""
+        shape (:meth:`sweeper.placement.packing.Packer.first_epoch`), and its reservation shrinks."""
         assert self.packer is not None
         if self.sampler is not None:
             self.sampler.sample(set(self.occupancy().pids.values()))

@@ -1,0 +1,10 @@
+"""The search: which trial runs next, and what each report is answered (go on, stop, pause).
+
+* :mod:`~sweeper.search.schedulers`: a grid's order, a search's, a replayed member's schedule;
+* :mod:`~sweeper.search.sampling`: adaptive search (Optuna) over fresh processes; :mod:`~sweeper.search.pruners`:
+  its pruners, by name;
+* :mod:`~sweeper.search.pbt`: population-based training, a scheduler that pauses; :mod:`~sweeper.search.pbt_settings`:
+  its settings, checked, and how it explores; :mod:`~sweeper.search.members`: its members, planned against the
+  ledger; :mod:`~sweeper.search.pbt_checkpoints`: its checkpoints on disk, published, copied (a copy and its
+  record one step, through a journal a resume completes), tidied.
+"""
