@@ -1,15 +1,19 @@
 """sweeper: hyperparameter sweeps of Keras/TensorFlow training, one fresh process per trial.
 
-Public API::
+The public API is this package's names (``__all__``), the modules ``sweeper.keras``,
+``sweeper.worker``, ``sweeper.analysis``, ``sweeper.importance`` and ``sweeper.metrics``, and
+the plugin seam ``sweeper.backends``; every other module (the packages ``sweeper.model``,
+``sweeper.run``, ...) is internal and may change in any release (docs/api.md says the rule)::
 
     sweep(fn, grid, **options) -> pandas.DataFrame   # run a sweep
-    sample(space, n, seed=0)                          # random search points
-    uniform, loguniform, randint                      # distributions for sample()
+    load(folder)                                      # a sweep's table, from its ledger
+    expand(grid), sample(space, n, seed=0), Points    # a grid's points; random search points
+    uniform, loguniform, randint                      # distributions for sample() and searches
     current_trial()                                   # the running trial, from inside fn
     report(epoch=..., **metrics)                      # per-epoch metrics, from inside fn
     sweeper.keras.Report()                            # a Keras callback that calls report()
     Command(template or fn, shell=False), flags(params) # command trials (scripts with flags)
-    load(folder)                                      # a sweep's table, from its ledger
+    sweeper.worker.setup()                            # caps and seeds, in a command trial's script
     Options, Status, TrialSpec, TrialResult           # records
     SweepError, SweepInterrupted                      # what sweep() raises
 

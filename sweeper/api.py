@@ -24,10 +24,45 @@ if TYPE_CHECKING:
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """The sweep was stopped by Ctrl-C, SIGTERM or SIGHUP; finished rows are saved.
+    """The sweep was stopped by Ctrl-C, SIGTERM or SIGHUP; what finished is saved.
 
-    ``results`` holds the table as it stood (also in ``csv_path``); running the same
-    sweep again resumes it.
+    A ``KeyboardInterrupt``, so a script that does not catch it stops as on any Ctrl-C.
+    Running the same sweep again resumes it: trials already ``ok`` are kept.
+
+    Attributes:
+        signum: the signal that stopped it (``signal.SIGINT`` for Ctrl-C).
+        results: the results table as it stood, as :func:`sweep` would have returned it.
+        csv_path: where the same table is, ``<out>/<name>/results.csv``.
+
+    Example:
+        A file ``stopped.py`` (its second trial presses Ctrl-C for you)::
+
+            import os
+            import signal
+            import time
+
+            import sweeper
+
+            def train(params):
+                if params["lr"] == 0.01:
+                    os.kill(int(os.environ["SWEEP_PID"]), signal.SIGINT)
+                    time.sleep(60)
+                return {"loss": params["lr"]}
+
+            if __name__ == "__main__":
+                os.environ["SWEEP_PID"] = str(os.getpid())
+                try:
+                    sweeper.sweep(train, {"lr": [0.1, 0.01]}, workers=1, progress=False)
+                except sweeper.SweepInterrupted as stopped:
+                    print(stopped.results[["trial", "status"]].to_string(index=False))
+                    print(os.path.relpath(stopped.csv_path))
+
+        ``python stopped.py`` prints::
+
+              trial      status
+             lr=0_1          ok
+            lr=0_01 interrupted
+            results/stopped/results.csv
     """
 
     def __init__(self, signum: int, results: "pandas.DataFrame", csv_path: str) -> None:
@@ -38,34 +73,45 @@ class SweepInterrupted(KeyboardInterrupt):
 
 
 def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pandas.DataFrame":
-    """Run ``fn(params)`` once per point of ``grid``, each in a fresh process (a fork of the
-    sweep's fork server, which imported only installed libraries, or with
-    ``start_method="spawn"`` a spawned interpreter).
+    """Run ``fn(params)`` once per point of ``grid``, each in a fresh process; the results table.
 
     Args:
-        fn: a module-level function taking the parameter dict and returning a dict of
-            metric names to numbers (or a Keras ``History``); or a command to run per
-            trial: a template such as ``"python train.py --lr={lr}"`` or a
+        fn: a function defined at the top level of a ``.py`` module, taking the parameter dict
+            and returning a dict of metric names to numbers (or a Keras ``History``); or a
+            command per trial: a template such as ``"python train.py --lr={lr}"``, or a
             :class:`sweeper.Command`.
-        grid: a dict of lists (their cartesian product), a list of such dicts (their
-            union), or the points from :func:`sweeper.sample`. With ``search``, the space
-            searched: ``{name: uniform(..) | loguniform(..) | randint(..) | [choices] | value}``.
-        **options: any field of :class:`sweeper.Options`: ``workers``, ``seed``,
-            ``timeout`` and ``stall`` (seconds, or ``"10m"``), ``retries``, ``gpus``,
-            ``per_gpu``, ``name``, ``out``, ``fresh``, ``skip_failed``, ``dry_run``, ``progress``; to pack
-            trials by the memory they measurably need, ``per_gpu="auto"`` (with ``memory_keys``,
-            ``gpu_memory="6GB"``), ``workers="auto"``, ``host_memory="3GB"``; for an adaptive search (Optuna),
-            ``search="tpe"``, ``trials=20``, ``prune="asha"`` with ``metric`` (and ``mode``);
-            to show it elsewhere, ``tensorboard=True``, ``mlflow=True`` or ``mlflow="http://host:5000"``.
+        grid: a dict of lists (their cartesian product), a list of such dicts (their union),
+            or the points of :func:`sweeper.sample`; with ``search``, the space searched
+            (values: lists, :class:`sweeper.uniform` and the other distributions, fixed values).
+        **options: any option of docs/options.md by its keyword: ``workers=2``, ``timeout="1h"``,
+            ``gpus=[0, 1]``, ``per_gpu="auto"``, ``search="tpe"``, ``metric``, ``progress=False``...
 
     Returns:
-        One row per trial in grid order (see the README for the columns); the same
-        table is in ``<out>/<name>/results.csv``. A re-run skips trials already ``ok``.
+        The results table (a pandas DataFrame): one row per trial in grid order, the same as
+        ``<out>/<name>/results.csv``. Run again, it runs only what is not ``ok`` yet.
 
     Raises:
         SweepError: bad input, before any trial runs; or a named metric the first ok trial
-            did not return (the sweep stops there; its rows are kept, ``load()`` reads them).
+            did not return (the sweep stops there; its rows are kept, :func:`load` reads them).
         SweepInterrupted: Ctrl-C, SIGTERM or SIGHUP; what finished is saved.
+
+    Example:
+        A file ``quadratic.py``::
+
+            import sweeper
+
+            def train(params):
+                return {"loss": (params["lr"] - 0.01) ** 2}
+
+            if __name__ == "__main__":
+                df = sweeper.sweep(train, {"lr": [0.1, 0.01]}, progress=False)
+                print(df[["trial", "status", "loss"]].to_string(index=False))
+
+        ``python quadratic.py`` prints::
+
+              trial status    loss
+             lr=0_1     ok  0.0081
+            lr=0_01     ok     0.0
     """
     check_not_in_a_trial_bootstrap()
     opts = registry.options(options)
@@ -123,12 +169,37 @@ def plan_frame(outcome: runner.Outcome) -> "pandas.DataFrame":
 
 
 def load(path: "str | os.PathLike[str]", every: bool = False) -> "pandas.DataFrame":
-    """The results table of a sweep folder (or its ``results.csv``), read from the ledger.
+    """The results table of a sweep folder, read from its ledger (while it runs, too).
 
-    The same rows as ``results.csv``: the trials of the grid last run there. With
-    ``every=True``, every trial on record, points since removed from the grid included.
-    ``frame.attrs["metric"]`` and ``["mode"]`` say what the sweep ranked by (or None); a sweep
-    of several objectives has ``frame.attrs["objectives"]`` and the ``pareto`` column.
+    Args:
+        path: the sweep's folder, ``<out>/<name>``, or its ``results.csv``.
+        every: also the trials of points since removed from the grid (by default, the
+            trials of the grid last run there, the rows of ``results.csv``).
+
+    Returns:
+        The table as :func:`sweep` returns it. ``frame.attrs["metric"]`` and ``["mode"]`` say
+        what the sweep ranked by (or None); a sweep of several objectives has
+        ``frame.attrs["objectives"]`` and the ``pareto`` column.
+
+    Raises:
+        SweepError: ``path`` is no sweep folder, or its ledger cannot be read (saying why).
+
+    Example:
+        A file ``again.py``::
+
+            import sweeper
+
+            def train(params):
+                return {"loss": params["lr"]}
+
+            if __name__ == "__main__":
+                sweeper.sweep(train, {"lr": [0.1, 0.01]}, metric="loss", progress=False)
+                df = sweeper.load("results/again")
+                print(df["status"].tolist(), df.attrs["metric"], df.attrs["mode"])
+
+        ``python again.py`` prints::
+
+            ['ok', 'ok'] loss min
     """
     ledger = Ledger(sweep_folder(path), readonly=True)
     try:

@@ -27,20 +27,58 @@ from sweeper.child.context import current_trial, last_epoch, report
 from sweeper.model.outcome import TrialFailed
 from sweeper.model.trial import Status
 
+__all__ = ["Report"]
+
 
 class Report(keras.callbacks.Callback):
-    """Sends each epoch's logs to the sweep (live view, ``history.csv``), epochs from 1::
-
-        model.fit(x, y, epochs=10, callbacks=[sweeper.keras.Report()])
+    """A Keras callback that sends each epoch's logs to the sweep (live view, ``history.csv``),
+    epochs from 1; the metrics that are numbers, under Keras's names.
 
     In population-based training each epoch's parameters are recorded, so the optimizer must
     train with what ``train`` compiled from them: its hyperparameters as compiled (the
     learning rate, momentum, ...) are put back before the first batch of each segment (after
-    ``BackupAndRestore`` restored another member's state) and checked at each epoch's end; a
-    callback that changes one fails the trial in one line saying what to do. ``free`` names
-    the optimizer's attributes something else sets on purpose (``["learning_rate"]`` where a
-    ``LearningRateScheduler`` sets the rate from the parameters each epoch): those are
-    neither put back nor checked. In any other sweep Report only reports.
+    ``BackupAndRestore`` restored another member's state) and checked at each epoch's end. In
+    any other sweep Report only reports.
+
+    Args:
+        free: the optimizer's attributes something else sets on purpose (``["learning_rate"]``
+            where a ``LearningRateScheduler`` sets the rate from the parameters each epoch):
+            neither put back nor checked. One name or several.
+
+    Raises:
+        TrialFailed: from ``fit``: a pruner stopped the trial, or a scheduler paused it (let it
+            propagate); in population-based training, an epoch trained with a hyperparameter
+            other than the one compiled (the trial's ``error`` says which, and what to do).
+
+    Example:
+        A file ``fit.py``::
+
+            import numpy as np
+            import pandas
+
+            import sweeper
+
+            def train(params):
+                import keras  # imported in the trial's process alone
+
+                import sweeper.keras
+
+                x = np.random.default_rng(0).normal(size=(64, 4))
+                model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+                model.compile(keras.optimizers.SGD(params["lr"]), "mse")
+                model.fit(x, x.sum(axis=1), epochs=2, verbose=0, callbacks=[sweeper.keras.Report()])
+                return {"done": 1}
+
+            if __name__ == "__main__":
+                sweeper.sweep(train, {"lr": [0.01]}, progress=False)
+                history = pandas.read_csv("results/fit/history.csv")
+                print(history[["trial", "epoch"]].to_string(index=False), "loss" in history)
+
+        ``python fit.py`` prints::
+
+              trial  epoch
+            lr=0_01      1
+            lr=0_01      2 True
     """
 
     def __init__(self, free: Iterable[str] = ()) -> None:

@@ -158,10 +158,35 @@ _BACKENDS: dict[str, Registered] = {
 
 
 def register(name: str, factory: Factory, *, places_trials: bool = False, options: type | None = None) -> None:
-    """Make ``backend=name`` run trials on what ``factory(launch)`` returns; ``options``: its
-    options group (see the module's docstring), which its factory finds as
-    ``launch.options.backend_options``. A name taken already is refused, unless it is the
-    same factory again."""
+    """Make ``backend=name`` run a sweep's trials on what ``factory(launch)`` returns.
+
+    An installed package declares its backends in the ``sweeper.backends`` entry-point group
+    instead, so that the command line finds them too (docs/backends.md).
+
+    Args:
+        name: the backend's name, a plain identifier: ``sweep(fn, grid, backend=name)``.
+        factory: called once per sweep with a :class:`Launch`; returns the backend, an object
+            keeping the protocol :class:`sweeper.model.protocol.Backend`.
+        places_trials: the backend's own scheduler places trials (a cluster's): this machine's
+            GPUs are then not read.
+        options: its options group, a frozen dataclass (see the module's docstring): its fields
+            become keywords of ``sweep()`` and flags; the factory finds them checked as
+            ``launch.options.backend_options``.
+
+    Raises:
+        SweepError: a name that is not a plain identifier, or one taken by another factory
+            (the same factory again changes nothing).
+
+    Example:
+        >>> from sweeper.backends import register
+        >>> def factory(launch):  # a whole one: tests/toy_backend.py
+        ...     raise NotImplementedError
+        >>> register("mine", factory)  # sweep(fn, grid, backend="mine") now runs on it
+        >>> register("two words", factory)
+        Traceback (most recent call last):
+        ...
+        sweeper.errors.SweepError: backend name 'two words' is not a plain name; use letters, digits and _
+    """
     if not name.isidentifier():
         raise SweepError(f"backend name {name!r} is not a plain name; use letters, digits and _")
     known = _BACKENDS.get(name)

@@ -169,10 +169,37 @@ def setup() -> dict[str, Any]:
     Caps GPU memory (``SWEEPER_MEMORY_LIMIT_MB`` and friends; TensorFlow's cap needs this
     call, JAX reads its variable by itself) and seeds ``random``, NumPy, TensorFlow, Keras
     and PyTorch with ``SWEEPER_SEED``, for the frameworks imported now and those imported
-    later. Returns the trial's parameters (``SWEEPER_PARAMS``); outside a sweep, ``{}``::
+    later. Call it first, before any framework touches the GPU.
 
-        import sweeper.worker
-        sweeper.worker.setup()
+    Returns:
+        The trial's parameters (``SWEEPER_PARAMS``); outside a sweep, ``{}``.
+
+    Raises:
+        Nothing: a variable that is not set leaves its part undone.
+
+    Example:
+        A file ``train.py``::
+
+            import json
+
+            import sweeper.worker
+
+            params = sweeper.worker.setup()
+            print(json.dumps({"loss": params["lr"] * 2}))
+
+        and a file ``flags.py``::
+
+            import sweeper
+
+            if __name__ == "__main__":
+                df = sweeper.sweep("python train.py {flags}", {"lr": [0.1, 0.01]}, progress=False)
+                print(df[["trial", "status", "loss"]].to_string(index=False))
+
+        ``python flags.py`` prints::
+
+              trial status  loss
+             lr=0_1     ok   0.2
+            lr=0_01     ok  0.02
     """
     hook = imports.install()
     seed = contract.seed_from_env()

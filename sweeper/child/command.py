@@ -53,19 +53,74 @@ def text(value: Any) -> str:
 
 
 def flags(params: Mapping[str, Any]) -> list[str]:
-    """Every parameter as ``--name=value``, one argument each (for scripts that take them all)."""
+    """Every parameter as ``--name=value``, one argument each, for a script that takes them all.
+
+    Args:
+        params: a point, a dict of parameter names to values (a trial's ``params``).
+
+    Returns:
+        The arguments, in the point's order: lists and dicts as JSON, other values as ``str``.
+
+    Raises:
+        Nothing.
+
+    Example:
+        >>> import sweeper
+        >>> sweeper.flags({"lr": 0.01, "layers": [64, 32], "opt": "adam"})
+        ['--lr=0.01', '--layers=[64, 32]', '--opt=adam']
+    """
     return [f"--{name}={text(value)}" for name, value in params.items()]
 
 
 @dataclass(frozen=True)
 class Command:
-    """A command per trial: a template such as ``"python train.py --lr={lr}"``, or a
-    module-level function ``params -> argv``. Without a shell each value lands in exactly
-    one argument, whatever characters it holds. ``shell=True`` runs the template through
-    ``/bin/sh``, values never in its text: each placeholder becomes a reference to an
-    environment variable holding the value (``"${SWEEPER_ARG_0}"`` where it stands bare,
-    ``${SWEEPER_ARG_0}`` inside ``"..."`` or a here-document), which the shell expands
-    once and never reads as code."""
+    """A command per trial, run as a child of the trial's process (with its GPU, caps, seed,
+    log, timeouts and statuses); its metrics are ``$SWEEPER_TRIAL_DIR/metrics.json`` if it
+    writes one, else the last line of its stdout that is a JSON object.
+
+    Without a shell each value lands in exactly one argument, whatever characters it holds.
+    ``shell=True`` runs the template through ``/bin/sh``, values never in its text: each
+    placeholder becomes a reference to an environment variable holding the value
+    (``"${SWEEPER_ARG_0}"`` where it stands bare, ``${SWEEPER_ARG_0}`` inside ``"..."`` or a
+    here-document), which the shell expands once and never reads as code.
+
+    Args:
+        template: the command, with a ``{name}`` placeholder per parameter, or ``{flags}``
+            for every parameter as ``--name=value`` (``{{`` and ``}}`` for literal braces).
+        build: instead of a template, a module-level function ``params -> argv``.
+        shell: run the template through ``/bin/sh`` (pipes, ``&&``, variables).
+
+    Raises:
+        SweepError: from :func:`sweeper.sweep`, before any trial runs: an empty template, a
+            placeholder that is not a parameter of every point, a parameter the command does
+            not use, a ``build`` that does not return a list of strings.
+
+    Example:
+        A file ``train.py``::
+
+            import argparse
+            import json
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--lr", type=float)
+            args = parser.parse_args()
+            print(json.dumps({"loss": (args.lr - 0.01) ** 2}))
+
+        and a file ``commands.py``::
+
+            import sweeper
+
+            if __name__ == "__main__":
+                command = sweeper.Command("python train.py --lr={lr}")
+                df = sweeper.sweep(command, {"lr": [0.1, 0.01]}, progress=False)
+                print(df[["trial", "status", "loss"]].to_string(index=False))
+
+        ``python commands.py`` prints::
+
+              trial status    loss
+             lr=0_1     ok  0.0081
+            lr=0_01     ok     0.0
+    """
 
     template: str | None = None
     build: Callable[[dict[str, Any]], Sequence[str]] | None = None

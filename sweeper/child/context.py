@@ -15,11 +15,36 @@ _reporter: "_Reporter | None" = None
 
 
 def current_trial() -> TrialSpec | None:
-    """The running trial's spec (id, name, folder, seed, device, params), or None outside one.
+    """The trial this process runs, from inside ``fn``: its id, name, folder, seed, device, params.
 
-    Call it from inside ``fn`` to find the folder for checkpoints::
+    Returns:
+        Its :class:`sweeper.TrialSpec` (``dir`` is its own folder, for what it saves;
+        ``checkpoint`` a folder that lasts across a paused trial's segments); None outside
+        a trial (``train`` called by hand).
 
-        ckpt = os.path.join(sweeper.current_trial().dir, "model.keras")
+    Raises:
+        Nothing.
+
+    Example:
+        A file ``notes.py``::
+
+            import os
+
+            import sweeper
+
+            def train(params):
+                trial = sweeper.current_trial()
+                with open(os.path.join(trial.dir, "note.txt"), "w") as f:
+                    f.write(f"{trial.name} ran with {trial.params}")
+                return {"loss": params["lr"]}
+
+            if __name__ == "__main__":
+                sweeper.sweep(train, {"lr": [0.1, 0.01]}, progress=False)
+                print(open("results/notes/trials/lr=0_1/note.txt").read())
+
+        ``python notes.py`` prints::
+
+            lr=0_1 ran with {'lr': 0.1}
     """
     return _current
 
@@ -27,19 +52,49 @@ def current_trial() -> TrialSpec | None:
 def report(epoch: int | None = None, **metrics: Any) -> None:
     """Send intermediate metrics (say, after each epoch) to the sweep while the trial runs.
 
-    They feed the live view and ``<out>/<name>/history.csv``. ``epoch`` defaults to 1, 2,
-    ... in call order. Outside a trial (``train`` run by hand) it does nothing.
+    They feed the live view and ``<out>/<name>/history.csv``; outside a trial (``train``
+    called by hand) it does nothing. Without a pruner it never
+    blocks training: reports are batched and sent by a thread. In a search with a pruner
+    each report waits for the pruner's verdict (a few ms; at most ``VERDICT_WAIT_S``, after
+    which training goes on and a late verdict applies at the next report). In
+    population-based training (or a replay of it) each report waits for its answer however
+    long the parent takes: a decision is never skipped, a pause lands at its epoch.
 
-    Without a pruner it never blocks training: reports are batched and sent by a thread.
-    In a search with a pruner each report waits for the pruner's verdict (a round trip to
-    the parent, a few ms; at most ``VERDICT_WAIT_S``, after which training goes on and a
-    late verdict applies at the next report); a trial the pruner stops raises
-    :class:`sweeper.model.outcome.TrialFailed` (status ``pruned``) from this call, so it ends at
-    the epoch it was judged at; one the scheduler pauses leaves the same way (it resumes
-    later, in a fresh process). A trial whose parameters are recorded epoch by epoch
-    (population-based training, a replay of one) waits for its answer however long the
-    parent takes (copying a large checkpoint, say): a decision is never skipped, and a pause
-    always lands at the epoch it was decided at.
+    Args:
+        epoch: the epoch these metrics are of; by default 1, 2, ... in call order.
+        **metrics: metric names to numbers (NumPy and framework scalars are taken as numbers).
+
+    Raises:
+        TrialFailed: a pruner stopped the trial (status ``pruned``), or a scheduler paused it
+            (to resume later in a fresh process): let it propagate, the trial ends at this epoch.
+        BadResult: a metric that is not a number, or a name a column cannot take (the trial's ``error``).
+
+    Example:
+        A file ``curves.py``::
+
+            import pandas
+
+            import sweeper
+
+            def train(params):
+                for epoch in range(1, 4):
+                    sweeper.report(epoch=epoch, loss=params["lr"] / epoch)
+                return {"loss": params["lr"] / 3}
+
+            if __name__ == "__main__":
+                sweeper.sweep(train, {"lr": [0.3, 0.03]}, progress=False)
+                history = pandas.read_csv("results/curves/history.csv")
+                print(history[["trial", "epoch", "loss"]].to_string(index=False))
+
+        ``python curves.py`` prints::
+
+              trial  epoch  loss
+             lr=0_3      1 0.300
+             lr=0_3      2 0.150
+             lr=0_3      3 0.100
+            lr=0_03      1 0.030
+            lr=0_03      2 0.015
+            lr=0_03      3 0.010
     """
     if _reporter is not None:
         _reporter.add(epoch, metrics)

@@ -74,10 +74,27 @@ def _integer(label: str, value: Any) -> int:
 
 @dataclass(frozen=True)
 class uniform:  # noqa: N801 - named like scipy.stats distributions
-    """Continuous uniform distribution on ``[low, high)``.
+    """Continuous uniform distribution on ``[low, high)``, for :func:`sweeper.sample` or a search.
 
     The arguments are the bounds, unlike ``scipy.stats.uniform(loc, scale)``:
     ``uniform(0.1, 0.5)`` is ``scipy.stats.uniform(0.1, 0.4)``.
+
+    Args:
+        low: the smallest value, a finite number.
+        high: the bound above every value (excluded), greater than ``low``.
+
+    Raises:
+        SweepError: a bound that is not a finite number, or ``low >= high``.
+
+    Example:
+        >>> import sweeper
+        >>> dropout = sweeper.uniform(0.0, 0.5)
+        >>> round(dropout.rvs(random_state=0), 4)
+        0.3185
+        >>> sweeper.uniform(0.5, 0.1)
+        Traceback (most recent call last):
+        ...
+        sweeper.errors.SweepError: uniform(low=0.5, high=0.1) needs low < high; give the smaller bound first, e.g. uniform(0.0, 0.5)
     """
 
     low: float
@@ -102,10 +119,24 @@ class uniform:  # noqa: N801 - named like scipy.stats distributions
 
 @dataclass(frozen=True)
 class loguniform:  # noqa: N801 - named like scipy.stats distributions
-    """Log-uniform distribution on ``[low, high)``, for ``0 < low < high``.
+    """Log-uniform distribution on ``[low, high)``: each decade equally likely (a learning rate's).
 
-    Each decade is equally likely, e.g. ``loguniform(1e-4, 1e-1)`` for a
-    learning rate; same arguments as ``scipy.stats.loguniform(a, b)``.
+    Same arguments as ``scipy.stats.loguniform(a, b)``.
+
+    Args:
+        low: the smallest value, a finite number above 0.
+        high: the bound above every value (excluded), greater than ``low``.
+
+    Raises:
+        SweepError: a bound that is not a finite number, or not ``0 < low < high``.
+
+    Example:
+        >>> import sweeper
+        >>> lr = sweeper.loguniform(1e-4, 1e-1)
+        >>> round(lr.rvs(random_state=0), 5)
+        0.00814
+        >>> lr.rvs(size=2, random_state=1).round(5).tolist()
+        [0.00343, 0.07102]
     """
 
     low: float
@@ -135,8 +166,21 @@ class loguniform:  # noqa: N801 - named like scipy.stats distributions
 class randint:  # noqa: N801 - named like scipy.stats distributions
     """Uniform integer distribution on ``[low, high)`` (``high`` excluded).
 
-    Same arguments as ``scipy.stats.randint`` and ``numpy`` ``integers``:
-    ``randint(1, 4)`` gives 1, 2 or 3.
+    Same arguments as ``scipy.stats.randint`` and NumPy's ``integers``: ``randint(1, 4)``
+    gives 1, 2 or 3.
+
+    Args:
+        low: the smallest value, an int.
+        high: the bound above every value (excluded), greater than ``low``.
+
+    Raises:
+        SweepError: a bound that is not an int, or ``low >= high``.
+
+    Example:
+        >>> import sweeper
+        >>> layers = sweeper.randint(1, 5)
+        >>> layers.rvs(random_state=0), layers.rvs(size=4, random_state=0).tolist()
+        (4, [4, 3, 3, 2])
     """
 
     low: int

@@ -35,10 +35,22 @@ __all__ = ["Points", "expand", "point_key", "sample", "uniform", "loguniform", "
 
 
 class Points(list):  # type: ignore[type-arg,unused-ignore]
-    """Points already drawn or expanded: :func:`expand` keeps each as one point.
+    """Points already drawn or expanded: a list of parameter dicts that :func:`expand` (and a
+    sweep) takes point by point, never as a grid.
 
     :func:`sample` returns this, so a sampled list-valued setting such as
-    ``{"layers": [64, 32]}`` is one point, not the choices 64 and 32.
+    ``{"layers": [64, 32]}`` stays one point, not the two choices 64 and 32. Wrap a list of
+    points of your own in it to sweep exactly those.
+
+    Attributes:
+        (a list's): each item a point, a dict of parameter names to values.
+
+    Example:
+        >>> import sweeper
+        >>> sweeper.expand(sweeper.Points([{"layers": [64, 32]}, {"layers": [128]}]))
+        [{'layers': [64, 32]}, {'layers': [128]}]
+        >>> sweeper.expand({"layers": [64, 32]})  # a grid: two choices
+        [{'layers': 64}, {'layers': 32}]
     """
 
 
@@ -70,18 +82,31 @@ def _grid_dicts(grid: Any) -> list[Mapping[Any, Any]]:
 
 
 def expand(grid: Mapping[str, Any] | list[Mapping[str, Any]]) -> Points:
-    """Expand a parameter grid into the list of its points.
+    """Expand a parameter grid into the list of its points, as a sweep runs them.
 
-    ``grid`` maps parameter names to a list (or tuple) of values to try, or
-    to a scalar fixed setting; a list-valued setting is written as a list of
-    lists, e.g. ``{"layers": [[64, 32], [128]]}``. ``grid`` may also be a
-    non-empty list of such dicts, meaning their union.
+    The order is that of ``sklearn.model_selection.ParameterGrid``: dict by dict, keys
+    sorted, the last key varying fastest; an empty dict gives the single point ``{}``.
+    Points equal as stored (``np.float32(0.1)`` and ``0.1``) are kept once, at their first place.
 
-    The order is that of ``sklearn.model_selection.ParameterGrid``: dict by
-    dict, keys sorted, the last key varying fastest; an empty dict gives the
-    single point ``{}``. Points equal under :func:`point_key` are kept once,
-    at their first place. Raises SweepError for anything that cannot be
-    expanded or stored.
+    Args:
+        grid: a dict mapping each parameter name to a list (or tuple, ``range``, 1-D array)
+            of values to try, or to a scalar, a fixed setting (a list-valued setting is a
+            list of lists: ``{"layers": [[64, 32], [128]]}``); or a non-empty list of such
+            dicts, their union; or :class:`Points`, taken point by point.
+
+    Returns:
+        The points, each a dict of names to plain JSON values (a :class:`Points`).
+
+    Raises:
+        SweepError: anything that cannot be expanded or stored (a set, NaN, an object...),
+            naming the parameter.
+
+    Example:
+        >>> import sweeper
+        >>> sweeper.expand({"lr": [0.1, 0.01], "units": [16, 64], "epochs": 8})[:2]
+        [{'epochs': 8, 'lr': 0.1, 'units': 16}, {'epochs': 8, 'lr': 0.1, 'units': 64}]
+        >>> sweeper.expand([{"opt": ["sgd"], "lr": [0.1]}, {"opt": ["adam"]}])
+        [{'lr': 0.1, 'opt': 'sgd'}, {'opt': 'adam'}]
     """
     parts = _grid_dicts(grid)
     if isinstance(grid, Points):
@@ -165,17 +190,31 @@ class ByPoint:
 def sample(space: Mapping[str, Any], n: int, seed: int = 0) -> Points:
     """Draw ``n`` distinct random points from ``space`` (random search).
 
-    ``space`` maps parameter names to a list or tuple (uniform choice among
-    its elements, whose types are kept), a distribution with a
-    scipy.stats-style ``rvs(random_state=...)`` method (scipy.stats frozen
-    distributions, or :class:`uniform`, :class:`loguniform`,
-    :class:`randint`), or a scalar fixed setting.
+    One ``numpy.random.default_rng(seed)`` generator drives every draw, point by point with
+    keys in sorted order, so the same seed gives the same points. Duplicate points are
+    skipped; drawing stops at ``n`` distinct points, once every point of a finite space is
+    found, or after ``100 * n`` draws; fewer than ``n`` come back with a one-line UserWarning.
 
-    One ``numpy.random.default_rng(seed)`` generator drives every draw,
-    point by point with keys in sorted order, so the same seed gives the same
-    points. Duplicate points are skipped; drawing stops at ``n`` distinct
-    points, once every point of a finite space is found, or after ``100 * n``
-    draws. Fewer than ``n`` points come back with a one-line UserWarning.
+    Args:
+        space: maps each parameter name to a list or tuple (a uniform choice among its
+            elements, whose types are kept), a distribution with a scipy.stats-style
+            ``rvs(random_state=...)`` (:class:`uniform`, :class:`loguniform`,
+            :class:`randint`, or scipy.stats' frozen ones), or a scalar, a fixed setting.
+        n: how many points, at least 1.
+        seed: the generator's seed, a non-negative int.
+
+    Returns:
+        The points, a :class:`Points`: give them to :func:`sweeper.sweep` as its grid.
+
+    Raises:
+        SweepError: a bad ``n``, ``seed`` or value of ``space``, naming it.
+
+    Example:
+        >>> import sweeper
+        >>> space = {"lr": sweeper.loguniform(1e-4, 1e-1), "units": [16, 64], "epochs": 8}
+        >>> points = sweeper.sample(space, 3, seed=0)
+        >>> [(round(p["lr"], 5), p["units"], p["epochs"]) for p in points]
+        [(0.00814, 64, 8), (0.00013, 16, 8), (0.00011, 16, 8)]
     """
     n, seed = check_count(n), check_seed(seed)  # before the space: the first mistake says
     return Points(Space.of(space).sample(n, seed, stacklevel=3))

@@ -12,11 +12,10 @@ then only carried, never derived again from its parameters:
   record from earlier releases, which were keys, stay what they are); another trial of the
   same point (a copy that population-based training makes) gets ``<key>-2``, ``-3``, ...
   Nothing but the plan makes ids, so two trials may share parameters and stay apart.
-* ``name``: a readable folder name built like the seed document's
-  ``build_string_from_dict`` (sorted keys, ``key=value`` joined by ``,``, floats in
-  ``%g`` form with ``.`` replaced by ``_``), of the parameters that vary in the sweep
-  (:func:`fixed_keys`). Where two points of the sweep would share it (a rounded float, a
-  string that reads as a number), or it is too long, ``~`` and the point's key are appended.
+* ``name``: a readable folder name (sorted keys, ``key=value`` joined by ``,``, floats in
+  ``%g`` form with ``.`` replaced by ``_``), of the parameters that vary (:func:`fixed_keys`).
+  Where two points of the sweep would share it (a rounded float, a string that reads as a
+  number), or it is too long, ``~`` and the point's key are appended.
 * ``seed``: derived from the sweep's seed and the trial id only, never from the order
   or the worker that ran it (a point's first trial: from its key).
 """
@@ -37,7 +36,20 @@ MAX_NAME_LEN = 80
 
 
 class Status(str, enum.Enum):
-    """The final state of a trial, as written in the ``status`` column."""
+    """The final state of a trial, as written in the ``status`` column (a ``str``: ``"ok"``).
+
+    Attributes:
+        OK, ERROR, OOM, CRASHED, TIMEOUT, STALLED, INTERRUPTED, PRUNED: the ways a trial ends,
+            each said beside it below (README, "When things go wrong").
+        retryable: whether running it again may end otherwise (``--retries`` runs those again).
+        succeeded: ``ok``, or ``pruned`` by a search: not a failure.
+
+    Example:
+        >>> import sweeper
+        >>> status = sweeper.Status("oom")
+        >>> status.retryable, status.succeeded, status == "oom"
+        (True, False, True)
+    """
 
     OK = "ok"  #: ``fn`` returned metrics.
     ERROR = "error"  #: ``fn`` raised, or returned something that is not metrics.
@@ -197,24 +209,40 @@ def segment_seed(seed: int, epoch: int) -> int:
 
 @dataclass(frozen=True)
 class TrialSpec:
-    """Everything a worker needs to run one trial. Built by the parent, sent to the child."""
+    """One trial, as its process gets it (:func:`sweeper.current_trial`): made by the sweep.
+
+    Attributes:
+        trial_id: its id, the ``trial_id`` column; ``name``: its readable name and folder's.
+        index: its position in the grid's order.
+        params: its point, the parameters ``fn`` is called with.
+        seed: its seed (from the sweep's seed and its id), set in every framework before ``fn``.
+        dir: its own folder, ``<out>/<name>/trials/<trial>/``; ``checkpoint``: a folder there
+            that lasts across its segments (a scheduler may pause it and resume it afresh).
+        attempt, first_attempt: this attempt, counted over every run of the sweep; this run's first.
+        device: ``cpu`` or ``gpu:<index>``; ``env``: the variables set in its process.
+        verdicts: each report waits for the pruner's verdict (a search with a pruner).
+        ran_before: the processes it ran in before this run of the sweep (``segments`` go on).
+
+    Example:
+        >>> import sweeper
+        >>> spec = sweeper.TrialSpec(trial_id="t9c9ba942d8bb", name="lr=0_1", index=0, params={"lr": 0.1},
+        ...                          seed=7, dir="results/quadratic/trials/lr=0_1")
+        >>> spec.params["lr"], spec.key == spec.trial_id
+        (0.1, True)
+    """
 
     trial_id: str
     name: str
-    index: int  #: position in the grid's order
+    index: int
     params: dict[str, Any] = field(hash=False)
     seed: int
-    dir: str  #: the trial's own folder, ``<out>/<name>/trials/<trial>/``
-    attempt: int = 1  #: counted over every run of the sweep (a resumed trial goes on counting)
-    first_attempt: int = 1  #: this run's first attempt: ``retries`` more follow it at most
-    device: str = "cpu"  #: ``cpu`` or ``gpu:<index>``
-    env: dict[str, str] = field(default_factory=dict, hash=False)  #: set in the child
-    #: Each report waits for the pruner's verdict (a search with a pruner, on a backend
-    #: that can answer), so a pruned trial stops at the very epoch it was judged at.
-    verdicts: bool = False
-    #: the processes it ran in before this run of the sweep (a population-based member
-    #: resumed after Ctrl-C or a kill): its ``segments`` go on counting from there
-    ran_before: int = 0
+    dir: str
+    attempt: int = 1
+    first_attempt: int = 1  #: ``retries`` more follow it at most
+    device: str = "cpu"
+    env: dict[str, str] = field(default_factory=dict, hash=False)
+    verdicts: bool = False  #: (on a backend that can answer: a pruned trial stops at the epoch judged)
+    ran_before: int = 0  #: (a population-based member resumed after Ctrl-C or a kill)
 
     @property
     def key(self) -> str:
@@ -278,52 +306,59 @@ def column(place: Place, csv: str | None = None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class TrialResult:
-    """What became of one trial: one row of the results table. Each field's metadata
-    (:func:`column`) places it in ``results.csv``; :data:`RESULT_COLUMNS` follows."""
+    """What became of one trial: one row of the results table (README, "The results").
+
+    Each field's metadata (:func:`column`) places it in ``results.csv``; :data:`RESULT_COLUMNS` follows.
+
+    Attributes:
+        trial_id, name, params, status, metrics, seed, device, error, attempts: the row's
+            columns (``name`` is ``trial``; ``params`` the ``param_<name>`` columns; ``metrics``
+            one column each); ``index``: its position in the grid's order (the CSV's row order).
+        started_at, duration_s: ISO 8601 UTC when it began in its process ("": never); seconds
+            from then to its end (None: it never began, as a task cancelled in Slurm's queue).
+        gpu_uuid, gpu_mem_cap_mb, gpu_mem_peak_mb, gpu_mem_reserved_mb: its card, its cap, its peak
+            as NVML saw it, the memory set aside for it (None or "" where there is none).
+        epoch_reached, mem_peak_mb, segments, job_id: the last epoch it reported, its peak host
+            memory (MB) over its process tree, the processes it ran in (paused and resumed), its
+            batch job (Slurm's ``123_4``): None or "" where none.
+        feasible, deterministic: whether an ok trial meets the sweep's constraints (False: never
+            ranked); whether it ran with determinism asked for (None: not asked, no constraints).
+        pid, exitcode, log, env: in the ledger alone: its process, exit, log, what it ran on.
+        ok, ranked, key: it ended ok; it counts in a ranking (ok and feasible); its point's key.
+
+    Example:
+        >>> import sweeper
+        >>> row = sweeper.TrialResult(trial_id="t9c9ba942d8bb", name="lr=0_1", index=0, params={"lr": 0.1},
+        ...                           status=sweeper.Status.OK, metrics={"loss": 0.0081})
+        >>> row.ok, row.ranked, row.key
+        (True, True, 't9c9ba942d8bb')
+    """
 
     trial_id: str = field(metadata=column(Place.FRONT))
     name: str = field(metadata=column(Place.FRONT, csv="trial"))
-    index: int = field(metadata=column(Place.LEDGER))  #: position in the grid's order (the CSV's row order)
+    index: int = field(metadata=column(Place.LEDGER))
     params: dict[str, Any] = field(hash=False, metadata=column(Place.PARAMS))
     status: Status = field(metadata=column(Place.FRONT))
     metrics: dict[str, float] = field(default_factory=dict, hash=False, metadata=column(Place.METRICS))
     seed: int = field(default=0, metadata=column(Place.BACK))
     device: str = field(default="", metadata=column(Place.BACK))
-    #: ISO 8601, UTC: when it began in its process, by its machine's clock ("": it never began)
     started_at: str = field(default="", metadata=column(Place.BACK))
-    #: seconds from then to its end (None: it never began, as a task cancelled in Slurm's queue)
     duration_s: float | None = field(default=0.0, metadata=column(Place.BACK))
-    error: str = field(default="", metadata=column(Place.BACK))  #: one line; empty when ok
+    error: str = field(default="", metadata=column(Place.BACK))
     attempts: int = field(default=1, metadata=column(Place.BACK))
     pid: int = field(default=0, metadata=column(Place.LEDGER))
     exitcode: int | None = field(default=None, metadata=column(Place.LEDGER))
     log: str = field(default="", metadata=column(Place.LEDGER))
-    #: the GPU's UUID, when NVML told it
     gpu_uuid: str = field(default="", metadata=column(Place.GPU))
-    #: the memory cap the trial ran under
     gpu_mem_cap_mb: int | None = field(default=None, metadata=column(Place.GPU))
-    #: its peak GPU memory, where NVML could see it
     gpu_mem_peak_mb: int | None = field(default=None, metadata=column(Place.GPU))
-    #: the GPU memory set aside for it on its card (per_gpu="auto": its predicted need plus headroom)
     gpu_mem_reserved_mb: int | None = field(default=None, metadata=column(Place.GPU))
-    #: the last epoch it reported (None: it reported none)
     epoch_reached: int | None = field(default=None, metadata=column(Place.EPOCHS))
-    #: its peak resident host memory, MB, over its process tree (None: not measured)
     mem_peak_mb: int | None = field(default=None, metadata=column(Place.MEMORY))
-    #: an ok trial of a sweep with constraints: whether its values meet them all (None:
-    #: not ok, or no constraints); a trial that does not is never ranked
     feasible: bool | None = field(default=None, metadata=column(Place.CONSTRAINTS))
-    #: True: it ran with each framework's deterministic mode asked for (``deterministic=True``);
-    #: None: not asked for
     deterministic: bool | None = field(default=None, metadata=column(Place.DETERMINISM))
-    #: what its process ran on: frameworks and versions, CUDA, host, determinism switched on
-    #: (:func:`sweeper.system.environment.of_trial`); {} where it returned nothing
     env: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, metadata=column(Place.LEDGER))
-    #: the batch scheduler's job that ran it (Slurm's ``123_4``: array job 123, task 4); "" for
-    #: a trial that ran as no job
     job_id: str = field(default="", metadata=column(Place.JOB))
-    #: how many processes it ran in, where a scheduler paused it and it resumed (population-
-    #: based training's segments); None for a trial that ran in one
     segments: int | None = field(default=None, metadata=column(Place.SEGMENTS))
 
     @property
