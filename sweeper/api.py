@@ -73,7 +73,8 @@ class SweepInterrupted(KeyboardInterrupt):
 
 
 def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pandas.DataFrame":
-    """Run ``fn(params)`` once per point of ``grid``, each in a fresh process; the results table.
+    """Run ``fn(params)`` once per point of ``grid``, each in a fresh process: a fork of the sweep's
+    fork server, which imported only installed libraries (``start_method="spawn"``: a spawned one).
 
     Args:
         fn: a function defined at the top level of a ``.py`` module, taking the parameter dict

@@ -64,9 +64,27 @@ Factory = Callable[[Launch], "Backend"]
 
 @dataclass(frozen=True)
 class Registered:
-    """A backend as registered: its factory, and whether it places trials itself (a
-    cluster's scheduler does: then this machine's GPUs are not read, and ``Launch.placement``
-    is empty)."""
+    """A backend as registered: its factory and how the sweep treats it.
+
+    An installed package's entry point may name one of these instead of a bare factory, to
+    say more than the factory (``mine = my_package.backend:registered``).
+
+    Attributes:
+        factory: ``factory(launch) -> Backend``, called once per sweep.
+        places_trials: its own scheduler places trials (a cluster's): this machine's GPUs are
+            then not read, and ``Launch.placement`` is empty.
+        options: its options group (a frozen dataclass), if it has settings of its own.
+        imports_main, abandon, planned: sweeper's own backends' (whether trials import the
+            calling script again; what a Ctrl-C ends of an earlier run's jobs; a dry run's lines).
+
+    Example:
+        >>> from sweeper.backends import Registered
+        >>> def factory(launch):
+        ...     raise NotImplementedError
+        >>> registered = Registered(factory, places_trials=True)
+        >>> registered.places_trials, registered.options, registered.imports_main
+        (True, None, False)
+    """
 
     factory: Factory
     places_trials: bool = False

@@ -47,9 +47,36 @@ class Importance:
 
 
 def importance(ok: "pandas.DataFrame", metric: str, mode: str | None) -> Importance:
-    """The importance of each parameter for ``metric`` over ``ok``, the rows of a results
-    table that finished ok (``df[sweeper.results.report.finished_ok(df)]``); a :class:`SweepError`
-    says in one line why it cannot be told."""
+    """Which parameters mattered: each one's share of ``metric``'s variance (Optuna's seeded fANOVA).
+
+    Args:
+        ok: the rows of a results table that finished ok (``df[df["status"] == "ok"]``).
+        metric: the metric whose variance is shared out.
+        mode: ``"min"``, ``"max"`` or None (the shares do not depend on it).
+
+    Returns:
+        An ``Importance``: ``shares`` (``(name, share)``, largest first, summing to 1), ``trials``.
+
+    Raises:
+        SweepError: under 5 ok trials, no parameter or metric that varies, or no Optuna: saying which.
+
+    Example:
+        A file ``mattered.py``::
+
+            import sweeper.importance
+
+            def train(params):
+                return {"loss": params["lr"] * 10 + params["units"] / 1000}
+
+            if __name__ == "__main__":
+                df = sweeper.sweep(train, {"lr": [0.1, 0.01, 0.001], "units": [16, 32, 64]}, progress=False)
+                found = sweeper.importance.importance(df[df["status"] == "ok"], "loss", "min")
+                print(found.trials, found.shares[0][0], found.shares[0][1] > 0.9)
+
+        ``python mattered.py`` prints::
+
+            9 lr True
+    """
     from sweeper.model.metrics import finite as number
     from sweeper.results.studies import frame_study, need_optuna, plain
     from sweeper.store.table import param_columns

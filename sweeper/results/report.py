@@ -98,11 +98,40 @@ def figures(folder: str | os.PathLike[str], metric: str | None = None,
             mode: str | None = None) -> "dict[str, Figure]":
     """The figures ``report.html`` shows, by name, as matplotlib figures not yet drawn to PNG.
 
-    ``param:<name>`` for each hyperparameter that takes more than one value (table
-    order), ``progress`` (a search's best so far), ``curves`` (the learning curves of
-    the top trials) and ``memory`` (peak GPU memory against reservation, per_gpu="auto"),
-    each only where the page has it. The folder, ``metric`` and ``mode``
-    are read as :func:`write_html` reads them.
+    Args:
+        folder: the sweep's folder, ``<out>/<name>`` (read as ``load()`` reads it).
+        metric: the metric to plot (by default, what the sweep ranked by).
+        mode: ``"min"`` or ``"max"``, for a metric whose direction sweeper does not know.
+
+    Returns:
+        ``param:<name>`` for each hyperparameter that takes more than one value (table order),
+        ``progress`` (a search's best so far), ``curves`` (the top trials' learning curves) and
+        ``memory`` (peak GPU memory against reservation, ``per_gpu="auto"``), each only where
+        the report has it.
+
+    Raises:
+        SweepError: no sweep folder there, or matplotlib is not installed (saying how).
+
+    Example:
+        A file ``figs.py``::
+
+            import sweeper
+            import sweeper.analysis
+
+            def train(params):
+                for epoch in range(1, 3):
+                    sweeper.report(epoch=epoch, loss=params["lr"] / epoch)
+                return {"loss": params["lr"] / 2}
+
+            if __name__ == "__main__":
+                sweeper.sweep(train, {"lr": [0.1, 0.01], "units": [16, 64]}, metric="loss", progress=False)
+                figures = sweeper.analysis.figures("results/figs")
+                print(sorted(figures))
+                figures["param:lr"].savefig("lr.png")
+
+        ``python figs.py`` prints::
+
+            ['curves', 'param:lr', 'param:units']
     """
     folder = os.fspath(folder)
     df, history, searched = read_folder(folder)
