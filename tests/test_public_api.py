@@ -217,6 +217,16 @@ def test_each_public_module_gives_exactly_what_the_page_lists():
         assert sorted(declared) == sorted(names), module
 
 
+@pytest.mark.unit
+def test_every_module_at_the_top_of_the_package_is_public_or_said_internal():
+    top = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "sweeper", "*.py"))} - {"__init__"}
+    public_ones = {m.split(".")[1] for m in public() if m.count(".") == 1}
+    page = open(PAGE, encoding="utf-8").read()
+    internal = {m for m in top - public_ones if f"`sweeper.{m}`" in page.split("## sweeper's own names")[0]}
+    assert top - public_ones - internal == set()
+    assert internal == {"api", "errors", "__main__"}
+
+
 def _told_to_import() -> list[tuple[str, str]]:
     """(where, dotted name) for each sweeper name the README, docs/*.md and experiments/*.py
     import or use: fenced Python blocks and inline code that imports, and the examples' code."""
