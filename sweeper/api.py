@@ -77,10 +77,9 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     fork server, which imported only installed libraries (``start_method="spawn"``: a spawned one).
 
     Args:
-        fn: a function defined at the top level of a ``.py`` module, taking the parameter dict
-            and returning a dict of metric names to numbers (or a Keras ``History``); or a
-            command per trial: a template such as ``"python train.py --lr={lr}"``, or a
-            :class:`sweeper.Command`.
+        fn: a function at the top level of a ``.py`` module, taking the parameter dict and
+            returning a dict of metric names to numbers (or a Keras ``History``); or a command
+            per trial: a template (``"python train.py --lr={lr}"``) or a :class:`sweeper.Command`.
         grid: a dict of lists (their cartesian product), a list of such dicts (their union),
             or the points of :func:`sweeper.sample`; with ``search``, the space searched
             (values: lists, :class:`sweeper.uniform` and the other distributions, fixed values).
@@ -89,7 +88,8 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
 
     Returns:
         The results table (a pandas DataFrame): one row per trial in grid order, the same as
-        ``<out>/<name>/results.csv``. Run again, it runs only what is not ``ok`` yet.
+        ``<out>/<name>/results.csv``. Run again, it runs only what is not ``ok`` yet. With
+        ``dry_run=True``, the trials it would run and the slot each would start on; nothing runs.
 
     Raises:
         SweepError: bad input, before any trial runs; or a named metric the first ok trial
