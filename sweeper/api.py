@@ -12,6 +12,7 @@ from sweeper.front.messages import show_messages
 from sweeper.model import mainguard
 from sweeper.model.callables import source_of
 from sweeper.model.definition import Definition, shape
+from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.options import Options
 from sweeper.model.target import FunctionTarget, check_signature, describe
 from sweeper.run import runner
@@ -129,7 +130,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
         return plan_frame(outcome)
     frame = table.dataframe(outcome.results, outcome.objectives)
     frame.attrs.update(metric=outcome.ranking[0], mode=outcome.ranking[1])  # as load() of the folder says
-    if outcome.interrupted is not None:
+    if outcome.end is SweepEnd.INTERRUPTED and outcome.interrupted is not None:  # (the signal that did)
         raise SweepInterrupted(outcome.interrupted, frame, outcome.csv_path)
     return frame
 

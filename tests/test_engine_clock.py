@@ -30,7 +30,7 @@ from sweeper.run.stops import Interrupted
 from sweeper.run.phases import Phase
 from sweeper.store.ledger import Ledger
 from sweeper.model.protocol import Answer, Began, Decision, Exited, Reports, Result, Traits
-from sweeper.model.lifecycle import Callback, Callbacks
+from sweeper.model.lifecycle import Callback, Callbacks, SweepEnd
 from pausing import Pausing
 from sweeper.run.planning import plan
 from sweeper.search.schedulers import Listed
@@ -763,11 +763,11 @@ def test_every_output_is_ended_even_when_one_fails_and_the_first_failure_is_rais
         def __init__(self, name: str, fails: bool = False) -> None:
             self.name, self.fails = name, fails
 
-        def end(self, state: str) -> None:
-            ended.append(f"{self.name} {state}")
+        def end(self, state: SweepEnd) -> None:
+            ended.append(f"{self.name} {state.value}")
             if self.fails:
                 raise OSError(f"{self.name} could not flush")
 
     with pytest.raises(OSError, match="a could not flush"):
-        Callbacks([Ends("a", fails=True), Ends("b", fails=True), Ends("c")]).end("interrupted")
+        Callbacks([Ends("a", fails=True), Ends("b", fails=True), Ends("c")]).end(SweepEnd.INTERRUPTED)
     assert ended == ["a interrupted", "b interrupted", "c interrupted"]

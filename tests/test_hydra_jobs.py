@@ -267,6 +267,7 @@ def test_a_failed_batch_is_summarised_at_once_only_where_the_sweeper_stops_there
     import types
 
     from sweeper.front.hydra import closing as closing_module
+    from sweeper.model.lifecycle import SweepEnd
     from sweeper.model.trial import Status
 
     said: list[str] = []
@@ -274,7 +275,7 @@ def test_a_failed_batch_is_summarised_at_once_only_where_the_sweeper_stops_there
     registered: list = []
     monkeypatch.setattr(atexit, "register", registered.append)
     failed = types.SimpleNamespace(ran=1, results=[types.SimpleNamespace(key="k", status=Status.ERROR)],
-                                   interrupted=None, elapsed_s=0.0)
+                                   interrupted=None, end=SweepEnd.FINISHED, elapsed_s=0.0)
     for basic, at_once in ((True, 1), (False, 0)):
         said.clear()
         registered.clear()

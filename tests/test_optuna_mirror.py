@@ -397,6 +397,7 @@ def test_a_trial_left_running_by_a_killed_sweep_is_failed_and_replaced_once(tmp_
     """The ledger written as the engine writes it: a tracker that died with its sweep left a
     trial running, and one enqueued but never asked for; the next sweep's tracker fails both
     and shows the trial's new attempt once, with its own parameters."""
+    from sweeper.model.lifecycle import SweepEnd
     from sweeper.model.protocol import Began
     from sweeper.model.trial import Status, TrialResult
     from sweeper.run.planning import plan
@@ -435,7 +436,7 @@ def test_a_trial_left_running_by_a_killed_sweep_is_failed_and_replaced_once(tmp_
         ledger.not_running(spec.trial_id)
         ledger.record(TrialResult(spec.trial_id, spec.name, spec.index, spec.params, Status.OK, {"loss": 1.0},
                                   started_at="2026-01-01T00:01:00.000Z", attempts=n, duration_s=1.0, epoch_reached=1))
-    second.end("finished")
+    second.end(SweepEnd.FINISHED)
     ledger.close()
     study = studies(journal)["k"]
     assert [t.state.name for t in study.trials] == ["FAIL", "FAIL", "COMPLETE", "COMPLETE"]

@@ -233,6 +233,7 @@ def test_a_retried_trial_has_one_run_of_its_last_attempt(tmp_path):
     from sweeper.tracking.mirror import Mirror
     from sweeper.model.options import Options
     from sweeper.model.protocol import Began
+    from sweeper.model.lifecycle import SweepEnd
     from sweeper.model.trial import Status, TrialResult
 
     folder = str(tmp_path / "f")
@@ -275,7 +276,7 @@ def test_a_retried_trial_has_one_run_of_its_last_attempt(tmp_path):
     [run] = mlflow_runs(uri, "f")[1]
     assert (run.info.status, run.data.tags["status"]) == ("FAILED", "crashed")
     assert pairs(history(uri, run.info.run_id, "loss"), [(1, 3.0), (2, 2.0), (3, 1.0)])
-    mirror.end("finished")
+    mirror.end(SweepEnd.FINISHED)
     ledger.close()
     _, sessions = tb_sessions(folder)
     assert len(sessions) == 1

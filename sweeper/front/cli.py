@@ -27,6 +27,7 @@ from sweeper.front.subcommands import (
 )
 from sweeper.model.definition import ABSENT, Definition, shape
 from sweeper.model.grid import Points
+from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.option_texts import brief, filled
 from sweeper.model.options import Options
 from sweeper.model.target import FileTarget, FunctionTarget, describe
@@ -285,12 +286,20 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanu
         return EXIT_OK
     for line in runner.summary(outcome, opts.ranked_by, opts.ranked_mode):
         print(line)
-    if outcome.interrupted is not None:
+    if outcome.end is SweepEnd.INTERRUPTED:
         saved = f"the ledger in {outcome.folder}" if outcome.unwritten else outcome.csv_path  # results.csv was not
         print(f"sweeper: interrupted; finished trials are saved in {saved}; "
               f"run the same command again to resume")
+    return exit_status(outcome)
+
+
+def exit_status(outcome: Outcome) -> int:
+    """The command's exit status, by how its sweep ended: 128 + the signal that interrupted
+    it (as a shell's); failed (it stopped itself), a trial not ``ok`` or ``pruned``, a trial
+    not run, a table file not written: EXIT_FAILED; else EXIT_OK."""
+    if outcome.end is SweepEnd.INTERRUPTED and outcome.interrupted is not None:  # (the signal that did)
         return 128 + outcome.interrupted
-    failed = any(not r.status.succeeded for r in outcome.results)  # pruned is no failure
+    failed = outcome.end is SweepEnd.FAILED or any(not r.status.succeeded for r in outcome.results)  # pruned: no
     incomplete = len(outcome.results) < len(outcome.specs) or outcome.unwritten  # a table file not written
     return EXIT_FAILED if failed or incomplete else EXIT_OK
 

@@ -16,6 +16,7 @@ from sweeper.front import gpuview, job
 from sweeper.front.messages import show_messages
 from sweeper.model.options import Options
 from sweeper.model.trial import Status
+from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.objectives import MODES
 from sweeper.store.folder import default_uid, holder, sweep_folder
 from sweeper.system import procs
@@ -328,7 +329,7 @@ def export_main(argv: list[str]) -> int:
                               search=search, domains=tracking.domains_of_points(r.params for r in results.values()))
     trackers = chosen.make(opts, folder)
     mirror = Mirror(folder, trackers, info, strict=True)
-    mirror.end("finished")
+    mirror.end(SweepEnd.FINISHED)
     for t in trackers:
         print(f"sweeper: {len(results)} trials shown in {t.label}")
         print(f"sweeper: {t.hint}")

@@ -18,15 +18,26 @@ scheduler's, :mod:`sweeper.search.schedulers`; what the folder ranks by, :mod:`s
 
 Every method has a default that does nothing, so an output says only what it hears.
 ``recorded`` comes when a trial's row is in the ledger (a retry's too), ``finished``
-after it with whether the trial runs again; ``end`` once, with ``finished``,
-``interrupted`` or ``failed``, whatever happened (the outputs flush and close there).
+after it with whether the trial runs again; ``end`` once, with how the sweep ended
+(:class:`SweepEnd`), whatever happened (the outputs flush and close there).
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Sequence
 
 from sweeper.model.trial import TrialResult, TrialSpec
+
+
+class SweepEnd(enum.Enum):
+    """How a sweep ended: what its outputs hear last (:meth:`Callback.end`), what
+    :class:`~sweeper.run.runner.Outcome` says, and what the front ends make of it (the
+    command's exit status, ``sweep()``'s exception, Hydra's summary, a tracker's last word)."""
+
+    FINISHED = "finished"  #: every trial it gave ran to its end (each row says how that went)
+    INTERRUPTED = "interrupted"  #: a stop signal (Ctrl-C, SIGTERM, SIGHUP) stopped it: it resumes where it stopped
+    FAILED = "failed"  #: it stopped itself (failures in a row, an unwritable ledger, a fault of the whole sweep)
 
 
 class Callback:
@@ -68,8 +79,8 @@ class Callback:
         """Periodic work, done now if due; seconds until it is next due (None: nothing waits)."""
         return None
 
-    def end(self, state: str) -> None:
-        """The sweep ended (``finished``, ``interrupted`` or ``failed``): flush and close."""
+    def end(self, state: SweepEnd) -> None:
+        """The sweep ended (``state`` says how): flush and close."""
 
 
 class Callbacks(Callback):
@@ -119,7 +130,7 @@ class Callbacks(Callback):
         waits = [w for w in (c.tick() for c in self.each) if w is not None]
         return min(waits) if waits else None
 
-    def end(self, state: str) -> None:
+    def end(self, state: SweepEnd) -> None:
         error: BaseException | None = None
         for c in self.each:
             try:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sweeper import tracking
 from sweeper.model.options import Options
 from sweeper.model.trial import TrialResult, TrialSpec
-from sweeper.model.lifecycle import Callback
+from sweeper.model.lifecycle import Callback, SweepEnd
 from sweeper.run.planning import Plan
 from sweeper.store import table
 from sweeper.store.ledger import Ledger
@@ -70,7 +70,7 @@ class TableFiles(Callback):
         waits = [w for w in (f.tick() for f in self.files) if w is not None]
         return min(waits) if waits else None
 
-    def end(self, state: str) -> None:
+    def end(self, state: SweepEnd) -> None:
         for f in self.files:
             f.flush()
 
@@ -92,7 +92,7 @@ class Trackers(Callback):
     def hints(self) -> list[str]:
         return [t.hint for each in self.processes for t in each.trackers]
 
-    def end(self, state: str) -> None:
+    def end(self, state: SweepEnd) -> None:
         for each in self.processes:
             each.close(state)
 

@@ -44,7 +44,7 @@ from sweeper.model import constraints
 from sweeper.model.objectives import Objectives
 from sweeper.run.engine import Engine
 from sweeper.placement.hostroom import HostRoom
-from sweeper.model.lifecycle import Callback, Callbacks
+from sweeper.model.lifecycle import Callback, Callbacks, SweepEnd
 from sweeper.run.outputs import TableFiles, Trackers
 from sweeper.placement.breaker import Breaker
 from sweeper.placement.packing import Needs, Packer
@@ -80,6 +80,7 @@ class Outcome:
     ran: int = 0
     elapsed_s: float = 0.0
     interrupted: int | None = None  #: the signal that stopped the sweep, if one did
+    end: SweepEnd = SweepEnd.FINISHED  #: how it ended (a dry run: FINISHED)
     kept: set[str] = field(default_factory=set)  #: a dry run: ids a resume would keep
     shown: list[str] = field(default_factory=list)  #: where else the sweep can be seen (trackers)
     #: What the folder records as its ranking (metric, mode), as load() reads it.
@@ -331,23 +332,23 @@ class Sweep:
         trackers = Trackers.of(options, folder, plan_, self.space)
         outputs.each.append(trackers)
         interrupted = None
-        state = "failed"  # unless the engine returns or is interrupted
+        end = SweepEnd.FAILED  # unless the engine returns (FINISHED, or FAILED: --fail-fast) or is interrupted
         warming = _summary_imported() if plan_.to_run else None
         try:
             engine.run(scheduler)
-            state = "failed" if engine.streak is not None and engine.streak.stop else "finished"  # --fail-fast
+            end = SweepEnd.FAILED if engine.streak is not None and engine.streak.stop else SweepEnd.FINISHED
         except Interrupted as exc:
-            interrupted, state = exc.signum, "interrupted"
+            interrupted, end = exc.signum, SweepEnd.INTERRUPTED
         finally:
             final = tables.rows
-            outputs.end(state)
+            outputs.end(end)
             if warming is not None:
                 warming.join()
         if ranking.fault is not None:
             raise ranking.fault
         return Outcome(folder, final, plan_.specs, self.placement, plan_.notes, len(engine.started),
-                       time.monotonic() - self.began, interrupted, ranking=ledger.ranking(), shown=trackers.hints,
-                       objectives=ledger.objectives(), unwritten=tables.unwritten())
+                       time.monotonic() - self.began, interrupted, end, ranking=ledger.ranking(),
+                       shown=trackers.hints, objectives=ledger.objectives(), unwritten=tables.unwritten())
 
     def _environment(self, ledger: Ledger, plan_: Plan) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """What this run records of what it runs on, and how to run a trial of it again

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
+from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.trial import TrialResult
 
 
@@ -126,9 +127,8 @@ class Tracker(Protocol):
         """What was sent since the last flush is kept (written in one go, where the tracker
         batches its writes); called after each look at the ledger."""
 
-    def end(self, state: str) -> None:
-        """The sweep stops here: ``running`` (another process goes on), ``finished``,
-        ``interrupted`` or ``failed``; what is left is flushed."""
+    def end(self, state: SweepEnd) -> None:
+        """The sweep stops here (``state`` says how it ended); what is left is flushed."""
 
 
 def seconds(stamp: str) -> float:

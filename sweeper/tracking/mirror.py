@@ -30,6 +30,7 @@ import threading
 from typing import Any, Callable, Mapping
 
 from sweeper.errors import SweepError
+from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.trial import TrialResult, TrialSpec
 from sweeper.store.ledger import Ledger
 from sweeper.tracking import Attempt, Held, SweepInfo, Tracker, attempt_of, attempt_running, digest, numbers
@@ -168,9 +169,8 @@ class Mirror:
         """How many trials' outcomes a tracker was told."""
         return sum(1 for h in self.held.get(id(tracker), {}).values() if h.final is not None)
 
-    def end(self, state: str) -> None:
-        """A last sync of every row, then the trackers close the sweep (``finished``,
-        ``interrupted``, ``failed``, ``running``)."""
+    def end(self, state: SweepEnd) -> None:
+        """A last sync of every row, then the trackers close the sweep as it ended (``state``)."""
         self._seen = self._since = None
         self.sync()
         for tracker in list(self.trackers):
@@ -206,7 +206,7 @@ class Background:
     def __init__(self, mirror: Mirror, after: Callable[[Mirror], None] = lambda m: None) -> None:
         self.mirror, self._after = mirror, after
         self._stop = threading.Event()
-        self._state = "finished"
+        self._state = SweepEnd.FINISHED
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sweeper-trackers", daemon=True)
         self._thread.start()
@@ -230,7 +230,7 @@ class Background:
         finally:
             self._done.set()
 
-    def stop(self, state: str) -> None:
+    def stop(self, state: SweepEnd) -> None:
         """A last look, then the sweep closed as ``state``; :meth:`wait` waits for it."""
         self._state = state
         self._stop.set()

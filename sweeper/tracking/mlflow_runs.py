@@ -39,6 +39,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.trial import TrialResult
 from sweeper.store.paths import SweepPaths, mlflow_template
 from sweeper.tracking import Attempt, Held, SweepInfo, key_name, numbers, seconds
@@ -46,6 +47,8 @@ from sweeper.tracking import Attempt, Held, SweepInfo, key_name, numbers, second
 log = logging.getLogger("sweeper")
 
 PARENT_TAG = "mlflow.parentRunId"
+#: The sweep's run's status in MLflow, by how the sweep ended.
+MLFLOW_STATUS = {SweepEnd.FINISHED: "FINISHED", SweepEnd.INTERRUPTED: "KILLED", SweepEnd.FAILED: "FAILED"}
 #: How long the first look at a tracking server may take before it counts as unreachable.
 PROBE_S = 5.0
 #: MLflow's wait per request to a server, and its retries (its defaults: 120 s and 7).
@@ -330,10 +333,10 @@ class MlflowRuns:
             self._write(tid, due)
             del self.due[tid]
 
-    def end(self, state: str) -> None:
+    def end(self, state: SweepEnd) -> None:
         self.flush()
-        if self.client is not None and self.parent and state != "running":
-            self.client.set_terminated(self.parent, {"interrupted": "KILLED", "failed": "FAILED"}.get(state, "FINISHED"))
+        if self.client is not None and self.parent:
+            self.client.set_terminated(self.parent, MLFLOW_STATUS[state])
 
     def _write(self, trial_id: str, due: _Due) -> None:
         """One run's share of a look, in as few client calls as MLflow allows: an earlier

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from sweeper.errors import SweepError
+from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.trial import TrialResult
 from sweeper.store.paths import SweepPaths, set_aside
 from sweeper.tracking import Attempt, Held, SweepInfo, domains_of_points
@@ -357,17 +358,16 @@ class OptunaStudy:
             shown.segments = len(self.schedule[tid])
         return extra
 
-    def end(self, state: str) -> None:
+    def end(self, state: SweepEnd) -> None:
         """The last writes; an export that found nothing to write says why. A trial an earlier
-        process left running that did not show again is told it ended (unless the sweep goes
-        on elsewhere: ``running``)."""
+        process left running that did not show again is told it ended."""
         try:
             self.flush()
             if self.export and self.study is None:
                 if self.goal is None and any(s.result is not None for s in self.trials.values()):
                     raise SweepError(f"the trials in {self.folder} have no metric: an Optuna study needs one")
                 raise SweepError(f"{self.folder} has no finished trial yet: nothing to export")
-            if state != "running" and self.study is not None:
+            if self.study is not None:
                 for shown in self.trials.values():
                     if shown.attempt is None and not shown.done and shown.number is not None:
                         self.study.tell(shown.number, state=self.optuna.trial.TrialState.FAIL, skip_if_finished=True)
@@ -409,5 +409,5 @@ def export(folder: str, where: str, mode: str | None = None) -> tuple[str, int, 
                      uid=facts.uid or default_uid(folder), metric=facts.metric, mode=mode or facts.mode,
                      search=facts.search, objectives=objectives, domains=domains_of_points([]))
     tracker = OptunaStudy(where, folder, export=True)
-    Mirror(folder, [tracker], info, strict=True).end("finished")
+    Mirror(folder, [tracker], info, strict=True).end(SweepEnd.FINISHED)
     return tracker.name, tracker.written, _shown(where)

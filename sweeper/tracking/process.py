@@ -47,6 +47,7 @@ import time
 from types import SimpleNamespace
 from typing import IO, Any, Callable, Mapping
 
+from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.trial import TrialSpec
 from sweeper.tracking import Domain, SweepInfo, Tracker
 
@@ -198,8 +199,8 @@ class TrackerProcess:
         what = f"the trackers' process ended with exit code {code}"
         return f"{what}: {lines[-1][:300]}" if lines else what
 
-    def close(self, state: str, timeout: float | None = None) -> None:
-        """Tell the process how the sweep ended (``finished``, ``interrupted``, ``failed``)
+    def close(self, state: SweepEnd, timeout: float | None = None) -> None:
+        """Tell the process how the sweep ended (``state``)
         and wait, at most ``timeout`` seconds (:data:`END_WAIT_S`; Ctrl-C ends the wait),
         for the last outcomes to be sent; what is not sent by then is said in one line,
         with the export that finishes it."""
@@ -210,7 +211,7 @@ class TrackerProcess:
         why, started = "", time.monotonic()
         try:
             self._told.wait(timeout)
-            self._send({"end": state})
+            self._send({"end": state.value})
             with self._lock, contextlib.suppress(OSError):
                 assert self._proc.stdin is not None
                 self._proc.stdin.close()
@@ -416,7 +417,7 @@ def _quiet(level: int) -> "_Channel":
     return channel
 
 
-def _answers_until_the_end(known: dict[str, TrialSpec]) -> Any:
+def _answers_until_the_end(known: dict[str, TrialSpec]) -> SweepEnd | None:
     """Read the sweep's answers (trials' specs, into ``known``) until it says how it ended:
     that state, or None where its pipe closed without a word."""
     for line in sys.stdin.buffer:
@@ -427,7 +428,7 @@ def _answers_until_the_end(known: dict[str, TrialSpec]) -> Any:
         known.update((tid, TrialSpec(trial_id=tid, name=name, index=index, params=params, seed=seed, dir=dir_))
                      for tid, (name, index, params, seed, dir_) in message.get("known", {}).items())
         if "end" in message:
-            return message["end"]
+            return SweepEnd(message["end"])
     return None
 
 

@@ -30,6 +30,7 @@ import socket
 import time
 from typing import IO, Any, Sequence
 
+from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.trial import Status, TrialResult
 from sweeper.store.paths import SweepPaths, atomic, set_aside
 from sweeper.tracking import Attempt, Domain, Held, SweepInfo, domains_of_points, numbers, seconds
@@ -180,7 +181,7 @@ class TensorBoardFiles:
         if self._dirty:
             self._save()
 
-    def end(self, state: str) -> None:
+    def end(self, state: SweepEnd) -> None:
         for events in self.open.values():
             events.close()
         self.open.clear()

@@ -16,6 +16,7 @@ import dataclasses
 import time
 from typing import Any, Callable
 
+from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.trial import Status
 
 
@@ -46,7 +47,7 @@ class Closing:
         self.ran += outcome.ran
         self.last, self.ranking, self.unsaid = outcome, ranking, True
         failed = any(r.key in keys and r.status is not Status.OK for r in outcome.results)
-        if (failed and basic) or outcome.interrupted is not None or not hooked:
+        if (failed and basic) or outcome.end is SweepEnd.INTERRUPTED or not hooked:
             self.say()
         elif failed and not self.at_exit:
             import atexit

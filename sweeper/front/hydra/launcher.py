@@ -51,6 +51,7 @@ from sweeper.front.hydra.task import HydraTask
 from sweeper.model.callables import name_of, source_of
 from sweeper.model.definition import Definition
 from sweeper.model.grid import Points
+from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.target import FunctionTarget
 from sweeper.model.trial import TrialResult
 from sweeper.store.folder import refuse_busy
@@ -137,7 +138,7 @@ class Launching:
         outcome = self._run(jobs)
         self.earlier += jobs
         self.options = replace(self.options, fresh=False)  # a later batch of this multirun sets nothing aside
-        if outcome.interrupted is not None:
+        if outcome.end is SweepEnd.INTERRUPTED and outcome.interrupted is not None:  # (the signal that did)
             log.error(f"sweeper: interrupted; what finished is in {outcome.csv_path}; the same command resumes")
             raise SystemExit(128 + outcome.interrupted)
         rows = {r.key: r for r in outcome.results}
