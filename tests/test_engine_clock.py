@@ -26,7 +26,7 @@ import pytest
 from sweeper.run import phases as phases_module
 from sweeper.run.engine import Engine
 from sweeper.run.phases import EXIT_GRACE, TERM_GRACE
-from sweeper.run.stops import Interrupted
+from sweeper.run.closing import Interrupted
 from sweeper.run.phases import Phase
 from sweeper.store.ledger import Ledger
 from sweeper.model.protocol import Answer, Began, Decision, Exited, Reports, Result, Traits

@@ -14,7 +14,7 @@ import signal
 import pytest
 
 from sweeper.run.engine import Engine
-from sweeper.run.stops import Interrupted
+from sweeper.run.closing import Interrupted
 from sweeper.errors import SweepError
 from sweeper.store.ledger import Ledger
 from sweeper.model.protocol import Began, Broken, Exited, LoadFailed, Result, Traits

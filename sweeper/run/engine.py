@@ -21,9 +21,10 @@ Data flow of one sweep::
                                 │     scheduler: go on, stop, pause│    │        │            │
                                 │   Result     judged, recorded ───┼─┐  │        ▼            │
                                 │   Exited     judged if no Result ┼─┤  │  trial process        │
-                                │ deadlines: timeout ▶ cancel ▶    │ │  │  (sweeper.child):     │
-                                │   SIGTERM grace ▶ cancel(hard)   │ │  │  caps, seeds, log,    │
-                                │ signal pipe: Ctrl-C, SIGTERM     │ │  │  train(params)        │
+                                │ stopper: deadlines: timeout ▶    │ │  │  (sweeper.child):     │
+                                │   cancel ▶ grace ▶ cancel(hard)  │ │  │  caps, seeds, log,    │
+                                │ gate: signal pipe (Ctrl-C, ...), │ │  │  train(params)        │
+                                │   a reason to start no new trial │ │  │                       │
                                 └─────────────────────────────────┘ │  └──────────────────────────┘
                                      outcome.judge ◀─────────────────┘  (once per trial)
                                           │ TrialResult: written once; its exit adds what it measured
@@ -45,6 +46,17 @@ GPU memory is freed at once; one answered PAUSE leaves its process the same way,
 
 A trial's deadlines (:class:`~sweeper.run.phases.Due`) and its phases
 (:class:`~sweeper.run.phases.Phase`, moved only along the table ``MOVES``): :mod:`sweeper.run.phases`.
+
+The engine holds the queue, the running and paused trials and the loop; three collaborators,
+each with its own state, do the rest:
+
+* ``gate`` (:class:`~sweeper.run.closing.Gate`): whether a new trial may start; once not, the one
+  reason why (:class:`~sweeper.run.closing.Closing`: a stop signal, a failed write, a halt, no
+  place left, failures in a row, in the order they win), and how the sweep ends by it;
+* ``stopper`` (:class:`~sweeper.run.stops.Stopper`): the deadlines, and how a trial is stopped
+  and cancelled;
+* ``recorder`` (:class:`~sweeper.run.recording.Recorder`): each trial's row, the ledger's
+  writes, the ranking a result settles, the outputs told.
 """
 
 from __future__ import annotations
@@ -52,10 +64,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import time
 from collections import deque
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from sweeper.errors import SweepError
 from sweeper.model import contract
@@ -78,19 +91,20 @@ from sweeper.model.protocol import (
 )
 from sweeper.model.trial import Status, TrialResult, TrialSpec
 from sweeper.model.constraints import Constraints
-from sweeper.model.lifecycle import Callback
+from sweeper.model.lifecycle import Callback, SweepEnd
+from sweeper.run.closing import Closing, Gate, catch_signals, load_error
 from sweeper.run.phases import EXIT_GRACE, TERM_GRACE, Due, Phase, TrialState, log_file_age
 from sweeper.placement.policy import Anywhere
 from sweeper.run.ranking import Ranking
+from sweeper.run.recording import Recorder
+from sweeper.run.stops import Stopper
 from sweeper.search.schedulers import Listed
-from sweeper.run.stops import Interrupted, Stopping, Streak, catch_signals, load_error
-from sweeper.store.ledger import Ledger, StorageError, storage_error
+from sweeper.store.ledger import Ledger, storage_error
 
 log = logging.getLogger("sweeper")
 
 
-
-class Engine(Stopping):
+class Engine:
     """Runs specs on a backend; every trial ends as one :class:`TrialResult` in the ledger."""
 
     def __init__(self, backend: Backend, ledger: Ledger, *, outputs: Callback | None = None,
@@ -109,98 +123,88 @@ class Engine(Stopping):
         what every trial finds in its environment besides its own (determinism's switches);
         ``run_id``: the id of this run's record in the ledger, which each row names;
         ``max_failures``: stop taking new trials once this many in a row failed the same way
-        (:class:`Streak`; 1: at the first failure); ``ranking``: settles what the folder ranks by
-        from the results recorded (:mod:`sweeper.run.ranking`), which the engine records."""
-        self.backend, self.ledger = backend, ledger
+        (:class:`~sweeper.run.closing.Streak`; 1: at the first failure); ``ranking``: settles what
+        the folder ranks by from the results recorded (:mod:`sweeper.run.ranking`), which the
+        engine records."""
+        self.backend = backend
         self.admission: Admission = admission if admission is not None else Anywhere()
         self.trial_env = dict(trial_env or {})
-        self.run_id = run_id
-        self.constraints = constraints
         self.outputs = outputs if outputs is not None else Callback()
-        self.ranking = ranking
         #: Seconds, for deadlines and durations: monotonic time; a test's fake clock
         #: (tests/test_engine_clock.py plays deadlines, graces, retries and Ctrl-C in it).
         self.clock = clock
-        self.timeout, self.retries, self.stall = timeout, retries, stall
-        self.streak = Streak(max_failures) if max_failures else None
-        self.log_age = log_age if log_age is not None else log_file_age
+        self.retries = retries
         self.queue: deque[TrialSpec] = deque()
         self.scheduler: Scheduler = Listed([])
-        self.trials: dict[str, TrialState] = {}
+        self.trials: dict[str, TrialState] = {}  #: the trials started and not ended, by id
         self.paused: dict[str, TrialState] = {}  #: trials the scheduler paused, by id (their process is gone)
         self.started: set[str] = set()  #: ids of the trials started (retries count once)
-        self.signals: list[int] = []
-        #: The first failed ledger write: no new trial starts; running ones may finish.
-        self.storage_error: StorageError | None = None
-        #: Why an output stopped the sweep (:meth:`halt`): the sweep fails with it.
-        self.halted: SweepError | None = None
-
-    @property
-    def taking_new(self) -> bool:
-        """Whether queued trials may still start (no stop signal, the ledger writable, a place left)."""
-        return (not self.signals and self.storage_error is None and self.halted is None
-                and self.admission.exhausted is None and (self.streak is None or self.streak.stop is None))
-
-    def halt(self, error: SweepError) -> None:
-        """An output found that the sweep cannot go on (a named metric the first ok result
-        lacks): no new trials; running ones are stopped as ``interrupted`` (they run on
-        resume), and the sweep fails with ``error``. The first reason stands."""
-        if self.halted is None:
-            self.halted = error
+        self.gate = Gate(self.admission, max_failures)
+        self.stopper = Stopper(backend, clock, self.handle, timeout, stall,
+                               log_age if log_age is not None else log_file_age)
+        self.recorder = Recorder(ledger, self.outputs, self.gate, clock, run_id, constraints, ranking)
 
     # -- the loop ---------------------------------------------------------------------
 
-    def run(self, scheduler: Scheduler | Sequence[TrialSpec]) -> None:
+    def run(self, scheduler: Scheduler | Sequence[TrialSpec]) -> SweepEnd:
         """Run what the scheduler gives (specs: those, in order), with retries, each to a
-        recorded result; raise Interrupted on a signal, StorageError when the ledger
-        could not be written, the SweepError an output stopped it with (:meth:`halt`)."""
+        recorded result. Ends as the reason that closed the sweep says
+        (:meth:`~sweeper.run.closing.Gate.end`): FINISHED, or FAILED (failures in a row); it
+        raises Interrupted on a signal, StorageError when the ledger could not be written, the
+        SweepError an output halted it with, or one saying no place is left."""
         self.scheduler = Listed(list(scheduler)) if isinstance(scheduler, Sequence) else scheduler
         self.queue.extend(self.scheduler.ahead())
-        failed, seen, halting = True, 0, False
+        failed, seen = True, 0
+        signals = self.gate.signals
         self.backend.open()
         wake_r, wake_w = os.pipe()  # the signal handler's way to wake the loop
         os.set_blocking(wake_w, False)
         try:
-            with catch_signals(self.signals, wake_w):
-                while self.trials or (self._queued() and self.taking_new):
+            with catch_signals(signals, wake_w):
+                while self.trials or (self._queued() and self.gate.open):
                     self._fill()
                     if not self.trials and not self.queue:
                         break  # nothing runs and the scheduler gives nothing: it never will
                     due = self.outputs.tick()  # the outputs' own schedule (the tables' throttled writes)
                     events = self.backend.wait(self._next_timeout(due), wake_r,
-                                               self._queued() if self.taking_new else 0)
-                    if len(self.signals) > seen:  # Ctrl-C or SIGTERM came
-                        seen = len(self.signals)
+                                               self._queued() if self.gate.open else 0)
+                    if len(signals) > seen:  # Ctrl-C or SIGTERM came
+                        seen = len(signals)
                         with contextlib.suppress(OSError):
                             os.read(wake_r, 1024)
                         # what trials said before the signal stands; a death seen with it
                         # is judged as stopped by it
-                        self._handle([e for e in events if not isinstance(e[1], Exited)])
+                        self.handle([e for e in events if not isinstance(e[1], Exited)])
                         events = [e for e in events if isinstance(e[1], Exited)]
-                        self._on_signal()
-                    self._handle(events)
-                    if self.halted is not None and not halting:
-                        halting = True
-                        self._stop_running(f"the sweep stopped: {str(self.halted).split('; ')[0]}")
-                    if self.streak is not None and self.streak.stop is not None and not self.streak.told:
-                        self._give_up(self.streak)
-                    self._deadlines()
+                        self._stop_running(Closing.SIGNAL, hard=len(signals) > 1)  # a second: at once
+                    self.handle(events)
+                    for reason in self.gate.unheeded():  # a halt, failures in a row: acted on once
+                        self._stop_running(reason)
+                    self.stopper.deadlines(self.trials.values())
             self._unresumed()
             failed = False
         finally:
             self._close(record_unfinished=not failed)
             os.close(wake_r)
             os.close(wake_w)
-        if self.signals:
-            raise Interrupted(self.signals[0])
-        if self.storage_error is not None:
-            raise self.storage_error
-        if self.halted is not None:
-            raise self.halted
-        if self.admission.exhausted is not None and self._queued():
-            raise SweepError(f"no place left for the {self._queued()} trials still queued: "
-                             f"{self.admission.exhausted}; then run the same command again (finished trials "
-                             "are kept)")
+        return self.gate.end(self._queued())
+
+    def _stop_running(self, reason: Closing, hard: bool = False) -> None:
+        """Every running trial stopped as ``interrupted`` (it runs on resume; SIGTERM, then
+        SIGKILL after the grace), for a reason that stops them: a stop signal (``hard``: a
+        second one, SIGKILL at once), a halt, failures in a row (said in one line)."""
+        why = self.gate.why(reason)
+        if reason is Closing.SIGNAL:
+            said = f"stopped by {signal.Signals(why).name}"
+        elif reason is Closing.FAILURES:
+            queued, running = self._queued(), len(self.trials)
+            log.warning("sweeper: stopping: %s; %d queued trial%s not started, %d running stopped (interrupted); "
+                        "fix it, then run the same command again (finished trials are kept)", why, queued,
+                        " (or retry)" if queued == 1 else "s (or retries)", running)
+            said = f"the sweep stopped: {why}"
+        else:
+            said = f"the sweep stopped: {str(why).split('; ')[0]}"
+        self.stopper.stop_all(self.trials.values(), said, hard)
 
     def _queued(self) -> int:
         return len(self.queue) + self.scheduler.remaining
@@ -224,7 +228,7 @@ class Engine(Stopping):
 
     def _fill(self) -> None:
         traits = self.backend.traits
-        while self._queued() and self.taking_new and (len(self.trials) < traits.capacity
+        while self._queued() and self.gate.open and (len(self.trials) < traits.capacity
                                                         or (traits.queues and self.queue)):
             spec = self._next()
             if spec is None:
@@ -238,7 +242,7 @@ class Engine(Stopping):
             else:
                 trial = TrialState(spec, "", self.clock(), segments=spec.ran_before + 1)  # its start: at Began
                 if contract.RESUMED_EPOCH not in spec.env:  # (one its scheduler resumes keeps its epochs)
-                    self.store(self.ledger.clear_history, spec.trial_id)  # a new attempt's replace the old
+                    self.recorder.anew(spec)
             self.trials[spec.trial_id] = trial
             began = self.backend.start(spec)
             self.started.add(spec.trial_id)
@@ -258,7 +262,7 @@ class Engine(Stopping):
 
     # -- events -------------------------------------------------------------------------
 
-    def _handle(self, events: list[tuple[str, Event]]) -> None:
+    def handle(self, events: list[tuple[str, Event]]) -> None:
         """Events in order; a fault of the whole sweep is raised after the rest are in."""
         fault: SweepError | None = None
         answered: list[tuple[TrialState, Answer]] = []
@@ -278,7 +282,7 @@ class Engine(Stopping):
                 self._began(trial, event)
             elif isinstance(event, Reports):
                 trial.reported, trial.sign = True, self.clock()  # a sign of life (the stall looks at it when due)
-                self.history(trial, event.items)
+                self.recorder.history(trial, event.items)
                 answer = self.scheduler.reported(trial.spec, event.items) if event.items else Answer()
                 if trial.spec.verdicts:  # it waits for the answer: given at once
                     self.backend.tell(trial_id, answer)
@@ -299,20 +303,20 @@ class Engine(Stopping):
                 continue
             if answer.decision is Decision.PAUSE:
                 trial.pausing = answer.why or "paused by the scheduler"
-            elif not self._stop(trial, Status.PRUNED, answer.why):
+            elif not self.stopper.stop(trial, Status.PRUNED, answer.why):
                 continue
             if trial.spec.verdicts:  # it stops by itself, at that epoch; if not, it is ended
                 trial.set_deadline(Due.EXIT, self.clock() + TERM_GRACE)
             else:
-                self._cancel(trial, hard=False)
+                self.stopper.cancel(trial, hard=False)
         if fault is not None:
             raise fault
 
     def _began(self, trial: TrialState, began: Began) -> None:
         """The trial reached its process (:meth:`~sweeper.run.phases.TrialState.reached`);
         status shows it running."""
-        if trial.reached(began, self.clock(), self.timeout, self.stall):
-            self.store(self.ledger.mark_running, trial.spec, began, trial.started_at)
+        if trial.reached(began, self.clock(), self.stopper.timeout, self.stopper.stall):
+            self.recorder.running(trial, began)
             if self.backend.traits.queues:  # it waited in the backend's queue until now (its node says since when)
                 self.outputs.started(trial.spec, since=began.at)
 
@@ -321,13 +325,13 @@ class Engine(Stopping):
         begins again."""
         if trial.requeued():
             log.warning("sweeper: trial %s: %s", trial.spec.name, event.why)
-            self.store(self.ledger.not_running, trial.spec.trial_id)  # status: waiting, not running
+            self.recorder.waiting(trial.spec)
             self.outputs.requeued(trial.spec, event.why)
 
     def _unwritable(self, trial: TrialState, event: Unwritable) -> None:
         """A trial could not write its files: no new trial starts (as for the ledger). One
         that had not begun training is stopped as ``interrupted``: it runs on resume."""
-        self._storage_failed(storage_error(event.path, event.error))
+        self.recorder.failed(storage_error(event.path, event.error))
         if trial.result is None and trial.stop is None:
             trial.stop, trial.why = Status.INTERRUPTED, f"could not write {event.path} ({event.error})"
             trial.t1 = self.clock()
@@ -337,13 +341,12 @@ class Engine(Stopping):
         if trial.result is not None:
             return
         if result.history and not trial.reported:  # train returned a Keras History
-            self.history(trial, result.history)
+            self.recorder.history(trial, result.history)
         trial.result = result
         if trial.stop is None:
             trial.t1 = self.clock()
         if trial.pausing is None or result.status is Status.OK:  # (a paused one's is no result)
-            trial.early = trial.row(Exited(), self.clock(), self.run_id, self.constraints)
-            trial.recorded = self.store(self.ledger.record, trial.early)
+            self.recorder.early(trial)
         if not trial.phase.cancelled:
             trial.set_deadline(Due.EXIT, self.clock() + EXIT_GRACE)  # it should exit now
 
@@ -351,11 +354,11 @@ class Engine(Stopping):
         """The process is gone: judge the trial, record it, let its place be reused. One
         paused is not recorded: it waits, ``PAUSED``, for the scheduler to give it again."""
         del self.trials[trial.spec.trial_id]
-        result = trial.final(how, self.clock(), self.run_id, self.constraints)
+        result = self.recorder.final(trial, how)
         if trial.pausing is not None and trial.stop is None and result.status is not Status.OK:
             trial.paused(self.clock())
             self.paused[trial.spec.trial_id] = trial
-            self.store(self.ledger.not_running, trial.spec.trial_id)
+            self.recorder.waiting(trial.spec)
             self.outputs.paused(trial.spec, trial.pausing)
             self.scheduler.paused(trial.spec, trial.epoch)
             return
@@ -375,28 +378,12 @@ class Engine(Stopping):
                 if not record_unfinished:
                     continue
                 trial.stop, trial.why = Status.INTERRUPTED, "the sweep stopped while it ran"
-            self._handle([(trial_id, event)])
+            self.handle([(trial_id, event)])
         for trial in self.trials.values():  # the backend ended them: nothing of them runs
             trial.to(Phase.ENDED)
         self.trials.clear()
 
-    # -- recording ------------------------------------------------------------------------
-
-    def store(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> bool:
-        """A ledger write; on a full disk or a read-only folder the sweep stops taking new
-        trials (running ones finish or stop as usual) and says so once, naming the file."""
-        try:
-            write(*args, **kwargs)
-            return True
-        except StorageError as exc:
-            self._storage_failed(exc)
-            return False
-
-    def _storage_failed(self, exc: StorageError) -> None:
-        """The first failed write of the sweep's files stops new trials; said once."""
-        if self.storage_error is None:
-            self.storage_error = exc
-            log.warning("sweeper: %s; no new trials start", str(exc).split("; ")[0])
+    # -- a trial's end ---------------------------------------------------------------------
 
     def conclude(self, spec: TrialSpec, result: TrialResult, recorded: bool = False, last: bool = False) -> None:
         """Record a trial's outcome (before its place is reused; one ``recorded`` when its result
@@ -406,29 +393,16 @@ class Engine(Stopping):
         may not recur on the same terms."""
         again = self.admission.again(result)
         retry = result.status.retryable and spec.attempt - spec.first_attempt < self.retries
-        retrying = not last and self.taking_new and again is not None and (again or retry)
-        if self.streak is not None and not retrying:  # a failure counts once its retries are spent
-            self.streak.saw(result)
-        # (a row recorded when its result came stands, durable, even where its exit's measures failed to be)
-        stored = self.store(self.ledger.measured if recorded else self.ledger.record, result) or recorded
+        retrying = not last and self.gate.open and again is not None and (again or retry)
+        if not retrying:  # a failure counts once its retries are spent
+            self.gate.saw(result)
+        stored = self.recorder.record(result, recorded)
         if retrying:
             fresh = {k: v for k, v in spec.env.items() if k != contract.RESUMED_EPOCH}  # a retry starts anew
             self.queue.append(replace(spec, attempt=spec.attempt + 1, first_attempt=spec.first_attempt + bool(again),
                                       env=fresh))
-        if stored:  # the tables show what the ledger holds
-            self._rank(result)
-            self.outputs.recorded(result)
         self.scheduler.finished(result, retrying)
         self.outputs.finished(result, retrying, stored)
-
-    def _rank(self, result: TrialResult) -> None:
-        """What the folder ranks by, once a result settles it (recorded); a named metric the
-        first successful result lacks stops the sweep (:meth:`halt`)."""
-        said = self.ranking.seen([result], live=True) if self.ranking is not None else None
-        if isinstance(said, SweepError):
-            self.halt(said)
-        elif said:
-            self.store(self.ledger.put_facts, **said)
 
     def _unresumed(self) -> None:
         """Trials paused and never given again: ``interrupted`` (they run on resume)."""
@@ -436,15 +410,4 @@ class Engine(Stopping):
             trial.stop, trial.why = Status.INTERRUPTED, f"{trial.pausing}; the sweep ended before it resumed"
             trial.to(Phase.ENDED)
             del self.paused[trial.spec.trial_id]
-            self.conclude(trial.spec, trial.row(Exited(), self.clock(), self.run_id, self.constraints), last=True)
-
-    def history(self, trial: TrialState, items: list[dict[str, Any]]) -> None:
-        """A trial's per-epoch reports: into the ledger and the view; its last epoch noted."""
-        spec = trial.spec
-        trial.note_epochs(items)
-        self.store(self.ledger.add_history, spec.trial_id, items)
-        self.outputs.history()
-        if items:
-            self.outputs.reported(spec, items[-1]["epoch"], items[-1]["metrics"])
-
-
+            self.conclude(trial.spec, self.recorder.row(trial), last=True)

@@ -54,7 +54,7 @@ from sweeper.placement.policy import Anywhere, SlotPlacement
 from sweeper.run.planning import Plan, keeps, plan
 from sweeper.run.ranking import Ranking
 from sweeper.placement.slots import Placement, Slot, parse_gpus, place
-from sweeper.run.stops import Interrupted
+from sweeper.run.closing import Interrupted
 from sweeper.store import table
 from sweeper.store.folder import SweepFolder, refuse_busy
 from sweeper.store.ledger import Ledger
@@ -335,8 +335,7 @@ class Sweep:
         end = SweepEnd.FAILED  # unless the engine returns (FINISHED, or FAILED: --fail-fast) or is interrupted
         warming = _summary_imported() if plan_.to_run else None
         try:
-            engine.run(scheduler)
-            end = SweepEnd.FAILED if engine.streak is not None and engine.streak.stop else SweepEnd.FINISHED
+            end = engine.run(scheduler)
         except Interrupted as exc:
             interrupted, end = exc.signum, SweepEnd.INTERRUPTED
         finally:
