@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import sweeper
 from sweeper.store.table import READ_CSV
 import sweep_fns
 from conftest import ROOT, assert_dead, run_cli, write_grid
+from waiting_sweep import start_waiting_sweep
 
 CASES = [
     # how, status, words the error must contain
@@ -144,42 +144,6 @@ def test_csv_is_written_whole_and_matches_the_ledger(tmp_path):
 
 # -- the whole sweep stopped from outside ---------------------------------------------
 
-WAITING_GRID = """
-from sweep_fns import wait_for_file as train
-grid = [{{"x": [1], "release": [{go!r}]}}, {{"x": [2, 3, 4], "release": [{hold!r}]}}]
-options = {{"workers": 2}}
-"""
-
-
-def _start_waiting_sweep(tmp_path):
-    go, hold = tmp_path / "go", tmp_path / "hold"
-    go.touch()
-    grid = write_grid(tmp_path, WAITING_GRID.format(go=str(go), hold=str(hold)))
-    proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    trials = tmp_path / "out" / "grid" / "trials"
-    deadline = time.monotonic() + 120
-    started = []
-    while time.monotonic() < deadline and proc.poll() is None:
-        started = sorted(p.parent.name for p in trials.glob("*/started"))
-        if len(started) == 3 and _ok_rows(tmp_path) == 1:
-            break
-        time.sleep(0.05)  # polling the trials' own sentinel files
-    assert len(started) == 3, (started, proc.poll())
-    return proc, hold
-
-
-def _ok_rows(tmp_path) -> int:
-    path = tmp_path / "out" / "grid" / "ledger.sqlite"
-    if not path.exists():
-        return 0
-    with sqlite3.connect(path) as db:
-        try:
-            return db.execute("SELECT count(*) FROM trials WHERE status='ok'").fetchone()[0]
-        except sqlite3.OperationalError:
-            return 0
-
-
 def _rerun(tmp_path, hold, *flags):
     hold.touch()
     grid = str(tmp_path / "grid.py")
@@ -189,7 +153,7 @@ def _rerun(tmp_path, hold, *flags):
 
 @pytest.mark.parametrize("presses", [1, 2])
 def test_ctrl_c_records_interrupted_and_resume_finishes(tmp_path, presses):
-    proc, hold = _start_waiting_sweep(tmp_path)
+    proc, hold = start_waiting_sweep(tmp_path)
     trial_procs = psutil.Process(proc.pid).children(recursive=True)
     for _ in range(presses):
         proc.send_signal(signal.SIGINT)
@@ -212,7 +176,7 @@ def test_ctrl_c_records_interrupted_and_resume_finishes(tmp_path, presses):
 
 
 def test_parent_killed_children_die_and_rerun_loses_nothing(tmp_path):
-    proc, hold = _start_waiting_sweep(tmp_path)
+    proc, hold = start_waiting_sweep(tmp_path)
     trial_procs = psutil.Process(proc.pid).children(recursive=True)
     assert trial_procs
     proc.kill()

@@ -9,14 +9,13 @@ What only a real card can show (caps in force, memory released) is in test_gpu_t
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 
-import pandas as pd
 import pytest
 
 import sweeper
 import sweep_fns
 from conftest import run_fake_cli, write_grid
+from frames import most_at_once
 from sweeper.system.capping import MemoryPolicy, resolve
 from sweeper.system.gpus import inventory
 from sweeper.model.outcome import oom_hint
@@ -80,19 +79,6 @@ def test_oom_hint_names_the_cap_and_the_knobs():
 
 
 # -- what the children saw ----------------------------------------------------------------
-
-def _overlaps(df: pd.DataFrame) -> int:
-    """Most trials running at once on one device, from recorded start times and durations."""
-    events = []
-    for row in df.itertuples():
-        start = row.started_at.to_pydatetime()  # a UTC datetime in the frame
-        events += [(start, 1, row.device), (start + timedelta(seconds=row.duration_s), -1, row.device)]
-    most, now = 0, {}
-    for _, step, device in sorted(events, key=lambda e: (e[0], e[1])):
-        now[device] = now.get(device, 0) + step
-        most = max(most, now[device])
-    return most
-
 
 
 
@@ -247,7 +233,7 @@ def test_unlike_cards_numbered_by_cuda_get_a_warning(fake_nvml, monkeypatch, cap
 def test_uuid_pinning_reaches_each_child_and_its_row(tmp_path, fake_nvml):
     df = sweeper.sweep(sweep_fns.gpu_env, {"x": list(range(8))}, per_gpu=2, out=str(tmp_path), progress=False)
     assert (df.status == "ok").all(), df.error.tolist()
-    assert set(df.device) == {"gpu:0", "gpu:1"} and _overlaps(df) == 2
+    assert set(df.device) == {"gpu:0", "gpu:1"} and most_at_once(df) == 2
     for row in df.itertuples():
         env = _seen(tmp_path / "sweep_fns", row.trial)
         card = fake_nvml.cards[int(row.device[4:])]

@@ -16,8 +16,8 @@ import pytest
 from sweeper.errors import SweepError
 from sweeper.model.grid import expand, point_key, sample
 from sweeper.model.distributions import loguniform, randint, uniform
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # Values that Python calls equal but that are different points (1, 1.0, True).
 POOL = [0, 1, 2, 1.0, 0.5, 2.5, -3, "a", "b", "1", True, False, None, (1, 2), [3]]
@@ -417,7 +417,7 @@ def test_distribution_bounds_normalised_and_repr():
 def test_import_does_not_touch_numpy():
     code = (
         "import sys, types\n"
-        f"pkg = types.ModuleType('sweeper'); pkg.__path__ = [{str(ROOT / 'sweeper')!r}]\n"
+        f"pkg = types.ModuleType('sweeper'); pkg.__path__ = [{str(Path(ROOT) / 'sweeper')!r}]\n"
         "sys.modules['sweeper'] = pkg\n"
         "import sweeper.model.grid as g\n"
         "assert 'numpy' not in sys.modules, 'numpy imported'\n"

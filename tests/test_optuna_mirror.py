@@ -19,6 +19,7 @@ import pbt_fns
 import sweeper
 import sweep_fns
 from conftest import ROOT, run_cli, write_grid
+from tool_readers import storage, studies
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -46,22 +47,6 @@ def train(p):
 
 
 # -- reading back, with Optuna's own API ----------------------------------------------------
-
-
-def storage(where) -> object:
-    """The storage a path (a journal file) or a URL names, as Optuna opens it."""
-    where = str(where)
-    if "://" in where:
-        return optuna.storages.get_storage(where)
-    from optuna.storages.journal import JournalFileBackend
-
-    return optuna.storages.JournalStorage(JournalFileBackend(where))
-
-
-def studies(where) -> dict[str, optuna.Study]:
-    store = storage(where)
-    return {s.study_name: optuna.load_study(study_name=s.study_name, storage=store)
-            for s in optuna.get_all_study_summaries(store, include_best_trial=False)}
 
 
 def latest(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:

@@ -25,8 +25,7 @@ from sweeper.model.trial import Status, TrialResult
 from sweeper.search import pbt
 from sweeper.run.planning import plan
 from tests import pbt_fns
-
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 # -- settings and exploration -------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import ROOT, run_cli, write_grid
-from test_failures import _start_waiting_sweep
+from waiting_sweep import start_waiting_sweep
 
 
 def test_reports_land_in_history_csv_one_row_per_epoch(tmp_path):
@@ -131,7 +131,7 @@ def test_live_view_on_a_terminal(tmp_path):
 
 
 def test_status_from_another_terminal_while_it_runs(tmp_path):
-    proc, hold = _start_waiting_sweep(tmp_path)
+    proc, hold = start_waiting_sweep(tmp_path)
     try:
         shown = run_cli("status", str(tmp_path / "out" / "grid"))
         assert shown.returncode == 0, shown.stderr

@@ -13,8 +13,8 @@ import pytest
 
 import sweeper
 import sweep_fns
-from conftest import assert_dead, run_cli
-from test_gpu import _overlaps
+from conftest import HERE, assert_dead, run_cli
+from frames import most_at_once
 
 ray = pytest.importorskip("ray")
 
@@ -32,7 +32,7 @@ def test_two_trials_per_logical_gpu(tmp_path):
     assert (df.status == "ok").all(), df.error.tolist()
     assert (df.n_ids == 1).all() and set(df.cuda) == {0, 1}
     assert (df.device == "gpu:" + df.cuda.astype(int).astype(str)).all()
-    assert _overlaps(df) <= 2
+    assert most_at_once(df) <= 2
     assert (df.xla_fraction == 0.475).all() and (df.pci_order == 1).all()  # Ray's ids are nvidia-smi's
     pids = sweeper.load(str(tmp_path / "sweep_fns"))  # every trial in its own worker process
     logs = [open(os.path.join(str(tmp_path), "sweep_fns", "trials", t, "log.txt")).readline() for t in pids.trial]
@@ -99,7 +99,7 @@ def test_cli_opens_its_own_ray_and_ships_the_grid_folder(tmp_path):
 
 
 def test_command_trials_run_on_ray(tmp_path):
-    script = os.path.join(os.path.dirname(__file__), "scripts", "argv_echo.py")
+    script = os.path.join(HERE, "scripts", "argv_echo.py")
     df = sweeper.sweep(f"{sys.executable} {script} --text={{text}}", {"text": ["a b", "c;d"]}, backend="ray",
                        gpus="none", out=str(tmp_path), progress=False)
     assert (df.status == "ok").all(), df.error.tolist()
@@ -131,12 +131,12 @@ def test_a_search_on_ray_prunes_by_cancelling_the_task(tmp_path):
 
 def test_trackers_are_fed_from_the_ledger_on_ray_too(tmp_path):
     pytest.importorskip("mlflow")
-    from test_tracking import local_uri, mlflow_runs, tb_sessions
+    from tool_readers import local_uri, mlflow_runs, tb_sessions
 
     df = sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.3]}, backend="ray", gpus="none", tensorboard=True,
                        mlflow=True, optuna=True, out=str(tmp_path), name="t", progress=False)
     assert df.status.tolist() == ["ok", "error"]
-    from test_optuna_mirror import studies
+    from tool_readers import studies
 
     study = studies(tmp_path / "t" / "optuna.journal")["t"]  # an Optuna study too, each epoch in it
     assert sorted((t.state.name, len(t.intermediate_values)) for t in study.trials) == [("COMPLETE", 3), ("FAIL", 3)]
@@ -154,7 +154,7 @@ def test_a_hydra_multirun_runs_its_jobs_as_ray_tasks(tmp_path):
     import subprocess
 
     sweep = tmp_path / "sweep"
-    done = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "hydra_app", "app.py"), "-m",
+    done = subprocess.run([sys.executable, os.path.join(HERE, "hydra_app", "app.py"), "-m",
                            "hydra/launcher=sweeper", "lr=0.1,0.01", f"hydra.sweep.dir={sweep}",
                            "hydra.launcher.backend=ray"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

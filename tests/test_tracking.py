@@ -21,6 +21,7 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import ROOT, run_cli, write_grid
+from tool_readers import local_uri, mlflow_runs, tb_sessions
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("mlflow")
@@ -29,49 +30,6 @@ GRID = {"lr": [0.1, 0.2, 0.3], "act": ["relu", "tanh"]}
 
 
 # -- reading back, with the tools' own readers ----------------------------------------------
-
-
-def tb_sessions(folder, sub: str = "tensorboard") -> tuple[object, dict[str, dict]]:
-    """TensorBoard's view of ``<folder>/tensorboard`` (or ``sub``): the HParams experiment, and per run
-    (trial) its hparams, status and scalars, as TensorBoard's event multiplexer reads them."""
-    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
-    from tensorboard.plugins.hparams import api_pb2, metadata
-
-    mux = EventMultiplexer()
-    mux.AddRunsFromDirectory(os.path.join(folder, sub))
-    mux.Reload()
-    content = mux.PluginRunToTagToContent(metadata.PLUGIN_NAME)
-    experiment = None
-    out = {}
-    for run, tags in content.items():
-        if metadata.EXPERIMENT_TAG in tags:
-            experiment = metadata.parse_experiment_plugin_data(tags[metadata.EXPERIMENT_TAG])
-        if metadata.SESSION_START_INFO_TAG not in tags:
-            continue
-        start = metadata.parse_session_start_info_plugin_data(tags[metadata.SESSION_START_INFO_TAG])
-        hparams = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
-        status = None
-        if metadata.SESSION_END_INFO_TAG in tags:
-            end = metadata.parse_session_end_info_plugin_data(tags[metadata.SESSION_END_INFO_TAG])
-            status = api_pb2.Status.Name(end.status)
-        acc = mux.GetAccumulator(run)
-        scalars = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-        out[run] = {"hparams": hparams, "status": status, "scalars": scalars}
-    return experiment, out
-
-
-def mlflow_runs(uri: str, experiment: str, deleted: bool = False) -> tuple[list, list]:
-    """The sweep's parent runs and its trials' runs, as MLflow's client finds them."""
-    from mlflow import MlflowClient
-    from mlflow.entities import ViewType
-
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment)
-    view = ViewType.DELETED_ONLY if deleted else ViewType.ACTIVE_ONLY
-    runs = client.search_runs([exp.experiment_id], run_view_type=view, max_results=1000)
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    return parents, children
 
 
 def history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
@@ -102,10 +60,6 @@ def _once(points):
         if not out or out[-1][0] != step or out[-1][1] != pytest.approx(value, rel=1e-12):
             out.append((step, value))
     return out
-
-
-def local_uri(folder) -> str:
-    return f"sqlite:///{os.path.abspath(os.path.join(folder, 'mlflow.db'))}"
 
 
 # -- what each tool shows ---------------------------------------------------------------------

@@ -22,7 +22,7 @@ from conftest import HERE, ROOT, run_cli, write_grid
 pytest.importorskip("tensorboard")
 pytest.importorskip("mlflow")
 
-from test_tracking import local_uri, mlflow_runs, tb_sessions  # noqa: E402  (after the skips)
+from tool_readers import local_uri, mlflow_runs, tb_sessions  # noqa: E402  (after the skips)
 
 
 def _writers(folder) -> set[int]:
