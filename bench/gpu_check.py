@@ -5,7 +5,7 @@ Run on a machine with an NVIDIA GPU (TensorFlow, or JAX/PyTorch with Keras on JA
     python bench/gpu_check.py                 # tier + packing benchmark
     KERAS_BACKEND=jax python bench/gpu_check.py --quick
 
-The tier is ``python -m pytest -m gpu -rs tests/test_gpu_tier.py`` (each trial sees its
+The tier is ``python -m pytest -m gpu -rs tests/system/test_gpu_tier.py`` (each trial sees its
 own card, the cap holds for TensorFlow, JAX and PyTorch, --per-gpu 4 shares a card,
 memory is released, ``free`` skips a held card, the Keras example trains on the GPU);
 the benchmark is ``bench/gpu_pack.py``. Exit status: the first that failed, else 0; 2 when
@@ -33,7 +33,7 @@ def main() -> int:
         print(f"gpu_check: no GPU here ({gpus.unavailable or 'NVML lists none'}); nothing checked")
         return 2
     tier = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-rs", "-p", "no:cacheprovider",
-                           os.path.join(ROOT, "tests", "test_gpu_tier.py")], cwd=ROOT)
+                           os.path.join(ROOT, "tests", "system", "test_gpu_tier.py")], cwd=ROOT)
     pack = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_pack.py"),
                            "--trials", str(args.trials), *(["--per-gpu", "1,4"] if args.quick else [])], cwd=ROOT)
     print(f"gpu_check: tier exit {tier.returncode}, packing benchmark exit {pack.returncode}")

@@ -72,7 +72,7 @@ def no_stray_processes():
 
 
 #: In the environment of a process a module's fixture starts for the whole module (and of its
-#: children): no test's process, so no test's leftover (tests/test_slurm.py's time-limit sweep).
+#: children): no test's process, so no test's leftover (tests/backends/test_slurm.py's time-limit sweep).
 MODULE_PROCESS = "SWEEPER_TEST_MODULE_PROCESS"
 
 

@@ -1,4 +1,4 @@
-"""NVML read from outside the trials: what the GPU tier (tests/test_gpu_tier.py) and the
+"""NVML read from outside the trials: what the GPU tier (tests/system/test_gpu_tier.py) and the
 packing benchmark (bench/gpu_pack.py) hold sweeper's own numbers against.
 
 Only the standard library, psutil and nvidia-ml-py: the watcher never initialises CUDA.

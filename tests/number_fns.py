@@ -1,4 +1,4 @@
-"""Trial functions for tests/test_numbers_oom.py: metrics of unusual numeric types, and a
+"""Trial functions for tests/api/test_metric_types_and_bad_alloc.py: metrics of unusual numeric types, and a
 trial whose child process dies of ``std::bad_alloc``. Importable by spawned children
 (tests/ is on sys.path); run as a script, it is that child.
 """

@@ -1,4 +1,4 @@
-"""Trial functions for the tests of sweeps that share a machine (tests/test_shared.py):
+"""Trial functions for the tests of sweeps that share a machine (tests/placement/test_shared.py):
 each takes its memory of a fake card (tests/fake_nvml.py) as its framework would."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ order, its text whole (``--help`` says its first sentence: :mod:`sweeper.model.o
 The table lies between two marker comments; the rest of the page is written by hand.
 
 ``python -m sweeper.front.optionsdoc`` rewrites the table; with ``--check`` it only says whether
-the page is out of step (exit 1), as ``tests/test_options_doc.py`` does.
+the page is out of step (exit 1), as ``tests/front/test_options_doc.py`` does.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ class Engine:
         self.trial_env = dict(trial_env or {})
         self.outputs = outputs if outputs is not None else Callback()
         #: Seconds, for deadlines and durations: monotonic time; a test's fake clock
-        #: (tests/test_engine_clock.py plays deadlines, graces, retries and Ctrl-C in it).
+        #: (tests/run/test_engine_clock.py plays deadlines, graces, retries and Ctrl-C in it).
         self.clock = clock
         self.retries = retries
         self.queue: deque[TrialSpec] = deque()

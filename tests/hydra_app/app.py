@@ -1,4 +1,4 @@
-"""A small Hydra app for tests/test_hydra.py: its task function says where and how it ran.
+"""A small Hydra app for tests/front/test_hydra.py: its task function says where and how it ran.
 
 Each job appends a line to ``runs.txt`` in the sweep folder (its overrides and pid), writes
 what it saw into its job folder (``seen.json``) and returns by ``ret``: a number, a dict, or

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 #: The first and last Python (major, minor) the fork server's use of multiprocessing's
-#: private names was tested on: tests/test_forkserver.py passes on 3.11 and 3.12; on 3.13
+#: private names was tested on: tests/backends/test_forkserver.py passes on 3.11 and 3.12; on 3.13
 #: the server's preload is not what the forks came from (the library was imported in every
 #: trial). Widen it once that file passes on another.
 TESTED: tuple[tuple[int, int], tuple[int, int]] = ((3, 11), (3, 12))

@@ -1,4 +1,4 @@
-"""Hydra's basic sweeper, recording what the launcher returned (tests/test_hydra.py): each
+"""Hydra's basic sweeper, recording what the launcher returned (tests/front/test_hydra.py): each
 batch's JobReturns as JSON lines in ``$RECORD``. ``hydra/sweeper=recording``."""
 
 import json

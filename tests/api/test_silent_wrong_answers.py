@@ -217,7 +217,7 @@ def test_a_folder_named_by_an_older_release_stays_its_trials_alone(tmp_path):
 HOSTILE = ["$(touch {m})", "`touch {m}`", "'; touch {m}; '", '"; touch {m}; "', "a; touch {m}", "\\"]
 
 
-# "{text}" and $(echo {text}) are safe now (values reach the shell as variables): tests/test_values_safe.py
+# "{text}" and $(echo {text}) are safe now (values reach the shell as variables): tests/child/test_shell_values.py
 @pytest.mark.parametrize("template", ["'{text}'", "\\{text}"])
 def test_a_quoted_placeholder_is_refused_before_anything_runs(tmp_path, template):
     script = os.path.join(HERE, "scripts", "argv_echo.py")

@@ -187,7 +187,7 @@ def test_the_cli_takes_several_metrics_and_says_a_pruner_cannot_judge_them(tmp_p
 
 
 def test_the_front_is_recorded_even_when_an_ok_trial_lacks_an_objective(tmp_path):
-    # units=2 comes last: a first ok trial without it stops the sweep (tests/test_first_hour_metrics.py)
+    # units=2 comes last: a first ok trial without it stops the sweep (tests/run/test_missing_metric.py)
     df = sweeper.sweep(sweep_fns.tradeoff_partial, {"units": [4, 8, 2], "lr": [0.01]}, **BOTH, out=str(tmp_path),
                        name="s", workers=1, progress=False)
     loaded = sweeper.load(tmp_path / "s")

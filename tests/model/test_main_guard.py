@@ -1,7 +1,7 @@
 """A script that calls ``sweep()`` at its top level, outside ``if __name__ == "__main__":``, is
 refused in one line before anything runs (no folder, no trial), whatever the call is spelled or
 however it is reached from the top level; a script whose call does not run again when a trial
-imports it is never refused. tests/test_front_slurm.py has the same on Slurm."""
+imports it is never refused. tests/backends/test_slurm_front_ends.py has the same on Slurm."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Stalls (``--stall``, ``stall=``): a trial that neither reports an epoch nor writes to its
 log for that long is stopped and recorded ``stalled``, its own status (retryable), apart
 from ``timeout``. The orderings are tested to the second in fake time
-(tests/test_engine_clock.py); here, what a user sees with real processes, and the
+(tests/run/test_engine_clock.py); here, what a user sees with real processes, and the
 durations the option takes."""
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def test_a_fork_that_never_reaches_train_is_killed_and_its_trial_run_under_spawn
 def test_ctrl_c_while_the_fork_server_imports_ends_waiting_trials_as_interrupted(tmp_path):
     # sweep() from a script: its trials are planned, handed to their slots, and wait for the
     # fork server (the CLI's, started before its grid file is read, has imported before any
-    # trial is planned: tests/test_adversary_signals.py covers Ctrl-C there). Ctrl-C is sent
+    # trial is planned: tests/run/test_signals.py covers Ctrl-C there). Ctrl-C is sent
     # once the ledger holds the plan; where it still came before the trials were handed to
     # their slots (no row at all), the run is tried again, twice at most.
     df = None

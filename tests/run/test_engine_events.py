@@ -116,7 +116,7 @@ def test_a_fault_of_the_sweep_keeps_the_result_that_came_with_it(tmp_path):
 def test_a_trial_whose_module_failed_to_import_is_not_blamed_when_its_exit_comes_with_it(tmp_path):
     """A trial process sends LoadFailed and exits at once: both can reach the engine in
     one wake-up. The sweep's fault stands, and that trial has no row (it was recorded as
-    crashed "with exit code 0", about one run in ten of test_workers.py's end-to-end test)."""
+    crashed "with exit code 0", about one run in ten of test_standby_workers.py's end-to-end test)."""
     def events(ids):
         return [(ids[0], LoadFailed("ImportError: libcudart.so.12")), (ids[0], Exited(0))]
 

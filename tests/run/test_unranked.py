@@ -2,7 +2,7 @@
 until a mode is given: the closing summary lists the trials in grid order and says in one line
 how to choose, ``status`` calls no trial best, the report ranks none and marks no best, the
 live view shows no best; given ``--mode``, each ranks. The same rule for the command line and
-``sweep()`` (tests/test_hydra.py has it for a Hydra multirun)."""
+``sweep()`` (tests/front/test_hydra.py has it for a Hydra multirun)."""
 
 from __future__ import annotations
 
