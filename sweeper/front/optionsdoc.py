@@ -1,5 +1,5 @@
 """docs/options.md's table of flags, made from what each flag means where the flag is defined
-(issue 40, item 8: no fact written twice): an :class:`~sweeper.model.options.Options` field's
+(no fact written twice): an :class:`~sweeper.model.options.Options` field's
 :class:`~sweeper.model.options.Flag`, a registered backend's options group's, the command line's
 own (:data:`sweeper.front.cli.OWN_FLAGS`). One row per flag the parser takes, in ``--help``'s
 order, its text whole (``--help`` says its first sentence: :mod:`sweeper.model.option_texts`).

@@ -1,4 +1,4 @@
-"""What an option means, written once (issue 40, item 8): a :class:`~sweeper.model.options.Flag`'s
+"""What an option means, written once (no fact written twice): a :class:`~sweeper.model.options.Flag`'s
 ``help`` is Markdown (links relative to ``docs/``). docs/options.md's table shows the whole of it
 (:mod:`sweeper.front.optionsdoc` writes the table), ``--help`` its first sentence as plain text;
 ``{default}`` (or ``{default:g}``, a format spec) in it stands for the field's default as the code

@@ -1,4 +1,4 @@
-"""A parameter space, read once into types (issue 40, item 5): a :class:`Space` holds one
+"""A parameter space, read once into types: a :class:`Space` holds one
 :class:`Param` per name, of one kind: a :class:`Fixed` value, :class:`Choices`, a
 :class:`Uniform`, :class:`LogUniform` or :class:`Integers` range, or a :class:`Custom`
 distribution (scipy-style ``rvs``, or Optuna's). A space expands (every combination: a grid),

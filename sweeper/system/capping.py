@@ -79,7 +79,7 @@ def trial_env(cap_mb: int, total_mb: int) -> dict[str, str]:
 def resolve(per_gpu: int | str | None, fraction: float | None, growth: bool) -> MemoryPolicy:
     """Fill in whichever of ``per_gpu`` and ``memory_fraction`` was not given.
 
-    ``k = int(1 / f)`` as in the seed document; ``f = 0.95 / k`` leaving a margin.
+    ``k = int(1 / f)`` (as many trials as whole shares fit); ``f = 0.95 / k`` leaving a margin.
     ``per_gpu="auto"``: caps per trial, from what each is predicted to need.
     """
     if per_gpu == "auto":

@@ -1,4 +1,4 @@
-"""What sweeper records, prints, returns and reports about a sweep agree (issue "One story"),
+"""What sweeper records, prints, returns and reports about a sweep agree,
 tested from the user's side: the CLI, ``sweep()`` and ``load()``."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def test_a_mistyped_metric_is_said_at_once_and_never_becomes_the_ranking(tmp_pat
     first = run_cli(grid, "--out", out, "--metric", "f1", "--quiet")
     assert first.returncode == 0, first.stderr
     again = run_cli(grid, "--out", out, "--metric", "val_acc", "--fresh", "--quiet")
-    assert again.returncode == 2, again.stdout + again.stderr  # stopped after the first result (issue 39)
+    assert again.returncode == 2, again.stdout + again.stderr  # stopped after the first result without the metric
     said = [line for line in (again.stdout + again.stderr).splitlines() if "no metric 'val_acc'" in line]
     assert said and "(f1, val_auc, value); did you mean val_auc?" in said[0], again.stdout + again.stderr
     frame = sweeper.load(tmp_path / "out" / "grid")

@@ -1,4 +1,4 @@
-"""Hostile inputs are one line, never a traceback or a silent start-over (issue 38, items 6 and 7a).
+"""Hostile inputs are one line, never a traceback or a silent start-over.
 
 * a ``ledger.sqlite`` that is not sweeper's (an empty file, another program's database, a
   ledger without one of sweeper's tables, a file that is not SQLite): the sweep and every

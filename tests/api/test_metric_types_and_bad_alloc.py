@@ -1,4 +1,4 @@
-"""Issue 24, items 8 and 12, from the user's side (``sweep()``): a complex metric is an
+"""Unusual numbers and dying children, from the user's side (``sweep()``): a complex metric is an
 error naming it, every real NumPy scalar a plain number; a child process that dies of
 ``std::bad_alloc`` makes its trial ``oom`` (retried), whether its stderr was inherited or
 captured."""

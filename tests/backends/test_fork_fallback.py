@@ -1,4 +1,4 @@
-"""Issue 38, item 4: a trial that never reached ``train`` because its fork never started
+"""A trial that never reached ``train`` because its fork never started
 runs under spawn and costs it no attempt, and no message points at a log that does not
 exist; the fork watchdog tells an import that waits (a disk, a socket, a sleep) from a
 deadlock before it gives up the fork server."""

@@ -1,4 +1,4 @@
-"""Issue 39, item 9: the fork server starts importing as the sweep starts, from the installed
+"""The fork server starts importing as the sweep starts, from the installed
 modules the grid file's own imports name (and those of the user's modules it imports); the
 grid reader is then a fork of it, so the framework is imported once before the first trial."""
 

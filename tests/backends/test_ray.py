@@ -148,7 +148,7 @@ def test_trackers_are_fed_from_the_ledger_on_ray_too(tmp_path):
 
 
 def test_a_hydra_multirun_runs_its_jobs_as_ray_tasks(tmp_path):
-    """hydra/launcher=sweeper with backend=ray (issue 43): the app is a script, so each Ray
+    """hydra/launcher=sweeper with backend=ray: the app is a script, so each Ray
     worker loads it to find the task function under @hydra.main; its job folders as Hydra's."""
     pytest.importorskip("hydra", reason="hydra-core is not installed (pip install -e '.[hydra]')")
     import subprocess

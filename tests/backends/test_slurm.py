@@ -239,7 +239,7 @@ def test_ctrl_c_cancels_every_task_within_seconds_and_rows_are_interrupted(slurm
 
 
 def test_a_killed_driver_leaves_its_jobs_and_the_same_command_adopts_them(slurm, tmp_path):
-    """issue 41, item 4: SIGKILL the driver while two tasks run and a third waits; the same command
+    """SIGKILL the driver while two tasks run and a third waits; the same command
     again adopts all three (no task submitted twice, no trial trained twice) and records them."""
     release, out = tmp_path / "release", tmp_path / "out"
     grid = write_grid(tmp_path, WAITING.format(xs=[1, 2, 3], release=str(release)))
@@ -353,7 +353,7 @@ def test_slurms_own_time_limit_is_a_timeout(slurm):
 
 
 def test_a_hydra_multirun_runs_its_jobs_as_tasks_of_one_array(slurm, tmp_path):
-    """hydra/launcher=sweeper with backend=slurm (issue 43): each job a task, its job folder
+    """hydra/launcher=sweeper with backend=slurm: each job a task, its job folder
     and .hydra/ files on the shared folder, its job id in the table."""
     pytest.importorskip("hydra", reason="hydra-core is not installed (pip install -e '.[hydra]')")
     import pandas

@@ -1,4 +1,4 @@
-"""A backend from outside sweeper (issue 40, item 2): ``tests/toy_backend.py`` registered
+"""A backend from outside sweeper: ``tests/toy_backend.py`` registered
 through the public registry, from code and as an installed package's entry point, runs
 real sweeps, its rows as the local backend's would be; the names a sweep may use."""
 
@@ -44,7 +44,7 @@ def test_a_sweep_runs_on_a_backend_registered_from_outside(tmp_path, toy):
 
 
 def test_a_sweep_runs_as_batch_jobs_that_share_only_files_with_it(tmp_path):
-    """The file channel a batch scheduler's job needs (issue 40, item 3): each trial a
+    """The file channel a batch scheduler's job needs: each trial a
     process started with ``python -m sweeper.child.batch <trial dir>``, its messages and
     result through files; a timeout cancels the job; the rows are as the local backend's."""
     register("toy_batch", toy_batch_backend.factory, places_trials=True)
@@ -115,7 +115,7 @@ def test_an_installed_packages_entry_point_adds_a_backend_to_the_command_line(tm
 
 
 def test_a_backend_owns_its_options_and_no_other_takes_them(tmp_path):
-    """Each backend owns and checks its own options group (issue 40, item 2): given as
+    """Each backend owns and checks its own options group: given as
     keywords, they reach its factory as ``launch.options.backend_options``; a bad value is its
     one-line error; another backend refuses them, naming the one they go with."""
     register("toy_lanes", toy_backend.with_lanes, places_trials=True, options=toy_backend.ToyOptions)
@@ -164,7 +164,7 @@ def test_a_backends_flag_goes_with_the_backend_the_grid_file_names(tmp_path):
 
 @pytest.mark.unit
 def test_status_says_where_a_trial_runs_in_its_backends_words(tmp_path, capsys):
-    """Issue 40, item 2: where a trial runs is the backend's string (a node, a batch job),
+    """Where a trial runs is the backend's string (a node, a batch job),
     not a pid the engine reads; ``status`` shows it as said."""
     from sweeper.front.subcommands import _print_running
     from sweeper.model.protocol import Began

@@ -1,4 +1,4 @@
-"""Issue 38, item 2: every trial is seeded before the user's module runs, in every kind of
+"""Every trial is seeded before the user's module runs, in every kind of
 process (a fork of the server, a spawn process, a standby, the replay), so what a grid
 file draws at its top is the trial's own: reproducible, and the same forked, spawned and
 replayed."""

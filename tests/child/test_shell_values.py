@@ -1,4 +1,4 @@
-"""Issue 24, items 6 and 7, from the user's side: under a shell a value never runs, whatever
+"""Values under a shell, from the user's side: under a shell a value never runs, whatever
 the template (values reach /bin/sh as environment variables, never in its text); a
 parameter named like sweeper's own ``{flags}`` placeholder is refused in one line."""
 

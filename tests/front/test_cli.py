@@ -1,4 +1,4 @@
-"""The command line's first hour (issue 39): a misspelled command, quick answers before the
+"""The command line as a new user meets it: a misspelled command, quick answers before the
 grid file is imported, stopping on failures, and command sweeps' name, seed and braces."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 39, item 7: what the console says, said plainly.
+"""What the console says, said plainly.
 
 * a trial's name holds the parameters that vary in its sweep, and the trial id only where
   two of the sweep's points would otherwise share a name;

@@ -1,4 +1,4 @@
-"""sweeper as a Hydra launcher (issue 43), with real hydra-core: the small app of
+"""sweeper as a Hydra launcher, with real hydra-core: the small app of
 tests/hydra_app run as a user runs it, ``python app.py -m hydra/launcher=sweeper ...``.
 
 Its task function writes where it ran into its job folder (``seen.json``) and a line per run

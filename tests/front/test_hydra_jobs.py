@@ -1,4 +1,4 @@
-"""The Hydra launcher's decisions, in-process (issue 43): a job's overrides as a point, the
+"""The Hydra launcher's decisions, in-process: a job's overrides as a point, the
 book's job numbers, a task function's return as metrics, the settings as sweeper's options."""
 
 from __future__ import annotations

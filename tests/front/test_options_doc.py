@@ -1,4 +1,4 @@
-"""Each flag's meaning is written once, where the flag is defined (issue 40, item 8): the table
+"""Each flag's meaning is written once, where the flag is defined: the table
 in docs/options.md is made from it (``python -m sweeper.front.optionsdoc``), and ``--help``
 says its first sentence."""
 

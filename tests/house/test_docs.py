@@ -1,4 +1,4 @@
-"""The README is a front door (issue 40, item 8): short, with a table of contents, and every
+"""The README is a front door: short, with a table of contents, and every
 link in it and in ``docs/`` leads somewhere: a file that exists, a heading that is there."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The house's rules, read from the source (issue 26, item 7): no import circle among
+"""The house's rules, read from the source: no import circle among
 sweeper's modules, counting imports made inside functions (but not those only for type
 checking), and no module using another sweeper module's private names."""
 
@@ -134,7 +134,7 @@ def test_no_module_uses_another_modules_private_names():
     assert used == []
 
 
-#: The longest a function of sweeper's may be, its docstring included (issue 40, item 7).
+#: The longest a function of sweeper's may be, its docstring included.
 FUNCTION_LINES = 60
 
 
@@ -150,7 +150,7 @@ def test_no_function_is_longer_than_a_screen():
     assert long == [], long
 
 
-#: Lines a module of sweeper's may have at most (issue 40, item 7: a room one can live in).
+#: Lines a module of sweeper's may have at most (a room one can live in).
 MODULE_LINES = 450
 
 
@@ -160,7 +160,7 @@ def test_no_module_is_longer_than_a_room():
     assert long == {}, long
 
 
-#: Modules directly in ``sweeper/`` at most (issue 40, item 1): the rest live in a package
+#: Modules directly in ``sweeper/`` at most: the rest live in a package
 #: named for its role (model, run, store, backends, child, front, results, tracking, system).
 TOP_MODULES = 15
 

@@ -1,4 +1,4 @@
-"""One source for each fact (issue 26, item 6): the CLI's flags come from :class:`Options`'
+"""One source for each fact: the CLI's flags come from :class:`Options`'
 fields, and the results table's and the ledger's columns from :class:`TrialResult`'s."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The rules about grid, space, samples and search, in one place (issue 40, item 5):
+"""The rules about grid, space, samples and search, in one place:
 sweeper.model.definition.shape, which sweep(), a grid file's reader, a JSON/YAML grid and the
 command line all ask. A table: what is given, and the points, the space or the one line."""
 

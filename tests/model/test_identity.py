@@ -1,4 +1,4 @@
-"""Issue 40, item 4: a trial's identity is not its parameters' hash.
+"""A trial's identity is not its parameters' hash.
 
 A point has a key (its parameters' hash, what a resume matches rows by); a trial has an id,
 made once by the plan (:func:`sweeper.model.trial.new_id`) and then carried. So a ledger

@@ -1,4 +1,4 @@
-"""Issue 38, items 1 and 7 (d, e, f): a metric's direction is taken from its name only where
+"""A metric's direction is taken from its name only where
 the name says it beyond doubt (a closed list; scikit-learn's ``neg_`` scores maximised), any
 other name needs ``mode`` before anything runs; a constraint on a name that is both a
 parameter and a metric says which it binds; a sweep whose ok trials all miss the constraints
@@ -18,7 +18,7 @@ from sweeper.store.table import dataframe
 from sweeper.model.trial import Status, TrialResult
 
 
-# -- item 1: the closed list -------------------------------------------------------------
+# -- the closed list of names that tell a direction ---------------------------------------
 
 @pytest.mark.unit
 @pytest.mark.parametrize("name,expected", [
@@ -77,7 +77,7 @@ def test_a_search_on_a_name_that_says_no_direction_refuses_before_any_trial(tmp_
     assert not (tmp_path / "ran").exists() and not (tmp_path / "out").exists()  # nothing ran
 
 
-# -- item 7 (f): a list takes names as they are ------------------------------------------
+# -- a list takes names as they are -------------------------------------------------------
 
 COMMA = """
 grid = {"x": [1, 2, 3]}
@@ -97,7 +97,7 @@ def test_a_metric_named_with_a_comma_is_chosen_from_a_list(tmp_path):
     assert "best so far: a,b = 3 (max): x=3" in status.stdout, status.stdout + status.stderr
 
 
-# -- item 7 (d): a name both a parameter and a metric ------------------------------------
+# -- a name both a parameter and a metric -------------------------------------------------
 
 def _ok(params, metrics):
     return TrialResult(trial_id="t1", name="t", index=0, params=params, status=Status.OK, metrics=metrics)
@@ -138,7 +138,7 @@ def test_a_sweep_says_once_that_a_constraint_binds_the_metric(tmp_path):
     assert "top 2 by loss (min):" in done.stdout  # both feasible: bound on the metric
 
 
-# -- item 7 (e): every ok trial infeasible -----------------------------------------------
+# -- every ok trial infeasible ------------------------------------------------------------
 
 @pytest.mark.unit
 def test_a_ranking_whose_ok_trials_all_miss_the_constraints_says_so():
@@ -174,7 +174,7 @@ def test_a_sweep_whose_ok_trials_all_miss_the_constraints_says_so_everywhere(tmp
     assert "No trial finished ok" not in page and "3 trials finished ok but none met the constraints" in page
 
 
-# -- item 1: export --optuna never guesses the study's direction -------------------------
+# -- export --optuna never guesses the study's direction ----------------------------------
 
 PICKED = """
 grid = {"x": [1, 2]}

@@ -1,4 +1,4 @@
-"""The typed space (issue 40, item 5): one reading of the user's dict, by which a grid expands,
+"""The typed space: one reading of the user's dict, by which a grid expands,
 a sample draws and a search gets Optuna's distributions. Tables: each kind (what it is read as,
 its size, what it draws, what Optuna gets), each mistake (its one line), and the points a seed
 gave before the space existed (``sweeper.model.grid.sample`` is now a caller of it)."""

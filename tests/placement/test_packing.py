@@ -193,7 +193,7 @@ def test_a_shape_is_measured_at_its_first_trials_first_epoch():
 @pytest.mark.unit
 def test_only_the_end_of_an_epoch_of_training_measures_a_shape():
     """An epoch 0 (an evaluation before training: no gradients, no optimiser state yet) is
-    no measurement of what training needs (found by review)."""
+    no measurement of what training needs (it once did)."""
     from sweeper.backends.local.backend import _an_epoch
     from sweeper.model.protocol import Reports
 
@@ -488,7 +488,7 @@ def test_memory_a_trial_leaves_on_its_card_is_said_once_and_counted_as_used(tmp_
 def test_the_fork_servers_probe_on_a_card_is_not_taken_for_a_leftover(machine, caplog):
     """A process of the sweep's fork server (its probe, which holds a context while it tries
     the card) carries the server's slot placeholder: placing the next trial meanwhile must
-    neither kill it nor say it is a leftover (found by review: it was killed)."""
+    neither kill it nor say it is a leftover (it once was killed)."""
     import subprocess
     import sys
 

@@ -1,4 +1,4 @@
-"""Issue 38, items 8 and 7(b): packing on (fake) cards, from the user's side.
+"""Packing on (fake) cards when trials fail, from the user's side.
 
 * An underestimated trial that runs out of memory twice gets the largest card to itself
   (its whole room, nothing of the sweep's beside it), retries or not; an OOM there ends

@@ -1,4 +1,4 @@
-"""The report and TensorBoard as a new user meets them (issue 39, items 4 and 5), from the user's
+"""The report and TensorBoard as a new user meets them, from the user's
 side: real sweeps, then ``python -m sweeper report`` and ``sweeper.results.report.figures``.
 
 * with constraints, the ok trials that miss them are drawn hollow grey, never dropped, and

@@ -1,4 +1,4 @@
-"""The report tells the story the CLI tells (issue 25, items 7 and 10), tested from the
+"""The report's figures tell the story the CLI tells, tested from the
 user's side: real sweeps, then ``python -m sweeper report`` (or ``sweeper.results.report``).
 
 * ``pruned`` is no failure: its own neutral colour, counted apart from the failures;

@@ -1,10 +1,10 @@
-"""Issue 38, items 3 and 7(c), from the user's side.
+"""Values as given, and a table that cannot be written, from the user's side.
 
-3. A parameter's values come back exactly as given, whatever a text spells: through
+* A parameter's values come back exactly as given, whatever a text spells: through
    ``results.csv`` (as ``load()`` reads the folder), the frame ``sweep()`` returns, the
    console's leaderboard and ``export --optuna``. Text stays text, None stays missing and
    distinct from "None", booleans stay booleans, ints ints, floats exact.
-7(c). A results.csv that cannot be written (a folder in its place) fails the sweep in words
+* A results.csv that cannot be written (a folder in its place) fails the sweep in words
    the user cannot miss, and the rows are still on record.
 """
 

@@ -145,7 +145,7 @@ class Staged(Scripted):
 ])
 def test_a_result_is_judged_and_written_once_and_its_exit_adds_what_it_measured(tmp_path, monkeypatch,
                                                                                 exit_how, status):
-    """Issue 40, item 6: the verdict comes from the result, once; the exit only adds its
+    """The verdict comes from the result, once; the exit only adds its
     exit code and peak memory to the row already on record (nothing re-judges it)."""
     from sweeper.model import outcome
 

@@ -1,4 +1,4 @@
-"""The first hour, metrics (issue 39, items 2 and 3), from the user's side: a misspelled metric
+"""A metric that is not there, from the user's side: a misspelled metric
 is caught before a sweep is wasted on it, and a Keras ``History`` with no metric named ranks
 by its validation loss, saying so."""
 

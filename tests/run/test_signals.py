@@ -1,4 +1,4 @@
-"""Issue 38, items 5 and 6: nothing a sweep started outlives it (SIGHUP is a stop like
+"""Signals: nothing a sweep started outlives it (SIGHUP is a stop like
 SIGTERM; a SIGKILLed sweep's daemons end with it through its guardian, or at the latest
 with the next run of the same sweep), and Ctrl-C at any moment of start-up is one line
 and exit 130."""

@@ -1,4 +1,4 @@
-"""The sweep's own record in its ledger (issue 40, item 6): typed, read the same by every
+"""The sweep's own record in its ledger: typed, read the same by every
 reader, and a ledger from before a key existed reads as the field's default."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 38, item 7: on a full disk the console never says ``ok`` for a trial the ledger
+"""On a full disk the console never says ``ok`` for a trial the ledger
 could not keep: its line says it was not recorded (the next run runs it again)."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from sweeper.placement.slots import parse_gpus, pick, place
     [
         (None, None, False, MemoryPolicy(1, 0.95)),
         (2, None, False, MemoryPolicy(2, 0.475)),
-        (None, 0.3, False, MemoryPolicy(3, 0.3)),  # k = int(1 / f), as in the seed document
+        (None, 0.3, False, MemoryPolicy(3, 0.3)),  # k = int(1 / f): as many trials as whole shares fit
         (None, 0.25, False, MemoryPolicy(4, 0.25)),
         (None, 0.6, False, MemoryPolicy(1, 0.6)),
         (2, 0.5, False, MemoryPolicy(2, 0.5)),

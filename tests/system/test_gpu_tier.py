@@ -232,7 +232,7 @@ def test_auto_packs_trials_of_a_measured_size_onto_one_card(tmp_path, cards, per
 
 
 def test_an_underestimated_trial_gets_the_largest_card_to_itself_after_two_ooms(tmp_path, cards, per_process):
-    """Issue 38, item 8: a hint of 1 GB for a trial that needs 6 GB: it runs out under its
+    """A hint of 1 GB for a trial that needs 6 GB: it runs out under its
     cap, again under 1.5x, then gets the card to itself (its whole room reserved) and ends
     ok; three attempts, none of --retries spent."""
     fw = next((f for f in ("torch", "jax") if importlib.util.find_spec(f)), None)

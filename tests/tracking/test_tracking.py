@@ -526,7 +526,7 @@ def test_the_parent_imports_no_framework_for_its_trackers(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-# -- where a tracker writes (issue 25, items 8 and 10) ----------------------------------------
+# -- where a tracker writes -------------------------------------------------------------------
 
 
 def _artifact_files(uri: str, experiment: str) -> dict[str, str]:
@@ -618,7 +618,7 @@ def test_quiet_with_a_tracking_server_prints_none_of_mlflows_lines(tmp_path):
         server.wait()
 
 
-# -- MLflow through its public client only (issue 40, item 7) ---------------------------------
+# -- MLflow through its public client only ----------------------------------------------------
 
 
 def test_mlflow_is_written_through_its_public_client_only():
