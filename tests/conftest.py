@@ -33,7 +33,7 @@ if HERE not in sys.path:  # spawned children inherit sys.path, so they can impor
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n 2 --dist loadgroup``, see the README): a file's tests run
+    """Under pytest-xdist (``-n 2 --dist loadgroup``, see docs/development.md): a file's tests run
     in one worker, in order, so a module's fixture (a trained example, a Ray cluster) starts
     once; the Ray files share one worker, so two Ray instances never start side by side."""
     for item in items:
