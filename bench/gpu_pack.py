@@ -18,8 +18,8 @@ utilisation and the host CPU utilisation while it ran, and what bounds it:
 * ``start-up``: neither was: trials spend their time importing and compiling, which
   packing overlaps.
 
-Targets: at least 2x the trials per minute of --per-gpu 1 at 4 per GPU (issue 14); auto
-faster than --per-gpu 1 with no trial lost to OOM (issue 27); every trial under its own
+Targets: at least 2x the trials per minute of --per-gpu 1 at 4 per GPU; auto
+faster than --per-gpu 1 with no trial lost to OOM; every trial under its own
 cap plus the stated margin. Exit 1 when a trial failed or went over its cap, or NVML
 never listed a trial (caps unchecked); 2 when there is no GPU.
 """

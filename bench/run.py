@@ -13,10 +13,10 @@ Scenarios (trial functions: bench/trials.py, bench/tf_sleep.py, bench/keras_mlp.
   C   end to end: tiny Keras MLPs, 2 slots; trials/min
   D   the sweep parent's own CPU per trial and peak RSS (sweeper only), and the time of
       ``python -m sweeper grid.py --dry-run`` on a 100,000-point grid
-  F   the short trials of issue 17 (no longer than one TF import): 8 x 4 s and 16 x 2 s, on
+  F   the short trials (no longer than one TF import): 8 x 4 s and 16 x 2 s, on
       1 and 2 slots, against loky (which reuses its workers) and pool; "sweeper cli" is
-      ``python -m sweeper grid.py`` on a grid file importing the trial's module (issue 39:
-      the grid's read and the fork server's import side by side), timed from the command
+      ``python -m sweeper grid.py`` on a grid file importing the trial's module (the
+      grid's read and the fork server's import side by side), timed from the command
       to its exit
   E   CLI start (sweeper only): ``python -m sweeper bench/grid_tf_first.py --workers 1``, a
       grid file that imports TensorFlow at its top, 2 trials whose train does nothing.
