@@ -394,10 +394,9 @@ class Options:
 
     def check_ranking(self) -> None:
         """A named metric whose direction its name does not say needs a mode; trials and
-        prune need a search. Checked on the options a sweep runs with (flags, file and code
-        merged), before anything runs."""
-        if self.search != "pbt" and self.pbt is not None:
-            raise SweepError("pbt's settings go with search='pbt' (--search pbt)")
+        prune need a search (a search's own settings go with it, checked by the search's
+        registry: :func:`sweeper.search.registry.check_settings`). Checked on the options a
+        sweep runs with (flags, file and code merged), before anything runs."""
         if self.search is None and (self.trials is not None or self.prune is not None):
             raise SweepError("trials and prune go with a search; add search='tpe' (--search tpe), or use "
                              "sample(space, n) for a random sample")

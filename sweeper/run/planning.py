@@ -44,6 +44,7 @@ from sweeper.model.trial import (
     trial_seed,
 )
 from sweeper.model.constraints import parse as parse_constraints
+from sweeper.search import registry as searches
 from sweeper.search.schedulers import Listed, Searching
 from sweeper.store.folder import SweepFolder, default_uid
 from sweeper.store.ledger import Ledger
@@ -216,7 +217,7 @@ class Plan:
         previous = ledger.results()
         check_definition(ledger, previous, options.seed, what, folder.path, source_file)
         search = None
-        if space is not None and options.search == "pbt":  # a population: its members on record, or drawn
+        if space is not None and searches.of(options.search).pauses:  # a population: its members on record, or drawn
             return cls._population(ledger, options, space, folder, previous, source_file)
         if space is not None:  # a search: the trials on record are its own, the rest it asks for
             search, specs = _search(space, options, folder.path, ledger, previous)

@@ -55,6 +55,7 @@ from sweeper.run.planning import Plan, keeps, plan
 from sweeper.run.ranking import Ranking
 from sweeper.placement.slots import Placement, Slot, parse_gpus, place
 from sweeper.run.closing import Interrupted
+from sweeper.search import registry as searches
 from sweeper.store import table
 from sweeper.store.folder import SweepFolder, refuse_busy
 from sweeper.store.ledger import Ledger
@@ -193,13 +194,14 @@ class Sweep:
                                               definition.what)
         #: a fork server the CLI started before it read the grid file, for the local backend
         self.early: ForkServer | None = None
+        searches.check_settings(options)
         options.check_ranking()
         chosen.check(options)
         self.backend = lookup(options.backend)  #: where the trials run (an unknown name: one line, now)
         self.folder = SweepFolder(options.out, options.name or definition.default_name)
         self.space: Any = definition.space
         if definition.points is None:  # a search: trials are asked for as places free
-            if options.search == "pbt":
+            if searches.of(options.search).pauses:  # a population
                 from sweeper.search.pbt import check as check_population
 
                 mode = check_population(self.space, options.pbt, options)
@@ -282,7 +284,7 @@ class Sweep:
         notes = [p.describe() for p in (self.packer, self.host_room) if p is not None]
         notes += beside(self.placement.gpus)  # the machine's other sweeps and processes on its cards
         if self.space is not None:  # its points are asked for as it runs: none to list
-            if self.options.search == "pbt":
+            if searches.of(self.options.search).pauses:  # a population
                 from sweeper.search.pbt import describe as describe_population
 
                 notes.append(describe_population(self.space, self.options))

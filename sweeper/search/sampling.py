@@ -23,11 +23,10 @@ from sweeper.model.metrics import direction
 from sweeper.model.trial import TrialResult, TrialSpec
 from sweeper.model.objectives import Objectives
 from sweeper.model.objectives import given as objectives_given
+from sweeper.search import registry
 from sweeper.search.pruners import Settled, need_optuna, pruner, settled_epoch
+from sweeper.search.registry import Made, population
 
-SAMPLERS = ("auto", "tpe", "nsga2", "random", "cmaes", "qmc", "gp")
-#: Samplers that cannot take several objectives.
-SINGLE_OBJECTIVE = ("cmaes",)
 #: Asks in a row that may land on points already tried before the space counts as spent.
 DUPLICATE_ASKS = 50
 
@@ -58,47 +57,25 @@ def trial_constraints(optuna: Any) -> bool:
     return hasattr(optuna.trial.Trial, "set_constraint")
 
 
-def population(trials: int) -> int:
-    """NSGA-II's generation size for a search of ``trials``: Optuna's 50 where the budget
-    allows four generations, else a quarter of it (at least 4), so that a small search
-    evolves instead of sampling at random throughout."""
-    return max(4, min(50, trials // 4))
-
-
 def sampler(search: Any, seed: int, constrained: bool = False, several: bool = False, trials: int = 0) -> Any:
-    """An Optuna sampler from its name (seeded with the sweep's seed), or the instance given;
-    ``constrained``: the samplers that take constraints (TPE, NSGA-II, GP) are given them;
-    ``several``: the study has several objectives ("auto" is then NSGA-II, else TPE)."""
+    """An Optuna sampler from its name (seeded with the sweep's seed; the names:
+    :mod:`sweeper.search.registry`), or the instance given; ``constrained``: the samplers that
+    take constraints (TPE, NSGA-II, GP) are given them; ``several``: the study has several
+    objectives ("auto" is then NSGA-II, else TPE)."""
     optuna = need_optuna()
     if isinstance(search, optuna.samplers.BaseSampler):
         return search
-    given = {"constraints_func": _constraint_values} if constrained and not trial_constraints(optuna) else {}
-    if several and search in SINGLE_OBJECTIVE:
+    kind = registry.of(search)
+    if several and kind.single_objective:
         raise SweepError(f"search={search!r} optimises one objective; with several metrics give nsga2 (NSGA-II), "
                          "tpe, random, qmc or gp")
-    if search == "auto":  # Optuna's own defaults: TPE for one objective, NSGA-II for several
-        search = "nsga2" if several else "tpe"
-    if search == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=population(trials), **given)
-    if search == "tpe":  # the constant liar: points asked while others run stay apart
-        return optuna.samplers.TPESampler(seed=seed, constant_liar=True, **given)
-    if search == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if search == "qmc":
-        return optuna.samplers.QMCSampler(seed=seed)
-    if search == "cmaes":
-        try:
-            import cmaes  # noqa: F401
-        except ImportError:
-            raise SweepError('search="cmaes" needs the cmaes package: pip install cmaes') from None
-        return optuna.samplers.CmaEsSampler(seed=seed)
-    if search == "gp":
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            raise SweepError('search="gp" needs PyTorch (Optuna\'s GPSampler uses it): pip install torch') from None
-        return optuna.samplers.GPSampler(seed=seed, **given)
-    raise SweepError(f"search is {search!r}; give one of {', '.join(SAMPLERS)} or an Optuna sampler")
+    if kind.picks is not None:
+        kind = registry.lookup(kind.picks(several))
+    if kind.sampler is None:  # a name no search has (or one that asks no sampler): one line naming them
+        registry.lookup(search)
+        raise SweepError(f"search={search!r} asks no Optuna sampler")
+    given = {"constraints_func": _constraint_values} if constrained and not trial_constraints(optuna) else {}
+    return kind.sampler(optuna, Made(seed, trials, tuple(given.items()) if kind.constraints else ()))
 
 
 def check(space: Any, search: Any, prune: Any, trials: Any, metric: Any, mode: Any) -> Any:
@@ -133,9 +110,11 @@ def describe(space: Any, options: Any, on_record: int) -> str:
     parts = [f"{k} {_shown(v)}" for k, v in dists.items()] + [f"{k}={v!r}" for k, v in fixed.items()]
     several = options.objectives
     how = options.search if isinstance(options.search, str) else type(options.search).__name__
-    if how == "auto":
-        how = f"auto ({'nsga2' if several else 'tpe'})"
-    if several is not None and how.startswith(("nsga2", "auto")):
+    kind = registry.of(options.search)
+    if kind.picks is not None:  # auto: the search it picks, said
+        picked = kind.picks(several is not None)
+        how, kind = f"{how} ({picked})", registry.lookup(picked)
+    if several is not None and kind.generations:
         how += f", population {population(options.trials)}"
     pr = options.prune if options.prune is None or isinstance(options.prune, str) else type(options.prune).__name__
     aim = several or f"{options.ranked_by} ({options.ranked_mode})"
@@ -183,8 +162,9 @@ class Search:
         self.pruner_name = prune if isinstance(prune, str) or prune is None else type(prune).__name__
         #: Whether its pruner can stop a trial (then each report waits for its verdict).
         self.prunes = self.settled is not None or not isinstance(self.study.pruner, optuna.pruners.NopPruner)
-        # the sampler "auto" chose is what the folder records
-        self.sampler_name = search if isinstance(search, str) and search != "auto" else type(self.study.sampler).__name__
+        # the sampler a name that picks one (auto) chose is what the folder records
+        self.sampler_name = (search if isinstance(search, str) and registry.of(search).picks is None
+                             else type(self.study.sampler).__name__)
         #: a point's key -> the Optuna trials waiting on its trial (a point asked twice is trained once)
         self.asked: dict[str, list[Any]] = {}
         self.known: dict[str, TrialResult] = {}  #: finished trials on record, by their point's key

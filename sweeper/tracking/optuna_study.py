@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 from sweeper.errors import SweepError
 from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.trial import TrialResult
+from sweeper.search import registry as searches
 from sweeper.store.paths import SweepPaths, set_aside
 from sweeper.tracking import Attempt, Held, SweepInfo, domains_of_points
 from sweeper.tracking import optuna_terms as terms
@@ -99,7 +100,7 @@ class OptunaStudy:
         rows = sorted((self._ledger.results() if current is None else current).values(), key=lambda r: r.index)
         self.grid = set(self._ledger.grid_names()) or None
         self.schedule = self._ledger.schedule()
-        self.pbt = sweep.search == "pbt" or bool(self.schedule)
+        self.pbt = searches.of(sweep.search).pauses or bool(self.schedule)
         points = [self._point(r.trial_id, r.params) for r in rows]
         self.params = terms.params_of(optuna, sweep.domains, points)
         self.goal = terms.targets(sweep, [k for r in rows for k in r.metrics])

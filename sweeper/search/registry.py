@@ -1,0 +1,198 @@
+"""Which searches a sweep can run, by name (``search="tpe"``, ``--search pbt``).
+
+A search is a name and what the runner, the planner and the trackers need to know of it
+(:class:`Registered`): the Optuna sampler it asks its points of, or that it trains a
+population (pausing its members); whether it needs Optuna; its own settings, if any. No
+code outside this module compares a search's name: each asks its entry. Three ways a name
+gets here, as backends do (:mod:`sweeper.backends.registry`):
+
+* the built-in ones: Optuna's samplers ``auto`` (``tpe`` for one objective, ``nsga2`` for
+  several), ``tpe``, ``nsga2``, ``random``, ``cmaes``, ``qmc``, ``gp``; and ``pbt``,
+  population-based training (:mod:`sweeper.search.pbt`);
+* :func:`register`, from a program, before it calls ``sweep()``: an Optuna sampler by a name of
+  its own (``register("sobol", lambda optuna, made: MySampler(seed=made.seed))``);
+* an installed package's entry point in the ``sweeper.search`` group
+  (``sobol = my_package.search:sampler``), found when a sweep names it, so the command line
+  can run it too; it may point at a sampler factory or at a :class:`Registered`.
+
+An Optuna sampler instance given as ``search=`` is asked as it is (:func:`of` gives its entry).
+A grid (no ``search``) lists its points, a random sample's included: it asks no search.
+Looking a name up imports nothing of Optuna.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from sweeper.errors import SweepError
+
+if TYPE_CHECKING:
+    from sweeper.model.options import Options
+
+#: The entry-point group another package declares its searches in.
+GROUP = "sweeper.search"
+
+
+@dataclass(frozen=True)
+class Made:
+    """What a sampler's factory is given, once per sweep: the sweep's seed, its trials in
+    all, and the keywords of a sampler that takes the sweep's constraints (Optuna before 5:
+    its ``constraints_func``; else none)."""
+
+    seed: int
+    trials: int = 0
+    given: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def keywords(self) -> dict[str, Any]:
+        return dict(self.given)
+
+
+#: ``factory(optuna, made) -> an Optuna sampler``
+SamplerFactory = Callable[[Any, Made], Any]
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A search as registered: what each part of a sweep needs to know of it, asked instead
+    of its name. A search asks an Optuna study for its points (``sampler``, or ``picks``),
+    or trains a population (``pauses``)."""
+
+    #: the Optuna sampler it asks its points of, made once per sweep (None: it asks none)
+    sampler: SamplerFactory | None = None
+    #: a name that stands for another search, picked by whether the sweep has several
+    #: objectives (``auto``); the folder records the sampler it picked
+    picks: Callable[[bool], str] | None = None
+    #: its sampler takes the sweep's constraints (TPE, NSGA-II, GP)
+    constraints: bool = False
+    #: its sampler optimises one objective only (CMA-ES): several are refused in one line
+    single_objective: bool = False
+    #: its sampler evolves generations (NSGA-II): the dry run says their size
+    generations: bool = False
+    #: trains a population: pauses each member at a report and resumes it later from its
+    #: checkpoint, copying the top members' into the bottom ones (population-based training)
+    pauses: bool = False
+    #: the option that holds its own settings (``pbt={...}``), refused with any other search
+    settings: str | None = None
+
+    @property
+    def needs_optuna(self) -> bool:
+        """Whether it needs Optuna (``pip install "sweeper[search]"``): it asks a study."""
+        return not self.pauses
+
+
+def _tpe(optuna: Any, made: Made) -> Any:  # the constant liar: points asked while others run stay apart
+    return optuna.samplers.TPESampler(seed=made.seed, constant_liar=True, **made.keywords)
+
+
+def _nsga2(optuna: Any, made: Made) -> Any:
+    return optuna.samplers.NSGAIISampler(seed=made.seed, population_size=population(made.trials), **made.keywords)
+
+
+def _cmaes(optuna: Any, made: Made) -> Any:
+    try:
+        import cmaes  # noqa: F401
+    except ImportError:
+        raise SweepError('search="cmaes" needs the cmaes package: pip install cmaes') from None
+    return optuna.samplers.CmaEsSampler(seed=made.seed)
+
+
+def _gp(optuna: Any, made: Made) -> Any:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise SweepError('search="gp" needs PyTorch (Optuna\'s GPSampler uses it): pip install torch') from None
+    return optuna.samplers.GPSampler(seed=made.seed, **made.keywords)
+
+
+def population(trials: int) -> int:
+    """NSGA-II's generation size for a search of ``trials``: Optuna's 50 where the budget
+    allows four generations, else a quarter of it (at least 4), so that a small search
+    evolves instead of sampling at random throughout."""
+    return max(4, min(50, trials // 4))
+
+
+_SEARCHES: dict[str, Registered] = {
+    # Optuna's own defaults: TPE for one objective, NSGA-II for several
+    "auto": Registered(picks=lambda several: "nsga2" if several else "tpe"),
+    "tpe": Registered(_tpe, constraints=True),
+    "nsga2": Registered(_nsga2, constraints=True, generations=True),
+    "random": Registered(lambda optuna, made: optuna.samplers.RandomSampler(seed=made.seed)),
+    "cmaes": Registered(_cmaes, single_objective=True),
+    "qmc": Registered(lambda optuna, made: optuna.samplers.QMCSampler(seed=made.seed)),
+    "gp": Registered(_gp, constraints=True),
+    "pbt": Registered(pauses=True, settings="pbt"),
+}
+
+#: An Optuna sampler instance given as ``search=``: asked as it is.
+GIVEN = Registered()
+
+
+def register(name: str, sampler: SamplerFactory, *, constraints: bool = False,
+             single_objective: bool = False) -> None:
+    """Make ``search=name`` ask its points of the Optuna sampler ``sampler(optuna, made)``
+    returns (:class:`Made`: the sweep's seed, its trials; ``constraints``: it takes the sweep's
+    constraints, given in ``made.keywords``; ``single_objective``: several are refused). A name
+    taken already is refused, unless it is the same factory again."""
+    if not name.isidentifier():
+        raise SweepError(f"search name {name!r} is not a plain name; use letters, digits and _")
+    known = _SEARCHES.get(name)
+    if known is not None and known.sampler is not sampler:
+        raise SweepError(f"a search named {name!r} is registered already; register yours under another name")
+    _SEARCHES[name] = Registered(sampler, constraints=constraints, single_objective=single_objective)
+
+
+def lookup(name: Any) -> Registered:
+    """The search registered as ``name``; else the installed entry point of that name; else
+    one line naming the known ones."""
+    found = _found(name)
+    if found is None:
+        raise SweepError(f"search is {name!r}; give one of {', '.join(names())} or an Optuna sampler")
+    return found
+
+
+def of(search: Any) -> Registered:
+    """What a sweep's ``search`` option names, as far as it names one: its entry; an Optuna
+    sampler instance (or a name no search has, which its check refuses in its turn, in one
+    line): :data:`GIVEN`."""
+    return _found(search) or GIVEN
+
+
+def names() -> list[str]:
+    """Every search name a sweep may use now: registered ones, then installed entry points."""
+    from importlib.metadata import entry_points
+
+    return list(dict.fromkeys([*_SEARCHES, *sorted(e.name for e in entry_points(group=GROUP))]))
+
+
+def check_settings(options: Options) -> None:
+    """A search's own settings given with another search (or none): refused in one line."""
+    for name, known in list(_SEARCHES.items()):
+        if known.settings is not None and getattr(options, known.settings, None) is not None \
+                and of(options.search) is not known:
+            raise SweepError(f"{known.settings}'s settings go with search={name!r} (--search {name})")
+
+
+def _found(name: Any) -> Registered | None:
+    if not isinstance(name, str):
+        return None
+    if name not in _SEARCHES:
+        found = _entry_point(name)
+        if found is None:
+            return None
+        _SEARCHES[name] = found
+    return _SEARCHES[name]
+
+
+def _entry_point(name: str) -> Registered | None:
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=GROUP, name=name):
+        try:
+            loaded = point.load()
+        except Exception as exc:
+            raise SweepError(f"search {name!r} ({point.value}, an entry point of {GROUP!r}) did not import: "
+                             f"{type(exc).__name__}: {exc}; fix or uninstall the package that declares it") from None
+        return loaded if isinstance(loaded, Registered) else Registered(loaded)
+    return None
