@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from sweeper.backends import registry
 from sweeper.child.command import Command
+from sweeper.child.bootstrap import check_not_in_a_trial_bootstrap
 from sweeper.front.messages import show_messages
 from sweeper.model import mainguard
 from sweeper.model.callables import source_of
@@ -15,13 +16,14 @@ from sweeper.model.definition import Definition, shape
 from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.options import Options
 from sweeper.model.target import FunctionTarget, check_signature, describe
-from sweeper.run import runner
+from sweeper.results import reading
+from sweeper.front.shown import run_shown
 from sweeper.store import table
-from sweeper.store.folder import sweep_folder
-from sweeper.store.ledger import Ledger
 
 if TYPE_CHECKING:
     import pandas
+
+    from sweeper.run.runner import Outcome
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -125,7 +127,7 @@ def sweep(fn: Callable[[dict[str, Any]], Any], grid: Any, **options: Any) -> "pa
     if isinstance(fn, Command):  # the names its template uses must be parameters
         fn.check([dict.fromkeys(space, 0)] if isinstance(space, dict) else points or [])
     definition = Definition(FunctionTarget.of(fn), opts, points, space, source, describe(fn), default_name)
-    outcome = runner.run_shown(definition)
+    outcome = run_shown(definition)
     if opts.dry_run:
         return plan_frame(outcome)
     frame = table.dataframe(outcome.results, outcome.objectives)
@@ -146,19 +148,7 @@ def _what_runs(fn: Any, opts: Options) -> tuple[Any, str | None, str]:
     return fn, source, os.path.splitext(os.path.basename(source))[0] if source else getattr(fn, "__name__", "sweep")
 
 
-def check_not_in_a_trial_bootstrap() -> None:
-    """A script without ``if __name__ == "__main__":`` runs its ``sweep()`` call again in
-    every spawned trial process, while spawn re-imports it. Such a process ends at once
-    with :data:`~sweeper.child.bootstrap.NO_MAIN_GUARD`, and the sweep says what to fix."""
-    import multiprocessing
-
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
-        from sweeper.child.bootstrap import NO_MAIN_GUARD
-
-        os._exit(NO_MAIN_GUARD)
-
-
-def plan_frame(outcome: runner.Outcome) -> "pandas.DataFrame":
+def plan_frame(outcome: Outcome) -> "pandas.DataFrame":
     """The trials a sweep would run, with the slot each would start on first."""
     import pandas
 
@@ -203,14 +193,4 @@ def load(path: "str | os.PathLike[str]", every: bool = False) -> "pandas.DataFra
 
             ['ok', 'ok'] loss min
     """
-    ledger = Ledger(sweep_folder(path), readonly=True)
-    try:
-        current = None if every else ledger.current()
-        results = list((ledger.results() if current is None else current).values())
-        metric, mode = ledger.ranking()
-        objectives = ledger.objectives()
-    finally:
-        ledger.close()
-    frame = table.dataframe(results, objectives)
-    frame.attrs.update(metric=metric, mode=mode)  # what the sweep ranked by, for report and status
-    return frame
+    return reading.load(path, every)

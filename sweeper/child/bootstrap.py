@@ -81,6 +81,14 @@ class Boot:
     warm: tuple[str, ...] = ()
 
 
+def check_not_in_a_trial_bootstrap() -> None:
+    """A script without ``if __name__ == "__main__":`` runs its ``sweep()`` call (or its
+    ``replay()``) again in every spawned trial process, while spawn re-imports it. Such a
+    process ends at once with :data:`NO_MAIN_GUARD`, and the sweep says what to fix."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        os._exit(NO_MAIN_GUARD)
+
+
 def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
     """Entry point of a trial process (the ``target`` of its ``Process``)."""
     _guard(boot.parent_pid if boot.check_ppid else None)

@@ -31,7 +31,6 @@ from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.option_texts import brief, filled
 from sweeper.model.options import Options
 from sweeper.model.target import FileTarget, FunctionTarget, describe
-from sweeper.front.progress import choose_view
 from sweeper.placement.slots import Placement
 from sweeper.store.folder import SweepFolder, refuse_busy
 from sweeper.system import procs
@@ -260,7 +259,7 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanu
         grid = gridfile.read(args.grid_file, args.seed, tag, early)
         target = FileTarget(grid.path, grid.attr, grid.shell, preload=grid.modules)
         what = grid.what
-    from sweeper.run import runner
+    from sweeper.front.shown import run_shown
 
     registry.options(grid.options, where=os.path.basename(grid.path), partial=True)  # flags may name the backend
     given = {**grid.options, **flags}
@@ -270,22 +269,15 @@ def _run_sweep(args: argparse.Namespace, flags: dict[str, Any], tag: str, cleanu
         given["pbt"] = overridden(grid.options.get("pbt"), flags["pbt"])
     opts = registry.options(given, where="the command line")
     stem = _default_name(args)
-    listener = None if opts.dry_run else choose_view(args.quiet, opts.ranked_by, opts.ranked_mode)
     # the file's points, or its space: searched now (--search), else what the file lacks is said
     points, space = shape(grid=Points(grid.points) if grid.space is None else ABSENT,
                           space=ABSENT if grid.space is None else grid.space, search=opts.search,
                           where=os.path.basename(grid.path))
     definition = Definition(target, opts, points, space, grid.path, what, stem)
-    try:
-        outcome = runner.run(definition, listener=listener, tag=tag, early=early)
-    finally:
-        if listener is not None:
-            listener.close()
+    outcome = run_shown(definition, closing=True, quiet=args.quiet, tag=tag, early=early)  # the summary, --quiet too
     if opts.dry_run:
         print_plan(outcome, opts)
         return EXIT_OK
-    for line in runner.summary(outcome, opts.ranked_by, opts.ranked_mode):
-        print(line)
     if outcome.end is SweepEnd.INTERRUPTED:
         saved = f"the ledger in {outcome.folder}" if outcome.unwritten else outcome.csv_path  # results.csv was not
         print(f"sweeper: interrupted; finished trials are saved in {saved}; "

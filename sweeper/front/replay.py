@@ -11,7 +11,7 @@ largest drift, and what differs in the environment (:mod:`sweeper.system.environ
 
 ::
 
-    ledger of <folder> ──► trials chosen, seed, target, options ──► runner.run (a sweep of
+    ledger of <folder> ──► trials chosen, seed, target, options ──► run_shown (a sweep of
     those points into <folder>-replay/<time>[-k], N times) ──► rows ──► drift per metric
                                                                   └──► environment differences
 """
@@ -140,7 +140,7 @@ def replay(folder: str, names: Sequence[str] = (), every: bool = False, times: i
     Each row names the run that made it (``env["run"]``), whose record (``run:<id>`` in
     the ledger: its environment, and how to run its trials) the replay follows, so a later
     run of the sweep with other code or options changes nothing about an earlier row's replay."""
-    from sweeper.api import check_not_in_a_trial_bootstrap
+    from sweeper.child.bootstrap import check_not_in_a_trial_bootstrap
     from sweeper.store.folder import sweep_folder
 
     check_not_in_a_trial_bootstrap()  # a script without a __main__ guard, re-imported by a spawned trial
@@ -241,8 +241,7 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
     from sweeper.model.definition import Definition
     from sweeper.model.grid import Points
     from sweeper.model.options import Options
-    from sweeper.run import runner
-    from sweeper.front.progress import choose_view
+    from sweeper.front.shown import run_shown
     from sweeper.store.ledger import Ledger
 
     out_root = os.path.abspath(folder.rstrip(os.sep)) + SUFFIX
@@ -265,17 +264,12 @@ def _runs(folder: str, target: Target, rows: list[Any], kept: dict[str, Any], de
         # a folder no other replay has: two in the same second never share one (nor its rows)
         name = os.path.basename(tempfile.mkdtemp(prefix=f"{stamp}-", dir=out_root))
         opts = Options.build({**{f: getattr(options, f) for f in Options.names()}, "name": name})
-        listener = None if quiet else choose_view(False, None, None)
-        try:
-            with contextlib.chdir(cwd) if cwd and os.path.isdir(cwd) else contextlib.nullcontext():
-                points = Points([dict(followed[0][1])] if followed else [dict(r.params) for r in rows])
-                again = Definition(target, opts, points, None, source or None, what, name,
-                                   schedules=(followed,) if followed else None,
-                                   names=(rows[0].name,) if followed else None)  # member_2, as in the sweep
-                outcome = runner.run(again, listener=listener)
-        finally:
-            if listener is not None:
-                listener.close()
+        with contextlib.chdir(cwd) if cwd and os.path.isdir(cwd) else contextlib.nullcontext():
+            points = Points([dict(followed[0][1])] if followed else [dict(r.params) for r in rows])
+            again = Definition(target, opts, points, None, source or None, what, name,
+                               schedules=(followed,) if followed else None,
+                               names=(rows[0].name,) if followed else None)  # member_2, as in the sweep
+            outcome = run_shown(again, closing=False)  # the view unless quiet (progress); the drift said after
         ledger = Ledger(outcome.folder, readonly=True)
         try:
             env = ledger.facts().environment

@@ -211,8 +211,8 @@ def card_lines(running: list[dict[str, Any]]) -> list[str]:
 
 def report_main(argv: list[str]) -> int:
     """Print the leaderboard and write report.html beside the CSV."""
-    from sweeper.api import load
     from sweeper.results import query, report
+    from sweeper.results.reading import load
 
     args = _folder_parser("report", "Print a sweep's leaderboard and write its report.html.").parse_args(argv)
     folder = sweep_folder(args.folder)

@@ -17,6 +17,27 @@ if TYPE_CHECKING:
     import pandas
 
 
+def load(path: str | os.PathLike[str], every: bool = False) -> "pandas.DataFrame":
+    """A sweep folder's (or its ``results.csv``'s) results table, read from its ledger: the body
+    of :func:`sweeper.load`, whose docstring says the rest. ``every``: every trial on record,
+    not only the grid's last run there."""
+    from sweeper.store import table
+    from sweeper.store.folder import sweep_folder
+    from sweeper.store.ledger import Ledger
+
+    ledger = Ledger(sweep_folder(path), readonly=True)
+    try:
+        current = None if every else ledger.current()
+        results = list((ledger.results() if current is None else current).values())
+        metric, mode = ledger.ranking()
+        objectives = ledger.objectives()
+    finally:
+        ledger.close()
+    frame = table.dataframe(results, objectives)
+    frame.attrs.update(metric=metric, mode=mode)  # what the sweep ranked by, for report and status
+    return frame
+
+
 def read_folder(folder: str | os.PathLike[str]) -> tuple["pandas.DataFrame", "pandas.DataFrame | None", bool]:
     """A sweep folder's results, per-epoch history (None when there is none) and whether
     it was a search (it has a search on record, or pruned trials).

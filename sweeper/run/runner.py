@@ -1,6 +1,8 @@
 """One sweep from start to end: its folder, its plan, its outputs, the engine between them.
 
-Shared by :func:`sweeper.sweep` and the command line, so both behave the same.
+Shared by every front door (``sweep()``, the command line, the Hydra launcher, a replay), so all
+behave the same; each shows it through :func:`sweeper.front.shown.run_shown`, whose live view
+is one more of the outputs (a listener), so the run itself imports no front end.
 
 ::
 
@@ -8,7 +10,7 @@ Shared by :func:`sweeper.sweep` and the command line, so both behave the same.
       └─ Sweep ── folder: SweepFolder   made, locked, set aside (--fresh)        sweeper.store.folder
                ── plan:   Plan          specs, names, definition check, resume   sweeper.run.planning
                ── outputs: Callbacks    TableFiles, packing's learning, the      sweeper.run.outputs
-                                        live view, Trackers                      sweeper.front.progress
+                                        front end's listener, Trackers
                ── Engine(backend, ledger, outputs) runs what plan.scheduler() gives, records each
                   result, and what it settles of the ranking (Ranking)           sweeper.run.ranking
                └─ Outcome: the rows (grid order), notes, what ran, where to look
@@ -24,22 +26,20 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from sweeper.backends.registry import Launch, abandoning, lookup
 from sweeper.errors import SweepError
 from sweeper.model import contract
 from sweeper.model.definition import Definition
-from sweeper.model.metrics import default_metric, direction
 from sweeper.model.options import megabytes
 from sweeper.model.protocol import Admission, Backend
 from sweeper.model.target import record
-from sweeper.model.trial import Status, TrialResult, TrialSpec
+from sweeper.model.trial import TrialResult, TrialSpec
 from sweeper.model import constraints
 from sweeper.model.objectives import Objectives
 from sweeper.run.engine import Engine
@@ -56,7 +56,6 @@ from sweeper.run.ranking import Ranking
 from sweeper.placement.slots import Placement, Slot, parse_gpus, place
 from sweeper.run.closing import Interrupted
 from sweeper.search import registry as searches
-from sweeper.store import table
 from sweeper.store.folder import SweepFolder, refuse_busy
 from sweeper.store.ledger import Ledger
 from sweeper.store.paths import SweepPaths
@@ -124,7 +123,7 @@ def run(
     """Plan, resume and run a sweep (its :class:`~sweeper.model.definition.Definition`, from any front end). Raises SweepError for bad input, before any trial, or
     for a named metric the first ok trial did not return (the sweep stops there, rows kept).
 
-    ``listener``: the console's view of it. ``tag``: the sweep's (:mod:`sweeper.system.procs`),
+    ``listener``: told what the outputs are (the console's view of it, :mod:`sweeper.front.shown`). ``tag``: the sweep's (:mod:`sweeper.system.procs`),
     where the CLI's grid reader carried it already (and guards it, :func:`sweeper.system.procs.guarded`).
     ``early``: a fork server the CLI started before it read the grid file (the caller stops it)."""
     sweep = Sweep(definition)
@@ -134,25 +133,6 @@ def run(
     tag = procs.new_tag()
     with procs.guarded(tag):
         return sweep.run(listener, tag)
-
-
-def run_shown(definition: Definition, words: Callable[[str], str] = str, closing: bool = True) -> Outcome:
-    """:func:`run` as a front end shows it: the live view (plain lines where no terminal, none
-    with ``progress=False``), then the closing summary (its lines through ``words``: a front
-    end's own names for the options; none where not ``closing``: the front end says it later)."""
-    from sweeper.front.progress import choose_view
-
-    opts = definition.options
-    listener = None if opts.dry_run else choose_view(not opts.progress, opts.ranked_by, opts.ranked_mode)
-    try:
-        outcome = run(definition, listener=listener)
-    finally:
-        if listener is not None:
-            listener.close()
-    if opts.progress and not opts.dry_run and closing:
-        for line in summary(outcome, opts.ranked_by, opts.ranked_mode):
-            print(words(line), flush=True)
-    return outcome
 
 
 def _summary_imported() -> threading.Thread:
@@ -378,73 +358,3 @@ class Sweep:
         """Where the trials run: the backend the options name, made by its registered factory."""
         return self.backend.factory(Launch(self.target, self.options, self.placement, admission, tag,
                                            early=self.early))
-
-
-# -- what the console shows ----------------------------------------------------------------
-
-
-def summary(outcome: Outcome, metric: str | None, mode: str | None) -> list[str]:
-    """The closing lines: counts, the top 5 with their parameters, failures, where the CSV is."""
-    from sweeper.results import query
-
-    counts = outcome.counts()
-    parts = ", ".join(f"{counts[s.value]} {s.value}" for s in Status if counts[s.value])
-    lines = [f"sweeper: {len(outcome.results)} of {len(outcome.specs)} trials on record: {parts or 'none'}"
-             f" ({outcome.ran} run this time, {outcome.elapsed_s:.1f}s)"]
-    lines += [f"sweeper: note: {n}" for n in outcome.notes]
-    if outcome.results:
-        frame = table.dataframe(outcome.results, outcome.objectives)
-        picked = metric is None
-        try:
-            metric, mode = query.choose(frame, metric, mode)
-        except SweepError as exc:  # a metric no trial has (yet): nothing to rank by
-            if query.metric_columns(frame):
-                lines.append(f"sweeper: {exc}")
-            metric = None
-        if picked and metric is not None:
-            lines += picked_lines(query.metric_columns(frame), mode)
-        if metric is not None and mode is None:  # a direction never guessed: listed, not ranked
-            lines.append(f"sweeper: {query.unranked(metric)}")
-        if metric is not None:
-            lines += ["sweeper: " + line if i == 0 else line
-                      for i, line in enumerate(query.leaderboard_lines(frame, metric, mode))]
-            infeasible = int((frame["feasible"] == False).sum()) if "feasible" in frame else 0  # noqa: E712
-            if infeasible:
-                lines.append(f"sweeper: {infeasible} ok trial{'s' if infeasible > 1 else ''} did not meet the "
-                             "constraints (feasible=False): not ranked")
-            missing = int(frame.loc[frame.status == "ok", metric].isna().sum())
-            if missing and mode is not None:
-                lines.append(f"sweeper: {missing} ok trial{'s' if missing > 1 else ''} had a NaN {metric}, "
-                             "ranked last")
-        if outcome.objectives is not None:
-            lines += ["sweeper: " + line if i == 0 else line for i, line in enumerate(outcome.objectives.lines(frame))]
-        failed = [r for r in outcome.results if not r.status.succeeded]
-        if failed:
-            lines.append(f"sweeper: {len(failed)} not ok:")
-            for r in failed:
-                first = r.error.splitlines()[0] if r.error else ""
-                lines.append(f"  {r.status.value:<11} {r.name}: {first}")
-                if os.path.exists(r.log):  # never a path to nothing
-                    lines.append(f"  {'':<11} log: {r.log}")
-    if outcome.csv_path not in {path for path, _ in outcome.unwritten}:
-        lines.append(f"sweeper: results: {outcome.csv_path}")
-    lines += [f"sweeper: {hint}" for hint in outcome.shown]
-    return lines + unwritten_lines(outcome)
-
-
-def picked_lines(metrics: list[str], mode: str | None) -> list[str]:
-    """With no metric named and several to choose from: which one ranks, which way, why and
-    how to choose another (:func:`sweeper.model.metrics.default_metric`). One whose direction its
-    name does not tell ranks nothing (:func:`sweeper.results.query.unranked` says so)."""
-    picked = default_metric(metrics)
-    if picked is None or len(metrics) < 2 or direction(picked[0]) is None:
-        return []
-    return [f"sweeper: ranking by {picked[0]} ({mode}), {picked[1]}; give --metric/--mode (metric=, mode=) "
-            "to choose another"]
-
-
-def unwritten_lines(outcome: Outcome) -> list[str]:
-    """The last words when a table file could not be written: the sweep failed, its rows did not."""
-    return [f"sweeper: FAILED: could not write {path} ({why}); every row is in the ledger: "
-            f"python -m sweeper status {outcome.folder} or sweeper.load({outcome.folder!r}) shows them, and "
-            "running the sweep again once the file can be written rewrites it" for path, why in outcome.unwritten]

@@ -271,7 +271,7 @@ def test_a_failed_batch_is_summarised_at_once_only_where_the_sweeper_stops_there
     from sweeper.model.trial import Status
 
     said: list[str] = []
-    monkeypatch.setattr("sweeper.run.runner.summary", lambda outcome, *ranking: ["summary"])
+    monkeypatch.setattr("sweeper.front.shown.summary", lambda outcome, *ranking: ["summary"])
     registered: list = []
     monkeypatch.setattr(atexit, "register", registered.append)
     failed = types.SimpleNamespace(ran=1, results=[types.SimpleNamespace(key="k", status=Status.ERROR)],

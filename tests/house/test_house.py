@@ -234,9 +234,6 @@ AGAINST_THE_TABLE: set[str] = {
     "sweeper.model.options imports sweeper.system.capping",
     "sweeper.model.target imports sweeper.child.command",
     "sweeper.model.trial imports sweeper.store.paths",
-    "sweeper.run.runner imports sweeper.front.progress",
-    "sweeper.front.replay imports sweeper.api",
-    "sweeper.front.subcommands imports sweeper.api",
 }
 
 

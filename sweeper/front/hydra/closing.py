@@ -57,7 +57,7 @@ class Closing:
 
     def say(self) -> None:
         """The summary, through the multirun's words, if a batch ended since it was last said."""
-        from sweeper.run.runner import summary
+        from sweeper.front.shown import summary
 
         if not self.unsaid or self.last is None:
             return

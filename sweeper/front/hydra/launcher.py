@@ -159,7 +159,7 @@ class Launching:
 
     def _run(self, jobs: list[Job]) -> Any:
         from sweeper.front.messages import show_messages
-        from sweeper.run import runner
+        from sweeper.front.shown import run_shown
 
         opts = self.options
         show_messages(opts.progress)
@@ -169,18 +169,18 @@ class Launching:
         for handler in handlers:
             handler.addFilter(words)
         try:
-            return self._launched(jobs, opts, runner)
+            return self._launched(jobs, opts, run_shown)
         finally:
             for handler in handlers:
                 handler.removeFilter(words)
 
-    def _launched(self, jobs: list[Job], opts: Any, runner: Any) -> Any:
+    def _launched(self, jobs: list[Job], opts: Any, run_shown: Any) -> Any:
         every = list({j.key: j for j in [*self.earlier, *jobs]}.values())
         definition = Definition(self._target(), opts, Points(j.params for j in every), None,
                                 source_of(self.task_function), self._what(), names=tuple(str(j.num) for j in every),
                                 settled=frozenset(j.key for j in self.earlier))
         self.closing.started()
-        outcome = runner.run_shown(definition, in_hydra_words, closing=False)
+        outcome = run_shown(definition, in_hydra_words, closing=False)  # the summary: the multirun's (closing)
         if opts.progress:
             self.closing.ended(outcome, {j.key for j in jobs}, (opts.ranked_by, opts.ranked_mode), self.hooked,
                                basic=_basic_sweeper(self.config))
