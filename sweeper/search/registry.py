@@ -15,7 +15,7 @@ gets here, as backends do (:mod:`sweeper.backends.registry`):
   (``sobol = my_package.search:sampler``), found when a sweep names it, so the command line
   can run it too; it may point at a sampler factory or at a :class:`Registered`.
 
-An Optuna sampler instance given as ``search=`` is asked as it is (:func:`of` gives its entry).
+An Optuna sampler instance given as ``search=`` is asked as it is (:data:`OTHER`).
 A grid (no ``search``) lists its points, a random sample's included: it asks no search.
 Looking a name up imports nothing of Optuna.
 """
@@ -56,8 +56,9 @@ SamplerFactory = Callable[[Any, Made], Any]
 @dataclass(frozen=True)
 class Registered:
     """A search as registered: what each part of a sweep needs to know of it, asked instead
-    of its name. A search asks an Optuna study for its points (``sampler``, or ``picks``),
-    or trains a population (``pauses``)."""
+    of its name. A search asks an Optuna study for its points (``sampler``, or ``picks``:
+    :class:`sweeper.search.sampling.Search`), or trains a population (``pauses``: the runner
+    checks and describes it, and the planner plans its members, by :mod:`sweeper.search.pbt`)."""
 
     #: the Optuna sampler it asks its points of, made once per sweep (None: it asks none)
     sampler: SamplerFactory | None = None
@@ -125,8 +126,9 @@ _SEARCHES: dict[str, Registered] = {
     "pbt": Registered(pauses=True, settings="pbt"),
 }
 
-#: An Optuna sampler instance given as ``search=``: asked as it is.
-GIVEN = Registered()
+#: What a ``search`` option that names no registered search stands for: an Optuna sampler
+#: instance (asked as it is), no search (a grid), or a name its check refuses in one line.
+OTHER = Registered()
 
 
 def register(name: str, sampler: SamplerFactory, *, constraints: bool = False,
@@ -153,10 +155,10 @@ def lookup(name: Any) -> Registered:
 
 
 def of(search: Any) -> Registered:
-    """What a sweep's ``search`` option names, as far as it names one: its entry; an Optuna
-    sampler instance (or a name no search has, which its check refuses in its turn, in one
-    line): :data:`GIVEN`."""
-    return _found(search) or GIVEN
+    """What a sweep's ``search`` option names, as far as it names one: its entry; anything
+    else (an Optuna sampler instance, None, a name no search has, which the search's check
+    refuses in its turn, in one line, as it always did): :data:`OTHER`."""
+    return _found(search) or OTHER
 
 
 def names() -> list[str]:
