@@ -127,7 +127,9 @@ def _comparisons(source: str) -> list[tuple[int, str]]:
     """Each comparison of something with a search's name (``==``, ``!=``, ``in``, ``startswith``):
     its line and the name."""
     names = set(BUILT_IN)
-    out = []
+    out: list[tuple[int, str]] = []
+    if not any(f'"{n}"' in source or f"'{n}'" in source for n in names):  # no name written: nothing to read
+        return out
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
