@@ -36,9 +36,24 @@ GROUP = "sweeper.search"
 
 @dataclass(frozen=True)
 class Made:
-    """What a sampler's factory is given, once per sweep: the sweep's seed, its trials in
-    all, and the keywords of a sampler that takes the sweep's constraints (Optuna before 5:
-    its ``constraints_func``; else none)."""
+    """What a sampler's factory is given as a sweep starts: ``factory(optuna, made)``.
+
+    Attributes:
+        seed: the sweep's seed (``seed=``, ``--seed``): seed the sampler with it, so that the
+            same sweep asks the same points.
+        trials: the search's trials in all (``trials=``), for a sampler whose settings
+            follow the budget (NSGA-II's generation size).
+        given: the keywords for a sampler registered with ``constraints=True``, as pairs;
+            ``keywords`` gives them as a dict to pass on (``**made.keywords``): Optuna's
+            ``constraints_func`` where the installed Optuna takes the constraints so (before
+            5), else none.
+
+    Example:
+        >>> from sweeper.search import Made
+        >>> made = Made(seed=7, trials=20)
+        >>> made.seed, made.trials, made.keywords
+        (7, 20, {})
+    """
 
     seed: int
     trials: int = 0
@@ -58,7 +73,30 @@ class Registered:
     """A search as registered: what each part of a sweep needs to know of it, asked instead
     of its name. A search asks an Optuna study for its points (``sampler``, or ``picks``:
     :class:`sweeper.search.sampling.Search`), or trains a population (``pauses``: the runner
-    checks and describes it, and the planner plans its members, by :mod:`sweeper.search.pbt`)."""
+    checks and describes it, and the planner plans its members, by :mod:`sweeper.search.pbt`).
+
+    An installed package's entry point may name one of these instead of a bare factory, to
+    say more than the factory (``sobol = my_package.search:registered``).
+
+    Attributes:
+        sampler: ``sampler(optuna, made) -> an Optuna sampler`` (:class:`Made`), called as a
+            sweep starts; None for a search that asks none.
+        constraints: the sampler takes the sweep's constraints (``**made.keywords``).
+        single_objective: the sampler optimises one objective only: a sweep of several is
+            refused in one line.
+        generations: the sampler evolves generations: a dry run says their size.
+        picks, pauses, settings: sweeper's own searches' (``auto``, which picks another by
+            the number of objectives; ``pbt``, which pauses a population's members and has
+            settings of its own).
+
+    Example:
+        >>> from sweeper.search import Registered
+        >>> def sobol(optuna, made):
+        ...     return optuna.samplers.QMCSampler(qmc_type="sobol", seed=made.seed)
+        >>> registered = Registered(sobol, single_objective=True)
+        >>> registered.needs_optuna, registered.constraints, registered.pauses
+        (True, False, False)
+    """
 
     #: the Optuna sampler it asks its points of, made once per sweep (None: it asks none)
     sampler: SamplerFactory | None = None
@@ -134,9 +172,34 @@ OTHER = Registered()
 def register(name: str, sampler: SamplerFactory, *, constraints: bool = False,
              single_objective: bool = False) -> None:
     """Make ``search=name`` ask its points of the Optuna sampler ``sampler(optuna, made)``
-    returns (:class:`Made`: the sweep's seed, its trials; ``constraints``: it takes the sweep's
-    constraints, given in ``made.keywords``; ``single_objective``: several are refused). A name
-    taken already is refused, unless it is the same factory again."""
+    returns.
+
+    An installed package declares its searches in the ``sweeper.search`` entry-point group
+    instead, so that the command line finds them too (docs/search.md).
+
+    Args:
+        name: the search's name, a plain identifier: ``sweep(fn, space, search=name, trials=N)``.
+        sampler: the sampler's factory, called as a sweep starts with Optuna (the module) and
+            a :class:`Made` (the sweep's seed, its trials); returns an Optuna sampler.
+        constraints: the sampler takes the sweep's constraints: it is given them in
+            ``made.keywords``.
+        single_objective: the sampler optimises one objective only: a sweep of several is
+            refused in one line.
+
+    Raises:
+        SweepError: a name that is not a plain identifier, or one taken by another factory
+            (the same factory again changes nothing).
+
+    Example:
+        >>> from sweeper.search import register
+        >>> def sobol(optuna, made):
+        ...     return optuna.samplers.QMCSampler(qmc_type="sobol", seed=made.seed)
+        >>> register("sobol", sobol)  # sweep(fn, space, search="sobol", trials=16) now asks it
+        >>> register("two words", sobol)
+        Traceback (most recent call last):
+        ...
+        sweeper.errors.SweepError: search name 'two words' is not a plain name; use letters, digits and _
+    """
     if not name.isidentifier():
         raise SweepError(f"search name {name!r} is not a plain name; use letters, digits and _")
     known = _SEARCHES.get(name)

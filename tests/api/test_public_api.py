@@ -210,7 +210,8 @@ def test_the_page_lists_exactly_sweepers_own_names():
 def test_each_public_module_gives_exactly_what_the_page_lists():
     listed = public()
     assert set(listed) >= {"sweeper", "sweeper.keras", "sweeper.worker", "sweeper.analysis",
-                           "sweeper.importance", "sweeper.metrics", "sweeper.backends"}  # (a seam: a row more)
+                           "sweeper.importance", "sweeper.metrics", "sweeper.backends",
+                           "sweeper.search"}  # (a seam: a row more)
     for module, names in listed.items():
         if module == "sweeper.keras":  # imports Keras: its __all__ read from the source
             tree = ast.parse(open(os.path.join(ROOT, "sweeper", "keras.py"), encoding="utf-8").read())
@@ -264,7 +265,8 @@ def test_every_name_the_docs_tell_users_to_import_is_public():
     listed = public()
     found = _told_to_import()
     assert {name for _, name in found} >= {"sweeper.keras.Report", "sweeper.worker.setup", "sweeper.sweep",
-                                            "sweeper.backends.register"}  # the scan reads what it should
+                                            "sweeper.backends.register",
+                                            "sweeper.search.register"}  # the scan reads what it should
     assert [f"{where}: {name}" for where, name in found if not is_public(name, listed)] == []
 
 
@@ -273,6 +275,9 @@ def test_the_rule_tells_an_internal_path_from_a_public_one():
     listed = public()
     assert is_public("sweeper.keras.Report", listed) and is_public("sweeper.Status.OK", listed)
     assert is_public("sweeper", listed) and is_public("sweeper.backends.register", listed)
+    assert is_public("sweeper.search.register", listed) and is_public("sweeper.search.Made", listed)
+    assert not is_public("sweeper.search.registry.lookup", listed)  # a seam's package: its modules internal
+    assert not is_public("sweeper.search.pbt", listed)
     assert not is_public("sweeper.model.grid.expand", listed)  # public, but not from where it lives
     assert not is_public("sweeper.run.runner.run_shown", listed)
     assert not is_public("sweeper.keras.compiled", listed)
@@ -334,18 +339,21 @@ def test_the_docstring_checker_finds_what_a_docstring_lacks():
 @pytest.mark.unit
 @pytest.mark.parametrize("path", [p for p, _ in _examples("doctest")])
 def test_a_doctest_example_prints_what_it_shows(path):
-    from sweeper.backends import registry
+    from sweeper.backends import registry as backends
+    from sweeper.search import registry as searches
 
     obj = dict(_objects())[path]
-    backends = dict(registry._BACKENDS)  # register()'s example registers a backend: put back after
+    # each seam's register() example registers one: its registry put back after
+    kept = [(table, dict(table)) for table in (backends._BACKENDS, searches._SEARCHES)]
     try:
         test = doctest.DocTestParser().get_doctest(inspect.cleandoc(obj.__doc__), {}, path, path, 0)
         runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
         out: list[str] = []
         result = runner.run(test, out=out.append)
     finally:
-        registry._BACKENDS.clear()
-        registry._BACKENDS.update(backends)
+        for table, before in kept:
+            table.clear()
+            table.update(before)
     assert result.attempted > 0 and result.failed == 0, "".join(out)
 
 
