@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -105,6 +106,118 @@ def test_an_installed_packages_entry_point_adds_a_search_to_the_command_line(tmp
     assert wrong.returncode == 2
     assert "search is 'ladderr'; give one of auto, tpe, nsga2, random, cmaes, qmc, gp, pbt, ladder or an Optuna " \
            "sampler" in wrong.stdout + wrong.stderr
+
+
+# -- docs/search.md's "A search of your own", as a user pastes it --------------------------------
+
+
+def _own_search_blocks() -> list[tuple[str, str]]:
+    """The section's fenced blocks, in order: (language, text)."""
+    page = open(os.path.join(ROOT, "docs", "search.md"), encoding="utf-8").read()
+    section = re.search(r"^## A search of your own\n(.*?)(?=^## |^\*\*What it saves)", page, re.S | re.M)
+    assert section is not None
+    return re.findall(r"```(\w+)\n(.*?)```", section.group(1), re.S)
+
+
+def _package(folder, blocks) -> str:
+    """The page's package: its module as the first block names it (``# my_package/search.py``);
+    returns the folder it lies in."""
+    (language, module), *_ = blocks
+    path = re.match(r"# ([\w/]+\.py)\n", module)
+    assert language == "python" and path is not None
+    os.makedirs(folder / os.path.dirname(path.group(1)), exist_ok=True)
+    (folder / os.path.dirname(path.group(1)) / "__init__.py").write_text("")
+    (folder / path.group(1)).write_text(module)
+    return str(folder)
+
+
+def _asked(module: str, trials: int) -> list[float]:
+    """The values of ``x`` (uniform on [0, 1]) the page's sampler asks in a plain Optuna study
+    seeded as a sweep of seed 0 seeds it: what a sweep it drives must train."""
+    from sweeper.search import Made
+
+    names: dict = {}
+    exec(module, names)
+    study = optuna.create_study(sampler=names["sobol"](optuna, Made(seed=0, trials=trials)))
+    xs = []
+    for _ in range(trials):
+        trial = study.ask()
+        xs.append(trial.suggest_float("x", 0.0, 1.0))
+        study.tell(trial, 1.0)
+    return sorted(xs)
+
+
+SPACE = "{'x': sweeper.uniform(0.0, 1.0), 'pace': 0.0, 'epochs': 2}"
+
+
+def test_the_docs_search_registered_from_code_drives_a_sweep(tmp_path):
+    """The page's factory in its module, its ``register`` lines pasted into a script that then
+    sweeps with ``search="sobol"``: the points are the sampler's."""
+    blocks = _own_search_blocks()
+    assert [language for language, _ in blocks] == ["python", "python", "ini", "toml"]
+    site = _package(tmp_path / "src", blocks)
+    script = ("import sweeper\nfrom sweep_fns import descent as train\n" + blocks[1][1]
+              + f"\nif __name__ == '__main__':\n    sweeper.sweep(train, {SPACE}, search='sobol', trials=4, "
+                f"metric='loss', workers=1, out={str(tmp_path / 'out')!r}, name='s', progress=False)\n")
+    (tmp_path / "run.py").write_text(script)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([site, HERE, ROOT])}
+    done = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = pd.read_csv(tmp_path / "out" / "s" / "results.csv")
+    assert rows.status.tolist() == ["ok"] * 4
+    assert sorted(rows.param_x.tolist()) == _asked(blocks[0][1], 4)
+
+
+def _pip_install(project, target) -> str:
+    """``pip install`` of a project folder into ``target``, as a user installs a package (here
+    offline: this Python's setuptools builds it); returns ``target``."""
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                           "--quiet", "--target", str(target), str(project)], capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return str(target)
+
+
+def test_the_docs_entry_point_in_setup_cfg_adds_the_search_to_the_command_line(tmp_path):
+    """The page's package with its ``setup.cfg`` (the block as written, after the name and the
+    package every setup.cfg gives) and pip-installed: ``--search sobol`` asks its sampler."""
+    blocks = _own_search_blocks()
+    project = tmp_path / "project"
+    _package(project, blocks)
+    (project / "setup.cfg").write_text("[metadata]\nname = my_package\nversion = 1.0\n\n[options]\n"
+                                       "packages = my_package\n\n" + blocks[2][1])
+    (project / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n'
+                                            'build-backend = "setuptools.build_meta"\n')
+    site = _pip_install(project, tmp_path / "site")
+    (tmp_path / "grid.py").write_text(f"from sweep_fns import descent as train\nimport sweeper\nspace = {SPACE}\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([site, HERE, ROOT])}
+    done = subprocess.run([sys.executable, "-m", "sweeper", str(tmp_path / "grid.py"), "--search", "sobol",
+                           "--trials", "4", "--metric", "loss", "--workers", "1", "--out", str(tmp_path / "out"),
+                           "--quiet"], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
+    assert rows.status.tolist() == ["ok"] * 4
+    assert sorted(rows.param_x.tolist()) == _asked(blocks[0][1], 4)
+
+
+def test_the_docs_entry_point_in_pyproject_is_found_by_name(tmp_path):
+    """The page's package with its ``pyproject.toml`` (the block as written, after the name and
+    build system every pyproject gives), pip-installed: the search is found by its name, the
+    page's factory."""
+    blocks = _own_search_blocks()
+    project = tmp_path / "project"
+    _package(project, blocks)
+    (project / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n'
+                                            'build-backend = "setuptools.build_meta"\n\n'
+                                            '[project]\nname = "my_package"\nversion = "1.0"\n\n' + blocks[3][1])
+    site = _pip_install(project, tmp_path / "site")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([site, ROOT])}
+    asked = ("from sweeper.search import registry\nfound = registry.lookup('sobol').sampler\n"
+             "print(registry.names()[-1], found.__module__, found.__name__)\n")
+    done = subprocess.run([sys.executable, "-c", asked], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == ["sobol", "my_package.search", "sobol"]
 
 
 # -- no code compares a search's name --------------------------------------------------------------
