@@ -15,7 +15,8 @@ from sweeper.model.callables import source_of
 from sweeper.model.definition import Definition, shape
 from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.options import Options
-from sweeper.model.target import FunctionTarget, check_signature, describe
+from sweeper.child.loading import describe
+from sweeper.model.target import FunctionTarget, check_signature
 from sweeper.results import reading
 from sweeper.front.shown import run_shown
 from sweeper.store import table

@@ -43,7 +43,7 @@ from sweeper.model import contract
 from sweeper.model.protocol import Event, Exited, Traits
 from sweeper.model.target import FileTarget, FunctionTarget, Target
 from sweeper.model.trial import TrialSpec
-from sweeper.system.capping import MemoryPolicy
+from sweeper.model.devices import MemoryPolicy
 
 #: Seconds between looks at the report queue while tasks run.
 POLL = 0.2

@@ -37,6 +37,7 @@ from sweeper.errors import SweepError
 if TYPE_CHECKING:
     from sweeper.backends.local.server import ForkServer
     from sweeper.model.options import Flag, Options
+    from sweeper.model.settings import Settings
     from sweeper.model.protocol import Admission, Backend
     from sweeper.model.target import Target
     from sweeper.placement.slots import Placement
@@ -49,8 +50,11 @@ GROUP = "sweeper.backends"
 class Launch:
     """What a backend's factory is given, once per sweep, before the first trial."""
 
-    target: Target  #: what each trial runs (pickles; ``load()`` gives ``train`` in the trial)
-    options: Options  #: the sweep's options, checked
+    target: Target  #: what each trial runs (pickles; :func:`sweeper.child.loading.load` gives ``train`` in the trial)
+    #: the sweep's options as given, checked (a registered backend of another package may read them)
+    options: Options
+    #: the options parsed once, by group (:mod:`sweeper.model.settings`): what the built-in backends read
+    settings: Settings
     placement: Placement  #: this machine's slots; empty for a backend that places trials itself
     #: the placement policy the engine asks before it starts a trial (this machine's slots:
     #: :class:`sweeper.placement.policy.SlotPlacement`, which the local backend asks too)
@@ -95,38 +99,38 @@ class Registered:
     #: a run of the sweep in this folder stopped (Ctrl-C) before its backend took over what an
     #: earlier run left in a cluster's queue: that cancelled; what was done, in one line ("": nothing)
     abandon: Callable[[str], str] | None = None
-    #: what a dry run says of where the trials would run (options, the sweep's folder, how many
-    #: to run), for a backend that places them itself; None: this machine's slots are said
-    planned: Callable[[Options, str, int], list[str]] | None = None
+    #: what a dry run says of where the trials would run (the settings, the sweep's folder, how
+    #: many to run), for a backend that places them itself; None: this machine's slots are said
+    planned: Callable[[Settings, str, int], list[str]] | None = None
 
 
 def _local(launch: Launch) -> Backend:
     from sweeper.backends.local import LocalBackend
     from sweeper.placement.policy import SlotPlacement
 
-    options = launch.options
+    settings = launch.settings
+    how, limits = settings.launching, settings.limits
     placement = launch.admission if isinstance(launch.admission, SlotPlacement) else None
-    return LocalBackend(launch.target, launch.placement.slots, workers=options.worker_count,
-                        prefetch=options.prefetch, start_method=options.start_method, tag=launch.tag,
+    return LocalBackend(launch.target, launch.placement.slots, workers=settings.resources.workers,
+                        prefetch=how.prefetch, start_method=how.start_method, tag=launch.tag,
                         early=launch.early, placement=placement,
-                        timeout=min((t for t in (options.timeout, options.stall) if t), default=None))
+                        timeout=min((t for t in (limits.timeout, limits.stall) if t), default=None))
 
 
 def _ray(launch: Launch) -> Backend:
     from sweeper.backends.ray import RayBackend
-    from sweeper.placement.slots import parse_gpus
 
-    options = launch.options
-    own: RayOptions = options.backend_options or RayOptions()
-    return RayBackend(launch.target, options.memory_policy(), address=own.address,
-                      gpus=parse_gpus(options.gpus) != "none", cpus_per_trial=own.cpus_per_trial,
-                      workers=options.worker_count)
+    settings = launch.settings
+    resources = settings.resources
+    own = settings.backend if isinstance(settings.backend, RayOptions) else RayOptions()
+    return RayBackend(launch.target, resources.memory, address=own.address, gpus=not resources.gpus.none,
+                      cpus_per_trial=own.cpus_per_trial, workers=resources.workers)
 
 
 def _slurm(launch: Launch) -> Backend:
     from sweeper.backends.slurm.backend import SlurmBackend
 
-    return SlurmBackend(launch.target, launch.options)
+    return SlurmBackend(launch.target, launch.settings)
 
 
 def _slurm_abandon(folder: str) -> str:
@@ -135,10 +139,10 @@ def _slurm_abandon(folder: str) -> str:
     return abandon(folder)
 
 
-def _slurm_planned(options: Options, folder: str, trials: int) -> list[str]:
+def _slurm_planned(settings: Settings, folder: str, trials: int) -> list[str]:
     from sweeper.backends.slurm.outside import planned
 
-    return planned(options, folder, trials)
+    return planned(settings, folder, trials)
 
 
 @contextlib.contextmanager

@@ -11,10 +11,12 @@
   (and the reporter the bootstrap starts);
 * :mod:`sweeper.child.command`: command trials, a script with flags swept as ``train``;
   :mod:`sweeper.child.shell`: a shell template read as the shell reads it;
+* :mod:`sweeper.child.loading`: a target loaded where its trial runs (a grid file executed as the main
+  module, a command template made a command, a function unpickled), and what a sweep runs, in words;
 * :mod:`sweeper.child.gridcheck`: a grid file checked where it will run;
 * :mod:`sweeper.child.preload`: what a sweep's fork server imports once, before its forks.
 
 The parent never imports these for itself (``report`` and ``current_trial`` are imported
 lazily by ``sweeper``'s own namespace, and do nothing outside a trial); it only names
-their entry points.
+their entry points, and names what a sweep runs (:func:`sweeper.child.loading.describe`).
 """

@@ -47,7 +47,7 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from sweeper.child import context, imports
+from sweeper.child import context, imports, loading
 from sweeper.model import contract, outcome
 from sweeper.model.metrics import BadResult, epochs_of
 from sweeper.model.protocol import LoadFailed, Ready, Result, Unwritable
@@ -124,7 +124,7 @@ def main(conn: multiprocessing.connection.Connection, boot: Boot) -> None:
         conn.send(Unwritable(exc.filename or spec.log_path, exc.strerror or str(exc)))
         return
     os.environ.update(spec.env)
-    result = trial(spec, boot.target.load, hook, started, conn.send, _receiver(conn) if spec.verdicts else None)
+    result = trial(spec, lambda: loading.load(boot.target), hook, started, conn.send, _receiver(conn) if spec.verdicts else None)
     if result is None:
         return
     unwritten = write_result(spec, result)

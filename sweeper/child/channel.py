@@ -25,8 +25,10 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from sweeper.child import bootstrap, imports
+from sweeper.child.loading import load
 from sweeper.model import contract
 from sweeper.model.protocol import Exiting, LoadFailed, Placed
+from sweeper.model.target import FileTarget, FunctionTarget
 from sweeper.model.trial import TrialSpec
 from sweeper.store import paths
 
@@ -107,7 +109,7 @@ def _trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
 
     os._exit = exit_and_tell  # type: ignore[assignment]
     try:
-        result = bootstrap.trial(spec, target.load if hasattr(target, "load") else (lambda: target), hook,
+        result = bootstrap.trial(spec, (lambda: load(target)) if isinstance(target, (FileTarget, FunctionTarget)) else (lambda: target), hook,
                                  started, send)
     finally:
         os._exit = real_exit

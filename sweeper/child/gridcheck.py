@@ -37,7 +37,8 @@ def inspect(path: str, seed: int | None, send: Callable[[Any], Any]) -> "FileTar
 def _examine(path: str, seed: int | None) -> dict[str, Any]:
     import sys
 
-    from sweeper.model.target import check_signature, describe, load_file
+    from sweeper.child.loading import describe, load_file
+    from sweeper.model.target import check_signature
     from sweeper.system.modules import imported_since
 
     name = os.path.basename(path)

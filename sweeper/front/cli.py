@@ -30,7 +30,8 @@ from sweeper.model.grid import Points
 from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.option_texts import brief, filled
 from sweeper.model.options import Options
-from sweeper.model.target import FileTarget, FunctionTarget, describe
+from sweeper.child.loading import describe
+from sweeper.model.target import FileTarget, FunctionTarget
 from sweeper.placement.slots import Placement
 from sweeper.store.folder import SweepFolder, refuse_busy
 from sweeper.system import procs
@@ -306,7 +307,8 @@ def _early_server(flags: dict[str, Any], path: str, tag: str, cleanup: contextli
     import logging
 
     from sweeper.backends.local.fork import early_server
-    from sweeper.placement.slots import parse_gpus, place
+    from sweeper.model.settings import launching, resources
+    from sweeper.placement.slots import place
 
     sweeper_log = logging.getLogger("sweeper")
     quiet = sweeper_log.disabled
@@ -315,10 +317,10 @@ def _early_server(flags: dict[str, Any], path: str, tag: str, cleanup: contextli
         plain = gridfile.plain_options(path) if os.path.isfile(path) else None
         shown = {k: v for k, v in (plain or {}).items() if v is not gridfile.UNKNOWN}
         opts = registry.options({**shown, **flags}, where="the command line", partial=True)
-        gpus = parse_gpus(opts.gpus)
-        if opts.dry_run or opts.backend != "local" or opts.start_method != "forkserver" or gpus == "free":
+        how, room = launching(opts), resources(opts)
+        if opts.dry_run or how.backend != "local" or how.start_method != "forkserver" or room.gpus.word == "free":
             return None
-        slots = place(gpus, opts.memory_policy(), opts.workers).slots
+        slots = place(room.gpus.chosen, room.memory, room.slots_workers).slots
     except SweepError:
         return None
     finally:
@@ -378,8 +380,8 @@ def print_plan(outcome: Outcome, options: Options | None = None) -> None:
     out, specs = sys.stdout, outcome.specs
     planned = registry.lookup(options.backend).planned if options is not None else None
     trials = len(specs) - len(outcome.kept)  # (a search's: none yet, asked for as it runs)
-    placed = plan_lines(outcome.placement) if planned is None or options is None else planned(
-        options, outcome.folder, trials)
+    placed = plan_lines(outcome.placement) if planned is None or outcome.settings is None else planned(
+        outcome.settings, outcome.folder, trials)
     for line in placed:
         out.write(f"sweeper: {line}\n")
     for note in outcome.notes:

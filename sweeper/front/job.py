@@ -36,13 +36,14 @@ from sweeper.model.text import printable
 from sweeper.placement.holders import holders, said
 from sweeper.placement.neighbours import LOOK_EVERY, Neighbours
 from sweeper.placement.record import Holding, Kind
+from sweeper.model.devices import MARGIN
 from sweeper.system import capping
 from sweeper.system.gpus import Gpu, inventory
 
 #: The job's card, what it reserves there and its cap: (Gpu, MB reserved, MB cap).
 Choice = tuple[Gpu, int, int]
 #: Default share of a card a job reserves without ``--gpu-memory`` (as ``--per-gpu 1``'s cap).
-WHOLE = capping.MARGIN
+WHOLE = MARGIN
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
@@ -89,16 +90,17 @@ def main(argv: list[str], prog: str = "python -m sweeper") -> int:
 def _megabytes(value: str | None) -> int | None:
     if value is None:
         return None
-    from sweeper.model.options import megabytes
+    from sweeper.model.units import megabytes
 
     return megabytes(value, "--gpu-memory")
 
 
 def _cards(which: str) -> list[Gpu]:
     """The cards the job may take (the user's CUDA_VISIBLE_DEVICES and --gpus), as NVML lists them."""
-    from sweeper.placement.slots import choose_gpus, parse_gpus
+    from sweeper.model.devices import GpuSelection
+    from sweeper.placement.slots import choose_gpus
 
-    ids, known, _ = choose_gpus(parse_gpus(which))
+    ids, known, _ = choose_gpus(GpuSelection.of(which).chosen)  # run --'s own --gpus, read as a sweep's
     return [g for g in known if str(g.index) in ids]
 
 

@@ -10,8 +10,12 @@
   (``uniform``, ``loguniform``, ``randint``); :mod:`~sweeper.model.values`: the values a point may hold;
 * :mod:`~sweeper.model.definition`: a sweep as every front end gives it (target, points or space,
   options), and the one place the rules about grid, space, samples and search live;
-* :mod:`~sweeper.model.options`: a sweep's knobs, checked once; :mod:`~sweeper.model.option_texts`:
-  what each means, written once for ``--help`` and docs/options.md;
+* :mod:`~sweeper.model.options`: a sweep's knobs as users type them, checked once;
+  :mod:`~sweeper.model.option_texts`: what each means, written once for ``--help`` and docs/options.md;
+  :mod:`~sweeper.model.units`: durations and sizes as users write them;
+  :mod:`~sweeper.model.settings`: the options parsed once into frozen typed groups, each subsystem's own;
+  :mod:`~sweeper.model.devices`: the GPUs a sweep asks for and each trial's memory cap, as records;
+  :mod:`~sweeper.model.pbt`: population-based training's settings, read;
 * :mod:`~sweeper.model.metrics`: what ``train`` returned, as a row's metrics;
   :mod:`~sweeper.model.objectives`, :mod:`~sweeper.model.constraints`: several objectives and the Pareto
   front; what a trial must meet to be ranked;

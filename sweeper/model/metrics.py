@@ -10,6 +10,7 @@ import numbers
 import re
 from typing import Any, Iterable, Mapping
 
+from sweeper.errors import SweepError
 from sweeper.model.text import CONTROL, printable
 from sweeper.model.trial import RESULT_COLUMNS
 
@@ -255,3 +256,10 @@ def default_metric(names: Iterable[str]) -> tuple[str, str] | None:
     if known:
         return known[0], "a validation metric"
     return names[0], "the first metric"
+
+
+def unknown_direction(metric: str) -> SweepError:
+    return SweepError(
+        f"sweeper cannot tell from its name whether a higher or a lower {metric!r} is better; "
+        "give --mode max or --mode min (mode='max' or 'min')"
+    )

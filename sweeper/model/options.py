@@ -7,11 +7,10 @@ from dataclasses import Field, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from sweeper.errors import SweepError
-from sweeper.model.metrics import direction, nearest_known
+from sweeper.model.metrics import direction, nearest_known, unknown_direction
 from sweeper.model.objectives import Objectives
 from sweeper.model.objectives import given as objectives_given
-from sweeper.placement.slots import parse_gpus
-from sweeper.system.capping import MemoryPolicy, resolve
+from sweeper.model.units import duration, megabytes  # noqa: F401 (megabytes: read by name from here too)
 
 if TYPE_CHECKING:  # Optuna is imported only by a search, in the function that runs it
     from optuna.pruners import BasePruner
@@ -35,43 +34,6 @@ class Flag:
 
     def flag(self, field_name: str) -> str:
         return self.name or "--" + field_name.replace("_", "-")
-
-
-#: What a duration's unit means in seconds: ``90``, ``90s``, ``10m``, ``1.5h``, ``2d``.
-UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def duration(value: Any, name: str = "a duration") -> float:
-    """Seconds from a number or a text such as ``"10m"`` (units: s, m, h, d); a one-line
-    error otherwise (this is also the CLI's type for such flags)."""
-    text = str(value).strip().lower()
-    number, unit = (text[:-1], text[-1]) if text[-1:] in UNITS else (text, "s")
-    try:
-        seconds = float(number) * UNITS[unit]
-    except ValueError:
-        seconds = float("nan")
-    if isinstance(value, bool) or not seconds > 0 or seconds == float("inf"):
-        raise SweepError(f"{name} must be a positive number of seconds or a duration such as 90s, 10m, 1.5h "
-                         f"or 2d, got {value!r}")
-    return seconds
-
-
-#: What a size's unit means in MB: ``6GB``, ``6000MB``, ``6g``, ``512m``, ``1.5TB``; a bare number is MB.
-SIZES = {"k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 ** 2}
-
-
-def megabytes(value: Any, name: str = "a memory size") -> int:
-    """MB from a number (MB) or a text such as ``"6GB"`` (units K, M, G, T, with or without
-    B or iB; powers of 1024, as nvidia-smi counts); a one-line error otherwise."""
-    text = str(value).strip().lower().removesuffix("ib").removesuffix("b")
-    number, unit = (text[:-1], text[-1]) if text[-1:] in SIZES else (text, "m")
-    try:
-        mb = float(number) * SIZES[unit]
-    except ValueError:
-        mb = float("nan")
-    if isinstance(value, bool) or not 0 < mb < float("inf"):
-        raise SweepError(f"{name} must be a positive size such as 6GB, 512MB or 6000 (MB), got {value!r}")
-    return max(1, round(mb))
 
 
 def _count_or_auto(text: str) -> int | str:
@@ -326,8 +288,9 @@ class Options:
 
         if self.workers != "auto":
             whole("workers", self.workers, 1)
-        if self.host_memory is not None:
-            megabytes(self.host_memory, "host_memory")
+        from sweeper.model import settings
+
+        settings.host_memory_mb(self)
         whole("retries", self.retries, 0)
         whole("max_failures", self.max_failures, 1)
         if not isinstance(self.fail_fast, bool):
@@ -361,11 +324,7 @@ class Options:
         if not (self.mlflow is None or isinstance(self.mlflow, bool) or (isinstance(self.mlflow, str) and self.mlflow)):
             raise SweepError(f"mlflow must be True (a local store in the sweep folder) or a tracking URI such as "
                              f"'http://localhost:5000', got {self.mlflow!r}")
-        parse_gpus(self.gpus)
-        self.memory_policy()
-        from sweeper.model.constraints import parse as constraints
-
-        constraints(self.constraints)
+        settings.check(self)  # the GPUs, the memory policy, the constraints: parsed as a sweep will
         return self
 
     def _check_packing(self) -> None:
@@ -389,8 +348,9 @@ class Options:
         if keys is not None and (isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys)):
             raise SweepError(f"memory_keys must be a list of parameter names such as ['units', 'batch_size'], "
                              f"got {keys!r}")
-        if self.gpu_memory is not None and not callable(self.gpu_memory):
-            megabytes(self.gpu_memory, "gpu_memory")
+        from sweeper.model import settings
+
+        settings.gpu_memory(self)
 
     def check_ranking(self) -> None:
         """A named metric whose direction its name does not say needs a mode; trials and
@@ -403,8 +363,6 @@ class Options:
         self._check_spelling()
         if self.objectives is None and self.ranked_by is not None and self.mode is None \
                 and direction(self.ranked_by) is None:  # several: each one's direction known, or said
-            from sweeper.results.query import unknown_direction
-
             raise unknown_direction(self.ranked_by)
 
     def _check_spelling(self) -> None:
@@ -444,6 +402,3 @@ class Options:
     def worker_count(self) -> int | None:
         """``workers`` as a count (None: the default, or ``"auto"``, decided as trials run)."""
         return None if self.workers == "auto" else self.workers  # type: ignore[return-value]
-
-    def memory_policy(self) -> MemoryPolicy:
-        return resolve(self.per_gpu, self.memory_fraction, bool(self.memory_growth))

@@ -1,4 +1,5 @@
-"""How the parent names ``train`` so that a freshly spawned child can load it.
+"""How the parent names ``train`` so that a freshly spawned child can load it (records only:
+the child loads them, :mod:`sweeper.child.loading`).
 
 Under the spawn start method a child starts from an empty interpreter, so the
 function must be found again by import. Two kinds of target:
@@ -18,52 +19,14 @@ those ahead, never the user's own code (:mod:`sweeper.system.modules`).
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
 import pickle
 import sys
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, Callable
 
 from sweeper.errors import SweepError
-from sweeper.model.callables import MAIN_NAME, name_of
-
-
-def load_file(path: str) -> ModuleType:
-    """Import a grid file as this process's main module; its folder joins ``sys.path``.
-
-    Only in a process of sweeper's own (a trial, the CLI's grid reader, a Ray task): it
-    becomes ``__main__`` there, so a child that ``train`` starts under spawn or forkserver
-    imports the file (not sweeper's bootstrap) and unpickles its functions by name. Its
-    ``if __name__ == "__main__":`` block does not run, as in ``multiprocessing``'s children.
-    """
-    path = os.path.abspath(path)
-    loaded = sys.modules.get(MAIN_NAME)
-    if loaded is not None and getattr(loaded, "__file__", None) == path:
-        return loaded
-    folder = os.path.dirname(path)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(MAIN_NAME, path)
-    if spec is None or spec.loader is None:
-        raise SweepError(f"{path} is not a Python file; give a .py file that defines train and grid")
-    module = importlib.util.module_from_spec(spec)
-    saved = {name: sys.modules.get(name) for name in ("__main__", MAIN_NAME)}
-    sys.modules["__main__"] = sys.modules[MAIN_NAME] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        for name, old in saved.items():
-            if old is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old
-        raise
-    # a script's __spec__ is None: multiprocessing then finds the main module by its path
-    module.__spec__ = None
-    return module
 
 
 @dataclass(frozen=True)
@@ -75,14 +38,6 @@ class FileTarget:
     shell: bool = False  #: for a command template: run it through /bin/sh
     #: Installed modules the file imports (found where it was read): a fork server's preload.
     preload: tuple[str, ...] = field(default=(), compare=False, repr=False)
-
-    def load(self) -> Callable[..., Any]:
-        value = getattr(load_file(self.path), self.attr)
-        if self.attr == "command":
-            from sweeper.child.command import Command
-
-            return Command.of(value, self.shell)
-        return value
 
 
 @dataclass(frozen=True)
@@ -112,9 +67,6 @@ class FunctionTarget:
                 "top level of a module (no lambda, no nested function)"
             ) from None
         return cls(blob, label, getattr(fn, "__module__", "") or "")
-
-    def load(self) -> Callable[..., Any]:
-        return pickle.loads(self.blob)
 
 
 Target = FileTarget | FunctionTarget
@@ -161,22 +113,6 @@ def target_of(recorded: dict[str, Any], source: str) -> Target:
             sys.path.insert(0, root)
             os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     return FunctionTarget(base64.b64decode(recorded["blob"]), label, module)
-
-
-def describe(what: Any) -> str:
-    """What a sweep runs, in words that stay the same between runs and ways of starting it.
-
-    A function is named by :func:`sweeper.model.callables.name_of` (a grid file's, or the
-    script's run as ``__main__``, after the file's stem, so ``python -m sweeper exp.py``
-    and ``sweep(exp.train, ...)`` describe the same thing). A command is its template (or
-    the function that builds its argv). Recorded in the ledger: a row is reused only for
-    the same description (see :mod:`sweeper.run.runner`).
-    """
-    from sweeper.child.command import Command
-
-    if isinstance(what, Command):
-        return what.describe()
-    return name_of(what)
 
 
 def check_main_importable() -> None:

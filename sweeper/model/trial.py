@@ -33,6 +33,11 @@ from typing import Any, Collection, Container, Mapping, Sequence
 
 #: Longest readable part of a trial name before it is cut and hashed.
 MAX_NAME_LEN = 80
+#: A trial's log and its checkpoint folder, in its own folder: named here, since its spec
+#: tells where they are (:attr:`TrialSpec.log_path`, :attr:`TrialSpec.checkpoint`);
+#: :mod:`sweeper.store.paths` names every other file.
+LOG = "log.txt"
+CHECKPOINT = "checkpoint"
 
 
 class Status(str, enum.Enum):
@@ -251,9 +256,7 @@ class TrialSpec:
 
     @property
     def log_path(self) -> str:
-        from sweeper.store.paths import log_file
-
-        return log_file(self.dir)
+        return f"{self.dir}/{LOG}"
 
     @property
     def checkpoint(self) -> str:
@@ -261,11 +264,7 @@ class TrialSpec:
         it and resume it in a fresh process): save its state here before each report, and
         start from what is here (Keras: ``keras.callbacks.BackupAndRestore(checkpoint)``). Made
         when first asked for."""
-        import os
-
-        from sweeper.store.paths import checkpoint_dir
-
-        path = checkpoint_dir(self.dir)
+        path = os.path.join(self.dir, CHECKPOINT)
         try:
             os.makedirs(path, exist_ok=True)
         except OSError:  # a read-only folder: said by whatever writes there

@@ -36,7 +36,7 @@ from sweeper.placement.neighbours import Neighbours
 from sweeper.placement.record import Holding
 from sweeper.placement.packing import CONTEXT_MB, HEADROOM, MARGIN_MB, Card, Packer, alone_min
 from sweeper.placement.slots import Slot
-from sweeper.system.capping import MARGIN
+from sweeper.model.devices import MARGIN
 
 if TYPE_CHECKING:
     from sweeper.system.gpus import Gpu

@@ -149,7 +149,7 @@ class Needs:
         if key in self.by_point:  # what an alike point needed since counts too (an OOM of the shape)
             return Need(max(self.by_point[key], shape or 0.0), "same point")
         if self.hint is not None:
-            from sweeper.model.options import megabytes
+            from sweeper.model.units import megabytes
 
             value = self.hint(params) if callable(self.hint) else self.hint
             return Need(float(megabytes(value, "gpu_memory")), "hint")

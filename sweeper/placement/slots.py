@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 from sweeper.errors import SweepError
 from sweeper.model import contract
 from sweeper.system import gpus as _gpus
-from sweeper.system.capping import MemoryPolicy
+from sweeper.model.devices import MemoryPolicy, parse_gpus  # noqa: F401 (parse_gpus: its old home)
 from sweeper.system.gpus import FREE_THRESHOLD_MB, Gpu, allowed_by_environment, inventory, log
 
 #: ``workers="auto"`` on the CPU: at most this many trials per core (how many run is decided
@@ -46,34 +46,6 @@ class Placement:
     gpus: list[Gpu]  #: what NVML told about the chosen GPUs ([] when unknown or CPU)
     policy: MemoryPolicy | None  #: None on the CPU
     skipped: list[Gpu] = field(default_factory=list)  #: busy GPUs left out by gpus="free"
-
-
-def parse_gpus(gpus: str | int | Iterable[int | str] | None) -> str | list[str]:
-    """Normalise the ``gpus`` option to ``"all"``, ``"none"``, ``"free"`` or a list of ids."""
-    if gpus is None:
-        return "all"
-    if isinstance(gpus, int) and not isinstance(gpus, bool):
-        return [str(gpus)]
-    if isinstance(gpus, bool):
-        raise SweepError(f"gpus is {gpus!r}; give 'all', 'none', 'free', or ids such as 0,2")
-    if isinstance(gpus, str):
-        word = gpus.strip().lower()
-        if word in ("all", "none", "free"):
-            return word
-        ids = [p.strip() for p in gpus.split(",") if p.strip()]
-    else:
-        try:
-            ids = [str(g).strip() for g in gpus]
-        except TypeError:
-            raise SweepError(f"gpus is {gpus!r}; give 'all', 'none', 'free', or ids such as 0,2") from None
-    if not ids:
-        raise SweepError("gpus is empty; give 'all', 'none', 'free', or ids such as 0,2")
-    for gid in ids:
-        if not (gid.isdigit() or gid.startswith(("GPU-", "MIG-"))):
-            raise SweepError(f"gpus has {gid!r}, not a GPU index or UUID; give e.g. --gpus 0,2 or --gpus none")
-    if len(set(ids)) != len(ids):
-        raise SweepError(f"gpus lists a GPU twice ({','.join(ids)}); use --per-gpu to run several trials on one")
-    return ids
 
 
 def _matches(gpu: Gpu, gid: str) -> bool:

@@ -11,7 +11,7 @@ import os
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from sweeper.errors import SweepError
-from sweeper.model.metrics import HISTORY_COLUMNS, default_metric, direction
+from sweeper.model.metrics import HISTORY_COLUMNS, default_metric, direction, unknown_direction
 from sweeper.model.trial import RESULT_COLUMNS, Status
 from sweeper.store import paths
 from sweeper.store.table import param_columns
@@ -84,13 +84,6 @@ def choose(df: "pandas.DataFrame", metric: str | None = None,
         if mode is None and not picked:
             raise unknown_direction(metric)
     return metric, mode
-
-
-def unknown_direction(metric: str) -> SweepError:
-    return SweepError(
-        f"sweeper cannot tell from its name whether a higher or a lower {metric!r} is better; "
-        "give --mode max or --mode min (mode='max' or 'min')"
-    )
 
 
 def unranked(metric: str) -> str:

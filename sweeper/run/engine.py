@@ -91,6 +91,7 @@ from sweeper.model.protocol import (
 )
 from sweeper.model.trial import Status, TrialResult, TrialSpec
 from sweeper.model.constraints import Constraints
+from sweeper.model.settings import Limits
 from sweeper.model.lifecycle import Callback, SweepEnd
 from sweeper.run.closing import Closing, Gate, catch_signals, load_error
 from sweeper.run.phases import EXIT_GRACE, TERM_GRACE, Due, Phase, TrialState, log_file_age
@@ -108,23 +109,21 @@ class Engine:
     """Runs specs on a backend; every trial ends as one :class:`TrialResult` in the ledger."""
 
     def __init__(self, backend: Backend, ledger: Ledger, *, outputs: Callback | None = None,
-                 timeout: float | None = None,
-                 retries: int = 0, stall: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 limits: Limits = Limits(), clock: Callable[[], float] = time.monotonic,
                  log_age: Callable[[TrialSpec], float | None] | None = None,
                  constraints: Constraints | None = None, trial_env: Mapping[str, str] | None = None,
-                 run_id: str = "", max_failures: int | None = None, admission: Admission | None = None,
-                 ranking: Ranking | None = None) -> None:
+                 run_id: str = "", admission: Admission | None = None, ranking: Ranking | None = None) -> None:
         """``admission``: which queued trial may start now (default: any, in the queue's order;
         :mod:`sweeper.placement.policy`); ``outputs``: told each trial's start, reports, record and
-        end (the sweep's :class:`~sweeper.model.lifecycle.Callbacks`); ``stall``: seconds a running trial may
-        go without a sign of life; ``log_age``: seconds since a trial's log was last
+        end (the sweep's :class:`~sweeper.model.lifecycle.Callbacks`); ``limits``: a trial's timeout,
+        its stall (seconds a running trial may go without a sign of life), its retries, and the
+        failures in a row that stop the sweep (:class:`~sweeper.run.closing.Streak`; 1: at the
+        first failure); ``log_age``: seconds since a trial's log was last
         written, None where it has none (default: from the file's modification time);
         ``constraints``: what an ok trial must meet (its row's ``feasible``); ``trial_env``:
         what every trial finds in its environment besides its own (determinism's switches);
-        ``run_id``: the id of this run's record in the ledger, which each row names;
-        ``max_failures``: stop taking new trials once this many in a row failed the same way
-        (:class:`~sweeper.run.closing.Streak`; 1: at the first failure); ``ranking``: settles what
-        the folder ranks by from the results recorded (:mod:`sweeper.run.ranking`), which the
+        ``run_id``: the id of this run's record in the ledger, which each row names; ``ranking``:
+        settles what the folder ranks by from the results recorded (:mod:`sweeper.run.ranking`), which the
         engine records."""
         self.backend = backend
         self.admission: Admission = admission if admission is not None else Anywhere()
@@ -133,14 +132,14 @@ class Engine:
         #: Seconds, for deadlines and durations: monotonic time; a test's fake clock
         #: (tests/run/test_engine_clock.py plays deadlines, graces, retries and Ctrl-C in it).
         self.clock = clock
-        self.retries = retries
+        self.retries = limits.retries
         self.queue: deque[TrialSpec] = deque()
         self.scheduler: Scheduler = Listed([])
         self.trials: dict[str, TrialState] = {}  #: the trials started and not ended, by id
         self.paused: dict[str, TrialState] = {}  #: trials the scheduler paused, by id (their process is gone)
         self.started: set[str] = set()  #: ids of the trials started (retries count once)
-        self.gate = Gate(self.admission, max_failures)
-        self.stopper = Stopper(backend, clock, self.handle, timeout, stall,
+        self.gate = Gate(self.admission, limits.failure_limit)
+        self.stopper = Stopper(backend, clock, self.handle, limits.timeout, limits.stall,
                                log_age if log_age is not None else log_file_age)
         self.recorder = Recorder(ledger, self.outputs, self.gate, clock, run_id, constraints, ranking)
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 
 from sweeper.errors import SweepError
 from sweeper.model.metrics import direction
-from sweeper.model.options import Options
+from sweeper.model.settings import Settings
 from sweeper.model.protocol import Scheduler
 from sweeper.model.trial import (
     Status,
@@ -43,8 +43,6 @@ from sweeper.model.trial import (
     trial_names,
     trial_seed,
 )
-from sweeper.model.constraints import parse as parse_constraints
-from sweeper.search import registry as searches
 from sweeper.search.schedulers import Listed, Searching
 from sweeper.store.folder import SweepFolder, default_uid
 from sweeper.store.ledger import Ledger
@@ -150,15 +148,15 @@ def check_definition(ledger: Ledger, previous: Mapping[str, TrialResult], seed: 
                                  "source": source or recorded.get("source", "")})
 
 
-def kept_and_todo(specs: Sequence[TrialSpec], previous: Mapping[str, TrialResult], options: Options,
+def kept_and_todo(specs: Sequence[TrialSpec], previous: Mapping[str, TrialResult], settings: Settings,
                   settled: Collection[str]) -> tuple[dict[str, TrialResult], list[TrialSpec]]:
     """The rows on record a resume keeps (by trial id), and the trials it runs, in order."""
     kept: dict[str, TrialResult] = {}
     todo: list[TrialSpec] = []
-    judge = parse_constraints(options.constraints)
+    judge = settings.scoring.constraints
     for spec in specs:
         old = previous.get(spec.trial_id)
-        if old is not None and (keeps(old, options.skip_failed) or spec.key in settled):
+        if old is not None and (keeps(old, settings.folder.skip_failed) or spec.key in settled):
             # today's grid order, and today's constraints (they may have changed)
             kept[spec.trial_id] = replace(old, index=spec.index, name=spec.name,
                                           feasible=judge.feasible(old) if judge is not None else None)
@@ -207,7 +205,7 @@ class Plan:
         return len(self.todo) + (self.feed.remaining if self.feed is not None else 0)
 
     @classmethod
-    def resume(cls, ledger: Ledger, options: Options, specs: list[TrialSpec], space: Any, folder: SweepFolder,
+    def resume(cls, ledger: Ledger, settings: Settings, specs: list[TrialSpec], space: Any, folder: SweepFolder,
                source_file: str | None, what: str, settled: Collection[str] = ()) -> Plan:
         """The plan against the ledger: the definition checked, a search rebuilt from its
         rows, each trial's name kept, rows kept or run again (``settled``: the keys of points
@@ -215,13 +213,14 @@ class Plan:
         notes: list[str] = []
         ledger.clear_running()
         previous = ledger.results()
-        check_definition(ledger, previous, options.seed, what, folder.path, source_file)
+        seed, scoring = settings.launching.seed, settings.scoring
+        check_definition(ledger, previous, seed, what, folder.path, source_file)
         search = None
-        if space is not None and searches.of(options.search).pauses:  # a population: its members on record, or drawn
-            return cls._population(ledger, options, space, folder, previous, source_file)
+        if space is not None and settings.search.pbt is not None:  # a population: its members on record, or drawn
+            return cls._population(ledger, settings, space, folder, previous, source_file)
         if space is not None:  # a search: the trials on record are its own, the rest it asks for
-            search, specs = _search(space, options, folder.path, ledger, previous)
-        specs = on_record(specs, previous, options.seed)
+            search, specs = _search(space, settings, folder.path, ledger, previous)
+        specs = on_record(specs, previous, seed)
         # names on record: the last run's grid's (a trial it started may have left a folder), each row's
         recorded = {**ledger.grid_names(), **{tid: r.name for tid, r in previous.items()}}
         specs = keep_names(specs, recorded)
@@ -238,10 +237,10 @@ class Plan:
         # the parameters searched on a log scale (loguniform): the report draws them on a log axis
         logs = sorted(k for k, d in search.dists.items() if getattr(d, "log", False)) if search is not None else []
         facts["log_scale"] = logs
-        mode = options.ranked_mode or (direction(options.ranked_by) if options.ranked_by else None) or ""
+        mode = scoring.mode or (direction(scoring.metric) if scoring.metric else None) or ""
 
         wanted = {s.trial_id for s in specs}
-        kept, todo = kept_and_todo(specs, previous, options, settled)
+        kept, todo = kept_and_todo(specs, previous, settings, settled)
         changed = [(tid, r.feasible) for tid, r in kept.items() if r.feasible != previous[tid].feasible]
         if changed:  # what status, report and load() read says the same
             ledger.set_feasible(changed)
@@ -259,7 +258,7 @@ class Plan:
 
 
     @classmethod
-    def _population(cls, ledger: Ledger, options: Options, space: Any, folder: SweepFolder,
+    def _population(cls, ledger: Ledger, settings: Settings, space: Any, folder: SweepFolder,
                     previous: Mapping[str, TrialResult], source_file: str | None) -> Plan:
         """Population-based training's plan (:mod:`sweeper.search.members`): its members, each a
         trial; one failed for good is replaced by a new trial, which joins the plan's specs
@@ -267,15 +266,17 @@ class Plan:
         from sweeper.search import pbt
         from sweeper.search.members import members
 
-        how = pbt.settings(options.pbt)
+        how = settings.search.pbt
+        assert how is not None  # (a population: its settings parsed with the options)
+        seed = settings.launching.seed
         specs: list[TrialSpec] = []
         wanted: set[str] = set()
         taken = set(previous) | set(ledger.schedule())
 
         def make_spec(params: Mapping[str, Any], name: str, trial_id: str | None = None) -> TrialSpec:
-            made = plan([params], folder.path, options.seed, taken=taken if trial_id is None else set())[0]
+            made = plan([params], folder.path, seed, taken=taken if trial_id is None else set())[0]
             tid = trial_id or made.trial_id
-            spec = replace(made, trial_id=tid, name=name, seed=trial_seed(options.seed, tid),
+            spec = replace(made, trial_id=tid, name=name, seed=trial_seed(seed, tid),
                            dir=folder.paths.trial(name), index=len(specs))
             os.makedirs(spec.checkpoint, exist_ok=True)
             if trial_id is None and tid not in wanted:  # a new member (a replacement, as it runs)
@@ -284,10 +285,10 @@ class Plan:
                 ledger.set_grid((s.trial_id, s.index, s.name) for s in specs)
             return spec
 
-        metric = options.ranked_by or ""
-        mode = options.ranked_mode or direction(metric) or "max"
+        metric = settings.scoring.metric or ""
+        mode = settings.scoring.mode or direction(metric) or "max"
         population, mine, todo, kept = members(space, how, metric=metric, mode=mode, folder=folder.path,
-                                               seed=options.seed, ledger=ledger, previous=previous,
+                                               seed=seed, ledger=ledger, previous=previous,
                                                make_spec=make_spec)
         specs[:] = [*mine, *(s for s in specs if s.trial_id not in {m.trial_id for m in mine})]
         wanted.update(s.trial_id for s in specs)
@@ -300,14 +301,14 @@ class Plan:
                                  "search": f"pbt, population {how.population}, interval {how.interval}",
                                  "log_scale": sorted(p.name for p in pbt.explorable(space).params
                                                      if type(p).__name__ == "LogUniform")}
-        made = cls(specs, todo, kept, wanted, how.population, uid, options.ranked_mode or mode, facts, [],
+        made = cls(specs, todo, kept, wanted, how.population, uid, settings.scoring.mode or mode, facts, [],
                    population=population)
         if kept:
             made.resumed = f"resumed: {len(kept)} members already on record were kept; {len(todo)} to run"
         return made
 
 
-def _search(space: Any, options: Options, folder: str, ledger: Ledger,
+def _search(space: Any, settings: Settings, folder: str, ledger: Ledger,
             previous: Mapping[str, TrialResult]) -> tuple[Search, list[TrialSpec]]:
     """The study, rebuilt from the ledger, and the specs of the trials on record (kept, or
     interrupted and to run again first)."""
@@ -317,17 +318,18 @@ def _search(space: Any, options: Options, folder: str, ledger: Ledger,
     taken = set(previous)  #: ids given: a point asked for never takes one on record
 
     def make_spec(params: Mapping[str, Any], index: int) -> TrialSpec:
-        return replace(plan([params], folder, options.seed, fixed, taken)[0], index=index)
+        return replace(plan([params], folder, seed, fixed, taken)[0], index=index)
 
-    search = Search(space, search=options.search, prune=options.prune, trials=options.trials or 0,
-                    constraints=parse_constraints(options.constraints),
-                    seed=options.seed, metric=options.ranked_by or "", mode=options.ranked_mode or "min",
-                    objectives=options.objectives, make_spec=make_spec)
+    seed, asked, scoring = settings.launching.seed, settings.search, settings.scoring
+    search = Search(space, search=asked.sampler or asked.name, prune=asked.pruner or asked.prune,
+                    trials=asked.trials or 0, constraints=scoring.constraints, seed=seed,
+                    metric=scoring.metric or "", mode=scoring.mode or "min", objectives=scoring.objectives,
+                    make_spec=make_spec)
     fixed.update(search.fixed, (k for k, d in search.dists.items() if d.single()))
     history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for tid, epoch, metrics in ledger.history():
         history.setdefault(tid, []).append((epoch, metrics))
-    kept, again = search.resume(previous, history, lambda r: keeps(r, options.skip_failed))
-    specs = [replace(plan([r.params], folder, options.seed, fixed)[0], index=r.index, name=r.name,
-                     trial_id=r.trial_id, seed=trial_seed(options.seed, r.trial_id)) for r in [*kept.values(), *again]]
+    kept, again = search.resume(previous, history, lambda r: keeps(r, settings.folder.skip_failed))
+    specs = [replace(plan([r.params], folder, seed, fixed)[0], index=r.index, name=r.name,
+                     trial_id=r.trial_id, seed=trial_seed(seed, r.trial_id)) for r in [*kept.values(), *again]]
     return search, specs

@@ -36,11 +36,10 @@ from sweeper.backends.registry import Launch, abandoning, lookup
 from sweeper.errors import SweepError
 from sweeper.model import contract
 from sweeper.model.definition import Definition
-from sweeper.model.options import megabytes
+from sweeper.model.settings import Settings, parse
 from sweeper.model.protocol import Admission, Backend
 from sweeper.model.target import record
 from sweeper.model.trial import TrialResult, TrialSpec
-from sweeper.model import constraints
 from sweeper.model.objectives import Objectives
 from sweeper.run.engine import Engine
 from sweeper.placement.hostroom import HostRoom
@@ -53,7 +52,7 @@ from sweeper.placement.crowd import beside
 from sweeper.placement.policy import Anywhere, SlotPlacement
 from sweeper.run.planning import Plan, keeps, plan
 from sweeper.run.ranking import Ranking
-from sweeper.placement.slots import Placement, Slot, parse_gpus, place
+from sweeper.placement.slots import Placement, Slot, place
 from sweeper.run.closing import Interrupted
 from sweeper.search import registry as searches
 from sweeper.store.folder import SweepFolder, refuse_busy
@@ -89,6 +88,7 @@ class Outcome:
     objectives: Objectives | None = None
     #: The table files that could not be written at the end, with why: the sweep failed.
     unwritten: list[tuple[str, str]] = field(default_factory=list)
+    settings: Settings | None = None  #: the options it ran by, parsed (a dry run's plan reads them)
 
     def first_slots(self) -> list[str]:
         """A dry run: where each trial would start (``kept``, a slot's device, or ``queued``)."""
@@ -180,27 +180,30 @@ class Sweep:
         self.backend = lookup(options.backend)  #: where the trials run (an unknown name: one line, now)
         self.folder = SweepFolder(options.out, options.name or definition.default_name)
         self.space: Any = definition.space
+        population = searches.of(options.search).pauses
+        settings = parse(options, population)  # the options parsed once, by group: each part gets its own
         if definition.points is None:  # a search: trials are asked for as places free
-            if searches.of(options.search).pauses:  # a population
+            if population:
                 from sweeper.search.pbt import check as check_population
 
-                mode = check_population(self.space, options.pbt, options)
+                mode = check_population(self.space, options)
             else:
                 from sweeper.search.sampling import check
 
                 mode = check(self.space, options.search, options.prune, options.trials, options.metric,
                              options.mode)
             options = replace(options, mode=mode)
-            self.specs = []
+            settings, self.specs = settings.ranked(mode), []
         else:
-            self.specs = plan(definition.points, self.folder.path, options.seed, names=definition.names)
+            self.specs = plan(definition.points, self.folder.path, settings.launching.seed, names=definition.names)
         self.target, self.options, self.source_file, self.what = target, options, source_file, what
+        self.settings, resources = settings, settings.resources
         self.schedules = definition.schedules
         self.settled = definition.settled
         if self.backend.places_trials:  # a cluster's scheduler places them (Ray on its own nodes' GPUs)
-            self.placement = Placement([], [], options.memory_policy())
+            self.placement = Placement([], [], resources.memory)
         else:
-            self.placement = place(parse_gpus(options.gpus), options.memory_policy(), options.workers)
+            self.placement = place(resources.gpus.chosen, resources.memory, resources.slots_workers)
         gpus = list(dict.fromkeys(s.gpu for s in self.placement.slots if s.gpu is not None))
         #: closes a card where trials crash, under any per_gpu (none on the CPU or under Ray)
         self.breaker = Breaker(gpus) if gpus else None
@@ -209,15 +212,15 @@ class Sweep:
 
     def _host_room(self) -> HostRoom | None:
         """workers="auto" or a host_memory budget: trials start by the host memory they need."""
-        options = self.options
-        if options.workers != "auto" and options.host_memory is None:
+        resources = self.settings.resources
+        if not resources.packs_host:
             return None
-        budget = megabytes(options.host_memory, "host_memory") if options.host_memory is not None else None
-        return HostRoom(Needs(options.memory_keys, host=True), budget, watch_cores=options.workers == "auto")
+        return HostRoom(Needs(resources.memory_keys, host=True), resources.host_memory_mb,
+                        watch_cores=resources.auto_workers)
 
     def _packer(self) -> Packer | None:
         """per_gpu="auto" on GPUs: the packer (on the CPU the option changes nothing)."""
-        options, placement = self.options, self.placement
+        resources, placement = self.settings.resources, self.placement
         if placement.policy is None or not placement.policy.auto:
             return None
         if not placement.gpus:
@@ -225,23 +228,23 @@ class Sweep:
 
             raise SweepError(f"per_gpu='auto' packs trials by the free memory NVML reports, and NVML cannot "
                              f"tell ({gpus.unavailable or 'it lists none of these GPUs'}); give --per-gpu N")
-        keys = options.memory_keys
+        keys = resources.memory_keys
         if keys is not None and self.specs:
             named = {k for s in self.specs for k in s.params}
             unknown = [k for k in keys if k not in named]
             if unknown:
                 raise SweepError(f"memory_keys names {', '.join(map(repr, unknown))}, which no point of the grid "
                                  f"has; choose among {', '.join(sorted(named)) or 'none'}")
-        return Packer(Needs(keys, options.gpu_memory), [str(g.index) for g in placement.gpus], self.breaker)
+        return Packer(Needs(keys, resources.gpu_memory), [str(g.index) for g in placement.gpus], self.breaker)
 
     def run(self, listener: Callback | None = None, tag: str | None = None) -> Outcome:
-        if self.options.dry_run:
+        if self.settings.folder.dry_run:
             return self.dry_run()
         self.folder.prepare()
         tag = tag or procs.new_tag()
         with self.folder.locked(tag) as earlier, abandoning(self.folder.path):
             _end_leftovers(earlier)
-            if self.options.fresh:
+            if self.settings.folder.fresh:
                 self.folder.set_aside()
             ledger = Ledger(self.folder.path)
             try:
@@ -260,28 +263,29 @@ class Sweep:
                 previous = ledger.results()
             finally:
                 ledger.close()
-        kept = {s.trial_id for s in self.specs if keeps(previous.get(s.trial_id), self.options.skip_failed)}
+        kept = {s.trial_id for s in self.specs if keeps(previous.get(s.trial_id), self.settings.folder.skip_failed)}
         notes = [p.describe() for p in (self.packer, self.host_room) if p is not None]
         notes += beside(self.placement.gpus)  # the machine's other sweeps and processes on its cards
         if self.space is not None:  # its points are asked for as it runs: none to list
-            if searches.of(self.options.search).pauses:  # a population
+            if self.settings.search.pbt is not None:  # a population
                 from sweeper.search.pbt import describe as describe_population
 
-                notes.append(describe_population(self.space, self.options))
+                notes.append(describe_population(self.space, self.settings.search.pbt, self.settings.scoring))
             else:
                 from sweeper.search.sampling import describe
 
                 notes.append(describe(self.space, self.options, len(previous)))
-        return Outcome(self.folder.path, [], self.specs, self.placement, notes, kept=kept)
+        return Outcome(self.folder.path, [], self.specs, self.placement, notes, kept=kept, settings=self.settings)
 
     def _run(self, ledger: Ledger, listener: Callback | None, tag: str | None) -> Outcome:
-        options, folder = self.options, self.folder.path
-        plan_ = Plan.resume(ledger, options, self.specs, self.space, self.folder, self.source_file, self.what,
+        settings, folder = self.settings, self.folder.path
+        plan_ = Plan.resume(ledger, settings, self.specs, self.space, self.folder, self.source_file, self.what,
                              self.settled)
         if plan_.resumed:  # first, before any trial's line
             log.info("sweeper: %s", plan_.resumed)
         # what status, report and load() rank by unless told otherwise: this run's choice
-        ranking = Ranking(options.ranked_by, plan_.mode, plan_.search is not None, options.objectives)
+        scoring = settings.scoring
+        ranking = Ranking(scoring.metric, plan_.mode, plan_.search is not None, scoring.objectives)
         run, made, facts = self._environment(ledger, plan_)
         ledger.put_facts(one_run=(run, made), **{**plan_.facts, **ranking.facts(), **facts})
         tables = TableFiles(ledger, plan_, self.folder.paths)
@@ -307,11 +311,9 @@ class Sweep:
         outputs.begin(plan_.to_run, plan_.total)
         admission = self._admission()
         engine = Engine(self._backend(tag, admission), ledger, outputs=outputs, admission=admission,
-                        trial_env=contract.determinism_env() if options.deterministic else None, run_id=run,
-                        timeout=options.timeout, retries=options.retries, stall=options.stall,
-                        constraints=constraints.parse(options.constraints), max_failures=options.failure_limit,
-                        ranking=ranking)
-        trackers = Trackers.of(options, folder, plan_, self.space)
+                        trial_env=contract.determinism_env() if settings.launching.deterministic else None, run_id=run,
+                        limits=settings.limits, constraints=scoring.constraints, ranking=ranking)
+        trackers = Trackers.of(self.options, folder, plan_, self.space)
         outputs.each.append(trackers)
         interrupted = None
         end = SweepEnd.FAILED  # unless the engine returns (FINISHED, or FAILED: --fail-fast) or is interrupted
@@ -336,8 +338,8 @@ class Sweep:
         (:mod:`sweeper.system.environment`, :mod:`sweeper.front.replay`), under an id each row it makes
         carries (``env["run"]``): a later run with other code or options leaves an earlier
         row's record as it was. A resume whose packages, commit or scripts changed says so."""
-        options = self.options
-        env = environment.of_sweep(self.source_file, options.start_method, options.deterministic, self.what)
+        options, how = self.options, self.settings.launching
+        env = environment.of_sweep(self.source_file, how.start_method, how.deterministic, self.what)
         before = ledger.facts().environment
         if before and plan_.kept:
             plan_.notes.extend(environment.changes(before, env))
@@ -356,5 +358,5 @@ class Sweep:
 
     def _backend(self, tag: str | None, admission: Admission) -> Backend:
         """Where the trials run: the backend the options name, made by its registered factory."""
-        return self.backend.factory(Launch(self.target, self.options, self.placement, admission, tag,
+        return self.backend.factory(Launch(self.target, self.options, self.settings, self.placement, admission, tag,
                                            early=self.early))

@@ -36,16 +36,16 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Iterator
 
+from sweeper.model.trial import CHECKPOINT, LOG  # a trial's own two files: its spec tells where they are
+
 LEDGER = "ledger.sqlite"
 RESULTS = "results.csv"
 HISTORY = "history.csv"
 REPORT = "report.html"
 LOCK = ".lock"
 TRIALS = "trials"
-LOG = "log.txt"
 RESULT = "result.json"
 METRICS = "metrics.json"
-CHECKPOINT = "checkpoint"
 #: population-based training's published checkpoints, ``<sweep>/.pbt/<trial id>/<epoch>/``
 PBT = ".pbt"
 #: Left in a sweep folder by sweeper < 0.2 (standbys' logs); removed when a sweep opens it.

@@ -88,7 +88,7 @@ def test_a_float_subclass_from_the_grid_file_cannot_stop_the_sweep(tmp_path):
 def test_functions_are_told_apart_by_module_name_and_bound_arguments():
     import functools
 
-    from sweeper.model.target import describe
+    from sweeper.child.loading import describe
 
     assert describe(sweep_fns.echo) == "sweep_fns.echo" != describe(sweep_fns.echo2)
     assert describe(functools.partial(sweep_fns.echo, lr=1)) != describe(functools.partial(sweep_fns.echo, lr=2))

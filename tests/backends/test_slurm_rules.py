@@ -327,12 +327,13 @@ def test_a_result_read_is_taken_over_by_a_later_driver_until_what_it_made_is_on_
     from sweeper.backends.slurm.adoption import Left, found
     from sweeper.backends.slurm.backend import SlurmBackend
     from sweeper.child.batch import JobReader
+    from sweeper.model.settings import parse
 
     monkeypatch.setattr(commands, "missing", lambda: "")
     (spec,) = plan([{"x": 1}], str(tmp_path), seed=0)
     out = str(tmp_path / "a_0.out")
     _returned(spec, out, tmp_path)
-    backend = SlurmBackend(None, registry.options({"backend": "slurm"}))
+    backend = SlurmBackend(None, parse(registry.options({"backend": "slurm"})))
     task = Task(spec, JobReader(spec.dir), job="7_0", output=out)
     backend.tasks[spec.trial_id] = task
     backend.relay.watch(spec.trial_id)
@@ -405,14 +406,15 @@ def test_set_up_lines_and_a_points_own_sbatch_options_are_checked_and_given_to_i
     point giving a dict of sbatch options, which win over the sweep's and may ask for a GPU."""
     from sweeper.backends import registry
     from sweeper.model.grid import ByPoint
+    from sweeper.model.settings import parse
 
     opts = registry.options({"backend": "slurm", "slurm": {"mem": "8G", "time": "10"}, "slurm_setup":
                              "module load cuda/12\nsource ~/venv/bin/activate",
                              "slurm_resources": lambda p: {"mem": "32G", "gres": "gpu:1"} if p["units"] > 512 else {}})
     own = opts.backend_options
     assert own.slurm_setup == ("module load cuda/12", "source ~/venv/bin/activate")
-    assert own.jobs(opts, {"units": 64}) == (["--mem=8G", "--time=10"], {"CUDA_VISIBLE_DEVICES": "-1"})
-    sbatch, env = own.jobs(opts, {"units": 1024})
+    assert own.jobs(parse(opts).resources, {"units": 64}) == (["--mem=8G", "--time=10"], {"CUDA_VISIBLE_DEVICES": "-1"})
+    sbatch, env = own.jobs(parse(opts).resources, {"units": 1024})
     assert sbatch == ["--mem=32G", "--time=10", "--gres=gpu:1"] and "CUDA_VISIBLE_DEVICES" not in env
     table = ByPoint.of("slurm_resources", lambda p: {"mem": f"{p['units'] // 16}G"}, [{"units": 64}, {"units": 512}])
     assert table({"units": 512}) == {"mem": "32G"}
@@ -424,4 +426,4 @@ def test_set_up_lines_and_a_points_own_sbatch_options_are_checked_and_given_to_i
             registry.options({"backend": "slurm", **bad})
     wrong = registry.options({"backend": "slurm", "slurm_resources": lambda p: {"array": "0-3"}})
     with pytest.raises(SweepError, match="slurm_resources option 'array' is sweeper's own"):
-        wrong.backend_options.jobs(wrong, {"units": 1})
+        wrong.backend_options.jobs(parse(wrong).resources, {"units": 1})

@@ -21,6 +21,7 @@ from sweeper.store.folder import SweepFolder
 from sweeper.model.grid import expand, sample
 from sweeper.store.ledger import Ledger
 from sweeper.model.options import Options
+from sweeper.model.settings import parse
 from sweeper.run.planning import Plan, plan
 from sweeper.front.progress import PlainLines, Tally
 from sweeper.store.table import READ_CSV
@@ -83,7 +84,7 @@ def test_a_search_names_what_it_searches(tmp_path):
     ledger = Ledger(folder.path)
     try:
         options = Options.build({"search": "random", "trials": 6, "metric": "loss", "mode": "min"})
-        made = Plan.resume(ledger, options, [], space, folder, None, "fn")
+        made = Plan.resume(ledger, parse(options), [], space, folder, None, "fn")
         specs = [made.feed.next() for _ in range(6)]
     finally:
         ledger.close()
@@ -103,7 +104,7 @@ def test_a_name_on_record_is_never_another_points(tmp_path):
     try:
         ledger.set_grid([(params_key({"x": 1, "y": 1}), 0, "x=1"), (params_key({"x": 2, "y": 1}), 1, "x=2")])
         specs = plan(expand({"x": [1, 2], "y": 2}), folder.path, 0)  # y changed: named x=1 and x=2 too
-        made = Plan.resume(ledger, Options.build({}), specs, None, folder, None, "fn")
+        made = Plan.resume(ledger, parse(Options.build({})), specs, None, folder, None, "fn")
     finally:
         ledger.close()
     assert [s.name for s in made.specs] == [f"x=1~{params_key({'x': 1, 'y': 2})}", f"x=2~{params_key({'x': 2, 'y': 2})}"]

@@ -124,6 +124,7 @@ def test_an_earlier_batchs_jobs_stand_whatever_their_status_and_one_never_starte
     """``Definition.settled`` (a Hydra sweeper's earlier batches): a failed row stays as it is,
     a job of those batches with no row at all is not run by a later batch; the others run."""
     from sweeper.model.options import Options
+    from sweeper.model.settings import parse
     from sweeper.model.trial import Status, TrialResult
     from sweeper.run.planning import kept_and_todo, plan
 
@@ -131,10 +132,10 @@ def test_an_earlier_batchs_jobs_stand_whatever_their_status_and_one_never_starte
     failed = TrialResult(specs[0].trial_id, specs[0].name, 0, specs[0].params, Status.ERROR, error="boom")
     ok = TrialResult(specs[3].trial_id, specs[3].name, 3, specs[3].params, Status.OK, {"v": 1.0})
     previous = {failed.trial_id: failed, ok.trial_id: ok}
-    kept, todo = kept_and_todo(specs, previous, Options(), {specs[0].key, specs[1].key})
+    kept, todo = kept_and_todo(specs, previous, parse(Options()), {specs[0].key, specs[1].key})
     assert set(kept) == {specs[0].trial_id, specs[3].trial_id} and kept[specs[0].trial_id].status is Status.ERROR
     assert [s.params for s in todo] == [{"a": 3}]
-    kept, todo = kept_and_todo(specs, previous, Options(), ())  # nothing settled: the failed one runs again
+    kept, todo = kept_and_todo(specs, previous, parse(Options()), ())  # nothing settled: the failed one runs again
     assert set(kept) == {specs[3].trial_id} and [s.params for s in todo] == [{"a": 1}, {"a": 2}, {"a": 3}]
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from sweeper.model.grid import expand
 from sweeper.model.options import Options
+from sweeper.model.settings import parse
 from sweeper.model.trial import Status, TrialResult, keep_names, new_id, params_key, trial_seed
 from sweeper.run.planning import Plan, on_record, plan
 from sweeper.store.folder import SweepFolder
@@ -35,7 +36,7 @@ def _resume(tmp_path, rows, grid, space=None, options=None):
         for row in rows:
             ledger.record(row)
         specs = plan(expand(grid), folder.path, 0) if grid is not None else []
-        return Plan.resume(ledger, options or Options.build({}), specs, space, folder, None, "fn")
+        return Plan.resume(ledger, parse(options or Options.build({})), specs, space, folder, None, "fn")
     finally:
         ledger.close()
 

@@ -34,6 +34,7 @@ from sweeper.model.lifecycle import Callback, Callbacks, SweepEnd
 from pausing import Pausing
 from sweeper.run.planning import plan
 from sweeper.search.schedulers import Listed
+from sweeper.model.settings import Limits
 from sweeper.model.trial import Status, TrialResult
 
 pytestmark = pytest.mark.unit
@@ -168,7 +169,8 @@ def run(tmp_path: Any, backend: Timed, n: int = 1, prune: Any = None, verdicts: 
     ledger = Ledger(str(tmp_path))
     try:
         specs = plan([{"x": i} for i in range(n)], str(tmp_path), seed=0)
-        Engine(backend, ledger, clock=backend.clock, **engine).run(
+        limits = Limits(**{k: engine.pop(k) for k in ("timeout", "stall", "retries") if k in engine})
+        Engine(backend, ledger, clock=backend.clock, limits=limits, **engine).run(
             Pruned(specs, prune, verdicts) if prune is not None else specs)
         rows = ledger.results()
         return [rows[s.trial_id] for s in specs], _named(backend, specs)
@@ -487,7 +489,7 @@ def test_a_resumed_trial_is_told_the_epoch_it_was_paused_at_and_a_retry_is_not(t
     ledger = Ledger(str(tmp_path))
     try:
         scheduler = Pausing(plan([{"x": 0}], str(tmp_path), seed=0), at=2)
-        Engine(backend, ledger, clock=backend.clock, retries=1).run(scheduler)
+        Engine(backend, ledger, clock=backend.clock, limits=Limits(retries=1)).run(scheduler)
     finally:
         ledger.close()
     assert told == [None, "2", None]

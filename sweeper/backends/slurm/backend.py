@@ -69,7 +69,7 @@ from sweeper.model.trial import TrialSpec
 from sweeper.store.paths import SweepPaths
 
 if TYPE_CHECKING:
-    from sweeper.model.options import Options
+    from sweeper.model.settings import Settings
     from sweeper.model.target import Target
 
 log = logging.getLogger("sweeper")
@@ -91,15 +91,15 @@ LINGER_S = 30.0
 class SlurmBackend:
     """The Backend protocol on Slurm (see the module's docstring)."""
 
-    def __init__(self, target: Target, options: Options) -> None:
+    def __init__(self, target: Target, settings: Settings) -> None:
         why = commands.missing()
         if why:
             raise SweepError(why)
-        self.target, self.options = target, options
-        self.own: SlurmOptions = options.backend_options or SlurmOptions().checked()
-        self.own.jobs(options)  # (a mistake in the options is said now, before the first trial)
-        self.traits = Traits(options.worker_count or DEFAULT_WORKERS, stop_word="cancelled", queues=True)
-        self.relay = Relay(self.own.jobs(options)[1].get(contract.MEMORY_FRACTION))
+        self.target, self.resources = target, settings.resources
+        self.own = settings.backend if isinstance(settings.backend, SlurmOptions) else SlurmOptions().checked()
+        self.own.jobs(self.resources)  # (a mistake in the options is said now, before the first trial)
+        self.traits = Traits(self.resources.workers or DEFAULT_WORKERS, stop_word="cancelled", queues=True)
+        self.relay = Relay(self.own.jobs(self.resources)[1].get(contract.MEMORY_FRACTION))
         self.tasks: dict[str, Task] = {}  #: by trial id: started here and not yet told ended
         #: task id -> when its result came: told ended, still in Slurm's queue (it counts in ``workers``)
         self.lingering: dict[str, float] = {}
@@ -131,7 +131,7 @@ class SlurmBackend:
         assert self.submitter is not None
         task = Task(spec, JobReader(spec.dir))
         if spec.trial_id in self.begun or not self.left.take(task):  # (a retry starts anew)
-            sbatch, env = self.own.jobs(self.options, spec.params)
+            sbatch, env = self.own.jobs(self.resources, spec.params)
             write_job(spec, self.target, env, None)
             self.submitter.hold(spec.trial_id, spec.dir, sbatch)
         self.begun.add(spec.trial_id)

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from sweeper.errors import SweepError
 from sweeper.model.options import flag
+
+if TYPE_CHECKING:
+    from sweeper.model.settings import Resources
 
 #: sbatch options sweeper sets itself for every job: given, they would break its bookkeeping
 #: (``comment`` names the sweep and its array's trials: a driver finds its arrays by it).
@@ -66,23 +69,21 @@ class SlurmOptions:
         ``gpus``, ``gpus-per-task``, ...)."""
         return any(key in _GPU_KEYS for key in {**(self.slurm or {}), **(extra or {})})
 
-    def jobs(self, options: Any, params: dict[str, Any] | None = None) -> tuple[list[str], dict[str, str]]:
-        """What a job of a sweep with these ``options`` is given (the point ``params``'s own, with
+    def jobs(self, resources: Resources, params: dict[str, Any] | None = None) -> tuple[list[str], dict[str, str]]:
+        """What a job of a sweep with these ``resources`` is given (the point ``params``'s own, with
         its ``slurm_resources``): sbatch's arguments (the checked options; ``--gres=gpu:1`` where
         GPUs are asked for only by ``gpus``), and the trial's environment (the GPUs Slurm grants
         are its ``CUDA_VISIBLE_DEVICES``; none asked for, none used)."""
-        from sweeper.placement.slots import parse_gpus
-
-        if options.per_gpu not in (None, 1):
-            raise SweepError(f"per_gpu={options.per_gpu!r} shares a GPU between trials of one machine; Slurm gives "
+        if resources.per_gpu not in (None, 1):
+            raise SweepError(f"per_gpu={resources.per_gpu!r} shares a GPU between trials of one machine; Slurm gives "
                              "each job whole GPUs (--gres=gpu:1): leave per_gpu out, or ask for the cluster's GPU "
                              "sharing yourself (--slurm gres=shard:1)")
         extra = self.resources(params) if params is not None else {}
-        gpus = options.gpus is not None and parse_gpus(options.gpus) != "none"
+        gpus = resources.gpus.asked
         sbatch = self.sbatch(extra) + (["--gres=gpu:1"] if gpus and not self.asks_gpus(extra) else [])
         if not gpus and not self.asks_gpus(extra):
             return sbatch, {"CUDA_VISIBLE_DEVICES": "-1"}
-        return sbatch, {**options.memory_policy().env(None), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        return sbatch, {**resources.memory.env(None), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
     def resources(self, params: dict[str, Any]) -> dict[str, str]:
         """The point's own sbatch options (``slurm_resources``), checked; {} without it."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweeper.backends.slurm import commands, driver
 from sweeper.backends.slurm.adoption import uid_of
@@ -18,6 +18,9 @@ from sweeper.backends.slurm.options import SlurmOptions
 from sweeper.backends.slurm.rules import job_name, never
 from sweeper.store.folder import holder
 from sweeper.store.paths import SweepPaths
+
+if TYPE_CHECKING:
+    from sweeper.model.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -99,19 +102,19 @@ def abandon(folder: str) -> str:
             f"this sweep left in Slurm's queue (job {arrays})")
 
 
-def planned(options: Any, folder: str, trials: int) -> list[str]:
+def planned(settings: Settings, folder: str, trials: int) -> list[str]:
     """What a dry run says the sweep would submit: its ``trials`` as one array (a search's as
     it asks for them), at most ``workers`` of its tasks at a time, the sbatch command (its
     options, the GPUs asked for) and the array's script (the set-up lines)."""
     from sweeper.backends.slurm.backend import DEFAULT_WORKERS
 
-    own: SlurmOptions = options.backend_options or SlurmOptions().checked()
-    sbatch, env = own.jobs(options)
-    k = options.worker_count or DEFAULT_WORKERS
+    own = settings.backend if isinstance(settings.backend, SlurmOptions) else SlurmOptions().checked()
+    sbatch, env = own.jobs(settings.resources)
+    k = settings.resources.workers or DEFAULT_WORKERS
     jobs = SweepPaths(folder).jobs
     gpus = ("the GPUs Slurm grants each task (its CUDA_VISIBLE_DEVICES)" if "CUDA_VISIBLE_DEVICES" not in env
             else "no GPU (CUDA_VISIBLE_DEVICES=-1: ask with --gpus all, or --slurm gres=gpu:1)")
-    if options.search is not None:
+    if settings.search.name is not None:
         what, array = "the trials the search asks for go as they are asked, each a task of an array", "0-<n-1>"
     elif not trials:
         return ["Slurm: no trial to run (every one is on record, kept)"]

@@ -263,10 +263,10 @@ def _on_slurm(opts: Any) -> str:
     ``gpus`` or the sbatch options ask), the sbatch options."""
     from sweeper.backends.slurm.backend import DEFAULT_WORKERS
     from sweeper.backends.slurm.options import SlurmOptions
-    from sweeper.placement.slots import parse_gpus
+    from sweeper.model.settings import resources
 
     own: SlurmOptions = opts.backend_options or SlurmOptions().checked()
-    asked = opts.gpus is not None and parse_gpus(opts.gpus) != "none"
+    asked = resources(opts).gpus.asked
     gpu = ("the GPUs its sbatch options ask for" if own.asks_gpus() else "a GPU each, --gres=gpu:1" if asked
            else "no GPU: hydra.launcher.gpus=all gives each one")
     sbatch = " ".join(own.sbatch()) or "none given"

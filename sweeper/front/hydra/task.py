@@ -58,7 +58,7 @@ class HydraTask:
             return pickle.loads(self.by_value)  # cloudpickle's functions load where cloudpickle is installed
         module = sys.modules.get(self.module) or importlib.import_module(self.module)
         if self.file and getattr(module, "__file__", None) != self.file:
-            from sweeper.model.target import load_file
+            from sweeper.child.loading import load_file
 
             module = load_file(self.file)  # as __mp_main__, also __main__: its __main__ block does not run
         fn = named(module, self.qualname)
