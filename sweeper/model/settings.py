@@ -22,7 +22,7 @@ Every raw option is parsed here and nowhere else: the GPU selection
 (:func:`~sweeper.model.devices.parse_gpus`), the memory policy
 (:func:`~sweeper.model.devices.resolve`), the constraints (:func:`~sweeper.model.constraints.parse`),
 population-based training's settings (:func:`~sweeper.model.pbt.settings`) and sizes
-(:func:`~sweeper.model.options.megabytes`); ``tests/test_settings.py`` holds it.
+(:func:`~sweeper.model.options.megabytes`); ``tests/model/test_settings.py`` holds it.
 """
 
 from __future__ import annotations
@@ -157,12 +157,11 @@ class Settings:
     outputs: Outputs
     backend: object | None = None  #: the backend's own options group (``Options.backend_options``)
 
-    def ranked(self, mode: str | tuple[str, ...]) -> "Settings":
-        """The settings once a search's check has decided the direction(s) it optimises."""
-        metric = self.scoring.objectives.metrics if self.scoring.objectives is not None else self.scoring.metric
-        first = mode if isinstance(mode, str) else mode[0]
-        return replace(self, scoring=replace(self.scoring, mode=_mode(first),
-                                             objectives=Objectives.of(metric, mode)))
+    def ranked(self, options: "Options") -> "Settings":
+        """The settings once a search's check has decided the direction(s) it optimises
+        (``options``: with that mode; the constraints are this group's, read once)."""
+        return replace(self, scoring=Scoring(options.ranked_by, _mode(options.ranked_mode), options.objectives,
+                                             self.scoring.constraints))
 
 
 def _mode(value: object) -> Mode | None:

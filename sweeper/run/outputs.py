@@ -19,7 +19,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from sweeper import tracking
-from sweeper.model.options import Options
+from sweeper.model.settings import Settings
 from sweeper.model.trial import TrialResult, TrialSpec
 from sweeper.model.lifecycle import Callback, SweepEnd
 from sweeper.run.planning import Plan
@@ -97,19 +97,22 @@ class Trackers(Callback):
             each.close(state)
 
     @classmethod
-    def of(cls, options: Options, folder: str, plan: Plan, space: Any) -> Trackers:
+    def of(cls, settings: Settings, folder: str, plan: Plan, space: Any) -> Trackers:
+        """The trackers the sweep's outputs ask for, fed in a process of their own (none: none)."""
         from sweeper.tracking import chosen
 
-        trackers = chosen.make(options, folder)
+        outputs, scoring, asked = settings.outputs, settings.scoring, settings.search
+        trackers = chosen.make(outputs, folder)
         if not trackers:
             return cls([])
         from sweeper.tracking.process import TrackerProcess
 
         domains = tracking.domains_of_space(space) if space is not None else tracking.domains_of_points(
             s.params for s in plan.specs)
-        several = options.objectives
+        several = scoring.objectives
         info = tracking.SweepInfo(name=os.path.basename(folder), folder=folder, uid=plan.uid, domains=domains,
-                                  metric=options.ranked_by or "", mode=plan.mode, search=str(options.search or ""),
+                                  metric=scoring.metric or "", mode=plan.mode,
+                                  search=str(asked.sampler or asked.name or ""),
                                   objectives=tuple(zip(several.metrics, several.modes)) if several else ())
         known: dict[str, TrialSpec] = {}
 
@@ -118,5 +121,5 @@ class Trackers(Callback):
                 known.update((s.trial_id, s) for s in list(plan.specs))
             return known.get(tid)
 
-        chosen_ = {"tensorboard": options.tensorboard, "mlflow": options.mlflow, "optuna": options.optuna}
+        chosen_ = {"tensorboard": outputs.tensorboard, "mlflow": outputs.mlflow, "optuna": outputs.optuna}
         return cls([TrackerProcess(folder, chosen_, trackers, info, spec_of)])

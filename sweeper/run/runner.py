@@ -193,7 +193,7 @@ class Sweep:
                 mode = check(self.space, options.search, options.prune, options.trials, options.metric,
                              options.mode)
             options = replace(options, mode=mode)
-            settings, self.specs = settings.ranked(mode), []
+            settings, self.specs = settings.ranked(options), []
         else:
             self.specs = plan(definition.points, self.folder.path, settings.launching.seed, names=definition.names)
         self.target, self.options, self.source_file, self.what = target, options, source_file, what
@@ -313,7 +313,7 @@ class Sweep:
         engine = Engine(self._backend(tag, admission), ledger, outputs=outputs, admission=admission,
                         trial_env=contract.determinism_env() if settings.launching.deterministic else None, run_id=run,
                         limits=settings.limits, constraints=scoring.constraints, ranking=ranking)
-        trackers = Trackers.of(self.options, folder, plan_, self.space)
+        trackers = Trackers.of(settings, folder, plan_, self.space)
         outputs.each.append(trackers)
         interrupted = None
         end = SweepEnd.FAILED  # unless the engine returns (FINISHED, or FAILED: --fail-fast) or is interrupted
