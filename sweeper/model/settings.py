@@ -22,7 +22,7 @@ Every raw option is parsed here and nowhere else: the GPU selection
 (:func:`~sweeper.model.devices.parse_gpus`), the memory policy
 (:func:`~sweeper.model.devices.resolve`), the constraints (:func:`~sweeper.model.constraints.parse`),
 population-based training's settings (:func:`~sweeper.model.pbt.settings`) and sizes
-(:func:`~sweeper.model.options.megabytes`); ``tests/model/test_settings.py`` holds it.
+(:func:`~sweeper.model.units.megabytes`); ``tests/model/test_settings.py`` holds it.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from sweeper.model.constraints import Constraints
 from sweeper.model.devices import GpuSelection, MemoryPolicy, resolve
 from sweeper.model.objectives import Objectives
 from sweeper.model.pbt import PbtSettings
+from sweeper.model.units import megabytes
 
 if TYPE_CHECKING:  # Optuna is imported only by a search, in the function that runs it
     from optuna.pruners import BasePruner
@@ -192,15 +193,11 @@ def parse(options: "Options", population: bool = False) -> Settings:
 
 def host_memory_mb(options: "Options") -> int | None:
     """``host_memory`` in MB (None: no budget)."""
-    from sweeper.model.units import megabytes
-
     return None if options.host_memory is None else megabytes(options.host_memory, "host_memory")
 
 
 def gpu_memory(options: "Options") -> GpuMemory:
     """``gpu_memory`` in MB, or the function that gives it (None: none given)."""
-    from sweeper.model.units import megabytes
-
     given = options.gpu_memory
     return given if given is None or callable(given) else megabytes(given, "gpu_memory")
 
