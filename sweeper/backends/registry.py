@@ -48,19 +48,38 @@ GROUP = "sweeper.backends"
 
 @dataclass(frozen=True)
 class Launch:
-    """What a backend's factory is given, once per sweep, before the first trial."""
+    """What a backend's factory is given, once per sweep, before the first trial.
 
-    target: Target  #: what each trial runs (pickles; :func:`sweeper.child.loading.load` gives ``train`` in the trial)
-    #: the sweep's options as given, checked (a registered backend of another package may read them)
+    Attributes:
+        target: what each trial runs (it pickles; in the trial's process
+            :func:`sweeper.child.loading.load` gives ``train``).
+        options: the sweep's options as given, checked (:class:`sweeper.Options`).
+        settings: the same options parsed once into typed groups (:mod:`sweeper.model.settings`):
+            ``resources`` (GPUs, workers, the memory policy), ``limits`` (timeout, stall,
+            retries), ``launching``, ``backend`` (the backend's own options group), ...
+        placement: this machine's slots; empty for a backend that places trials itself.
+        admission: the placement policy the engine asks before it starts a trial (this machine's
+            slots, which the local backend asks too; any place for one that places its own).
+        tag: the mark every process of this sweep carries (:mod:`sweeper.system.procs`).
+        early: the local backend's: a fork server the command line started early.
+
+    Example:
+        >>> from sweeper import Options
+        >>> from sweeper.backends import Launch
+        >>> from sweeper.model.settings import parse
+        >>> options = Options.build({"workers": 3, "timeout": "10m"})
+        >>> launch = Launch(None, options, parse(options), placement=None, admission=None)
+        >>> launch.settings.resources.workers, launch.settings.limits.timeout
+        (3, 600.0)
+    """
+
+    target: Target
     options: Options
-    #: the options parsed once, by group (:mod:`sweeper.model.settings`): what the built-in backends read
     settings: Settings
-    placement: Placement  #: this machine's slots; empty for a backend that places trials itself
-    #: the placement policy the engine asks before it starts a trial (this machine's slots:
-    #: :class:`sweeper.placement.policy.SlotPlacement`, which the local backend asks too)
+    placement: Placement
     admission: Admission
-    tag: str | None = None  #: the mark every process of this sweep carries (:mod:`sweeper.system.procs`)
-    early: ForkServer | None = None  #: the local backend's: a fork server the CLI started early
+    tag: str | None = None
+    early: ForkServer | None = None
 
 
 Factory = Callable[[Launch], "Backend"]

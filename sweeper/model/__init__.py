@@ -12,6 +12,7 @@
   options), and the one place the rules about grid, space, samples and search live;
 * :mod:`~sweeper.model.options`: a sweep's knobs as users type them, checked once;
   :mod:`~sweeper.model.option_texts`: what each means, written once for ``--help`` and docs/options.md;
+  :mod:`~sweeper.model.flags`: how each is given on the command line;
   :mod:`~sweeper.model.units`: durations and sizes as users write them;
   :mod:`~sweeper.model.settings`: the options parsed once into frozen typed groups, each subsystem's own;
   :mod:`~sweeper.model.devices`: the GPUs a sweep asks for and each trial's memory cap, as records;

@@ -10,59 +10,12 @@ from sweeper.errors import SweepError
 from sweeper.model.metrics import direction, nearest_known, unknown_direction
 from sweeper.model.objectives import Objectives
 from sweeper.model.objectives import given as objectives_given
+from sweeper.model.flags import Flag, count_or_auto, duration_flag, words, flag  # noqa: F401 (Flag, flag: by name here too)
 from sweeper.model.units import duration, megabytes  # noqa: F401 (megabytes: read by name from here too)
 
 if TYPE_CHECKING:  # Optuna is imported only by a search, in the function that runs it
     from optuna.pruners import BasePruner
     from optuna.samplers import BaseSampler
-
-
-@dataclass(frozen=True)
-class Flag:
-    """How an :class:`Options` field is given on the command line: ``sweeper.front.cli`` builds
-    its parser from these, so a new option is written once, here. A field without one is
-    no flag (``progress``: the CLI's ``--quiet`` says more than it)."""
-
-    help: str  #: what the option means, in Markdown; --help says its first sentence (see :mod:`.option_texts`)
-    name: str = ""  #: the flag, when not ``--`` and the field's name with ``-`` for ``_``
-    type: Callable[[str], Any] | None = None  #: what the text is read as (``int``, ``float``); None: text
-    choices: tuple[str, ...] = ()  #: the values allowed (``checked()`` refuses others from code too)
-    action: str = "store"  #: an argparse action: ``store_true`` for a switch, ``store_false`` for a ``--no-`` one
-    nargs: str | None = None  #: ``"?"``: the value may be left out, and is then ``const``
-    const: Any = None
-    metavar: str | None = None  #: what ``--help`` calls the value (default: the field's name in capitals)
-
-    def flag(self, field_name: str) -> str:
-        return self.name or "--" + field_name.replace("_", "-")
-
-
-def _count_or_auto(text: str) -> int | str:
-    import argparse
-
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"give a whole number or auto, got {text!r}") from None
-
-
-def _words(text: str) -> list[str]:
-    return [w.strip() for w in text.split(",") if w.strip()]
-
-
-def _duration_flag(text: str) -> float:
-    import argparse
-
-    try:
-        return duration(text)
-    except SweepError as exc:
-        raise argparse.ArgumentTypeError(str(exc).replace("a duration must be ", "")) from None
-
-
-def flag(help: str, **how: Any) -> dict[str, Flag]:
-    """A field's metadata that makes it a command-line flag (see :class:`Flag`)."""
-    return {"flag": Flag(help, **how)}
 
 
 #: The docs' section on packing by measured memory, which several flags' texts link to.
@@ -74,8 +27,61 @@ class Options:
     """Every ``sweep()`` keyword but a backend's own (those are its options group's fields,
     kept in :attr:`backend_options`: :func:`sweeper.backends.registry.options` builds both). The
     CLI's flags and a grid file's ``options`` map onto these; a field's ``metadata["flag"]`` (a
-    :class:`Flag`) is its flag, help, type and choices, and its help is what it means (a ``#:``
-    comment adds only what code may give beyond the flag: a list, a function, an Optuna object)."""
+    :class:`~sweeper.model.flags.Flag`) is its flag, help, type and choices, and its help is what
+    it means (a ``#:`` comment adds only what code may give beyond the flag: a list, a function,
+    an Optuna object). What users type stays here; a sweep runs by these parsed once into typed
+    groups (:mod:`sweeper.model.settings`). docs/options.md says each in full.
+
+    Args:
+        name: the sweep's folder under ``out``.
+        out: where sweep folders go.
+        workers: trials at once, or ``"auto"``.
+        host_memory: the most host memory the trials may take at once (``"3GB"``).
+        seed: the sweep's seed.
+        deterministic: each framework's deterministic mode in every trial.
+        timeout: kill a trial after this long (seconds, ``"10m"``).
+        stall: stop a trial silent this long.
+        retries: runs again of a trial that crashed, ran out of memory, timed out or stalled.
+        gpus: which GPUs (``"all"``, ``"none"``, ``"free"``, ids).
+        per_gpu: trials sharing a GPU, or ``"auto"``.
+        memory_keys: the parameters that decide a trial's memory.
+        gpu_memory: what a trial needs on its card (``"6GB"``, or a function of the point).
+        memory_fraction: each trial's cap, as a share of its GPU's memory.
+        memory_growth: GPU memory grows instead of a cap.
+        fresh: a new ledger (the old one kept, renamed).
+        skip_failed: failed trials' rows kept, not run again.
+        fail_fast: stop the sweep at the first failed trial.
+        max_failures: stop it once this many in a row failed the same way.
+        dry_run: say what would run; run nothing.
+        metric: the metric that ranks trials, or several (objectives).
+        mode: ``"max"`` or ``"min"``, one per metric.
+        progress: a line per finished trial.
+        prefetch: each slot's next trial process started ahead.
+        start_method: ``"forkserver"`` or ``"spawn"``.
+        backend: ``"local"``, ``"ray"``, ``"slurm"`` or one registered by name.
+        backend_options: the backend's own options group (built from its keywords).
+        search: an adaptive search (``"tpe"``, ``"pbt"``, ... or an Optuna sampler).
+        trials: a search's trials in all.
+        prune: a search's pruner (``"asha"``, ... or an Optuna pruner).
+        pbt: population-based training's settings.
+        constraints: bounds a trial must meet to be ranked.
+        tensorboard: the sweep in TensorBoard's HParams dashboard.
+        mlflow: an MLflow run per trial (True, or a tracking URI).
+        optuna: the sweep as an Optuna study (True, or a storage URL).
+
+    Raises:
+        SweepError: from :meth:`build` and :meth:`checked`, for an unknown name or a bad value,
+            in one line naming the fix.
+
+    Example:
+        >>> from sweeper import Options
+        >>> Options.build({"gpus": "0,2", "timeout": "10m", "metric": "val_accuracy"}).timeout
+        600.0
+        >>> Options.build({"retries": -1})
+        Traceback (most recent call last):
+        ...
+        sweeper.errors.SweepError: retries must be a whole number >= 0, got -1
+    """
 
     #: sweep folder name under ``out`` (default: the module's stem)
     name: str | None = field(default=None, metadata=flag(
@@ -89,7 +95,7 @@ class Options:
         "trials at once (default: the GPU slots, or the CPU count without GPUs; with `--backend slurm`, 32); "
         "`auto`: as many as measured idle cores and the host memory each is predicted to need allow (see "
         "[packing](" + _PACKING + "))",
-        type=_count_or_auto, metavar="N|auto"))
+        type=count_or_auto, metavar="N|auto"))
     host_memory: str | int | None = field(default=None, metadata=flag(
         "the most host memory the trials may take at once, such as `3GB`: each is predicted from measured peaks "
         "(`mem_peak_mb`) and starts while it fits (see [packing](" + _PACKING + "))", metavar="SIZE"))
@@ -105,11 +111,11 @@ class Options:
         action="store_true"))
     timeout: float | None = field(default=None, metadata=flag(
         "kill a trial (and everything it started) after this long: seconds, or `90s`, `10m`, `2h`, `1d`",
-        type=_duration_flag, metavar="DURATION"))
+        type=duration_flag, metavar="DURATION"))
     stall: float | None = field(default=None, metadata=flag(
         "stop a trial (and everything it started) that neither reports an epoch nor writes to its log for this "
         "long, as status `stalled`: seconds, or `90s`, `10m`, `2h`. It catches a hung data loader or a deadlocked "
-        "collective, apart from `--timeout`", type=_duration_flag, metavar="DURATION"))
+        "collective, apart from `--timeout`", type=duration_flag, metavar="DURATION"))
     retries: int = field(default=0, metadata=flag(
         "run a trial that crashed, ran out of memory, timed out or stalled up to N more times (default "
         "`{default}`)", type=int, metavar="N"))
@@ -122,13 +128,13 @@ class Options:
     #: the memory they measurably need allows (:mod:`sweeper.placement.packing`)
     per_gpu: int | str | None = field(default=None, metadata=flag(
         "trials sharing one GPU (default 1); `auto`: as many as fit by the memory each is predicted to need, "
-        "measured as the sweep runs (see [GPUs](gpus.md) and [packing](" + _PACKING + "))", type=_count_or_auto,
+        "measured as the sweep runs (see [GPUs](gpus.md) and [packing](" + _PACKING + "))", type=count_or_auto,
         metavar="N|auto"))
     #: with per_gpu="auto": parameters that decide a trial's GPU memory (points that agree on
     #: them are predicted to need what the first of them measured)
     memory_keys: Sequence[str] | None = field(default=None, metadata=flag(
         "with `--per-gpu auto` (also with `--workers auto` or `--host-memory`): the parameters that decide a "
-        "trial's memory, such as `units,batch_size` (see [packing](" + _PACKING + "))", type=_words,
+        "trial's memory, such as `units,batch_size` (see [packing](" + _PACKING + "))", type=words,
         metavar="KEYS"))
     #: with per_gpu="auto": what each trial needs on its card ("6GB"), or a function of the
     #: point giving it; taken as the prediction until a measurement says more

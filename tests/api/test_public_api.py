@@ -28,9 +28,6 @@ PAGE = os.path.join(ROOT, "docs", "api.md")
 #: Public names whose docstrings do not yet meet the standard, each with why. The list only
 #: shrinks: a test below fails on a name listed here whose docstring meets it.
 PENDING: dict[str, str] = {
-    "sweeper.Options": "model/options.py is being parsed into typed groups; its docstring comes with that",
-    "sweeper.backends.Launch": "what a backend's factory is given, its options among them: documented once the "
-                               "options' typed groups, which change what a factory reads there, are in",
 }
 
 

@@ -18,6 +18,7 @@ import pytest
 from sweeper.errors import SweepError
 from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.protocol import Exited, Result, Traits
+from sweeper.model.settings import Limits
 from sweeper.model.trial import Status, TrialResult
 from sweeper.placement.policy import Anywhere
 from sweeper.run.closing import Closing, Gate, Interrupted
@@ -184,7 +185,8 @@ def _sweep(tmp_path: Any, lives: list[list[tuple[float, Any]]], n: int, capacity
     specs = plan([{"x": i} for i in range(n)], str(tmp_path), seed=0)
     try:
         try:
-            ended: Any = Engine(backend, ledger, clock=backend.clock, **engine).run(specs)
+            limits = Limits(failure_limit=engine.pop("max_failures", None))
+            ended: Any = Engine(backend, ledger, clock=backend.clock, limits=limits, **engine).run(specs)
         except (SweepError, Interrupted) as exc:
             ended = exc
         rows = ledger.results()
