@@ -32,10 +32,20 @@ if HERE not in sys.path:  # spawned children inherit sys.path, so they can impor
     sys.path.insert(0, HERE)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (setup.cfg): three workers for the suite, whatever the machine (a test spends
+    much of its time waiting on the processes it started, so a third file runs in that time on
+    2 cores); two for the fast tier alone (``-m unit``: nothing waits there, and a third worker's
+    start and collection would only add to its seconds)."""
+    return 2 if config.getoption("markexpr") == "unit" else 3
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n 2 --dist loadgroup``, see docs/development.md): a file's tests run
+    """Under pytest-xdist (``-n auto --dist loadgroup``: three workers, see docs/development.md): a file's tests run
     in one worker, in order, so a module's fixture (a trained example, a Ray cluster) starts
-    once; the Ray files share one worker, so two Ray instances never start side by side."""
+    once; the Ray files share one worker, so two Ray instances never start side by side.
+    Three workers on two cores: much of a test's time is spent waiting on the processes it
+    started (imports, Slurm's and Ray's daemons, deadlines), so a third file runs in that time."""
     for item in items:
         name = item.path.stem
         item.add_marker(pytest.mark.xdist_group("ray" if name.startswith("test_ray") else name))
