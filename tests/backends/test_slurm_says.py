@@ -206,7 +206,8 @@ def test_a_killed_drivers_tasks_are_in_status_and_a_ctrl_c_before_they_are_taken
     finally:
         second.process.kill()
     assert second.process.returncode == 130, said
-    assert not tasks() and "cancelled the 3 Slurm tasks an earlier run of this sweep left" in said, said
+    assert "cancelled the 3 Slurm tasks an earlier run of this sweep left" in said, said
+    until(lambda: not tasks(), f"the cancelled tasks leave Slurm's queue (scancel is asynchronous): {said}", 30)
 
 
 def test_a_folder_the_nodes_do_not_see_is_said_in_one_line(slurm, tmp_path):
