@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 from sweeper.backends.ray_options import RayOptions
 from sweeper.backends.slurm.options import SlurmOptions
 from sweeper.errors import SweepError
+from sweeper.system import entrypoints
 
 if TYPE_CHECKING:
     from sweeper.backends.local.server import ForkServer
@@ -305,19 +306,11 @@ def lookup(name: str) -> Registered:
 
 def names() -> list[str]:
     """Every backend name a sweep may use now: registered ones, then installed entry points."""
-    from importlib.metadata import entry_points
-
-    return list(dict.fromkeys([*_BACKENDS, *sorted(e.name for e in entry_points(group=GROUP))]))
+    return list(dict.fromkeys([*_BACKENDS, *entrypoints.names(GROUP)]))
 
 
 def _entry_point(name: str) -> Registered | None:
-    from importlib.metadata import entry_points
-
-    for point in entry_points(group=GROUP, name=name):
-        try:
-            loaded = point.load()
-        except Exception as exc:
-            raise SweepError(f"backend {name!r} ({point.value}, an entry point of {GROUP!r}) did not import: "
-                             f"{type(exc).__name__}: {exc}; fix or uninstall the package that declares it") from None
-        return loaded if isinstance(loaded, Registered) else Registered(loaded)
-    return None
+    loaded = entrypoints.load(GROUP, name, "backend")
+    if loaded is None:
+        return None
+    return loaded if isinstance(loaded, Registered) else Registered(loaded)  # type: ignore[arg-type]

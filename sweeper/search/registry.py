@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from sweeper.errors import SweepError
+from sweeper.system import entrypoints
 
 if TYPE_CHECKING:
     from sweeper.model.options import Options
@@ -226,9 +227,7 @@ def of(search: Any) -> Registered:
 
 def names() -> list[str]:
     """Every search name a sweep may use now: registered ones, then installed entry points."""
-    from importlib.metadata import entry_points
-
-    return list(dict.fromkeys([*_SEARCHES, *sorted(e.name for e in entry_points(group=GROUP))]))
+    return list(dict.fromkeys([*_SEARCHES, *entrypoints.names(GROUP)]))
 
 
 def check_settings(options: Options) -> None:
@@ -251,13 +250,7 @@ def _found(name: Any) -> Registered | None:
 
 
 def _entry_point(name: str) -> Registered | None:
-    from importlib.metadata import entry_points
-
-    for point in entry_points(group=GROUP, name=name):
-        try:
-            loaded = point.load()
-        except Exception as exc:
-            raise SweepError(f"search {name!r} ({point.value}, an entry point of {GROUP!r}) did not import: "
-                             f"{type(exc).__name__}: {exc}; fix or uninstall the package that declares it") from None
-        return loaded if isinstance(loaded, Registered) else Registered(loaded)
-    return None
+    loaded = entrypoints.load(GROUP, name, "search")
+    if loaded is None:
+        return None
+    return loaded if isinstance(loaded, Registered) else Registered(loaded)  # type: ignore[arg-type]

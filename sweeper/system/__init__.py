@@ -6,5 +6,6 @@
   trial's peak host memory;
 * :mod:`~sweeper.system.procs`: everything a trial started, found so that none of it outlives it;
 * :mod:`~sweeper.system.modules`: which installed modules a fork server may import ahead;
-* :mod:`~sweeper.system.environment`: what a sweep ran on, recorded and compared.
+* :mod:`~sweeper.system.environment`: what a sweep ran on, recorded and compared;
+* :mod:`~sweeper.system.entrypoints`: plugins installed here, an entry point group's names, loaded.
 """
