@@ -280,7 +280,7 @@ def test_a_failed_batch_is_summarised_at_once_only_where_the_sweeper_stops_there
     for basic, at_once in ((True, 1), (False, 0)):
         said.clear()
         registered.clear()
-        closing = closing_module.Closing(lambda line: said.append(line) or line)
+        closing = closing_module.MultirunSummary(lambda line: said.append(line) or line)
         closing.started()
         monkeypatch.setattr(closing_module.dataclasses, "replace", lambda outcome, **changes: outcome)
         closing.ended(failed, {"k"}, (None, None), hooked=True, basic=basic)

@@ -20,7 +20,7 @@ from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.trial import Status
 
 
-class Closing:
+class MultirunSummary:
     """The summary of one multirun's batches, said when the multirun may end."""
 
     def __init__(self, words: Callable[[str], str]) -> None:
@@ -68,7 +68,7 @@ class Closing:
             print(self.words(line), flush=True)
 
 
-def hook(callbacks: Any, closing: Closing) -> bool:
+def hook(callbacks: Any, closing: MultirunSummary) -> bool:
     """Have Hydra's end of the multirun say ``closing``'s summary: a callback added to the
     multirun's own (``hydra_context.callbacks``); False where they cannot take one."""
     from hydra.experimental.callback import Callback

@@ -42,7 +42,7 @@ from hydra.errors import CompactHydraException
 
 from sweeper.errors import SweepError
 from sweeper.front.hydra import settings as launcher_settings
-from sweeper.front.hydra.closing import Closing, hook
+from sweeper.front.hydra.closing import MultirunSummary, hook
 from sweeper.front.hydra.jobs import Book, Job, described
 from sweeper.front.hydra.appcode import app_code, changed_line
 from sweeper.front.hydra.returns import check_kept, job_return, made_with, sources_digest
@@ -90,7 +90,7 @@ class Launching:
         self.context = ""  #: the file its jobs load Hydra's context from (its own)
         self.sources: str | None = None  #: what composing its jobs' configs reads, as a digest
         self.code: dict[str, str] = {}  #: the app's own files, each its digest, when it launched
-        self.closing = Closing(in_hydra_words)  #: its summary, said once, when it may end
+        self.closing = MultirunSummary(in_hydra_words)  #: its summary, said once, when it may end
         self.hooked = False  #: whether Hydra's end of the multirun says it (else each batch does)
 
     def launch(self, batch: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
