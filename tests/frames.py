@@ -18,3 +18,15 @@ def most_at_once(df: pd.DataFrame) -> int:
         now[device] = now.get(device, 0) + step
         most = max(most, now[device])
     return most
+
+
+def most_at_once_in(spans: list[tuple[float, float, str]]) -> int:
+    """Most trials running at once on one device, from each trial's own (start, end, device):
+    times the trial's process took itself, not when the sweep heard of it (which a busy
+    machine delays)."""
+    events = [e for start, end, device in spans for e in ((start, 1, device), (end, -1, device))]
+    most, now = 0, {}
+    for _, step, device in sorted(events, key=lambda e: (e[0], e[1])):
+        now[device] = now.get(device, 0) + step
+        most = max(most, now[device])
+    return most

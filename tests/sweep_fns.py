@@ -159,6 +159,7 @@ def gpu_env(params):
     ``board`` (tests/fake_nvml.py), holds ``mb`` of its card until the parent has seen it."""
     import json
 
+    began = time.time()  # its own span, in span.json: when train ran here, whenever the parent heard of it
     env = os.environ
     pin = env["CUDA_VISIBLE_DEVICES"]
     with open(os.path.join(sweeper.current_trial().dir, "seen.json"), "w") as f:
@@ -168,6 +169,8 @@ def gpu_env(params):
 
         fake_nvml.hold(params["board"], params.get("mb", 100))
     time.sleep(params.get("hold", 0.3))
+    with open(os.path.join(sweeper.current_trial().dir, "span.json"), "w") as f:
+        json.dump([began, time.time()], f)
     return {
         "cuda": _index(pin),
         "n_ids": float(len(pin.split(","))),

@@ -15,7 +15,7 @@ import pytest
 import sweeper
 import sweep_fns
 from conftest import run_fake_cli, write_grid
-from frames import most_at_once
+from frames import most_at_once_in
 from sweeper.system.capping import MemoryPolicy, resolve
 from sweeper.system.gpus import inventory
 from sweeper.model.outcome import oom_hint
@@ -233,7 +233,9 @@ def test_unlike_cards_numbered_by_cuda_get_a_warning(fake_nvml, monkeypatch, cap
 def test_uuid_pinning_reaches_each_child_and_its_row(tmp_path, fake_nvml):
     df = sweeper.sweep(sweep_fns.gpu_env, {"x": list(range(8))}, per_gpu=2, out=str(tmp_path), progress=False)
     assert (df.status == "ok").all(), df.error.tolist()
-    assert set(df.device) == {"gpu:0", "gpu:1"} and most_at_once(df) == 2
+    spans = [(*json.loads((tmp_path / "sweep_fns" / "trials" / row.trial / "span.json").read_text()), row.device)
+             for row in df.itertuples()]
+    assert set(df.device) == {"gpu:0", "gpu:1"} and most_at_once_in(spans) == 2
     for row in df.itertuples():
         env = _seen(tmp_path / "sweep_fns", row.trial)
         card = fake_nvml.cards[int(row.device[4:])]
