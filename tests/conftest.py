@@ -40,15 +40,30 @@ def pytest_xdist_auto_num_workers(config):
     return 2 if config.getoption("markexpr") == "unit" else 3
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n auto --dist loadgroup``: three workers, see docs/development.md): a file's tests run
-    in one worker, in order, so a module's fixture (a trained example, a Ray cluster) starts
-    once; the Ray files share one worker, so two Ray instances never start side by side.
+def group_of(nodeid: str) -> str:
+    """The group a test runs in under pytest-xdist: its file's, and one for the Ray files."""
+    stem = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return "ray" if stem.startswith("test_ray") else stem
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``-n auto``: three workers, see docs/development.md): a file's tests run
+    in one worker, in order, so a module's fixture (a trained example, a Slurm or Ray cluster)
+    starts once; the Ray files share one worker, so two Ray instances never start side by side.
     Three workers on two cores: much of a test's time is spent waiting on the processes it
-    started (imports, Slurm's and Ray's daemons, deadlines), so a third file runs in that time."""
-    for item in items:
-        name = item.path.stem
-        item.add_marker(pytest.mark.xdist_group("ray" if name.startswith("test_ray") else name))
+    started (imports, Slurm's and Ray's daemons, deadlines), so a third file runs in that time.
+
+    The groups are given here, to the scheduler, not as ``xdist_group`` marks: pytest-xdist turns
+    a mark into a suffix of the test's id, which pytest 9 no longer lets it change, so every
+    test became a group of its own and a module's fixture started again wherever its tests
+    landed."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return ByFile(config, log)
 
 
 @pytest.fixture(autouse=True)
@@ -74,8 +89,7 @@ def no_stray_processes():
     before = {p.pid for p in me.children(recursive=True)}
     yield
     left = [p for p in me.children(recursive=True) if p.pid not in before and not _helper(p)]
-    gone, alive = psutil.wait_procs(left, timeout=10)
-    alive = [p for p in alive if _running(p)]
+    alive = _still_running(left, within=10)
     for p in alive:
         p.kill()
     assert not alive, f"processes left behind: {[(p.pid, _cmd(p)) for p in alive]}"
@@ -106,6 +120,22 @@ def _helper(p: psutil.Process) -> bool:
     except psutil.Error:
         return False
     return direct and ("multiprocessing.resource_tracker" in cmd or "multiprocessing.forkserver" in cmd)
+
+
+def _still_running(procs: list[psutil.Process], within: float) -> list[psutil.Process]:
+    """Those of ``procs`` still running (a zombie is not: it has ended, and its parent, which is
+    not always this process, reaps it) after at most ``within`` seconds. ``psutil.wait_procs``
+    counts a zombie it cannot reap as running, so a test whose trials' zombies wait for their
+    server to reap them would wait out the whole ``within``."""
+    import time
+
+    deadline = time.monotonic() + within
+    pending = list(procs)
+    while True:  # wait_procs reaps those that are this process's children as they end
+        _, pending = psutil.wait_procs(pending, timeout=0.05)
+        alive = [p for p in pending if _running(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
 
 
 def _running(p: psutil.Process) -> bool:
@@ -200,8 +230,7 @@ def assert_dead(pid: int, timeout: float = 10) -> None:
         p = psutil.Process(pid)
     except psutil.NoSuchProcess:
         return
-    gone, alive = psutil.wait_procs([p], timeout=timeout)
-    alive = [q for q in alive if _running(q)]
+    alive = _still_running([p], within=timeout)
     for q in alive:
         q.kill()
     assert not alive, f"process {pid} outlived its trial"

@@ -18,8 +18,7 @@ from slurm_cluster import driver, sweep_jobs, until
 
 import sweeper
 
-pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"),
-              pytest.mark.xdist_group("slurm"), pytest.mark.slurm]
+pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"), pytest.mark.slurm]
 
 #: A grid file whose trial waits until its release file exists, telling first that it started.
 WAITING = (

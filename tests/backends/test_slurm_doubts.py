@@ -21,8 +21,7 @@ from test_slurm_says import GATED, starts, status, tasks
 
 import sweeper
 
-pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"),
-              pytest.mark.xdist_group("slurm"), pytest.mark.slurm]
+pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"), pytest.mark.slurm]
 
 #: GATED, with the trial's value scaled by a constant of the file (its code, changed between runs).
 SCALED = GATED.replace("return {{'x': float(params['x'])}}", "return {{'y': float(params['x']) * SCALE}}")

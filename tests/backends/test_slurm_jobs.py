@@ -22,8 +22,7 @@ from test_slurm_says import GATED, starts, status, tasks
 
 import sweeper
 
-pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"),
-              pytest.mark.xdist_group("slurm"), pytest.mark.slurm]
+pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"), pytest.mark.slurm]
 
 PAGE = open(os.path.join(ROOT, "docs", "slurm.md"), encoding="utf-8").read()
 

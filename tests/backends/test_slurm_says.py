@@ -21,8 +21,7 @@ from slurm_cluster import driver, nothing_left, slurm, sweep_jobs, until  # noqa
 
 import sweeper
 
-pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"),
-              pytest.mark.xdist_group("slurm"), pytest.mark.slurm]
+pytestmark = [pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-"), pytest.mark.slurm]
 
 #: A grid file whose trial notes each start (its task's id, in its folder's ``starts``), then
 #: waits until ``gate`` exists, or ``gate<x>`` (its own).
