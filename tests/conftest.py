@@ -59,11 +59,28 @@ def pytest_xdist_make_scheduler(config, log):
     landed."""
     from xdist.scheduler import LoadScopeScheduling
 
+    config.option.loadscopereorder = False  # the workers' order holds: pytest_collection_modifyitems
+
     class ByFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid)
 
     return ByFile(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """In a pytest-xdist worker: the groups that start the most processes first (a test not
+    marked unit starts some), each group's tests in their order, so that the files left for the
+    end are cheap ones and no long file starts last while the other workers have finished."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    weight: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for at, item in enumerate(items):
+        group = group_of(item.nodeid)
+        first.setdefault(group, at)
+        weight[group] = weight.get(group, 0) + (item.get_closest_marker("unit") is None)
+    items.sort(key=lambda item: (-weight[group_of(item.nodeid)], first[group_of(item.nodeid)]))
 
 
 @pytest.fixture(autouse=True)

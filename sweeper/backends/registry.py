@@ -229,12 +229,8 @@ def register(name: str, factory: Factory, *, places_trials: bool = False, option
         ...
         sweeper.errors.SweepError: backend name 'two words' is not a plain name; use letters, digits and _
     """
-    if not name.isidentifier():
-        raise SweepError(f"backend name {name!r} is not a plain name; use letters, digits and _")
-    known = _BACKENDS.get(name)
-    if known is not None and known.factory is not factory:
-        raise SweepError(f"a backend named {name!r} is registered already; register yours under another name")
-    _BACKENDS[name] = Registered(factory, places_trials, options)
+    entrypoints.add(_BACKENDS, name, Registered(factory, places_trials, options), "backend",
+                    lambda known, new: known.factory is new.factory)
 
 
 def options(values: Mapping[str, Any], where: str = "sweep()", partial: bool = False) -> Options:

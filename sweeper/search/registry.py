@@ -201,12 +201,8 @@ def register(name: str, sampler: SamplerFactory, *, constraints: bool = False,
         ...
         sweeper.errors.SweepError: search name 'two words' is not a plain name; use letters, digits and _
     """
-    if not name.isidentifier():
-        raise SweepError(f"search name {name!r} is not a plain name; use letters, digits and _")
-    known = _SEARCHES.get(name)
-    if known is not None and known.sampler is not sampler:
-        raise SweepError(f"a search named {name!r} is registered already; register yours under another name")
-    _SEARCHES[name] = Registered(sampler, constraints=constraints, single_objective=single_objective)
+    entrypoints.add(_SEARCHES, name, Registered(sampler, constraints=constraints, single_objective=single_objective),
+                    "search", lambda known, new: known.sampler is new.sampler)
 
 
 def lookup(name: Any) -> Registered:

@@ -7,7 +7,24 @@ said alike.
 
 from __future__ import annotations
 
+from collections.abc import Callable, MutableMapping
+from typing import TypeVar
+
 from sweeper.errors import SweepError
+
+T = TypeVar("T")
+
+
+def add(table: MutableMapping[str, T], name: str, entry: T, kind: str, same: Callable[[T, T], bool]) -> None:
+    """Put ``entry`` in a registry's ``table`` as ``name``: the rule both registries keep (a plain
+    name; a name taken by another only where ``same(known, entry)``, the same factory again).
+    Raises SweepError in one line saying the fix (``kind``: "backend", "search")."""
+    if not name.isidentifier():
+        raise SweepError(f"{kind} name {name!r} is not a plain name; use letters, digits and _")
+    known = table.get(name)
+    if known is not None and not same(known, entry):
+        raise SweepError(f"a {kind} named {name!r} is registered already; register yours under another name")
+    table[name] = entry
 
 
 def names(group: str) -> list[str]:
