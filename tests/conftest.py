@@ -40,6 +40,20 @@ def pytest_xdist_auto_num_workers(config):
     return 2 if config.getoption("markexpr") == "unit" else 3
 
 
+def pytest_configure(config):
+    """Compile sweeper's modules and the tests' helpers once, before any test, where Python
+    writes no bytecode of its own (``PYTHONDONTWRITEBYTECODE``, set on some CI machines):
+    else every process the suite starts that imports sweeper (CLI runs, trials, fork servers,
+    Hydra apps) compiles its ~150 modules again, 0.12 s of a core each. Python still reads
+    bytecode it finds; a module edited later is compiled again as usual."""
+    if not sys.dont_write_bytecode or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import compileall
+
+    for folder in ("sweeper", "hydra_plugins", "tests"):
+        compileall.compile_dir(os.path.join(ROOT, folder), quiet=2)
+
+
 def group_of(nodeid: str) -> str:
     """The group a test runs in under pytest-xdist: its file's, and one for the Ray files."""
     stem = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
