@@ -27,18 +27,19 @@ if TYPE_CHECKING:
 
 
 def run_shown(definition: Definition, words: Callable[[str], str] = str, closing: bool | None = None, *,
-              quiet: bool | None = None, tag: str | None = None, early: ForkServer | None = None) -> Outcome:
+              quiet: bool | None = None, tag: str | None = None, early: ForkServer | None = None,
+              table: bool = True) -> Outcome:
     """:func:`sweeper.run.runner.run` as a front end shows it: the live view (plain lines where
     no terminal; none where ``quiet``, which is ``progress=False`` unless said), then the
     closing summary (its lines through ``words``: a front end's own names for the options;
     ``closing``: whether it is said now, as ``progress`` says unless told: False where the
-    front end says it later). A dry run shows neither. ``tag``, ``early``: the command line's
-    (:func:`sweeper.run.runner.run`)."""
+    front end says it later). A dry run shows neither. ``tag``, ``early``: the command line's;
+    ``table``: False where neither the summary nor the table is read after (:func:`sweeper.run.runner.run`)."""
     opts = definition.options
     quiet = not opts.progress if quiet is None else quiet
     listener = None if opts.dry_run else choose_view(quiet, opts.ranked_by, opts.ranked_mode)
     try:
-        outcome = runner.run(definition, listener=listener, tag=tag, early=early)
+        outcome = runner.run(definition, listener=listener, tag=tag, early=early, table=table)
     finally:
         if listener is not None:
             listener.close()

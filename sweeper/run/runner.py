@@ -119,15 +119,19 @@ def run(
     listener: Callback | None = None,
     tag: str | None = None,
     early: "ForkServer | None" = None,
+    table: bool = True,
 ) -> Outcome:
     """Plan, resume and run a sweep (its :class:`~sweeper.model.definition.Definition`, from any front end). Raises SweepError for bad input, before any trial, or
     for a named metric the first ok trial did not return (the sweep stops there, rows kept).
 
     ``listener``: told what the outputs are (the console's view of it, :mod:`sweeper.front.shown`). ``tag``: the sweep's (:mod:`sweeper.system.procs`),
     where the CLI's grid reader carried it already (and guards it, :func:`sweeper.system.procs.guarded`).
-    ``early``: a fork server the CLI started before it read the grid file (the caller stops it)."""
+    ``early``: a fork server the CLI started before it read the grid file (the caller stops it).
+    ``table``: whether the caller reads the table once the sweep ends (a summary, ``sweep()``'s
+    DataFrame), so pandas is imported while the trials run; False where nothing will (a quiet
+    Hydra multirun), which then never imports it (half a second of a core per run)."""
     sweep = Sweep(definition)
-    sweep.early = early
+    sweep.early, sweep.table = early, table
     if tag is not None or definition.options.dry_run:
         return sweep.run(listener, tag)
     tag = procs.new_tag()
@@ -174,6 +178,7 @@ class Sweep:
                                               definition.what)
         #: a fork server the CLI started before it read the grid file, for the local backend
         self.early: ForkServer | None = None
+        self.table = True  #: whether the table is read once the sweep ends (pandas warmed meanwhile)
         searches.check_settings(options)
         options.check_ranking()
         chosen.check(options)
@@ -317,7 +322,7 @@ class Sweep:
         outputs.each.append(trackers)
         interrupted = None
         end = SweepEnd.FAILED  # unless the engine returns (FINISHED, or FAILED: --fail-fast) or is interrupted
-        warming = _summary_imported() if plan_.to_run else None
+        warming = _summary_imported() if plan_.to_run and self.table else None
         try:
             end = engine.run(scheduler)
         except Interrupted as exc:

@@ -256,13 +256,32 @@ def test_a_mistaken_setting_is_one_line_before_any_job(app, setting, said):
 
 
 @pytest.mark.slow
-def test_batches_of_hydras_sweeper_make_one_table_and_a_changed_config_is_refused(app):
+def test_batches_of_hydras_sweeper_make_one_table_say_one_summary_and_a_changed_config_is_refused(app):
+    """Hydra's sweeper in batches of 2: one table of all 4 jobs, each batch's launch line as
+    Hydra logs its own, one summary of all 4 jobs when the multirun ends, no batch said to
+    resume the earlier ones; a batch with a failed job (where Hydra's basic sweeper stops) is
+    summarised before Hydra's error. The same command again after the config files changed but
+    no job's config did keeps every job; a changed job's config is refused, fresh=true runs all.
+
+    (Two tests once, each starting with its own batched multirun of 4 jobs: one sweep serves both.)"""
     grid = ("lr=0.1,0.01", "model=small,big")
     done = multirun(app, *grid, "hydra.sweeper.max_batch_size=2")
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["first"] for r in recorded(app)] == [0, 0, 2, 2]
     table = pandas.read_csv(app / "sweep" / "results.csv")
     assert list(table.trial) == [0, 1, 2, 3] and list(table.status) == ["ok"] * 4
+    assert done.stdout.count("[HYDRA] sweeper is launching 2 jobs") == 2, done.stdout
+    assert done.stdout.count("trials on record") == 1 and "resumed" not in done.stdout, done.stdout
+    assert "sweeper: 4 of 4 trials on record: 4 ok (4 run this time, " in done.stdout, done.stdout
+    assert done.stdout.rstrip().endswith(f"sweeper: results: {app / 'sweep' / 'results.csv'}"), done.stdout
+
+    failing = multirun(app, "lr=0.1,0.01", "units=16,32", "hydra.sweeper.max_batch_size=2", env={"APP_FAIL": "0.01"},
+                       sweep_dir="failing")  # the second batch fails
+    assert failing.returncode != 0
+    assert failing.stdout.count("trials on record") == 1, failing.stdout
+    assert "sweeper: 4 of 4 trials on record: 2 ok, 2 error (4 run this time, " in failing.stdout, failing.stdout
+    assert "job #2 (lr=0.01 units=16) ended error" in failing.stderr
+
     conf = app / "app" / "conf"
     (conf / "config.yaml").write_text((conf / "config.yaml").read_text() + "# a comment changes no job\n")
     same = multirun(app, *grid)  # the files changed, the jobs' configs did not: every job kept
@@ -312,26 +331,6 @@ def test_a_multirun_again_after_the_apps_code_changed_says_which_kept_jobs_other
     assert [r["value"] for r in recorded(app)[-2:]] == [pytest.approx(10.16), pytest.approx(2.16)]
     settled = multirun(app, "lr=0.1,0.02")
     assert settled.returncode == 0 and said not in settled.stdout and len(runs(app)) == 4, settled.stdout
-
-
-@pytest.mark.slow
-def test_batches_say_one_summary_at_the_end_and_resume_nothing_of_their_own(app):
-    """Hydra's sweeper in batches of 2: each batch's launch line as Hydra logs its own, one
-    summary of all 4 jobs when the multirun ends, no batch said to resume the earlier ones; a
-    batch with a failed job (where Hydra's basic sweeper stops) is summarised before Hydra's error."""
-    grid = ("lr=0.1,0.01", "units=16,32", "hydra.sweeper.max_batch_size=2")
-    done = multirun(app, *grid)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("[HYDRA] sweeper is launching 2 jobs") == 2, done.stdout
-    assert done.stdout.count("trials on record") == 1 and "resumed" not in done.stdout, done.stdout
-    assert "sweeper: 4 of 4 trials on record: 4 ok (4 run this time, " in done.stdout, done.stdout
-    assert done.stdout.rstrip().endswith(f"sweeper: results: {app / 'sweep' / 'results.csv'}"), done.stdout
-
-    failing = multirun(app, *grid, env={"APP_FAIL": "0.01"}, sweep_dir="failing")  # the second batch fails
-    assert failing.returncode != 0
-    assert failing.stdout.count("trials on record") == 1, failing.stdout
-    assert "sweeper: 4 of 4 trials on record: 2 ok, 2 error (4 run this time, " in failing.stdout, failing.stdout
-    assert "job #2 (lr=0.01 units=16) ended error" in failing.stderr
 
 
 def _said(text: str, folder: str) -> list[str]:

@@ -180,7 +180,8 @@ class Launching:
                                 source_of(self.task_function), self._what(), names=tuple(str(j.num) for j in every),
                                 settled=frozenset(j.key for j in self.earlier))
         self.closing.started()
-        outcome = run_shown(definition, in_hydra_words, closing=False)  # the summary: the multirun's (closing)
+        # the summary: the multirun's (closing), said only where progress is (so pandas is needed only then)
+        outcome = run_shown(definition, in_hydra_words, closing=False, table=opts.progress)
         if opts.progress:
             self.closing.ended(outcome, {j.key for j in jobs}, (opts.ranked_by, opts.ranked_mode), self.hooked,
                                basic=_basic_sweeper(self.config))
