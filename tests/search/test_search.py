@@ -19,6 +19,10 @@ from conftest import run_cli, write_grid
 from sweeper.model.trial import Status
 
 SPACE = {"x": sweeper.uniform(0.0, 1.0), "pace": 0.04}
+#: For one worker: its trials run one after another and, with a pruner, each report waits for
+#: the pruner's verdict, so what is pruned (and what the sampler is told) does not depend on how
+#: long an epoch takes; no epoch waits.
+ONE_AT_A_TIME = {**SPACE, "pace": 0.0}
 
 
 class Recording(optuna.samplers.RandomSampler):
@@ -33,11 +37,11 @@ class Recording(optuna.samplers.RandomSampler):
         super().after_trial(study, trial, state, values)
 
 
-def _search(tmp_path, name, **options):
+def _search(tmp_path, name, space=SPACE, **options):
     opts = dict(search="tpe", trials=10, prune="median", metric="loss", workers=2, out=str(tmp_path),
                 name=name, progress=False)
     opts.update(options)
-    return sweeper.sweep(sweep_fns.descent, SPACE, **opts)
+    return sweeper.sweep(sweep_fns.descent, space, **opts)
 
 
 def test_bad_points_are_pruned_early_and_the_study_hears_every_trial(tmp_path):
@@ -60,24 +64,24 @@ def test_bad_points_are_pruned_early_and_the_study_hears_every_trial(tmp_path):
 
 
 def test_the_same_seed_gives_the_same_points_with_one_worker(tmp_path):
-    a = _search(tmp_path, "a", workers=1, trials=6, seed=5, prune=None)
-    b = _search(tmp_path, "b", workers=1, trials=6, seed=5, prune=None)
-    c = _search(tmp_path, "c", workers=1, trials=6, seed=6, prune=None)
+    a = _search(tmp_path, "a", ONE_AT_A_TIME, workers=1, trials=6, seed=5, prune=None)
+    b = _search(tmp_path, "b", ONE_AT_A_TIME, workers=1, trials=6, seed=5, prune=None)
+    c = _search(tmp_path, "c", ONE_AT_A_TIME, workers=1, trials=6, seed=6, prune=None)
     assert a.param_x.tolist() == b.param_x.tolist()
     assert a.param_x.tolist() != c.param_x.tolist()
     assert (a.seed == b.seed).all()  # trial seeds from the sweep's seed and the id
 
 
 def test_a_resumed_search_keeps_its_rows_and_runs_up_to_the_new_count(tmp_path):
-    first = _search(tmp_path, "r", trials=6, workers=1)
-    second = _search(tmp_path, "r", trials=10, workers=1)
+    first = _search(tmp_path, "r", ONE_AT_A_TIME, trials=6, workers=1)
+    second = _search(tmp_path, "r", ONE_AT_A_TIME, trials=10, workers=1)
     assert len(second) == 10
     kept = second.set_index("trial_id").loc[first.trial_id]
     cols = ["status", "param_x", "loss", "started_at", "duration_s", "epoch_reached"]
     pd.testing.assert_frame_equal(kept[cols].reset_index(drop=True), first[cols].reset_index(drop=True))
     new = second[~second.trial_id.isin(first.trial_id)]
     assert len(new) == 4 and (new.started_at > first.started_at.max()).all()
-    third = _search(tmp_path, "r", trials=10, workers=1)
+    third = _search(tmp_path, "r", ONE_AT_A_TIME, trials=10, workers=1)
     pd.testing.assert_frame_equal(third, second)  # nothing more to run
 
 
