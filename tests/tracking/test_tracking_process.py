@@ -87,22 +87,26 @@ def _blocked_sweep(tmp_path, name):
             p.kill()
 
 
-def test_every_trial_reaches_both_trackers_and_the_sweep_never_imports_them(tmp_path):
+def test_every_trial_reaches_both_trackers_and_the_sweep_never_imports_them_nor_a_framework(tmp_path):
     """Hundreds of instant trials: each one in TensorBoard's files and in MLflow's store by
-    the end of the sweep, sent by another process than the sweep's, which imports neither."""
+    the end of the sweep, sent by another process than the sweep's, which imports neither,
+    nor any framework for its trackers (TensorFlow, PyTorch, JAX, Keras: once a test of its own
+    in test_tracking.py, whose sweep in an interpreter of its own was this one's, smaller)."""
     n = 300
     code = ("import os, sys, sweeper, sweep_fns\n"
             f"df = sweeper.sweep(sweep_fns.const, {{'x': list(range({n}))}}, tensorboard=True, mlflow=True, "
             f"out={str(tmp_path)!r}, name='p', progress=False)\n"
             "print(int((df.status == 'ok').sum()))\n"
             "print(os.getpid())\n"
-            "print(sorted(m for m in ('tensorboard', 'mlflow', 'sqlalchemy', 'google.protobuf') if m in sys.modules))")
+            "print(sorted(m for m in ('tensorboard', 'mlflow', 'sqlalchemy', 'google.protobuf') if m in sys.modules))\n"
+            "print(sorted(m for m in ('tensorflow', 'torch', 'jax', 'keras') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, ROOT])}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    ok, pid, imported = proc.stdout.strip().splitlines()[-3:]
+    ok, pid, imported, frameworks = proc.stdout.strip().splitlines()[-4:]
     assert int(ok) == n
     assert imported == "[]"  # the sweep's interpreter: no TensorBoard, no MLflow
+    assert frameworks == "[]"  # nor a framework
     folder = tmp_path / "p"
     writers = _writers(folder)
     assert writers and int(pid) not in writers  # written from elsewhere
