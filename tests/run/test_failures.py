@@ -42,16 +42,28 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def deaths(tmp_path_factory):
+    """One sweep of every case, each beside a trial of its own that succeeds (listed right
+    after it, so the two are started together, two workers): the table and its folder."""
+    out = tmp_path_factory.mktemp("deaths")
+    grid = [{"case": [how], "how": [how, "ok"]} for how, _, _ in CASES]
+    df = sweeper.sweep(sweep_fns.crash, grid, out=str(out), workers=2, timeout=2, progress=False)
+    return df, out / "sweep_fns" / "trials"
+
+
 @pytest.mark.parametrize("how,status,words", CASES, ids=[c[0] for c in CASES])
-def test_each_death_is_a_status_and_others_finish(tmp_path, how, status, words):
-    df = sweeper.sweep(sweep_fns.crash, {"how": [how, "ok"]}, out=str(tmp_path), workers=2,
-                       timeout=2, progress=False)
-    rows = df.set_index("param_how")
+def test_each_death_is_a_status_and_others_finish(deaths, how, status, words):
+    """Every case in one sweep (a module fixture): a death is recorded as its own status
+    while the trial beside it and every other case's trial run on, each to its own status."""
+    df, trials = deaths
+    rows = df[df.param_case == how].set_index("param_how")
+    assert len(df) == 2 * len(CASES) and len(rows) == 2
     assert rows.loc["ok", "status"] == "ok"
     assert rows.loc[how, "status"] == status
     error = rows.loc[how, "error"]
     assert (words in error and "\n" not in error) if words else pd.isna(error)
-    log = tmp_path / "sweep_fns" / "trials" / f"how={how}" / "log.txt"
+    log = trials / rows.loc[how, "trial"] / "log.txt"
     assert log.exists()
     if status == "error" and how == "raise":
         assert "Traceback" in log.read_text()  # the full traceback is in the log
@@ -61,31 +73,49 @@ def test_each_death_is_a_status_and_others_finish(tmp_path, how, status, words):
 
 DAEMON_GRID = """
 from sweep_fns import crash as train
-grid = {{"how": [{how!r}], "x": [1, 2, 3]}}
-options = {{"workers": 2, "timeout": 3, "start_method": {method!r}}}
+grid = {{"how": ["daemon_ok", "daemon_exit", "daemon_sleep"], "x": [1, 2, 3]}}
+options = {{"workers": 3, "timeout": 3, "start_method": {method!r}}}
 """
+
+
+@pytest.fixture(scope="module")
+def daemon_sweeps(tmp_path_factory):
+    """One CLI sweep per start method of every daemon case, three trials each (run once, on
+    the first test that asks): its output, the table and the trials' folder."""
+    done = {}
+
+    def sweep_of(method):
+        if method not in done:
+            tmp = tmp_path_factory.mktemp(f"daemons_{method}")
+            grid = write_grid(tmp, DAEMON_GRID.format(method=method))
+            proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp / "out")],
+                                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                out, err = proc.communicate(timeout=120)  # the daemons sleep 600 s and hold inherited pipes
+            finally:
+                proc.kill()
+            done[method] = (out + err, pd.read_csv(tmp / "out" / "grid" / "results.csv"), tmp / "out" / "grid" / "trials")
+        return done[method]
+
+    return sweep_of
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 @pytest.mark.parametrize("how,status", [("daemon_ok", "ok"), ("daemon_exit", "crashed"),
                                         ("daemon_sleep", "timeout")])
-def test_a_double_forked_daemon_dies_with_its_trial(tmp_path, how, status, method):
+def test_a_double_forked_daemon_dies_with_its_trial(daemon_sweeps, how, status, method):
     """setsid and a double fork leave the trial's group; the sweep still finds and ends it,
     nothing it holds delays the loop, and the caller's captured output closes when the
-    sweep ends, not when the daemon would."""
-    grid = write_grid(tmp_path, DAEMON_GRID.format(how=how, method=method))
-    proc = subprocess.Popen([sys.executable, "-m", "sweeper", grid, "--out", str(tmp_path / "out")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=120)  # the daemons sleep 600 s and hold inherited pipes
-    finally:
-        proc.kill()
-    table = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
-    assert table.status.tolist() == [status] * 3, out + err
+    sweep ends, not when the daemon would. The three cases share one sweep per start method
+    (a module fixture); each reads its own three trials."""
+    said, table, trials = daemon_sweeps(method)
+    assert len(table) == 9, said
+    table = table[table.param_how == how]
+    assert table.status.tolist() == [status] * 3, said
     if status == "timeout":  # timed out on time: no stall of seconds per trial in the loop
         assert (table.duration_s < 3 + 1.5).all(), table.duration_s.tolist()
     for name in table.trial:
-        assert_dead(int((tmp_path / "out" / "grid" / "trials" / name / "daemon.pid").read_text()), timeout=5)
+        assert_dead(int((trials / name / "daemon.pid").read_text()), timeout=5)
 
 
 def test_timeout_kills_grandchildren(tmp_path):
@@ -248,8 +278,12 @@ def test_timeout_kills_a_trial_that_ignores_sigterm(tmp_path, method):
 @pytest.mark.slow
 # Without a timeout too: the scheduler before the engine formatted its timeout message on
 # the way to the SIGKILL, with timeout=None (a TypeError, exit 1 instead of 130).
-@pytest.mark.parametrize("method,timeout", [("spawn", None), ("spawn", "600"), ("forkserver", "600")])
+@pytest.mark.parametrize("method,timeout", [("spawn", None), ("forkserver", "600")])
 def test_ctrl_c_kills_a_trial_that_ignores_sigterm(tmp_path, method, timeout):
+    """Ctrl-C, then SIGKILL after the grace, under each start method, with a timeout and
+    without. Not also spawn with a timeout: the timeout reaches the local backend only as
+    the fork watchdog's (forkserver alone), so spawn's kill is the same with or without one
+    (spawn-None), and the engine's path with a timeout set is forkserver-600's."""
     proc, ignoring = _start_stubborn_sweep(tmp_path, method, *(["--timeout", timeout] if timeout else []))
     deadline = time.monotonic() + STUBBORN_BOUND
     while not ignoring.exists() and proc.poll() is None and time.monotonic() < deadline:
