@@ -44,10 +44,11 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def deaths(tmp_path_factory):
-    """One sweep of every case, each beside a trial of its own that succeeds (listed right
-    after it, so the two are started together, two workers): the table and its folder."""
+    """One sweep of every case (and test_timeout_kills_grandchildren's), each beside a trial
+    of its own that succeeds (listed right after it, so the two are started together, two
+    workers): the table and its trials' folder."""
     out = tmp_path_factory.mktemp("deaths")
-    grid = [{"case": [how], "how": [how, "ok"]} for how, _, _ in CASES]
+    grid = [{"case": [how], "how": [how, "ok"]} for how in [how for how, _, _ in CASES] + ["sleep_grandchild"]]
     df = sweeper.sweep(sweep_fns.crash, grid, out=str(out), workers=2, timeout=2, progress=False)
     return df, out / "sweep_fns" / "trials"
 
@@ -58,7 +59,7 @@ def test_each_death_is_a_status_and_others_finish(deaths, how, status, words):
     while the trial beside it and every other case's trial run on, each to its own status."""
     df, trials = deaths
     rows = df[df.param_case == how].set_index("param_how")
-    assert len(df) == 2 * len(CASES) and len(rows) == 2
+    assert len(df) == 2 * (len(CASES) + 1) and len(rows) == 2
     assert rows.loc["ok", "status"] == "ok"
     assert rows.loc[how, "status"] == status
     error = rows.loc[how, "error"]
@@ -118,11 +119,12 @@ def test_a_double_forked_daemon_dies_with_its_trial(daemon_sweeps, how, status, 
         assert_dead(int((trials / name / "daemon.pid").read_text()), timeout=5)
 
 
-def test_timeout_kills_grandchildren(tmp_path):
-    df = sweeper.sweep(sweep_fns.crash, {"how": ["sleep_grandchild"]}, out=str(tmp_path),
-                       workers=1, timeout=2, progress=False)
-    assert df.status.tolist() == ["timeout"]
-    pid_file = tmp_path / "sweep_fns" / "trials" / "how=sleep_grandchild" / "orphan.pid"
+def test_timeout_kills_grandchildren(deaths):
+    """A case of the crash table's sweep (timeout=2), read from its module fixture."""
+    df, trials = deaths
+    row = df[(df.param_case == "sleep_grandchild") & (df.param_how == "sleep_grandchild")]
+    assert row.status.tolist() == ["timeout"]
+    pid_file = trials / row.trial.item() / "orphan.pid"
     assert_dead(int(pid_file.read_text()))
 
 
