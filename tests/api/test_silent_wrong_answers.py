@@ -138,10 +138,11 @@ def test_cli_another_seed_or_command_exits_2_in_one_line(tmp_path):
 # -- 3. a stop the parent asked for decides the status -----------------------------------
 
 def test_a_trial_that_returns_after_sigterm_is_timeout_not_ok(tmp_path):
-    df = sweeper.sweep(sweep_fns.graceful, {"epochs": [400]}, out=str(tmp_path), timeout=3, progress=False)
+    # 2 s: an epoch takes 0.05 s, the 400 of them 20 s: the timeout comes between, as 3 s did
+    df = sweeper.sweep(sweep_fns.graceful, {"epochs": [400]}, out=str(tmp_path), timeout=2, progress=False)
     assert df.status.tolist() == ["timeout"], df.error.tolist()
     assert 1 <= df.epochs_done[0] < 400  # its partial metrics are kept, never as ok
-    again = sweeper.sweep(sweep_fns.graceful, {"epochs": [400]}, out=str(tmp_path), timeout=3, progress=False)
+    again = sweeper.sweep(sweep_fns.graceful, {"epochs": [400]}, out=str(tmp_path), timeout=2, progress=False)
     assert again.started_at[0] != df.started_at[0]  # resume runs it again
 
 
