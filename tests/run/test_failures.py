@@ -1,7 +1,8 @@
 """Nothing lost, nothing hung: every way a trial dies is a recorded status.
 
-A table of crash cases in the style of loky's tests. Each case runs in a sweep next to
-a trial that succeeds, which must finish ``ok`` whatever its neighbour does.
+A table of crash cases in the style of loky's tests, all in one sweep (a module fixture).
+Each case runs there next to a trial of its own that succeeds, which must finish ``ok``
+whatever its neighbour does.
 """
 
 from __future__ import annotations
