@@ -21,7 +21,7 @@ import pytest
 import sweeper
 from sweeper.store.table import READ_CSV
 import sweep_fns
-from conftest import ROOT, assert_dead, run_cli, write_grid
+from conftest import ROOT, _cmd, _helper, _still_running, assert_dead, run_cli, write_grid
 from waiting_sweep import start_waiting_sweep
 
 CASES = [
@@ -30,7 +30,7 @@ CASES = [
     ("exit3", "crashed", "exit code 3"),
     ("segv", "crashed", "SIGSEGV"),
     ("sigkill", "crashed", "SIGKILL"),
-    ("sleep", "timeout", "timeout of 2s"),
+    ("sleep", "timeout", "timeout of 4s"),
     ("none", "error", "returned None"),
     ("unpicklable", "error", "returned function"),
     ("bad_value", "error", "metric 'acc'"),
@@ -47,10 +47,20 @@ CASES = [
 def deaths(tmp_path_factory):
     """One sweep of every case (and test_timeout_kills_grandchildren's), each beside a trial
     of its own that succeeds (listed right after it, so the two are started together, two
-    workers): the table and its trials' folder."""
+    workers): the table and its trials' folder. What the sweep leaves running fails it here,
+    as the suite's no_stray_processes would fail a test's own sweep."""
     out = tmp_path_factory.mktemp("deaths")
     grid = [{"case": [how], "how": [how, "ok"]} for how in [how for how, _, _ in CASES] + ["sleep_grandchild"]]
-    df = sweeper.sweep(sweep_fns.crash, grid, out=str(out), workers=2, timeout=2, progress=False)
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    # 4 s: what runs beside "memory" (filling 512 MB) is the rest of the table, on a machine
+    # that may be busy; the sleeping cases end on the timeout whatever its length
+    df = sweeper.sweep(sweep_fns.crash, grid, out=str(out), workers=2, timeout=4, progress=False)
+    left = [p for p in me.children(recursive=True) if p.pid not in before and not _helper(p)]
+    alive = _still_running(left, within=10)
+    for p in alive:
+        p.kill()
+    assert not alive, f"processes left behind: {[(p.pid, _cmd(p)) for p in alive]}"
     return df, out / "sweep_fns" / "trials"
 
 
@@ -121,7 +131,7 @@ def test_a_double_forked_daemon_dies_with_its_trial(daemon_sweeps, how, status, 
 
 
 def test_timeout_kills_grandchildren(deaths):
-    """A case of the crash table's sweep (timeout=2), read from its module fixture."""
+    """A case of the crash table's sweep (timeout=4), read from its module fixture."""
     df, trials = deaths
     row = df[(df.param_case == "sleep_grandchild") & (df.param_how == "sleep_grandchild")]
     assert row.status.tolist() == ["timeout"]
