@@ -76,12 +76,10 @@ with open({marks!r}, "a") as f:
 """
 
 
-#: A user's grid file that makes things at its import (random generators, ids, threads,
-#: locks, connections) and whose train, in two of its trials, uses multiprocessing as a plain
-#: script may: what two tests read, of one sweep per start method (:func:`user_module_sweeps`).
-USER_MODULE_GRID = """import multiprocessing as mp
-import os, random, sqlite3, threading, time, uuid
-from concurrent.futures import ProcessPoolExecutor
+def test_what_the_users_module_makes_at_import_is_each_trials_own(tmp_path):
+    """Random generators, ids, threads, locks, connections made at the grid file's import:
+    under the fork server as under spawn, each trial has its own."""
+    grid = write_grid(tmp_path, """import os, random, sqlite3, threading, time, uuid
 import numpy as np
 RNG = np.random.default_rng()
 R = random.Random()
@@ -98,62 +96,20 @@ def _hold():  # a thread of the module's that holds its lock most of the time
 
 threading.Thread(target=_hold, daemon=True).start()
 
-def square(x):
-    return x * x
-
-def _pools():
-    with mp.Pool(2) as pool:
-        default = sum(pool.map(square, range(4)))
-    with ProcessPoolExecutor(2) as ex:
-        executor = sum(ex.map(square, range(4)))
-    with mp.get_context("spawn").Pool(1) as pool:
-        spawned = sum(pool.map(square, range(4)))
-    with mp.get_context("forkserver").Pool(1) as pool:
-        forkserved = sum(pool.map(square, range(4)))
-    return {"default": default, "executor": executor, "spawned": spawned, "forkserved": forkserved}
-
 def train(params):
     with LOCK:
         pass
     DB.execute("select 1")
-    made = {"rng": float(RNG.random()), "r": R.random(), "run_id": int(RUN_ID[:12], 16),
+    return {"rng": float(RNG.random()), "r": R.random(), "run_id": int(RUN_ID[:12], 16),
             "own_import": int(IMPORTED_IN == os.getpid()), "pid": os.getpid()}
-    if params["x"] <= 2:  # these two use multiprocessing
-        made.update(_pools())
-    return made
-
-if __name__ == "__main__":
-    raise SystemExit("the grid file's main block ran in a trial")
 
 grid = {"x": [1, 2, 3, 4, 5, 6]}
-"""
-
-
-@pytest.fixture(scope="module")
-def user_module_sweeps(tmp_path_factory):
-    """USER_MODULE_GRID swept from the CLI once per start method (on the first test that asks):
-    the run and its table."""
-    done = {}
-
-    def sweep_of(method):
-        if method not in done:
-            tmp = tmp_path_factory.mktemp(f"user_module_{method}")
-            grid = write_grid(tmp, USER_MODULE_GRID)
-            r = run_cli(grid, "--out", str(tmp / "out"), "--workers", "2", "--quiet", "--start-method", method,
-                        timeout=180)
-            assert r.returncode == 0, r.stdout + r.stderr
-            done[method] = r, pd.read_csv(tmp / "out" / "grid" / "results.csv", **READ_CSV)
-        return done[method]
-
-    return sweep_of
-
-
-def test_what_the_users_module_makes_at_import_is_each_trials_own(user_module_sweeps):
-    """Random generators, ids, threads, locks, connections made at the grid file's import:
-    under the fork server as under spawn, each trial has its own (the sweeps of a module
-    fixture, which test_train_may_use_multiprocessing_as_a_plain_script_may reads too)."""
+""")
     for method in ("forkserver", "spawn"):
-        _, df = user_module_sweeps(method)
+        r = run_cli(grid, "--out", str(tmp_path / "out"), "--name", method, "--workers", "2", "--quiet",
+                    "--start-method", method, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        df = pd.read_csv(tmp_path / "out" / method / "results.csv", **READ_CSV)
         assert (df.status == "ok").all() and len(df) == 6, df.error.tolist()
         assert (df.own_import == 1).all(), method
         for column in ("rng", "r", "run_id", "pid"):
@@ -392,13 +348,35 @@ grid = {{"x": [1, 2]}}
 
 
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])
-def test_train_may_use_multiprocessing_as_a_plain_script_may(user_module_sweeps, method):
+def test_train_may_use_multiprocessing_as_a_plain_script_may(tmp_path, method):
     """A Pool with the default start method, ProcessPoolExecutor, spawn and forkserver
-    children: each finds the grid file's functions again, as under plain python (trials x=1
-    and x=2 of the module fixture's sweeps, whose grid file's main block exits if it runs)."""
-    r, df = user_module_sweeps(method)
-    df = df[df.param_x <= 2]
-    assert len(df) == 2 and (df.status == "ok").all(), df.error.tolist()
+    children: each finds the grid file's functions again, as under plain python."""
+    grid = write_grid(tmp_path, """import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+
+def square(x):
+    return x * x
+
+def train(params):
+    with mp.Pool(2) as pool:
+        default = sum(pool.map(square, range(4)))
+    with ProcessPoolExecutor(2) as ex:
+        executor = sum(ex.map(square, range(4)))
+    with mp.get_context("spawn").Pool(1) as pool:
+        spawned = sum(pool.map(square, range(4)))
+    with mp.get_context("forkserver").Pool(1) as pool:
+        forkserved = sum(pool.map(square, range(4)))
+    return {"default": default, "executor": executor, "spawned": spawned, "forkserved": forkserved}
+
+if __name__ == "__main__":
+    raise SystemExit("the grid file's main block ran in a trial")
+
+grid = {"x": [1, 2]}
+""")
+    r = run_cli(grid, "--out", str(tmp_path / "out"), "--quiet", "--start-method", method, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv", **READ_CSV)
+    assert (df.status == "ok").all(), df.error.tolist()
     for column in ("default", "executor", "spawned", "forkserved"):
         assert (df[column] == 14).all(), (column, df[column].tolist())
 
