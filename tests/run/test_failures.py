@@ -86,7 +86,7 @@ def test_each_death_is_a_status_and_others_finish(deaths, how, status, words):
 DAEMON_GRID = """
 from sweep_fns import crash as train
 grid = {{"how": ["daemon_ok", "daemon_exit", "daemon_sleep"], "x": [1, 2, 3]}}
-options = {{"workers": 3, "timeout": 3, "start_method": {method!r}}}
+options = {{"workers": 2, "timeout": 3, "start_method": {method!r}}}
 """
 
 
