@@ -105,7 +105,15 @@ class Launcher:
     def new_process(self, slot: Slot, standby: bool = False) -> Spare:
         """Start a worker process for a slot, with the slot's GPU and cap in its environment:
         a fork of the fork server once it is ready, else a spawn process."""
-        forked = not self.no_forks and self.server is not None and self.server.state == "ready"
+        forked = not self.no_forks and self.server is not None and self.server.serving()
+        if forked:
+            try:
+                return self._start(slot, standby, forked=True)
+            except (EOFError, OSError):  # it died just now: spawned instead; settled() says so
+                pass
+        return self._start(slot, standby, forked=False)
+
+    def _start(self, slot: Slot, standby: bool, forked: bool) -> Spare:
         boot = bootstrap.Boot(os.getpid(), self.target, slot.env, standby, check_ppid=not forked,
                               warm=tuple(preload_of(self.target)) if standby and not forked else ())
         env = {**slot.env, contract.SWEEP: self.tag}

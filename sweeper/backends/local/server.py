@@ -137,6 +137,16 @@ class ForkServer:
     def pid(self) -> int | None:
         return self._server.pid if self._owned else None
 
+    def serving(self) -> bool:
+        """Ready and alive now: its pidfd says it has not ended. A fork asked of a server that
+        died since the sweep last looked would make multiprocessing reap it (its cause of death
+        then lost) and start a fresh server of its own in its place."""
+        import select
+
+        if self.state != "ready":
+            return False
+        return self.exit_fd is None or not select.select([self.exit_fd], [], [], 0)[0]
+
     def waits(self) -> list[int]:
         """Descriptors for the sweep's loop: its import's end while it starts, its death
         while it starts or serves."""

@@ -77,9 +77,14 @@ def spawn(ctx: Any, boot: bootstrap.Boot, env: dict[str, str], name: str) -> Spa
     tracker_started()
     parent_conn, child_conn = ctx.Pipe()
     process = ctx.Process(target=bootstrap.main, args=(child_conn, boot), name=name, daemon=False)
-    with procs.environ(env), sigint_held():  # Ctrl-C is the parent's to handle
-        process.start()
-    child_conn.close()
+    try:
+        with procs.environ(env), sigint_held():  # Ctrl-C is the parent's to handle
+            process.start()
+    except BaseException:
+        parent_conn.close()
+        raise
+    finally:
+        child_conn.close()
     return Spare(process, parent_conn, exit_fd(process), dict(env))
 
 
