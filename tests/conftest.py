@@ -103,11 +103,20 @@ def sweeper_lines_reach_caplog():
     on to the root logger (an application's handlers there would print them twice) the
     first time it runs in a process; caplog reads at the root. That handler is put in place
     here first, with the lines going on, so a test's caplog sees them whatever ran before
-    it in this process (alone, or first in its worker, such a test saw nothing)."""
+    it in this process (alone, or first in its worker, such a test saw nothing).
+
+    A handler an earlier test's library left on the root logger, writing to that test's
+    captured stream (closed since), is taken off first: else each line printed a logging
+    error whose "Arguments:" line repeats it in the next tests' output (a file run after
+    the Ray or Hydra files in the same worker saw its one line twice)."""
     import logging
 
     from sweeper.front.messages import show_messages
 
+    for logger in (logging.getLogger(), logging.getLogger("sweeper")):
+        for handler in list(logger.handlers):
+            if getattr(getattr(handler, "stream", None), "closed", False):
+                logger.removeHandler(handler)
     show_messages()
     logging.getLogger("sweeper").propagate = True
     yield

@@ -108,12 +108,14 @@ def test_command_trials_run_on_ray(tmp_path):
 
 @pytest.mark.timeout(120)  # a trial that is never ended would hold the sweep for ever
 def test_a_trial_that_ignores_sigterm_times_out(tmp_path):
+    """6 s: room for the trial and the Python child it starts to ignore SIGTERM on a busy
+    machine (2 s was not, beside two CPU burners); then both sleep 600 s, ignoring it."""
     df = sweeper.sweep(sweep_fns.stubborn, {"x": [1], "pids_to": [str(tmp_path)]}, backend="ray", gpus="none",
-                       timeout=2, out=str(tmp_path / "out"), progress=False)
+                       timeout=6, out=str(tmp_path / "out"), progress=False)
     assert df.status.tolist() == ["timeout"], df.error.tolist()
-    assert "timeout of 2s" in df.error[0]
+    assert "timeout of 6s" in df.error[0]
     ignoring = tmp_path / "ignoring"
-    assert ignoring.exists(), "the trial did not get to ignore SIGTERM within its 2 s"
+    assert ignoring.exists(), "the trial did not get to ignore SIGTERM within its 6 s"
     for pid in [int(p) for p in ignoring.read_text().split()]:  # the trial, then its child
         assert_dead(pid, timeout=10)
 
