@@ -14,8 +14,8 @@
     close(state)   ──stdin: the end, then EOF─────>  a last look, the trackers closed; exit
 
 The parent only starts the process, answers its rare questions from a thread that
-sleeps in a read, and at the end tells it how the sweep ended and waits, at most a
-minute (Ctrl-C ends the wait). A tracker's work (protocol buffers, MLflow's store)
+sleeps in a read, and at the end tells it how the sweep ended and waits while it makes
+headway, giving up after a minute with none (Ctrl-C ends the wait). A tracker's work (protocol buffers, MLflow's store)
 never shares the engine's interpreter, and the parent never imports TensorBoard or
 MLflow. The process:
 
@@ -53,8 +53,13 @@ from sweeper.tracking import Domain, SweepInfo, Tracker
 
 log = logging.getLogger("sweeper")
 
-#: Seconds the sweep waits at its end for the last outcomes to be sent (Ctrl-C ends it).
+#: Seconds the sweep waits at its end for the trackers' process while it makes no headway
+#: (sends nothing and, where the sweep can tell, uses next to no CPU): a process still sending
+#: is waited for however long it takes on a busy machine; Ctrl-C ends the wait.
 END_WAIT_S = 60.0
+#: CPU seconds in which the trackers' process shows it is still working (its threads that
+#: wait on a server use a little now and then; one look at a large sweep takes seconds).
+WORKING_CPU_S = 0.5
 #: The trackers' process's niceness, added to the sweep's, where it cannot be an idle
 #: task (below): a nice-19 process still gets a few percent of a core beside the trials.
 NICE = 19
@@ -93,6 +98,7 @@ class TrackerProcess:
         self._ending = False
         self._lock = threading.Lock()
         self._told = threading.Event()  # the sweep was sent: anything else comes after it
+        self._moved = time.monotonic()  # when the process last sent anything
         self._err: IO[bytes] = tempfile.TemporaryFile()
         try:
             self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
@@ -142,6 +148,7 @@ class TrackerProcess:
             self._lost()
 
     def _on(self, message: dict[str, Any]) -> None:
+        self._moved = time.monotonic()
         if "log" in message:
             level, text = message["log"]
             log.log(int(level), "%s", text)
@@ -200,10 +207,10 @@ class TrackerProcess:
         return f"{what}: {lines[-1][:300]}" if lines else what
 
     def close(self, state: SweepEnd, timeout: float | None = None) -> None:
-        """Tell the process how the sweep ended (``state``)
-        and wait, at most ``timeout`` seconds (:data:`END_WAIT_S`; Ctrl-C ends the wait),
-        for the last outcomes to be sent; what is not sent by then is said in one line,
-        with the export that finishes it."""
+        """Tell the process how the sweep ended (``state``) and wait for the last outcomes
+        to be sent, for as long as it makes headway: the wait ends once it has made none for
+        ``timeout`` seconds (:data:`END_WAIT_S`), or at Ctrl-C. What is not sent by then is
+        said in one line, with the export that finishes it."""
         if self._proc is None:
             return
         timeout = END_WAIT_S if timeout is None else timeout
@@ -215,11 +222,11 @@ class TrackerProcess:
             with self._lock, contextlib.suppress(OSError):
                 assert self._proc.stdin is not None
                 self._proc.stdin.close()
-            code = self._proc.wait(timeout)
+            code = self._wait_while_it_moves(timeout)
             if code != 0:
                 why = self._why(code)
         except subprocess.TimeoutExpired:
-            why = f"still sending after {timeout:.0f}s"
+            why = f"no headway in {timeout:.0f}s"
         except KeyboardInterrupt:
             why = "its wait was ended by Ctrl-C"
         if self._proc.poll() is None:
@@ -239,6 +246,27 @@ class TrackerProcess:
         for stream in (self._proc.stdout, self._err):
             if stream is not None:
                 stream.close()
+
+    def _wait_while_it_moves(self, patience: float) -> int:
+        """The process's exit code, once it ends; ``TimeoutExpired`` once it has sent nothing
+        and used under :data:`WORKING_CPU_S` of CPU in ``patience`` seconds (a tracking
+        server that does not answer). On a busy machine its last look can take minutes of
+        wall time and send nothing until it ends: that is headway too, as its CPU time shows."""
+        from sweeper.system import procs
+
+        assert self._proc is not None
+        cpu, moved = procs.cpu_seconds(self._proc.pid), time.monotonic()
+        while True:
+            now_cpu = procs.cpu_seconds(self._proc.pid)
+            if now_cpu is not None and cpu is not None and now_cpu >= cpu + WORKING_CPU_S:
+                cpu, moved = now_cpu, time.monotonic()
+            still = time.monotonic() - max(moved, self._moved)
+            if still >= patience:
+                raise subprocess.TimeoutExpired(self._proc.args, patience)
+            try:
+                return self._proc.wait(min(patience - still, 1.0))
+            except subprocess.TimeoutExpired:
+                continue
 
     def _on_record(self) -> int | None:
         """How many trials the ledger holds (what a tracker shows once all is sent)."""

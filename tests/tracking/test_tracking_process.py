@@ -175,13 +175,35 @@ def test_what_is_not_sent_when_the_wait_ends_is_one_line_naming_the_export_that_
     folder = tmp_path / "w"
     warnings = said.lines
     assert len(warnings) == 1, warnings
-    assert " of 20 trials sent" in warnings[0] and "still sending after 0s" in warnings[0]
+    assert " of 20 trials sent" in warnings[0] and "no headway in 0s" in warnings[0]
     assert warnings[0].endswith(f"finish it with: python -m sweeper export {folder} --mlflow")
     assert not [f for f in os.listdir(folder) if f.endswith(".part")]  # nothing left half made
     proc = run_cli("export", str(folder), "--mlflow")
     assert proc.returncode == 0, proc.stderr
     parents, runs = mlflow_runs(local_uri(folder), "w")
     assert len(parents) == 1 and len(runs) == 20 and {r.info.status for r in runs} == {"FINISHED"}
+
+
+def test_the_end_waits_for_a_trackers_process_that_still_works_however_long(tmp_path, monkeypatch):
+    """The end's wait runs out only while the trackers' process makes no headway: one that is
+    still importing MLflow and sending (its CPU time grows) is waited for, past the patience.
+    A wait of a fixed minute left MLflow's runs RUNNING in this suite beside two CPU burners."""
+    import sweeper.tracking.process as process
+
+    monkeypatch.setattr(process, "END_WAIT_S", 2.0)  # under MLflow's import alone (2.3 s of a core)
+    monkeypatch.setattr(process, "WORKING_CPU_S", 0.05)  # a twentieth of a core over that: still working
+    said = _Said()
+    logging.getLogger("sweeper").addHandler(said)
+    try:
+        df = sweeper.sweep(sweep_fns.const, {"x": list(range(20))}, mlflow=True, out=str(tmp_path), name="s",
+                           progress=False)
+    finally:
+        logging.getLogger("sweeper").removeHandler(said)
+    assert (df.status == "ok").all()
+    assert said.lines == []
+    parents, runs = mlflow_runs(local_uri(tmp_path / "s"), "s")
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    assert sorted((int(r.data.params["x"]), r.info.status) for r in runs) == [(x, "FINISHED") for x in range(20)]
 
 
 @contextlib.contextmanager
