@@ -100,6 +100,21 @@ class SweepInfo:
     #: several metrics optimised at once, each with its mode (``(("acc", "max"), ("size", "min"))``)
     objectives: tuple[tuple[str, str], ...] = ()
 
+    def to_json(self) -> dict[str, Any]:
+        """The sweep as JSON, for the trackers' process (:meth:`from_json` reads it)."""
+        return {"name": self.name, "folder": self.folder, "uid": self.uid, "metric": self.metric,
+                "mode": self.mode, "search": self.search, "objectives": [list(o) for o in self.objectives],
+                "domains": {k: [list(d.values), d.low, d.high, d.optuna, d.partial] for k, d in self.domains.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SweepInfo:
+        """The sweep :meth:`to_json` wrote."""
+        domains = {k: Domain(values=tuple(values), low=low, high=high, optuna=optuna, partial=partial)
+                   for k, (values, low, high, optuna, partial) in data["domains"].items()}
+        return cls(name=data["name"], folder=data["folder"], uid=data["uid"], domains=domains,
+                   metric=data["metric"], mode=data["mode"], search=data["search"],
+                   objectives=tuple((m, d) for m, d in data["objectives"]))
+
 
 class Tracker(Protocol):
     """A place a sweep is shown. Methods may raise: the mirror says so once and drops it."""

@@ -113,7 +113,7 @@ class TrackerProcess:
                         ", ".join(t.label for t in self.all), exc, folder, " ".join(t.flag for t in self.all))
             return
         header = {"parent": os.getpid(), "folder": folder, "tensorboard": bool(options.get("tensorboard")),
-                  "mlflow": options.get("mlflow"), "optuna": options.get("optuna"), "info": _info_json(info),
+                  "mlflow": options.get("mlflow"), "optuna": options.get("optuna"), "info": info.to_json(),
                   "nice": NICE, "level": log.getEffectiveLevel()}
         self._reader = threading.Thread(target=self._read, args=(header,), name="sweeper-trackers", daemon=True)
         self._reader.start()
@@ -316,20 +316,6 @@ def _count(progress: tuple[int, int] | None, total: int | None) -> str:
     return f"{sent:,} of {total:,} trials sent" if total is not None else f"{sent:,} trials sent"
 
 
-def _info_json(info: SweepInfo) -> dict[str, Any]:
-    return {"name": info.name, "folder": info.folder, "uid": info.uid, "metric": info.metric, "mode": info.mode,
-            "search": info.search, "objectives": [list(o) for o in info.objectives],
-            "domains": {k: [list(d.values), d.low, d.high, d.optuna, d.partial] for k, d in info.domains.items()}}
-
-
-def _info(data: Mapping[str, Any]) -> SweepInfo:
-    domains = {k: Domain(values=tuple(values), low=low, high=high, optuna=optuna, partial=partial)
-               for k, (values, low, high, optuna, partial) in data["domains"].items()}
-    return SweepInfo(name=data["name"], folder=data["folder"], uid=data["uid"], domains=domains,
-                     metric=data["metric"], mode=data["mode"], search=data["search"],
-                     objectives=tuple((m, d) for m, d in data["objectives"]))
-
-
 # -- the process's side -------------------------------------------------------------------
 
 
@@ -399,7 +385,7 @@ def main() -> int:
 
     trackers = make(SimpleNamespace(tensorboard=header["tensorboard"], mlflow=header["mlflow"],
                                     optuna=header.get("optuna")), folder)
-    mirrors = [Mirror(folder, [t], _info(header["info"]), specs) for t in trackers]
+    mirrors = [Mirror(folder, [t], SweepInfo.from_json(header["info"]), specs) for t in trackers]
     told: dict[int, tuple[int, int]] = {}
 
     def after(mirror: Mirror) -> None:  # from a tracker's thread, after each look
