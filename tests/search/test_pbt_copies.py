@@ -96,18 +96,13 @@ def _killed(tmp_path: Path, args: list[str], moment: str) -> Path:
     return Path(killed_at.read_text())
 
 
-@pytest.mark.parametrize("moment", ["journal", "landed", "recorded"])
-def test_a_sweep_killed_between_a_copy_and_its_record_resumes_with_the_lineage_right(tmp_path, moment):
+def _resumed_with_the_lineage_right(folder: Path, killed_at: Path, again: subprocess.CompletedProcess) -> None:
+    """The resume of a sweep killed at ``killed_at`` (a copy's published folder) finished it
+    with the lineage right, a replay that matches, and nothing published left."""
     from sweeper.front import replay
 
-    args = _grid(tmp_path)
-    killed_at = _killed(tmp_path, args, moment)
     tid, epoch = killed_at.parent.name, int(killed_at.name)
-    assert Path(f"{killed_at}.copy").exists()  # the copy's journal entry: the resume completes it
-    again = subprocess.run([sys.executable, "-m", "sweeper", *args], cwd=ROOT, capture_output=True, text=True,
-                           env=_env(), timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
-    folder = tmp_path / "out" / "grid"
     df = pd.read_csv(folder / "results.csv")
     assert list(df["status"]) == ["ok"] * 4, df["error"].tolist()
     hist = pd.read_csv(folder / "history.csv")
@@ -126,9 +121,24 @@ def test_a_sweep_killed_between_a_copy_and_its_record_resumes_with_the_lineage_r
     assert not (folder / ".pbt").exists() and _leftovers(folder) == []  # over: nothing published stays
 
 
+@pytest.mark.parametrize("moment", ["journal", "recorded"])
+def test_a_sweep_killed_between_a_copy_and_its_record_resumes_with_the_lineage_right(tmp_path, moment):
+    """(The kill as the copy lands, ``landed``, is the next test's, which adds half-built
+    copies before the same resume and checks it the same way.)"""
+    args = _grid(tmp_path)
+    killed_at = _killed(tmp_path, args, moment)
+    assert Path(f"{killed_at}.copy").exists()  # the copy's journal entry: the resume completes it
+    again = subprocess.run([sys.executable, "-m", "sweeper", *args], cwd=ROOT, capture_output=True, text=True,
+                           env=_env(), timeout=300)
+    _resumed_with_the_lineage_right(tmp_path / "out" / "grid", killed_at, again)
+
+
 def test_what_a_killed_copy_half_built_is_removed_by_the_resume(tmp_path):
+    """Killed as a copy lands, before its record: the resume removes what was half built and
+    completes the copy with the lineage right (one sweep for both, each a few CPU seconds)."""
     args = _grid(tmp_path)
     landed = _killed(tmp_path, args, "landed")
+    assert Path(f"{landed}.copy").exists()  # the copy's journal entry: the resume completes it
     folder = tmp_path / "out" / "grid"
     assert len(list(landed.parent.glob(f".{landed.name}.old.*"))) == 1  # the kill left the old one aside
     for where in (landed.parent, folder / "trials" / "member_0"):  # and, as a kill mid-copy would, half a copy
@@ -136,8 +146,7 @@ def test_what_a_killed_copy_half_built_is_removed_by_the_resume(tmp_path):
     said_all = [a for a in args if a != "--quiet"]  # (its info lines too)
     again = subprocess.run([sys.executable, "-m", "sweeper", *said_all], cwd=ROOT,
                            capture_output=True, text=True, env=_env(), timeout=300)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert _leftovers(folder) == []
+    _resumed_with_the_lineage_right(folder, landed, again)
     said = [line for line in again.stdout.splitlines() if "published" in line]
     assert said and "removed" in said[0] and "trials/<member>/checkpoint" in said[0], again.stdout
 
