@@ -101,8 +101,16 @@ def test_a_command_trial_replays_and_an_edited_script_is_named(tmp_path):
     assert "train.py: sha256 " in edited.stdout and "what differs from when it ran" in edited.stdout
 
 
-def test_an_edited_grid_file_is_named_and_a_changed_package_is_said_on_resume(tmp_path):
-    grid = write_grid(tmp_path, "from sweep_fns import tradeoff as train\ngrid = {'units': [4], 'lr': [0.1]}\n")
+def test_an_edited_grid_file_is_named_a_row_replays_as_its_run_made_it_and_a_changed_package_is_said(tmp_path):
+    """An edit of the grid file is named by replay and status. A later run that trains nothing
+    (every row kept) but has other code and options leaves each row's record alone: the replay
+    follows the run that made the row, and says the code changed since. A resume says which
+    package versions changed since the last run.
+
+    (Two tests once, each sweeping a grid file of its own and editing it: one sweep serves both,
+    its file edited first by a comment, which replays within the tolerance, then in its code.)"""
+    grid = write_grid(tmp_path, "def train(p):\n    return {'y': p['x'] * 3.0}\n"
+                                "grid = {'x': [1, 2]}\n")
     out = str(tmp_path / "out")
     assert run_cli(grid, "--out", out, "--quiet").returncode == 0
     with open(grid, "a") as f:
@@ -112,6 +120,26 @@ def test_an_edited_grid_file_is_named_and_a_changed_package_is_said_on_resume(tm
     assert "code: grid.py was edited (sha256 " in done.stdout
     status = run_cli("status", os.path.join(out, "grid"))
     assert "(edited since: sha256 now " in status.stdout, status.stdout
+    earlier = set(os.listdir(os.path.join(out, "grid-replay")))
+    with open(grid) as f:
+        text = f.read()
+    with open(grid, "w") as f:
+        f.write(text.replace("* 3.0", "* 4.0"))
+    again = run_cli(grid, "--out", out, "--deterministic", "--start-method", "spawn")
+    assert again.returncode == 0 and "0 run this time" in again.stdout, again.stdout
+    status = run_cli("status", os.path.join(out, "grid"))
+    assert "2 trials ran in an earlier run of the sweep: code: grid.py was edited" in status.stdout, status.stdout
+    done = run_cli("replay", os.path.join(out, "grid"), "x=1", "--quiet")
+    assert done.returncode == 1, done.stdout  # today's code gives 4.0, the row says 3.0
+    assert _table(done.stdout)[("x=1", "y")][:2] == ["3", "4"]
+    assert "code: grid.py was edited" in done.stdout
+    (folder,) = set(os.listdir(os.path.join(out, "grid-replay"))) - earlier
+    ledger = Ledger(os.path.join(out, "grid-replay", folder), readonly=True)
+    try:
+        env = ledger.facts().environment
+    finally:
+        ledger.close()
+    assert env["start_method"] == "forkserver" and env["deterministic"] is False  # as the row's run, not the last
     with sqlite3.connect(os.path.join(out, "grid", "ledger.sqlite")) as db:  # as if numpy were older then
         env = json.loads(db.execute("SELECT value FROM meta WHERE key = 'environment'").fetchone()[0])
         now = env["packages"]["numpy"]
@@ -227,35 +255,6 @@ def test_every_metric_is_compared_nan_and_inf_included_and_one_only_the_replay_g
     assert apart[-1].recorded is None  # only the replay has it: the code changed
     gone = drifts({"a": 1.0}, [None])  # the replay did not end with a row
     assert not gone[0].within(1e9)
-
-
-def test_a_row_replays_as_its_own_run_made_it_not_as_the_last_run(tmp_path):
-    """A later run that trains nothing (every row kept) but has other code and options leaves
-    each row's record alone: the replay follows the run that made the row, and says the code
-    changed since."""
-    grid = write_grid(tmp_path, "def train(p):\n    return {'y': p['x'] * 3.0}\n"
-                                "grid = {'x': [1, 2]}\n")
-    out = str(tmp_path / "out")
-    assert run_cli(grid, "--out", out, "--quiet").returncode == 0
-    with open(grid) as f:
-        text = f.read()
-    with open(grid, "w") as f:
-        f.write(text.replace("* 3.0", "* 4.0"))
-    again = run_cli(grid, "--out", out, "--deterministic", "--start-method", "spawn")
-    assert again.returncode == 0 and "0 run this time" in again.stdout, again.stdout
-    status = run_cli("status", os.path.join(out, "grid"))
-    assert "2 trials ran in an earlier run of the sweep: code: grid.py was edited" in status.stdout, status.stdout
-    done = run_cli("replay", os.path.join(out, "grid"), "x=1", "--quiet")
-    assert done.returncode == 1, done.stdout  # today's code gives 4.0, the row says 3.0
-    assert _table(done.stdout)[("x=1", "y")][:2] == ["3", "4"]
-    assert "code: grid.py was edited" in done.stdout
-    (folder,) = os.listdir(os.path.join(out, "grid-replay"))
-    ledger = Ledger(os.path.join(out, "grid-replay", folder), readonly=True)
-    try:
-        env = ledger.facts().environment
-    finally:
-        ledger.close()
-    assert env["start_method"] == "forkserver" and env["deterministic"] is False  # as the row's run, not the last
 
 
 def test_replays_started_in_the_same_second_never_share_a_folder(tmp_path):
