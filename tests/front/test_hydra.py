@@ -114,35 +114,16 @@ def test_the_sweep_folder_is_a_sweepers_results_status_and_load_read_it(app):
 
 
 @pytest.mark.slow
-def test_one_number_returned_ranks_no_job_until_hydra_launcher_mode_says_which_way_is_better(app):
-    """A task function returning one float (an accuracy, say) is the metric ``value``, whose name
-    says no direction: listed in job order, never ranked nor called best, until the mode is given."""
+def test_a_failed_job_is_said_with_its_log_the_same_command_runs_only_it_and_one_number_ranks_no_job_until_told(app):
+    """A failed job is said as it ends, with its log; the same command again runs only it, a
+    job of the multirun alone is kept, a new job takes a number no job had. A task function
+    returning one float (an accuracy, say) is the metric ``value``, whose name says no
+    direction: listed in job order, never ranked nor called best, until the mode is given.
+
+    (Two tests once, each with its own multirun ``lr=0.1,0.01`` of jobs returning one float:
+    the one that runs the failed job again serves both.)"""
     import sweeper
 
-    done = multirun(app, "lr=0.1,0.01")  # values 1.16 and 0.26: the higher, job 0, is the better here
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert ("sweeper: not ranked: 'value' does not say by its name whether higher or lower is better; give "
-            "hydra.launcher.mode=max or hydra.launcher.mode=min to rank by it, or hydra.launcher.metric to rank "
-            "by another\n") in done.stdout, done.stdout
-    listed = done.stdout.split("sweeper: first 2 of 2 ok trials, in grid order (not ranked):\n")[1].splitlines()
-    assert [line.split()[0] for line in listed[1:3]] == ["0", "1"], done.stdout
-    assert "(min)" not in done.stdout and "assumed" not in done.stdout
-    status = subprocess.run([sys.executable, "-m", "sweeper", "status", str(app / "sweep")],
-                            capture_output=True, text=True, timeout=120)
-    assert status.returncode == 0 and "best" not in status.stdout, status.stdout + status.stderr
-    assert sweeper.load(str(app / "sweep")).attrs["mode"] is None
-
-    told = multirun(app, "lr=0.1,0.01", "hydra.launcher.mode=max")  # the jobs kept, now ranked
-    assert told.returncode == 0 and len(runs(app)) == 2, told.stderr[-3000:]
-    ranked = told.stdout.split("sweeper: top 2 by value (max):\n")[1].splitlines()
-    assert [line.split()[0] for line in ranked[1:3]] == ["0", "1"], told.stdout
-    status = subprocess.run([sys.executable, "-m", "sweeper", "status", str(app / "sweep")],
-                            capture_output=True, text=True, timeout=120)
-    assert "best so far: value = 1.16 (max): 0\n" in status.stdout, status.stdout + status.stderr
-
-
-@pytest.mark.slow
-def test_a_failed_job_is_said_with_its_log_and_the_same_command_runs_only_it_again(app):
     failed = multirun(app, "lr=0.1,0.01", env={"APP_FAIL": "0.01"})
     assert failed.returncode != 0  # Hydra's sweeper sees the job failed
     assert "error       1  ValueError: lr=0.01 diverged" in failed.stdout  # said when it happened,
@@ -159,6 +140,25 @@ def test_a_failed_job_is_said_with_its_log_and_the_same_command_runs_only_it_aga
     assert (app / "sweep" / "0" / "seen.json").read_text() == first  # a finished job's folder: untouched
     assert [r["status"] for r in recorded(app)[2:]] == ["COMPLETED", "COMPLETED"]
     assert recorded(app)[2]["value"] == pytest.approx(1.16)  # the kept job's own return value
+    # values 1.16 and 0.26: the higher, job 0, is the better here
+    assert ("sweeper: not ranked: 'value' does not say by its name whether higher or lower is better; give "
+            "hydra.launcher.mode=max or hydra.launcher.mode=min to rank by it, or hydra.launcher.metric to rank "
+            "by another\n") in again.stdout, again.stdout
+    listed = again.stdout.split("sweeper: first 2 of 2 ok trials, in grid order (not ranked):\n")[1].splitlines()
+    assert [line.split()[0] for line in listed[1:3]] == ["0", "1"], again.stdout
+    assert "(min)" not in again.stdout and "assumed" not in again.stdout
+    status = subprocess.run([sys.executable, "-m", "sweeper", "status", str(app / "sweep")],
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0 and "best" not in status.stdout, status.stdout + status.stderr
+    assert sweeper.load(str(app / "sweep")).attrs["mode"] is None
+
+    told = multirun(app, "lr=0.1,0.01", "hydra.launcher.mode=max")  # the jobs kept, now ranked
+    assert told.returncode == 0 and len(runs(app)) == 3, told.stderr[-3000:]
+    ranked = told.stdout.split("sweeper: top 2 by value (max):\n")[1].splitlines()
+    assert [line.split()[0] for line in ranked[1:3]] == ["0", "1"], told.stdout
+    status = subprocess.run([sys.executable, "-m", "sweeper", "status", str(app / "sweep")],
+                            capture_output=True, text=True, timeout=120)
+    assert "best so far: value = 1.16 (max): 0\n" in status.stdout, status.stdout + status.stderr
 
     alone = multirun(app, "lr=0.01")  # one job of the multirun again, alone: kept, nothing runs
     assert alone.returncode == 0 and len(runs(app)) == 3, alone.stderr[-3000:]
