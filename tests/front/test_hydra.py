@@ -62,8 +62,16 @@ def job_files(folder) -> set[str]:
 
 
 @pytest.mark.slow
-def test_each_job_runs_in_a_fresh_process_and_leaves_what_the_basic_launcher_leaves(app):
-    done = multirun(app, "lr=0.1,0.01", "units=16,32", "hydra.launcher.workers=2")
+def test_each_job_runs_in_a_fresh_process_on_a_card_of_its_own_leaving_what_the_basic_launcher_leaves(app, fake_nvml):
+    """Each job a fresh process pinned to the card its row names, its folder as Hydra's basic
+    launcher leaves it. (Two tests once, each with its own multirun of 4 jobs: on the CPU with
+    hydra.launcher.workers=2, and on the fake machine's two cards, whose two slots are two
+    workers. One on the two cards serves both: what a job's folder holds and the process it
+    runs in do not depend on its card.)"""
+    uuids = {f"gpu:{i}": card.uuid for i, card in enumerate(fake_nvml.cards)}
+    env = {"SWEEPER_FAKE_NVML": fake_nvml.to_json(),
+           "PYTHONPATH": os.pathsep.join([os.path.join(HERE, "fake_machine"), os.environ.get("PYTHONPATH", "")])}
+    done = multirun(app, "lr=0.1,0.01", "units=16,32", env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     basic = multirun(app, "lr=0.1,0.01", "units=16,32", launcher="basic", sweep_dir="basic")
     assert basic.returncode == 0, basic.stderr[-3000:]
@@ -87,6 +95,10 @@ def test_each_job_runs_in_a_fresh_process_and_leaves_what_the_basic_launcher_lea
         assert seen(app, num)["num"] == num
     assert len(pids) == 4 and len({seen(app, n, "basic")["pid"] for n in range(4)}) == 1  # fresh, vs one
     assert "sweeper is launching 4 jobs" in done.stdout and "#3 : lr=0.01 units=32" in done.stdout
+    table = pandas.read_csv(app / "sweep" / "results.csv")
+    assert set(table.device) == {"gpu:0", "gpu:1"}
+    for num, device in zip(table.trial, table.device):  # pinned to the card its row names
+        assert seen(app, num)["cuda"] == uuids[device]
 
 
 @pytest.mark.slow
@@ -226,19 +238,6 @@ def test_ctrl_c_ends_the_multirun_with_every_job_recorded_and_the_same_command_r
     again = multirun(app, "lr=0.1,0.01")
     assert again.returncode == 0, again.stderr[-3000:]
     assert list(pandas.read_csv(app / "sweep" / "results.csv").status) == ["ok", "ok"]
-
-
-@pytest.mark.slow
-def test_each_job_gets_a_gpu_of_its_own(app, fake_nvml):
-    uuids = {f"gpu:{i}": card.uuid for i, card in enumerate(fake_nvml.cards)}
-    env = {"SWEEPER_FAKE_NVML": fake_nvml.to_json(),
-           "PYTHONPATH": os.pathsep.join([os.path.join(HERE, "fake_machine"), os.environ.get("PYTHONPATH", "")])}
-    done = multirun(app, "lr=0.1,0.01,0.001,0.0001", env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    table = pandas.read_csv(app / "sweep" / "results.csv")
-    assert set(table.device) == {"gpu:0", "gpu:1"}
-    for num, device in zip(table.trial, table.device):  # pinned to the card its row names
-        assert seen(app, num)["cuda"] == uuids[device]
 
 
 @pytest.mark.slow
