@@ -67,6 +67,8 @@ def test_each_trial_is_its_own_spawned_process(tmp_path):
 
 
 def test_seeds_reach_python_and_numpy_imported_late(tmp_path):
+    """Also a probe of numpy's spec before its import does not cost numpy its seed: the probing
+    trial draws what the same trial (x=1, seed 0) of the plain sweep ``a`` drew."""
     a = sweeper.sweep(sweep_fns.draws, {"x": [1, 2]}, out=str(tmp_path / "a"), progress=False)
     b = sweeper.sweep(sweep_fns.draws, {"x": [2, 1]}, out=str(tmp_path / "b"), progress=False)
     b = b.set_index("trial_id").loc[a.trial_id].reset_index()
@@ -74,12 +76,8 @@ def test_seeds_reach_python_and_numpy_imported_late(tmp_path):
     assert a.py.nunique() == 2 and a.np.nunique() == 2  # different trials, different draws
     c = sweeper.sweep(sweep_fns.draws, {"x": [1, 2]}, out=str(tmp_path / "c"), seed=1, progress=False)
     assert not (c.np == a.np).any()
-
-
-def test_a_probe_does_not_cost_numpy_its_seed(tmp_path):
-    probed = sweeper.sweep(sweep_fns.probe_then_import, {"x": [1]}, out=str(tmp_path / "a"), progress=False)
-    plain = sweeper.sweep(sweep_fns.draws, {"x": [1]}, out=str(tmp_path / "b"), progress=False)
-    assert probed.np.tolist() == plain.np.tolist()
+    probed = sweeper.sweep(sweep_fns.probe_then_import, {"x": [1]}, out=str(tmp_path / "p"), progress=False)
+    assert probed.np.tolist() == a[a.param_x == 1].np.tolist()
 
 
 def test_sampled_points_run_as_drawn(tmp_path):
@@ -116,15 +114,39 @@ def test_cli_exit_code_1_when_a_trial_fails(tmp_path):
     assert "\x1b" not in done.stdout  # plain lines when not on a terminal
 
 
+#: ``python -m sweeper`` as a user runs it, in a process that also says which heavy modules it
+#: holds right after the grid file was read and once the command is done (on its last line).
+WATCHED_CLI = """import runpy, sys
+import sweeper.front.gridfile as g
+heavy = lambda: sorted(m for m in ('tensorflow', 'keras', 'pandas') if m in sys.modules)
+read, seen = g.read, {}
+def watched(*args, **kwargs):
+    grid = read(*args, **kwargs)
+    seen['read'] = heavy()
+    return grid
+g.read = watched
+sys.argv = ['sweeper', *sys.argv[1:]]
+try:
+    runpy.run_module('sweeper', run_name='__main__', alter_sys=True)
+except SystemExit as end:
+    code = end.code
+print('modules', seen.get('read'), [m for m in heavy() if m != 'pandas'])
+sys.exit(code)
+"""
+
+
 def test_dry_run_runs_nothing_and_parent_never_imports_tensorflow(tmp_path):
-    done = run_cli(EXAMPLE, "--out", str(tmp_path), "--dry-run")
+    """One run of the example's dry run (its grid file imports Keras: each read of it is
+    TensorFlow's import in the reader, seconds of CPU), watched from inside: right after the
+    command's own read of the grid file (the spawned reader of a dry run, as any read
+    without a fork server) the parent holds none of TensorFlow, Keras and pandas, and
+    TensorFlow and Keras still none when the command is done."""
+    done = subprocess.run([sys.executable, "-c", WATCHED_CLI, EXAMPLE, "--out", str(tmp_path), "--dry-run"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     assert "8 trials" in done.stdout and "starts on" in done.stdout
     assert not (tmp_path / "digits_mlp").exists()
-    probe = ("import sys, sweeper.front.gridfile as g; g.read(sys.argv[1], None, 'probe'); "
-             "print(sorted(m for m in ('tensorflow', 'keras', 'pandas') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe, EXAMPLE], capture_output=True, text=True, cwd=ROOT)
-    assert out.stdout.strip() == "[]", out.stderr
+    assert done.stdout.splitlines()[-1] == "modules [] []", done.stdout + done.stderr
 
 
 def test_import_sweeper_is_light():
