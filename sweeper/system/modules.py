@@ -181,6 +181,8 @@ def _top_level_imports(path: str) -> tuple[list[str], list[str]]:
             out.update(dict.fromkeys(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"))
         elif isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
             continue  # a script's own block: imported, the file does not run it
+        elif isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            todo += node.orelse  # for type checkers only: never imported when the file runs
         elif isinstance(node, (ast.If, ast.Try, ast.With)):  # still the module's top level
             for block in ("body", "orelse", "finalbody"):
                 todo += getattr(node, block, [])

@@ -61,6 +61,16 @@ def test_the_imports_a_file_names_are_read_without_running_it(tmp_path):
 
 
 @pytest.mark.unit
+def test_imports_for_type_checkers_only_are_no_candidates(tmp_path):
+    # never run when the file is imported: a server importing them (pandas, Optuna under
+    # sweeper's own ``if TYPE_CHECKING:``) spent its CPU for nothing; the ``else`` runs
+    path = tmp_path / "g.py"
+    path.write_text("import typing\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"
+                    "else:\n    import json\nif typing.TYPE_CHECKING:\n    from optuna import Study\n")
+    assert modules.imports_in(str(path)) == ["typing", "typing.TYPE_CHECKING", "json"]
+
+
+@pytest.mark.unit
 def test_the_users_own_modules_a_grid_imports_are_followed_for_theirs(tmp_path):
     # the bench's and a user's usual grid file: train comes from a module beside it (or from a
     # folder it puts on sys.path), and that module's TensorFlow is what the server must import
