@@ -308,6 +308,24 @@ def run_cli(*args: str, cwd=None, timeout: float = 240):
     )
 
 
+def run_cli_here(*args: str, cwd=None):
+    """``python -m sweeper ARGS`` run in this process (``sweeper.front.cli.main``, which that
+    command calls), in ``cwd``: its exit code, stdout and stderr, as :func:`run_cli` gives them.
+    For a command a test runs only to use its result (an export after the sweep it checks),
+    where a fresh interpreter would import MLflow or Optuna again; the CLI itself is run by
+    the tests of each command."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+
+    from sweeper.front.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd or ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
 def run_fake_cli(fake, *args: str, timeout: float = 240):
     """``python -m sweeper ARGS`` on the machine the FakeNvml ``fake`` describes."""
     import subprocess

@@ -20,7 +20,7 @@ import pytest
 import pbt_fns
 import sweeper
 import sweep_fns
-from conftest import ROOT, run_cli, write_grid
+from conftest import ROOT, run_cli, run_cli_here, write_grid
 from tool_readers import storage, studies
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -74,8 +74,11 @@ def agree(live: optuna.Study, exported: optuna.Study) -> None:
 
 
 def exported(tmp_path, folder, *more: str) -> optuna.Study:
+    """``export --optuna`` of ``folder`` into a database of its own, run in this process (not
+    in an interpreter importing Optuna again; the command's CLI runs in the resume's test):
+    the study it wrote."""
     url = f"sqlite:///{tmp_path / 'export.db'}"
-    done = run_cli("export", str(folder), "--optuna", url, *more)
+    done = run_cli_here("export", str(folder), "--optuna", url, *more)
     assert done.returncode == 0, done.stderr
     return studies(url)[os.path.basename(folder)]
 

@@ -20,7 +20,7 @@ import pytest
 
 import sweeper
 import sweep_fns
-from conftest import ROOT, run_cli, write_grid
+from conftest import ROOT, run_cli, run_cli_here, write_grid
 from tool_readers import local_uri, mlflow_runs, tb_sessions
 
 pytest.importorskip("tensorboard")
@@ -400,15 +400,17 @@ def test_export_replays_a_sweep_into_another_store_twice_is_once_and_leaves_noth
         tmp_path):
     """Two tests once, on one sweep and its exports (each an interpreter importing MLflow):
     an export replays the sweep and a second one adds nothing; exporting into another
-    store writes nothing where it is run (no mlruns/), its artifacts in the sweep folder."""
+    store writes nothing where it is run (no mlruns/), its artifacts in the sweep folder.
+    The second export is the same command run in this process (``main``, as the CLI calls it;
+    MLflow imported here already): a fresh interpreter in that folder is the first's."""
     sweeper.sweep(sweep_fns.tracked, GRID, out=str(tmp_path), name="e", progress=False, workers=2)
     folder = str(tmp_path / "e")
     assert not os.path.exists(os.path.join(folder, "tensorboard"))
     here = tmp_path / "caller"
     here.mkdir()
     uri = f"sqlite:///{tmp_path / 'elsewhere.db'}"
-    for _ in range(2):
-        proc = run_cli("export", folder, "--mlflow", uri, "--tensorboard", cwd=str(here))
+    for run in (run_cli, run_cli_here):
+        proc = run("export", folder, "--mlflow", uri, "--tensorboard", cwd=str(here))
         assert proc.returncode == 0, proc.stderr
         assert f"6 trials shown in MLflow at {uri}" in proc.stdout
         assert os.listdir(here) == []  # no mlruns/, nothing

@@ -17,7 +17,7 @@ import pytest
 
 import sweeper
 import sweep_fns
-from conftest import HERE, ROOT, run_cli, write_grid
+from conftest import HERE, ROOT, run_cli_here, write_grid
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("mlflow")
@@ -144,7 +144,8 @@ def test_a_trackers_process_that_dies_is_one_warning_and_the_sweep_goes_on(tmp_p
     folder = tmp_path / "d"
     assert "the trackers' process was killed by signal 9" in warnings[0]  # said as it went, or at the end
     assert warnings[0].endswith(f"python -m sweeper export {folder} --tensorboard --mlflow")
-    assert run_cli("export", str(folder), "--tensorboard", "--mlflow").returncode == 0
+    # the export it names, run here (not in an interpreter importing MLflow again)
+    assert run_cli_here("export", str(folder), "--tensorboard", "--mlflow").returncode == 0
     _, runs = mlflow_runs(local_uri(folder), "d")
     assert sorted((r.data.params["x"], r.info.status) for r in runs) == [("1", "FINISHED"), ("2", "FINISHED")]
 
@@ -178,7 +179,7 @@ def test_what_is_not_sent_when_the_wait_ends_is_one_line_naming_the_export_that_
     assert " of 20 trials sent" in warnings[0] and "no headway in 0s" in warnings[0]
     assert warnings[0].endswith(f"finish it with: python -m sweeper export {folder} --mlflow")
     assert not [f for f in os.listdir(folder) if f.endswith(".part")]  # nothing left half made
-    proc = run_cli("export", str(folder), "--mlflow")
+    proc = run_cli_here("export", str(folder), "--mlflow")  # the export it names, run here
     assert proc.returncode == 0, proc.stderr
     parents, runs = mlflow_runs(local_uri(folder), "w")
     assert len(parents) == 1 and len(runs) == 20 and {r.info.status for r in runs} == {"FINISHED"}
