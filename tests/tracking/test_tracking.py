@@ -65,13 +65,25 @@ def _once(points):
 # -- what each tool shows ---------------------------------------------------------------------
 
 
-def test_a_fresh_sweep_keeps_the_old_tensorboard_folder_aside(tmp_path):
-    """``--fresh`` is a new sweep: its TensorBoard folder starts empty, and the old one is
-    kept beside it under a stamped name (as the old ledger is), whole."""
+def test_an_unreachable_tracking_server_is_one_warning_and_a_fresh_sweep_keeps_the_old_tensorboard_folder(
+        tmp_path, caplog):
+    """Two tests once, on one sweep (a sweep each before, the same grid and TensorBoard): a
+    tracking server that cannot be reached is one warning, naming the export that finishes
+    it, and the sweep goes on, as does its other tracker. Then ``--fresh`` is a new sweep: its
+    TensorBoard folder starts empty, and the old one is kept beside it under a stamped name
+    (as the old ledger is), whole."""
+    uri = f"http://127.0.0.1:{_closed_port()}"
     opts = dict(tensorboard=True, out=str(tmp_path), name="f", progress=False)
-    sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.2]}, **opts)
-    sweeper.sweep(sweep_fns.tracked, {"lr": [0.3]}, fresh=True, **opts)
+    with caplog.at_level(logging.WARNING, logger="sweeper"):
+        df = sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.2]}, mlflow=uri, **opts)
+    assert (df.status == "ok").all()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert uri in warnings[0] and f"python -m sweeper export {tmp_path / 'f'} --mlflow {uri}" in warnings[0]
     folder = tmp_path / "f"
+    _, sessions = tb_sessions(folder)  # the other tracker went on
+    assert len(sessions) == 2
+    sweeper.sweep(sweep_fns.tracked, {"lr": [0.3]}, fresh=True, **opts)
     (old,) = [n for n in os.listdir(folder) if n.startswith("tensorboard.")]
     assert len(tb_sessions(folder, old)[1]) == 2  # the first sweep's trials, kept whole
     _, sessions = tb_sessions(folder)
@@ -381,19 +393,6 @@ def test_a_new_local_store_appears_whole_and_is_a_copy_of_the_empty_store_mlflow
     _create_whole(str(tmp_path / "e" / "mlflow.db"))
     assert experiments(tmp_path / "e" / "mlflow.db") == [(0, "Default")]
     assert not (tmp_path / "relative").exists()
-
-
-def test_an_unreachable_tracking_server_is_one_warning_and_the_sweep_goes_on(tmp_path, caplog):
-    uri = f"http://127.0.0.1:{_closed_port()}"
-    with caplog.at_level(logging.WARNING, logger="sweeper"):
-        df = sweeper.sweep(sweep_fns.tracked, {"lr": [0.1, 0.2]}, mlflow=uri, tensorboard=True,
-                           out=str(tmp_path), name="u", progress=False)
-    assert (df.status == "ok").all()
-    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(warnings) == 1, warnings
-    assert uri in warnings[0] and f"python -m sweeper export {tmp_path / 'u'} --mlflow {uri}" in warnings[0]
-    _, sessions = tb_sessions(tmp_path / "u")  # the other tracker went on
-    assert len(sessions) == 2
 
 
 def test_export_replays_a_sweep_into_another_store_twice_is_once_and_leaves_nothing_in_the_current_folder(
