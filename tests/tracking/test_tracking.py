@@ -445,36 +445,32 @@ def test_command_trials_are_shown_too(tmp_path):
 # -- hostile input, bad input ---------------------------------------------------------------------
 
 
-def test_hostile_names_and_values_reach_both_tools(tmp_path, caplog):
+def test_hostile_names_and_values_and_a_result_unlike_its_last_epoch_reach_both_tools(tmp_path, caplog):
+    """Two tests once, on one sweep (a sweep each before, each an interpreter importing MLflow):
+    hostile parameter names and values reach both tools; and a result unlike its last epoch (a
+    restored best checkpoint), a metric too big for a float, two names MLflow would make one
+    key: each run shows the result, nothing is lost (``final_differs`` reports the same for
+    any parameters: each of the grid's two trials is such a result)."""
     grid = {"drop out/rate": [0.5], "a:b..": [None], "../up": ["x" * 7000], "layers": [[64, 32]],
             "flag": [True, False]}
     with caplog.at_level(logging.WARNING, logger="sweeper"):
-        df = sweeper.sweep(sweep_fns.echo, grid, tensorboard=True, mlflow=True, out=str(tmp_path), name="h",
-                           progress=False)
-    assert (df.status == "ok").all() and not caplog.records, [r.getMessage() for r in caplog.records]
+        df = sweeper.sweep(sweep_fns.final_differs, grid, tensorboard=True, mlflow=True, out=str(tmp_path),
+                           name="h", progress=False)
+    assert df.status.tolist() == ["ok", "ok"] and not caplog.records, [r.getMessage() for r in caplog.records]
     _, children = mlflow_runs(local_uri(tmp_path / "h"), "h")
     assert len(children) == 2
     params = children[0].data.params
     assert params["drop out/rate"] == "0.5" and params["a:b.."] == "null" and params["_/up"].endswith("...")
     assert params["layers"] == "[64, 32]"
+    for run in children:
+        assert run.data.metrics["acc"] == 0.99  # not 0.3, the last epoch's
+        assert (run.data.metrics["a_b"], run.data.metrics["a_b_2"]) in [(1.0, 2.0), (2.0, 1.0)]
+        assert "huge" not in run.data.metrics
     _, sessions = tb_sessions(tmp_path / "h")
     assert sorted(s["hparams"]["flag"] for s in sessions.values()) == [False, True]
     assert {s["hparams"]["layers"] for s in sessions.values()} == {"[64, 32]"}
-
-
-def test_the_result_is_what_mlflow_shows_even_when_it_is_not_the_last_epoch(tmp_path, caplog):
-    """A result unlike its last epoch (a restored best checkpoint), a metric too big for a
-    float, two names MLflow would make one key: the run shows the result, nothing is lost."""
-    with caplog.at_level(logging.WARNING, logger="sweeper"):
-        df = sweeper.sweep(sweep_fns.final_differs, {"x": [1]}, tensorboard=True, mlflow=True, out=str(tmp_path),
-                           name="d", progress=False)
-    assert df.status.tolist() == ["ok"] and not caplog.records, [r.getMessage() for r in caplog.records]
-    [run] = mlflow_runs(local_uri(tmp_path / "d"), "d")[1]
-    assert run.data.metrics["acc"] == 0.99  # not 0.3, the last epoch's
-    assert (run.data.metrics["a_b"], run.data.metrics["a_b_2"]) in [(1.0, 2.0), (2.0, 1.0)]
-    assert "huge" not in run.data.metrics
-    [shown] = tb_sessions(tmp_path / "d")[1].values()
-    assert shown["scalars"]["acc"][-1][1] == pytest.approx(0.99)
+    for shown in sessions.values():
+        assert shown["scalars"]["acc"][-1][1] == pytest.approx(0.99)
 
 
 def test_export_waits_for_a_running_sweep_to_end(tmp_path):
