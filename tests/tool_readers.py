@@ -5,6 +5,8 @@ is imported inside its reader: a test skips a tool that is not installed before 
 from __future__ import annotations
 
 import os
+import sys
+import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -13,7 +15,14 @@ if TYPE_CHECKING:
 
 def tb_sessions(folder, sub: str = "tensorboard") -> tuple[object, dict[str, dict]]:
     """TensorBoard's view of ``<folder>/tensorboard`` (or ``sub``): the HParams experiment, and per run
-    (trial) its hparams, status and scalars, as TensorBoard's event multiplexer reads them."""
+    (trial) its hparams, status and scalars, as TensorBoard's event multiplexer reads them.
+
+    On TensorBoard's own file reader (records and their checksums read as with TensorFlow),
+    as where TensorFlow is not installed: TensorBoard imports TensorFlow where it is, only to
+    read the files, 6 s of a core in each test process that reads them. Its module
+    ``tensorboard.compat.notf``, which its builds add to force that reader, is put in place
+    here unless TensorFlow was imported already."""
+    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
     from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
     from tensorboard.plugins.hparams import api_pb2, metadata
 
