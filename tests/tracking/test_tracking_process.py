@@ -161,20 +161,26 @@ class _Said(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def test_what_is_not_sent_when_the_wait_ends_is_one_line_naming_the_export_that_finishes_it(tmp_path, monkeypatch):
-    import sweeper.tracking.process as process
-
-    monkeypatch.setattr(process, "END_WAIT_S", 0.0)  # the end's wait is over before MLflow is imported
+def _sweep_saying(tmp_path, name: str) -> tuple[list[str], object]:
+    """20 instant trials with MLflow through ``sweep()``: sweeper's warnings, as an
+    application's own handler on its logger gets them, and the table."""
     said = _Said()
     logging.getLogger("sweeper").addHandler(said)
     try:
-        df = sweeper.sweep(sweep_fns.const, {"x": list(range(20))}, mlflow=True, out=str(tmp_path), name="w",
+        df = sweeper.sweep(sweep_fns.const, {"x": list(range(20))}, mlflow=True, out=str(tmp_path), name=name,
                            progress=False)
     finally:
         logging.getLogger("sweeper").removeHandler(said)
     assert (df.status == "ok").all()
+    return said.lines, df
+
+
+def test_what_is_not_sent_when_the_wait_ends_is_one_line_naming_the_export_that_finishes_it(tmp_path, monkeypatch):
+    import sweeper.tracking.process as process
+
+    monkeypatch.setattr(process, "END_WAIT_S", 0.0)  # the end's wait is over before MLflow is imported
+    warnings, _ = _sweep_saying(tmp_path, "w")
     folder = tmp_path / "w"
-    warnings = said.lines
     assert len(warnings) == 1, warnings
     assert " of 20 trials sent" in warnings[0] and "no headway in 0s" in warnings[0]
     assert warnings[0].endswith(f"finish it with: python -m sweeper export {folder} --mlflow")
@@ -193,15 +199,8 @@ def test_the_end_waits_for_a_trackers_process_that_still_works_however_long(tmp_
 
     monkeypatch.setattr(process, "END_WAIT_S", 2.0)  # under MLflow's import alone (2.3 s of a core)
     monkeypatch.setattr(process, "WORKING_CPU_S", 0.05)  # a twentieth of a core over that: still working
-    said = _Said()
-    logging.getLogger("sweeper").addHandler(said)
-    try:
-        df = sweeper.sweep(sweep_fns.const, {"x": list(range(20))}, mlflow=True, out=str(tmp_path), name="s",
-                           progress=False)
-    finally:
-        logging.getLogger("sweeper").removeHandler(said)
-    assert (df.status == "ok").all()
-    assert said.lines == []
+    warnings, _ = _sweep_saying(tmp_path, "s")
+    assert warnings == []
     parents, runs = mlflow_runs(local_uri(tmp_path / "s"), "s")
     assert [p.info.status for p in parents] == ["FINISHED"]
     assert sorted((int(r.data.params["x"]), r.info.status) for r in runs) == [(x, "FINISHED") for x in range(20)]
