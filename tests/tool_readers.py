@@ -21,7 +21,7 @@ def tb_sessions(folder, sub: str = "tensorboard") -> tuple[object, dict[str, dic
     as where TensorFlow is not installed: TensorBoard imports TensorFlow where it is, only to
     read the files, 6 s of a core in each test process that reads them. Its module
     ``tensorboard.compat.notf``, which its builds add to force that reader, is put in place
-    here unless TensorFlow was imported already."""
+    here (no change where TensorBoard's compat layer already chose TensorFlow in this process)."""
     sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
     from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
     from tensorboard.plugins.hparams import api_pb2, metadata

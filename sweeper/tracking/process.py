@@ -49,7 +49,7 @@ from typing import IO, Any, Callable, Mapping
 
 from sweeper.model.lifecycle import SweepEnd
 from sweeper.model.trial import TrialSpec
-from sweeper.tracking import Domain, SweepInfo, Tracker
+from sweeper.tracking import SweepInfo, Tracker
 
 log = logging.getLogger("sweeper")
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 import sweeper
-from conftest import HERE, ROOT, assert_dead, install_module, run_cli, write_grid
+from conftest import ROOT, assert_dead, install_module, run_cli, write_grid
 from sweeper.backends.local import fork
 from sweeper.store.table import READ_CSV
 

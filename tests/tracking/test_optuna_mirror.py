@@ -21,7 +21,7 @@ import pbt_fns
 import sweeper
 import sweep_fns
 from conftest import ROOT, run_cli, run_cli_here, write_grid
-from tool_readers import storage, studies
+from tool_readers import studies
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
