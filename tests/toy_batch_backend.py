@@ -1,8 +1,9 @@
 """A batch queue in miniature, from outside sweeper: each trial a job that shares only the
 filesystem with the sweep, ``python -m sweeper.child.batch <trial dir>`` run as its own
 process (where a Slurm backend would ``sbatch`` the same command). Its messages and its
-result come back through files (:mod:`sweeper.child.batch`); how it ended, from the
-process, as a scheduler would say. Registered through ``sweeper.backends.register``."""
+result come back through files (:mod:`sweeper.child.batch`), and the sweep's answers to its
+reports go to it through one; how it ended, from the process, as a scheduler would say.
+Registered through ``sweeper.backends.register``."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from sweeper.model.protocol import Exited, Traits
 class BatchBackend:
     def __init__(self, launch: Launch) -> None:
         self.target = launch.target
-        self.traits = Traits(launch.options.worker_count or 2, stop_word="cancelled")
+        self.traits = Traits(launch.options.worker_count or 2, stop_word="cancelled", answers=True)
         self.relay = Relay()
         self.jobs: dict[str, tuple[Any, subprocess.Popen[bytes], JobReader]] = {}
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -61,7 +62,8 @@ class BatchBackend:
                 os.killpg(self.jobs[trial_id][1].pid, signal.SIGKILL if hard else signal.SIGTERM)
 
     def tell(self, trial_id: str, message: Any) -> None:
-        pass  # never called: traits.answers is False
+        if trial_id in self.jobs:  # into its .job/answers, which the job reads at each report
+            self.jobs[trial_id][2].answer(message)
 
     def close(self) -> list[tuple[str, Any]]:
         for _, job, _ in self.jobs.values():

@@ -11,6 +11,14 @@ channel that appends each message to a file, and writes its return value whole::
     write_job(<trial>/.job/job.pkl) ── submit ───▶  python -m sweeper.child.batch <trial>
     JobReader.messages() ◀── <trial>/.job/messages ── each message: a length, a pickle, one write
     JobReader.returned() ◀── <trial>/.job/returned.pkl ── the return value, renamed into place
+    JobReader.answer() ── <trial>/.job/answers ──▶ Answers.receive(): the verdict on each batch
+                                                   of reports, where the trial waits for them
+
+Each answer names the run of the job it answers (the ``Placed`` that run sent first): a job
+the scheduler started again (a requeue) never takes an earlier run's answers for its own. A
+run waiting for an answer with no time limit (a trial whose every epoch hears its verdict)
+stops waiting once the sweep's driver is gone: its heartbeat (``<sweep>/.jobs/driver``, where
+the backend keeps one) stale for ``DRIVER_GONE_S`` or removed.
 
 An array job runs ``python -m sweeper.child.batch --list FILE --uid UID``: each task the
 trial on the line of ``FILE`` its index names (:func:`write_list`). As it starts, such a task
@@ -29,12 +37,21 @@ import os
 import pickle
 import struct
 import sys
+import time
 from typing import Any
 
+from sweeper.model.protocol import Placed, Reports
 from sweeper.store import paths
 
 #: Each message's length, before its pickle.
 _LENGTH = struct.Struct("<I")
+#: Seconds after the driver's last heartbeat that a job waiting for an answer stops waiting
+#: (the driver beats every couple of seconds; a file server's clock may be some seconds off).
+DRIVER_GONE_S = 60.0
+#: Seconds between two looks at the answers file, at most (the first looks come sooner).
+ANSWER_POLL_S = 0.25
+#: Seconds between two looks at the driver's heartbeat while an answer is waited for without limit.
+BEAT_LOOK_S = 5.0
 
 
 def write_job(spec: Any, target: Any, env: dict[str, str], sweep: str | None) -> str:
@@ -42,10 +59,11 @@ def write_job(spec: Any, target: Any, env: dict[str, str], sweep: str | None) ->
     to give ``python -m sweeper.child.batch``. ``target`` must pickle by reference or by value."""
     job = paths.JobPaths(spec.dir)
     os.makedirs(job.folder, exist_ok=True)
-    for stale in (job.messages, job.returned):  # an earlier attempt's
+    for stale in (job.messages, job.returned, job.answers):  # an earlier attempt's
         if os.path.exists(stale):
             os.remove(stale)
-    open(job.messages, "wb").close()
+    for fresh in (job.messages, job.answers):
+        open(fresh, "wb").close()
     with paths.atomic(job.spec, binary=True) as f:
         pickle.dump((spec, target, env, sweep, _main_module()), f)
     return spec.dir
@@ -74,11 +92,16 @@ class FileChannel:
 
 
 class JobReader:
-    """The driver's reading of a job's files: new messages since the last look; what it returned."""
+    """The driver's reading of a job's files: new messages since the last look; what it
+    returned; and its answers to the job's reports (:meth:`answer`)."""
 
     def __init__(self, trial_dir: str) -> None:
+        self.trial_dir = trial_dir
         self.job = paths.JobPaths(trial_dir)
         self.offset = 0
+        self.placed: Any = None  #: the Placed the job's latest run sent first
+        #: the run (its Placed) of each batch of reports read and not yet answered, oldest first
+        self.asked: list[Any] = []
 
     def messages(self) -> list[Any]:
         """Whole frames written since the last read. A frame not yet whole, or not yet readable
@@ -90,18 +113,21 @@ class JobReader:
                 data = f.read()
         except OSError:
             return []
-        out, at = [], 0
-        while at + _LENGTH.size <= len(data):
-            (size,) = _LENGTH.unpack_from(data, at)
-            if size == 0 or at + _LENGTH.size + size > len(data):
-                break  # written while we read: the rest at the next look
-            try:
-                out.append(pickle.loads(data[at + _LENGTH.size:at + _LENGTH.size + size]))
-            except Exception:  # its bytes not all here yet
-                break
-            at += _LENGTH.size + size
+        out, at = _frames(data)
         self.offset += at
+        for _, message in out:
+            if isinstance(message, Placed):  # a run the scheduler started again: its batches are its own
+                self.placed = message
+            elif isinstance(message, Reports):
+                self.asked.append(self.placed)
         return out
+
+    def answer(self, message: Any) -> bool:
+        """The answer to the oldest batch of reports read and not yet answered, for the run
+        that sent it (:func:`write_answer`); False when there is none, or it could not be written."""
+        if not self.asked:
+            return False
+        return write_answer(self.trial_dir, self.asked.pop(0), message)
 
     def returned(self) -> dict[str, Any] | None:
         """What the job returned, once it wrote it (renamed into place whole); None before, or
@@ -112,6 +138,95 @@ class JobReader:
                 return out
         except (OSError, EOFError, pickle.UnpicklingError):
             return None
+
+
+def _frames(data: bytes) -> tuple[list[Any], int]:
+    """The whole frames at the start of ``data`` and the bytes they take. A frame not yet
+    whole, or not yet readable (a network file system may show a write's length before its
+    bytes: zeros), ends the list: it is read at the next look."""
+    out, at = [], 0
+    while at + _LENGTH.size <= len(data):
+        (size,) = _LENGTH.unpack_from(data, at)
+        if size == 0 or at + _LENGTH.size + size > len(data):
+            break  # written while we read: the rest at the next look
+        try:
+            out.append(pickle.loads(data[at + _LENGTH.size:at + _LENGTH.size + size]))
+        except Exception:  # its bytes not all here yet
+            break
+        at += _LENGTH.size + size
+    return out, at
+
+
+def write_answer(trial_dir: str, run: Any, message: Any) -> bool:
+    """The driver's answer to a job's last batch of reports, for the run of it that sent
+    ``run`` (its ``Placed``): one frame appended to its ``.job/answers`` in one write. False
+    where it cannot be written (the job waits its while, then trains on; a stop is then a cancel)."""
+    data = pickle.dumps((run, message))
+    try:
+        fd = os.open(paths.JobPaths(trial_dir).answers, os.O_WRONLY | os.O_APPEND)  # never remade once removed
+    except OSError:
+        return False
+    try:
+        os.write(fd, _LENGTH.pack(len(data)) + data)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+class Answers:
+    """The job's half of the verdicts: :meth:`receive` is the trial's ``receive`` (as a local
+    trial's reads its pipe), the next answer meant for this run of the job, in order."""
+
+    def __init__(self, trial_dir: str, run: Any) -> None:
+        self.path = paths.JobPaths(trial_dir).answers
+        self.run = run  #: the Placed this run sent first: answers naming another run are not its own
+        self.beat = os.path.join(paths.SweepPaths(os.path.dirname(os.path.dirname(trial_dir))).jobs,
+                                 paths.DRIVER_BEAT)
+        self.offset = 0
+        self.heard: list[Any] = []
+        self.beat_seen = os.path.exists(self.beat)  #: the driver's heartbeat was there once (a backend that keeps one)
+
+    def receive(self, wait: float | None) -> Any:
+        """The next answer, waiting at most ``wait`` seconds (None: until it comes, or the
+        driver is gone); None when none came."""
+        deadline = None if wait is None else time.monotonic() + wait
+        pause, beat_looked = 0.01, time.monotonic()  # (the driver answers within its read period)
+        while True:
+            self._read()
+            if self.heard:
+                return self.heard.pop(0)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            if deadline is None and now - beat_looked >= BEAT_LOOK_S:
+                beat_looked = now
+                if self._driver_gone():
+                    return None
+            pause = min(pause * 2, ANSWER_POLL_S)
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - now)))
+
+    def _read(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        frames, at = _frames(data)
+        self.offset += at
+        self.heard += [message for run, message in frames if run == self.run]
+
+    def _driver_gone(self) -> bool:
+        """The driver's heartbeat, once seen, is stale or removed (where none was ever seen,
+        the backend keeps none: the answer is waited for)."""
+        try:
+            age = time.time() - os.stat(self.beat).st_mtime
+        except OSError:
+            return self.beat_seen
+        self.beat_seen = True
+        return age >= DRIVER_GONE_S
 
 
 def write_list(path: str, trial_dirs: list[str]) -> None:
@@ -164,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
 
     multiprocessing.spawn.prepare(main)  # the driver's script as __mp_main__ (its __main__ block does not run)
     # the node sees the sweep's folder (a batch job's must): the trial works and logs there
-    out = channel_main(spec, target, env, FileChannel(job.messages), sweep, shared=True)
+    out = channel_main(spec, target, env, FileChannel(job.messages), sweep, shared=True,
+                       answers=lambda run: Answers(trial_dir, run).receive)
     with paths.atomic(job.returned, binary=True) as f:
         pickle.dump(out, f)
     sys.stdout.flush()

@@ -22,7 +22,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 from sweeper.child import bootstrap, imports
 from sweeper.child.loading import load
@@ -33,8 +33,13 @@ from sweeper.model.trial import TrialSpec
 from sweeper.store import paths
 
 
+#: Given the run's ``Placed``, the trial's ``receive``: seconds (None: no limit) -> the
+#: driver's next answer to its reports, or None when none came (:class:`sweeper.child.batch.Answers`).
+Answering = Callable[[Placed], Callable[[float | None], Any]]
+
+
 def channel_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any,
-             sweep: str | None = None, shared: bool = False) -> dict[str, Any]:
+             sweep: str | None = None, shared: bool = False, answers: Answering | None = None) -> dict[str, Any]:
     """Entry point of a trial as a Ray task (a fresh Ray worker process, ``max_calls=1``).
 
     The same bootstrap as :func:`main` minus what Ray does itself (placing the task,
@@ -53,6 +58,9 @@ def channel_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any
     ``shared``: the node sees the sweep's folder, always (a batch job's: the sweep requires it);
     then the trial writes its log there itself, as a local trial does (its last words survive
     a crash, and ``--stall`` sees it write), and the return value holds none.
+
+    ``answers``: how the driver's answers reach the trial (a batch job's file), where its spec
+    says it waits for verdicts; without it, or without verdicts, it hears none.
     """
     os.environ.update(env)
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -70,17 +78,19 @@ def channel_main(spec: TrialSpec, target: Any, env: dict[str, str], channel: Any
         scratch = _Scratch(spec.trial_id)
     try:
         spec = replace(spec, dir=spec.dir if scratch is None else scratch.path, device=device)
-        return _trial(spec, target, channel, limit, scratch, shared)
+        return _trial(spec, target, channel, limit, scratch, shared, answers)
     finally:
         if scratch is not None:
             scratch.remove()
 
 
 def _trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
-               scratch: _Scratch | None, shared: bool = False) -> dict[str, Any]:
+               scratch: _Scratch | None, shared: bool = False, answers: Answering | None = None) -> dict[str, Any]:
     """:func:`channel_main`'s trial, in its folder: the return value the driver reads."""
     os.environ.update({**spec.env, contract.TRIAL_DIR: spec.dir})
-    channel.put((spec.trial_id, Placed(os.getpid(), spec.device, limit, socket.gethostname(), time.time())))
+    placed = Placed(os.getpid(), spec.device, limit, socket.gethostname(), time.time())
+    channel.put((spec.trial_id, placed))
+    receive = answers(placed) if answers is not None and spec.verdicts else None
     log: int | None = None
     if shared:
         bootstrap.redirect_output(spec)  # its log.txt, after the attempt's header
@@ -110,7 +120,7 @@ def _trial(spec: TrialSpec, target: Any, channel: Any, limit: int | None,
     os._exit = exit_and_tell  # type: ignore[assignment]
     try:
         result = bootstrap.trial(spec, (lambda: load(target)) if isinstance(target, (FileTarget, FunctionTarget)) else (lambda: target), hook,
-                                 started, send)
+                                 started, send, receive)
     finally:
         os._exit = real_exit
     if result is None:

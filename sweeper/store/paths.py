@@ -194,6 +194,9 @@ def hydra_return_file(trial_dir: str) -> str:
 #: A batch job's folder in its trial's (:mod:`sweeper.child.batch`): what the job runs, the
 #: messages it sends, what it returned.
 JOB, JOB_SPEC, JOB_MESSAGES, JOB_RETURNED = ".job", "job.pkl", "messages", "returned.pkl"
+JOB_ANSWERS = "answers"
+#: A batch sweep's driver's heartbeat, in its jobs folder (:mod:`sweeper.backends.slurm.driver`)
+DRIVER_BEAT = "driver"
 JOB_SCHEDULED = "scheduled"
 #: A sweep's batch jobs' own files (array lists, the scheduler's output), in ``<sweep>/.jobs/``.
 JOBS = ".jobs"
@@ -207,6 +210,8 @@ class JobPaths:
         self.spec = os.path.join(self.folder, JOB_SPEC)
         self.messages = os.path.join(self.folder, JOB_MESSAGES)
         self.returned = os.path.join(self.folder, JOB_RETURNED)
+        #: the driver's answers to its reports (a scheduler's verdicts), each for one run of the job
+        self.answers = os.path.join(self.folder, JOB_ANSWERS)
         #: the batch scheduler's job running it (Slurm's ``123_4``), until a driver saw it end:
         #: a driver killed meanwhile leaves it, and the next adopts the job
         self.scheduled = os.path.join(self.folder, JOB_SCHEDULED)

@@ -59,7 +59,7 @@ def test_a_sweep_runs_as_batch_jobs_that_share_only_files_with_it(tmp_path):
     assert df.error[2] == "died with exit code 3 before returning a result"
     assert df.error[4] == "ran past the timeout of 6s and was cancelled"
     folder = tmp_path / "s" / "trials" / df.trial[0]
-    assert sorted(os.listdir(folder / ".job")) == ["job.pkl", "messages", "returned.pkl"]
+    assert sorted(os.listdir(folder / ".job")) == ["answers", "job.pkl", "messages", "returned.pkl"]
     with open(folder / "result.json") as f:
         assert json.load(f)["metrics"] == {"value": 1.0}
 

@@ -5,6 +5,7 @@ scheduler answering with its pruner."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,17 +21,22 @@ from sweeper.placement.slots import place
 from sweeper.store.ledger import Ledger
 from sweeper.system.capping import MemoryPolicy
 from pausing import Pausing
+from toy_batch_backend import BatchBackend
 from tests import sweep_fns
 
 
-def run_paused(tmp_path: Any, fn: Any, points: list[dict[str, Any]]) -> tuple[Pausing, dict[str, TrialResult],
-                                                                           dict[str, list[int]], list[Any]]:
-    """``points`` run in real spawned processes, one slot each, each paused once at epoch 2 and
+def run_paused(tmp_path: Any, fn: Any, points: list[dict[str, Any]], batch: bool = False
+               ) -> tuple[Pausing, dict[str, TrialResult], dict[str, list[int]], list[Any]]:
+    """``points`` run in real spawned processes (``batch``: each a batch job that shares only
+    files with the sweep, its answers too), one slot each, each paused once at epoch 2 and
     given again: the scheduler, the rows and the epochs on record by trial id, and the specs."""
     specs = plan(points, str(tmp_path), seed=0)
     scheduler = Pausing(specs, at=2, waits=True)  # each report waits for its answer: it hears the pause
     slots = place("none", MemoryPolicy(1, None), len(specs)).slots
-    backend = LocalBackend(FunctionTarget.of(fn), slots, workers=len(specs), start_method="spawn")
+    backend: Any = LocalBackend(FunctionTarget.of(fn), slots, workers=len(specs), start_method="spawn")
+    if batch:
+        backend = BatchBackend(SimpleNamespace(target=FunctionTarget.of(fn), options=SimpleNamespace(
+            worker_count=len(specs))))
     ledger = Ledger(str(tmp_path))
     try:
         Engine(backend, ledger).run(scheduler)
@@ -41,9 +47,11 @@ def run_paused(tmp_path: Any, fn: Any, points: list[dict[str, Any]]) -> tuple[Pa
         ledger.close()
 
 
-def test_a_paused_trial_leaves_its_process_and_finishes_in_a_fresh_one(tmp_path):
-    scheduler, rows, epochs, specs = run_paused(tmp_path, sweep_fns.reporter, [{"x": 1.0}, {"x": 2.0}])
+@pytest.mark.parametrize("batch", [False, True], ids=["pipe", "batch-files"])
+def test_a_paused_trial_leaves_its_process_and_finishes_in_a_fresh_one(tmp_path, batch):
+    scheduler, rows, epochs, specs = run_paused(tmp_path, sweep_fns.reporter, [{"x": 1.0}, {"x": 2.0}], batch)
     # each heard the pause at epoch 2 and left; given again, it ran to its end in a new process
+    # (a batch job: the pause came through its answers file, and it was submitted again)
     assert sorted(scheduler.paused_at) == sorted((s.trial_id, 2) for s in specs)
     assert [r.status for r in scheduler.told] == [Status.OK, Status.OK]
     assert [rows[s.trial_id].status for s in specs] == [Status.OK, Status.OK], [r.error for r in rows.values()]

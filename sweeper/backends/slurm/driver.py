@@ -18,13 +18,13 @@ import time
 from dataclasses import dataclass
 
 from sweeper.placement.liveness import exists
-from sweeper.store.paths import atomic
+from sweeper.store.paths import DRIVER_BEAT, atomic
 
 #: Seconds after its last beat that a driver of another machine counts as gone: it beats every
 #: look at the queue (2 s); a file server's clock may be some seconds off this machine's.
 STALE_S = 60.0
-#: The heartbeat's name in the sweep's jobs folder.
-NAME = "driver"
+#: The heartbeat's name in the sweep's jobs folder (a job waiting for its answers reads it too).
+NAME = DRIVER_BEAT
 
 
 @dataclass(frozen=True)
