@@ -98,6 +98,8 @@ class Registered:
         places_trials: its own scheduler places trials (a cluster's): this machine's GPUs are
             then not read, and ``Launch.placement`` is empty.
         options: its options group (a frozen dataclass), if it has settings of its own.
+        pauses: its trials hear the answer to each of their reports (its ``Traits.answers``): a
+            pause, a stop at the epoch judged; population-based training runs on it.
         imports_main, abandon, planned: sweeper's own backends' (whether trials import the
             calling script again; what a Ctrl-C ends of an earlier run's jobs; a dry run's lines).
 
@@ -113,6 +115,8 @@ class Registered:
     factory: Factory
     places_trials: bool = False
     options: type | None = None  #: its options group (a frozen dataclass), if it has settings of its own
+    #: its trials hear the answer to each of their reports (a pause): population-based training runs on it
+    pauses: bool = False
     #: whether each trial process imports the calling script again, as spawn does (then a script's
     #: sweep() outside ``if __name__ == "__main__":`` is refused before anything runs)
     imports_main: bool = False
@@ -192,14 +196,15 @@ def abandon(folder: str) -> None:
 
 
 _BACKENDS: dict[str, Registered] = {
-    "local": Registered(_local, imports_main=True),
+    "local": Registered(_local, pauses=True, imports_main=True),
     "ray": Registered(_ray, places_trials=True, options=RayOptions),  # sends a script's train by value
-    "slurm": Registered(_slurm, places_trials=True, options=SlurmOptions, imports_main=True, abandon=_slurm_abandon,
-                        planned=_slurm_planned),
+    "slurm": Registered(_slurm, places_trials=True, options=SlurmOptions, pauses=True, imports_main=True,
+                        abandon=_slurm_abandon, planned=_slurm_planned),
 }
 
 
-def register(name: str, factory: Factory, *, places_trials: bool = False, options: type | None = None) -> None:
+def register(name: str, factory: Factory, *, places_trials: bool = False, options: type | None = None,
+             pauses: bool = False) -> None:
     """Make ``backend=name`` run a sweep's trials on what ``factory(launch)`` returns.
 
     An installed package declares its backends in the ``sweeper.backends`` entry-point group
@@ -214,6 +219,8 @@ def register(name: str, factory: Factory, *, places_trials: bool = False, option
         options: its options group, a frozen dataclass (see the module's docstring): its fields
             become keywords of ``sweep()`` and flags; the factory finds them checked as
             ``launch.options.backend_options``.
+        pauses: its trials hear each answer to their reports (its ``Traits.answers`` is True,
+            its ``tell`` delivers them): ``search="pbt"`` may run on it.
 
     Raises:
         SweepError: a name that is not a plain identifier, or one taken by another factory
@@ -229,7 +236,7 @@ def register(name: str, factory: Factory, *, places_trials: bool = False, option
         ...
         sweeper.errors.SweepError: backend name 'two words' is not a plain name; use letters, digits and _
     """
-    entrypoints.add(_BACKENDS, name, Registered(factory, places_trials, options), "backend",
+    entrypoints.add(_BACKENDS, name, Registered(factory, places_trials, options, pauses), "backend",
                     lambda known, new: known.factory is new.factory)
 
 

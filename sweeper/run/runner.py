@@ -191,7 +191,7 @@ class Sweep:
             if population:
                 from sweeper.search.pbt import check as check_population
 
-                mode = check_population(self.space, options)
+                mode = check_population(self.space, options, self.backend.pauses)
             else:
                 from sweeper.search.sampling import check
 

@@ -16,16 +16,17 @@ if TYPE_CHECKING:
     from sweeper.model.settings import Scoring
 
 
-def check(space: Any, options: Any) -> str:
+def check(space: Any, options: Any, pauses: bool) -> str:
     """Everything population-based training needs, before anything runs, besides its settings
     (read with the options, :mod:`sweeper.model.settings`): a space it can explore, the metric and its direction (returned, ``max`` or ``min``), a
-    backend that lets a member hear a pause, and none of a search's own settings."""
+    backend that lets a member hear a pause (``pauses``: its registry entry says so), and none of a search's own settings."""
     from sweeper.model.metrics import direction
 
     explorable(space)
-    if options.backend != "local":
-        raise SweepError(f"search='pbt' pauses each member at a report and resumes it later, which only the "
-                         f"local backend can do yet (backend={options.backend!r}); run it with backend='local'")
+    if not pauses:
+        raise SweepError(f"search='pbt' pauses each member at a report and resumes it later, which the "
+                         f"{options.backend} backend cannot do (its trials do not hear a pause); run it with "
+                         "backend='local' or backend='slurm'")
     if options.retries:
         raise SweepError("search='pbt' replaces a member that fails with a copy of a top member; drop retries")
     if options.objectives is not None:

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import pandas as pd
 import pytest
 import slurm_cluster
 import sweep_fns
@@ -264,15 +265,46 @@ def test_a_killed_driver_leaves_its_jobs_and_the_same_command_adopts_them(slurm,
 
 def test_a_search_with_a_pruner_submits_as_it_asks(slurm, tmp_path):
     """A search on Slurm: each finished trial's place refilled as it ends, up to its budget; a
-    trial its pruner stops (through its task's files) is cancelled and its row says pruned."""
+    trial its pruner stops hears the verdict through its task's answers file at the epoch
+    judged and stops there by itself (no cancel: its history ends at that epoch), its row pruned."""
     space = {"x": sweeper.uniform(0.0, 1.0), "epochs": 12, "pace": 0.15}
     df = sweeper.sweep(sweep_fns.descent, space, search="tpe", prune="median(n_startup_trials=1, n_warmup_steps=2)",
                        trials=5, metric="loss", mode="min", workers=1, seed=3, backend="slurm", out=str(tmp_path),
                        progress=False)
-    shown = df[["param_x", "status", "epoch_reached", "job_id"]].to_string()
+    shown = df[["param_x", "status", "epoch_reached", "job_id", "error"]].to_string()
     assert len(df) == 5 and set(df.status) == {"ok", "pruned"}, shown
-    assert (df[df.status == "pruned"].epoch_reached < 12).all(), shown
+    pruned = df[df.status == "pruned"]
+    judged = pruned.error.str.extract(r"^pruned by median\(.*\) at epoch (\d+) ")[0].astype(int)
+    assert (pruned.epoch_reached == judged.values).all(), shown  # stopped at the verdict's epoch, not a cancel later
+    last = pd.read_csv(next(tmp_path.glob("*/history.csv"))).groupby("trial").epoch.max()
+    assert (last[pruned.trial].values == judged.values).all(), shown  # no epoch trained after it
+    for name, why in zip(pruned.trial, pruned.error):  # the task said it and returned; a cancelled one says nothing
+        assert f"sweeper: {why}" in next(tmp_path.glob(f"*/trials/{name}/log.txt")).read_text(), shown
     assert df.job_id.nunique() == 5, shown  # each its own task, submitted as the search asked
+
+
+def test_population_based_training_runs_on_slurm_with_the_schedules_of_a_local_run(slurm, tmp_path):
+    """search='pbt' on Slurm: each member hears its pause through its task's answers file, leaves
+    once its checkpoint is published, and goes on as a new task from it (the trial raises if a
+    segment starts from another epoch); a synchronous population of 4 ends with every member's
+    history, lineage and final row as a local run of the same seed gives them."""
+    import pbt_fns
+
+    runs = {}
+    for backend in ("local", "slurm"):
+        runs[backend] = sweeper.sweep(pbt_fns.climb, {"lr": sweeper.loguniform(0.01, 0.5), "epochs": 6}, search="pbt",
+                                      metric="acc",
+                                      workers=4, seed=5, backend=backend, out=str(tmp_path / backend), name="pbt",
+                                      pbt={"population": 4, "interval": 2, "synch": True}, progress=False)
+    df = runs["slurm"]
+    shown = df[["trial", "status", "segments", "attempts", "job_id", "error"]].to_string()
+    assert list(df.status) == ["ok"] * 4 and set(df.segments) == {4} and set(df.attempts) == {1}, shown
+    assert df.job_id.str.len().gt(0).all(), shown  # each member's last segment was a Slurm task
+    hist = {b: pd.read_csv(tmp_path / b / "pbt" / "history.csv") for b in runs}
+    assert hist["slurm"].dropna(subset=["copied_from"]).shape[0] >= 2, hist["slurm"]  # members copied others
+    same = ["trial_id", "epoch", "acc", "param_lr", "copied_from"]
+    pd.testing.assert_frame_equal(hist["slurm"][same], hist["local"][same])
+    pd.testing.assert_frame_equal(df[["trial_id", "acc", "param_lr"]], runs["local"][["trial_id", "acc", "param_lr"]])
 
 
 def test_a_trial_that_asks_for_a_gpu_gets_the_one_slurm_granted(slurm, tmp_path):

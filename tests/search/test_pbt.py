@@ -71,7 +71,7 @@ def test_a_search_setting_with_pbt_is_refused_in_one_line(tmp_path):
     base = dict(search="pbt", metric="acc", out=str(tmp_path))
     for extra, says in [({"prune": "asha"}, "drop prune"), ({"trials": 8}, "population"),
                         ({"retries": 1}, "drop retries"), ({"metric": None}, "needs the metric"),
-                        ({"metric": "zeta"}, "mode"), ({"backend": "ray"}, "local backend")]:
+                        ({"metric": "zeta"}, "mode"), ({"backend": "ray"}, "ray backend cannot do")]:
         with pytest.raises(SweepError, match=says):
             sweeper.sweep(fit, {"lr": sweeper.loguniform(1e-3, 1.0)}, **{**base, **extra})
     with pytest.raises(SweepError, match="go with search='pbt'"):

@@ -98,7 +98,7 @@ class SlurmBackend:
         self.target, self.resources = target, settings.resources
         self.own = settings.backend if isinstance(settings.backend, SlurmOptions) else SlurmOptions().checked()
         self.own.jobs(self.resources)  # (a mistake in the options is said now, before the first trial)
-        self.traits = Traits(self.resources.workers or DEFAULT_WORKERS, stop_word="cancelled", queues=True)
+        self.traits = Traits(self.resources.workers or DEFAULT_WORKERS, "cancelled", queues=True, answers=True)
         self.relay = Relay(self.own.jobs(self.resources)[1].get(contract.MEMORY_FRACTION))
         self.tasks: dict[str, Task] = {}  #: by trial id: started here and not yet told ended
         #: task id -> when its result came: told ended, still in Slurm's queue (it counts in ``workers``)
@@ -192,7 +192,9 @@ class SlurmBackend:
         self.cancels.clear()
 
     def tell(self, trial_id: str, message: Any) -> None:
-        pass  # traits.answers is False: a pruner's stop is a cancel
+        """Into its ``.job/answers``, for the run that sent the batch (:meth:`JobReader.answer`)."""
+        if trial_id in self.tasks:
+            self.tasks[trial_id].reader.answer(message)
 
     def close(self) -> list[tuple[str, Event]]:
         """Every task of the sweep still in Slurm's queue cancelled, at once (none outlives the
