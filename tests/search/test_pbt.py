@@ -25,6 +25,7 @@ from sweeper.model.trial import Status, TrialResult
 from sweeper.search import pbt
 from sweeper.run.planning import plan
 from tests import pbt_fns
+import pbt_scenarios
 from conftest import ROOT
 
 
@@ -351,42 +352,7 @@ def test_a_member_that_dies_is_replaced_and_its_row_stays(tmp_path, burn_in):
 
 
 def test_ctrl_c_with_paused_members_then_the_same_command_resumes_them_from_their_checkpoints(tmp_path):
-    hold = tmp_path / "hold"
-    grid = tmp_path / "grid.py"
-    grid.write_text(
-        "import sweeper\nfrom tests.pbt_fns import climb as train\n"
-        f"space = {{'lr': sweeper.loguniform(0.01, 0.5), 'hold': {str(hold)!r}}}\n"
-        "options = {'search': 'pbt', 'metric': 'acc', 'workers': 2, 'pbt': {'population': 4, 'interval': 2}}\n")
-    command = [sys.executable, "-m", "sweeper", str(grid), "--out", str(tmp_path / "out"), "--quiet"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env)
-    try:
-        deadline = time.monotonic() + 120
-        while not hold.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)  # member_0's own sentinel: it holds at epoch 3
-        assert hold.exists(), proc.communicate(timeout=30)
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode != 0
-    first = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
-    assert set(first["status"]) == {"interrupted"}, err
-    hold.unlink()
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
-    assert again.returncode == 0, again.stderr
-    df = pd.read_csv(tmp_path / "out" / "grid" / "results.csv")
-    assert list(df["status"]) == ["ok"] * 4, df["error"].tolist()  # each resumed from its checkpoint
-    hist = pd.read_csv(tmp_path / "out" / "grid" / "history.csv")
-    for _, part in hist.groupby("trial_id"):
-        assert list(part["epoch"]) == list(range(1, 9))
-    with open(tmp_path / "out" / "grid" / "trials" / "member_0" / "checkpoint" / "state.json") as f:
-        assert json.load(f)["epoch"] == 8
-    for _, member in df.iterrows():  # its segments: every process it ran in, in both runs (a header each)
-        log = (tmp_path / "out" / "grid" / "trials" / member["trial"] / "log.txt").read_text()
-        assert member["segments"] == log.count("=== sweeper: trial"), member["trial"]
+    pbt_scenarios.ctrl_c_then_the_same_command(tmp_path)
 
 
 def test_a_failed_members_replacement_still_to_make_is_made_by_the_resume(tmp_path):
