@@ -6,17 +6,20 @@ steps; the fixed rates are a grid of 8 over the same range; and Ray Tune's own
 quantile (its function trainable checkpointing at each interval and reusing actors, as Ray's own example does). Each
 seed all three ways, side by side; 2 trials at a time in each (2 workers; Ray with 2 CPUs).
 
-    python bench/pbt.py [--seeds 5] [--steps 200] [--no-ray]
+    python bench/pbt.py [--seeds 5] [--steps 200] [--no-ray] [--slurm]
 
-Needs ``pip install "ray[tune]"`` for Ray's column. Prints, per method, the median over seeds
-of the best member's final accuracy, its ratio to the best fixed rate's, and the wall time per
-member-step. The problem's noise is the same for every method: each step's draws are seeded
-by the seed and the step.
+Needs ``pip install "ray[tune]"`` for Ray's column. ``--slurm`` adds sweeper's PBT on the tests'
+one-node Slurm (tests/slurm_cluster.py: as root, with Debian's slurm-wlm and munge), each
+segment a task of its own. Prints, per method, the median over seeds of the best member's final
+accuracy, its ratio to the best fixed rate's, the wall time per member-step and, for sweeper's
+populations, per segment (a process, or a Slurm task, each; 2 at a time). The problem's noise
+is the same for every method: each step's draws are seeded by the seed and the step.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -111,21 +114,43 @@ def ray_pbt(seed: int, steps: int, out: str) -> tuple[float, float]:
         ray.shutdown()
 
 
+def sweeper_pbt(seed: int, steps: int, out: str, backend: str) -> tuple[float, float, int]:
+    """sweeper's population on ``backend``: the best member's final accuracy, wall seconds, segments."""
+    t0 = time.monotonic()
+    df = sweeper.sweep(climb, {"lr": sweeper.uniform(0.0001, 0.02), "seed": seed, "steps": steps},
+                       search="pbt", metric="mean_accuracy", mode="max", out=out, name=f"pbt_{backend}", seed=seed,
+                       workers=2, progress=False, pbt={"population": 4, "interval": 4}, backend=backend)
+    return float(df["mean_accuracy"].max()), time.monotonic() - t0, int(df["segments"].fillna(1).sum())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--no-ray", action="store_true", help="leave Ray Tune's column out")
+    parser.add_argument("--slurm", action="store_true", help="sweeper's population on the tests' one-node Slurm too")
     args = parser.parse_args()
-    rows = []
+    with contextlib.ExitStack() as cluster:
+        if args.slurm:
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+            import slurm_cluster
+
+            cluster.enter_context(slurm_cluster.one_node(cluster.enter_context(tempfile.TemporaryDirectory())))
+        rows, segments = measured(args)
+    table(args, rows, segments)
+
+
+def measured(args: argparse.Namespace) -> tuple[list[tuple], dict[str, list[tuple[float, int]]]]:
+    """Each seed each way: the rows, and sweeper's populations' (wall, segments) by backend."""
+    rows, segments = [], {"local": [], "slurm": []}
     for seed in range(args.seeds):
         with tempfile.TemporaryDirectory() as out:
-            t0 = time.monotonic()
-            df = sweeper.sweep(climb, {"lr": sweeper.uniform(0.0001, 0.02), "seed": seed, "steps": args.steps},
-                               search="pbt", metric="mean_accuracy", mode="max", out=out, name="pbt", seed=seed,
-                               workers=2, progress=False, pbt={"population": 4, "interval": 4})
-            pbt_wall = time.monotonic() - t0
-            pbt_best = float(df["mean_accuracy"].max())
+            pbt_best, pbt_wall, count = sweeper_pbt(seed, args.steps, out, "local")
+            segments["local"].append((pbt_wall, count))
+            slurm_best, slurm_wall = None, None
+            if args.slurm:
+                slurm_best, slurm_wall, count = sweeper_pbt(seed, args.steps, out, "slurm")
+                segments["slurm"].append((slurm_wall, count))
             t0 = time.monotonic()
             grid = [0.0001 + i * (0.02 - 0.0001) / 7 for i in range(8)]
             fixed = sweeper.sweep(climb, {"lr": grid, "seed": [seed], "steps": [args.steps]}, metric="mean_accuracy", mode="max",
@@ -133,10 +158,15 @@ def main() -> None:
             fixed_wall = time.monotonic() - t0
             fixed_best = float(fixed["mean_accuracy"].max())
             ray_best, ray_wall = ray_pbt(seed, args.steps, out) if not args.no_ray else (None, None)
-        rows.append((seed, pbt_best, fixed_best, pbt_wall, fixed_wall, ray_best, ray_wall))
+        rows.append((seed, pbt_best, fixed_best, pbt_wall, fixed_wall, ray_best, ray_wall, slurm_best, slurm_wall))
         print(f"seed {seed}: pbt {pbt_best:.1f} ({pbt_wall:.1f} s), best fixed lr {fixed_best:.1f} "
               f"({fixed_wall:.1f} s)" + (f", ray tune pbt {ray_best:.1f} ({ray_wall:.1f} s)" if ray_best is not None
-                                         else ""), flush=True)
+                                         else "")
+              + (f", pbt on slurm {slurm_best:.1f} ({slurm_wall:.1f} s)" if slurm_best is not None else ""), flush=True)
+    return rows, segments
+
+
+def table(args: argparse.Namespace, rows: list[tuple], segments: dict[str, list[tuple[float, int]]]) -> None:
     med = statistics.median
     fixed_med = med(r[2] for r in rows)
     steps = 4 * args.steps
@@ -145,13 +175,19 @@ def main() -> None:
     print()
     print("| method | median final accuracy (each seed) | vs best fixed lr | wall per member-step |")
     print("| --- | --- | --- | --- |")
-    table = [("sweeper `search=\"pbt\"`", 1, 3, steps), ("best of 8 fixed lrs (a grid)", 2, 4, 8 * args.steps)]
+    methods = [("sweeper `search=\"pbt\"`", 1, 3, steps), ("best of 8 fixed lrs (a grid)", 2, 4, 8 * args.steps)]
     if not args.no_ray:
-        table.append(("Ray Tune `PopulationBasedTraining`", 5, 6, steps))
-    for label, at, wall, count in table:
+        methods.append(("Ray Tune `PopulationBasedTraining`", 5, 6, steps))
+    if args.slurm:
+        methods.append(("sweeper `search=\"pbt\"` on Slurm (one node)", 7, 8, steps))
+    for label, at, wall, count in methods:
         values = [r[at] for r in rows]
         print(f"| {label} | {med(values):.1f} ({' '.join(f'{v:.1f}' for v in values)}) | "
               f"{med(values) / fixed_med:.2f}x | {1000 * med(r[wall] for r in rows) / count:.1f} ms |")
+    print("\n| sweeper's population | segments (median) | wall per segment, 2 at a time |\n| --- | --- | --- |")
+    for backend, runs in segments.items():
+        if runs:
+            print(f"| {backend} | {med(c for _, c in runs):.0f} | {1000 * med(w / c for w, c in runs):.0f} ms |")
     if not args.no_ray:
         print(f"\nsweeper's pbt against Ray Tune's: {med(r[1] for r in rows) / med(r[5] for r in rows):.2f}x the "
               f"median accuracy, {med(r[3] for r in rows) / med(r[6] for r in rows):.2f}x the wall time")

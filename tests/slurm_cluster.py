@@ -144,6 +144,10 @@ def one_node(root: str):
         else:
             os.environ["SLURM_CONF"] = old
         subprocess.run(["scancel", "--full", "--user", "root"], env=env, capture_output=True)  # no job outlives it
+        deadline = time.monotonic() + 15  # slurmd ends the jobs' steps: stopped before that, they lived on
+        while time.monotonic() < deadline and subprocess.run(["squeue", "-h"], env=env, capture_output=True,
+                                                             text=True).stdout.strip():
+            time.sleep(0.2)
         for daemon in daemons:
             daemon.terminate()
         for daemon in daemons:
