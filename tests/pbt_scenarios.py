@@ -53,4 +53,4 @@ def ctrl_c_then_the_same_command(tmp_path, *flags: str) -> None:
         assert json.load(f)["epoch"] == 8
     for _, member in df.iterrows():  # its segments: every process it ran in, in both runs (a header each)
         log = (tmp_path / "out" / "grid" / "trials" / member["trial"] / "log.txt").read_text()
-        assert member["segments"] == log.count("=== sweeper: trial"), member["trial"]
+        assert member["segments"] == log.count("=== sweeper: trial"), (member["trial"], member["segments"], log)

@@ -123,7 +123,7 @@ class TrialState:
     recorded: bool = False  #: that row is in the ledger (its exit only adds what it measured)
     pausing: str | None = None  #: why the scheduler paused it (its process is to leave, unrecorded)
     ran: float = 0.0  #: seconds it ran in its earlier processes (paused, then given again)
-    segments: int = 1  #: the processes it ran in (paused, then given again: one more each time)
+    segments: int = 1  #: the processes it was given to (paused, then given again: one more each time)
     reported: bool = False  #: sent per-epoch reports (then a returned History is not used)
     restarts: bool = False  #: its backend requeued it: its next Began starts it again, its start anew
     epoch: int | None = None  #: the last epoch it reported
@@ -269,7 +269,7 @@ class TrialState:
             gpu_mem_reserved_mb=began.reserved_mb, epoch_reached=trial.epoch, **measured,
             env={**(trial.result.env if trial.result is not None else {}), **({"run": run_id} if run_id else {})},
             deterministic=True if spec.env.get(contract.DETERMINISTIC) == "1" else None,
-            segments=trial.segments if trial.segments > 1 else None,
+            segments=segments if (segments := trial.segments - (trial.began is None)) > 1 else None,
         )
         return row if constraints is None else replace(row, feasible=constraints.feasible(row))
 

@@ -117,3 +117,19 @@ def test_a_refused_move_is_an_internal_error_that_names_the_trial_and_the_move()
     assert isinstance(caught.value, PhaseError) and not isinstance(caught.value, SweepError)
     message = str(caught.value)
     assert "t1 (lr=0.1)" in message and "from ENDED to RUNNING" in message and "bug" in message
+
+
+def test_a_segment_given_to_a_queue_but_never_begun_is_no_segment_of_the_row():
+    """A paused member given again waits in a batch queue (Slurm) and the sweep stops before
+    its task runs: its row counts the processes it ran in, not the one it never reached."""
+    from sweeper.model.protocol import Began, Exited
+    from sweeper.model.trial import Status
+
+    state = trial(Phase.STARTING)
+    state.reached(Began(42, "cpu"), 1.0, None, None)
+    state.paused(2.0)
+    state.resume(state.spec, 3.0)  # its second segment, handed to the backend
+    state.stop, state.why = Status.INTERRUPTED, "interrupted (Ctrl-C)"
+    assert state.row(Exited(cancelled=True), 4.0, "", None).segments is None  # one process: no column
+    state.reached(Began(43, "cpu"), 5.0, None, None)  # (had it begun, its segment counts)
+    assert state.row(Exited(cancelled=True), 6.0, "", None).segments == 2
