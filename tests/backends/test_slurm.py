@@ -312,7 +312,8 @@ def test_ctrl_c_with_members_paused_and_running_then_the_same_command_ends_the_p
     """The local test's Ctrl-C (test_pbt.py) on Slurm, four tasks at a time: member_0's task
     cancelled as it holds at epoch 3, others paused with their checkpoints published; the same
     command goes on from them to the population's end."""
-    pbt_scenarios.ctrl_c_then_the_same_command(tmp_path, "--backend", "slurm", "--workers", "4")
+    pbt_scenarios.ctrl_c_then_the_same_command(tmp_path, "--backend", "slurm", "--workers", "4",
+                                               cancelled_as_it_started=1)
 
 
 def test_a_trial_that_asks_for_a_gpu_gets_the_one_slurm_granted(slurm, tmp_path):
