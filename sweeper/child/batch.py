@@ -100,8 +100,10 @@ class JobReader:
         self.job = paths.JobPaths(trial_dir)
         self.offset = 0
         self.placed: Any = None  #: the Placed the job's latest run sent first
-        #: the run (its Placed) of each batch of reports read and not yet answered, oldest first
+        #: the run (its Placed) of each batch of reports read and not yet answered, oldest first;
+        #: None for one an earlier driver of the sweep answered already (this one took the job over)
         self.asked: list[Any] = []
+        self.answered: dict[Any, int] | None = None  #: by run: the answers found as the first messages came
 
     def messages(self) -> list[Any]:
         """Whole frames written since the last read. A frame not yet whole, or not yet readable
@@ -115,11 +117,19 @@ class JobReader:
             return []
         out, at = _frames(data)
         self.offset += at
+        if out and self.answered is None:  # before this driver answered any: a killed driver's answers
+            self.answered = {}
+            for run in _runs(self.job.answers):
+                self.answered[run] = self.answered.get(run, 0) + 1
+        answered = self.answered if self.answered is not None else {}
         for _, message in out:
             if isinstance(message, Placed):  # a run the scheduler started again: its batches are its own
                 self.placed = message
             elif isinstance(message, Reports):
-                self.asked.append(self.placed)
+                earlier = answered.get(self.placed, 0)
+                if earlier:  # answered before this driver took the job over: never twice
+                    answered[self.placed] = earlier - 1
+                self.asked.append(None if earlier else self.placed)
         return out
 
     def answer(self, message: Any) -> bool:
@@ -127,7 +137,8 @@ class JobReader:
         that sent it (:func:`write_answer`); False when there is none, or it could not be written."""
         if not self.asked:
             return False
-        return write_answer(self.trial_dir, self.asked.pop(0), message)
+        run = self.asked.pop(0)
+        return run is not None and write_answer(self.trial_dir, run, message)
 
     def returned(self) -> dict[str, Any] | None:
         """What the job returned, once it wrote it (renamed into place whole); None before, or
@@ -155,6 +166,15 @@ def _frames(data: bytes) -> tuple[list[Any], int]:
             break
         at += _LENGTH.size + size
     return out, at
+
+
+def _runs(path: str) -> list[Any]:
+    """The run each answer in an answers file is for, in order ([] where it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return [run for run, _ in _frames(f.read())[0]]
+    except OSError:
+        return []
 
 
 def write_answer(trial_dir: str, run: Any, message: Any) -> bool:

@@ -102,3 +102,22 @@ def test_a_run_waiting_without_limit_stops_waiting_once_its_driver_is_gone(tmp_p
     answers = Answers(trial_dir, _run(1))
     os.remove(beat)  # and then ended (its heartbeat removed) while the run waited
     assert answers.receive(None) is None
+
+
+def test_a_driver_that_takes_the_job_over_never_answers_a_batch_twice(tmp_path):
+    """A driver killed after answering two of three batches: the next one reads every batch again
+    (it adopts the job) and answers only the third, so the run's answers stay one per batch."""
+    trial_dir, channel, reader = _job(tmp_path)
+    run = _run(1)
+    for message in (run, _reports(1), _reports(2)):
+        channel.put(("t1", message))
+    reader.messages()
+    assert reader.answer(Answer()) and reader.answer(Answer())  # the killed driver's
+    channel.put(("t1", _reports(3)))
+    again = JobReader(trial_dir)  # the next driver, from the start of the job's messages
+    assert len(again.messages()) == 4
+    assert not again.answer(Answer()) and not again.answer(Answer())  # answered already: nothing written
+    assert again.answer(STOP)  # the third batch's, its first answer
+    answers = Answers(trial_dir, run)
+    assert [answers.receive(0.5) for _ in range(3)] == [Answer(), Answer(), STOP]
+    assert answers.receive(0.05) is None
