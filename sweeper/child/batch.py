@@ -87,8 +87,13 @@ class FileChannel:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def put(self, item: Any, timeout: float | None = None) -> None:
-        data = pickle.dumps(item)
-        os.write(self.fd, _LENGTH.pack(len(data)) + data)
+        os.write(self.fd, _frame(item))
+
+
+def _frame(item: Any) -> bytes:
+    """One message as it is appended, in one write: its length, then its pickle."""
+    data = pickle.dumps(item)
+    return _LENGTH.pack(len(data)) + data
 
 
 class JobReader:
@@ -181,13 +186,12 @@ def write_answer(trial_dir: str, run: Any, message: Any) -> bool:
     """The driver's answer to a job's last batch of reports, for the run of it that sent
     ``run`` (its ``Placed``): one frame appended to its ``.job/answers`` in one write. False
     where it cannot be written (the job waits its while, then trains on; a stop is then a cancel)."""
-    data = pickle.dumps((run, message))
     try:
         fd = os.open(paths.JobPaths(trial_dir).answers, os.O_WRONLY | os.O_APPEND)  # never remade once removed
     except OSError:
         return False
     try:
-        os.write(fd, _LENGTH.pack(len(data)) + data)
+        os.write(fd, _frame((run, message)))
         return True
     except OSError:
         return False

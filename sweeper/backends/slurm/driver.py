@@ -17,12 +17,14 @@ import socket
 import time
 from dataclasses import dataclass
 
+from sweeper.child.batch import DRIVER_GONE_S
 from sweeper.placement.liveness import exists
 from sweeper.store.paths import DRIVER_BEAT, atomic
 
 #: Seconds after its last beat that a driver of another machine counts as gone: it beats every
-#: look at the queue (2 s); a file server's clock may be some seconds off this machine's.
-STALE_S = 60.0
+#: look at the queue (2 s); a file server's clock may be some seconds off this machine's. A job
+#: waiting for the driver's answer stops waiting after as long (:mod:`sweeper.child.batch`).
+STALE_S = DRIVER_GONE_S
 #: The heartbeat's name in the sweep's jobs folder (a job waiting for its answers reads it too).
 NAME = DRIVER_BEAT
 
